@@ -1,0 +1,115 @@
+// c4comm public C++ API.
+//
+// Threading: a communicator may be used by one thread at a time (like NCCL). Different
+// communicators may be used concurrently from different threads. Group calls (groupStart/groupEnd)
+// are per thread.
+//
+// Blocking: on host memory every collective has completed (results in recvbuff) when the call
+// returns ok, including inside groupEnd() for calls made inside a group. `stream` is accepted for
+// NCCL compatibility and ignored for host memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "c4comm/status.hpp"
+#include "c4comm/types.hpp"
+
+namespace c4 {
+
+/// Opaque communicator.
+struct Comm;
+
+/// 128 bytes, layout-compatible with ncclUniqueId: root address, port and a random secret.
+struct UniqueId {
+  char bytes[128];
+};
+
+/// Per-communicator configuration (the subset of ncclConfig_t that applies to c4comm).
+struct Config {
+  /// Non-zero: calls block until done. Zero: allowed to return kInProgress (host paths still
+  /// complete before returning).
+  int blocking = 1;
+  /// Name shown in logs and traces; may be empty.
+  std::string name;
+  /// Share resources with the parent in commSplit (accepted, not yet used).
+  int splitShare = 0;
+};
+
+/// Version as NCCL encodes it (major*10000 + minor*100 + patch); reports 2.28-compatible.
+int version();
+
+/// Creates a unique id for a new communicator and starts the bootstrap root that serves it in
+/// this process. The root address comes from C4_COMM_ID / NCCL_COMM_ID ("host:port") if set,
+/// otherwise an interface chosen by C4_SOCKET_IFNAME / NCCL_SOCKET_IFNAME.
+Status getUniqueId(UniqueId* id);
+
+/// Creates rank `rank` of an `nranks` communicator. Blocks until all ranks joined or the
+/// bootstrap timeout (C4_TIMEOUT) expired. *comm is set only on success.
+Status commInitRank(Comm** comm, int nranks, const UniqueId& id, int rank, const Config& config = {});
+
+/// Creates `n` ranks of one communicator inside this process (one thread per rank during init).
+Status commInitAll(Comm** comms, int n, const Config& config = {});
+
+/// Creates a communicator from launcher variables: torchrun (RANK, WORLD_SIZE, MASTER_ADDR,
+/// MASTER_PORT), Open MPI (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK) or Slurm (SLURM_PROCID,
+/// SLURM_NTASKS). Fails with kInvalidUsage, naming what is missing, when none is found.
+Status commInitFromEnv(Comm** comm, const Config& config = {});
+
+/// Splits `comm` by color (NCCL_SPLIT_NOCOLOR = -1: this rank joins none, *newcomm = nullptr),
+/// ordering by (key, old rank). Collective over `comm`.
+Status commSplit(Comm* comm, int color, int key, Comm** newcomm, const Config* config = nullptr);
+
+/// Flushes outstanding work. The communicator stays valid for commDestroy only.
+Status commFinalize(Comm* comm);
+/// Frees the communicator (finalizes first if needed).
+Status commDestroy(Comm* comm);
+/// Aborts outstanding work on this rank, tells the peers, frees the communicator. Never hangs.
+Status commAbort(Comm* comm);
+
+/// Number of ranks, this rank, and device (-1 for host-only communicators).
+Status commCount(const Comm* comm, int* count);
+Status commUserRank(const Comm* comm, int* rank);
+Status commCuDevice(const Comm* comm, int* device);
+/// The first asynchronous error seen by the communicator (ok if none).
+Status commGetAsyncError(Comm* comm);
+
+/// Reason for the most recent failure of a c4 call in this thread ("" if none).
+const char* lastError(const Comm* comm);
+
+// ---- reduction operators ---------------------------------------------------------------------
+/// Creates a user op: each rank's input is multiplied by *scalar (of type dt) before a sum.
+Status redOpCreatePreMulSum(RedOp* op, const void* scalar, DataType dt, ScalarResidence residence, Comm* comm);
+Status redOpDestroy(RedOp op, Comm* comm);
+
+// ---- collectives (counts in elements) ---------------------------------------------------------
+Status allReduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt, RedOp op, Comm* comm,
+                 void* stream = nullptr);
+/// sendcount elements per rank; recvbuff holds nranks*sendcount.
+Status allGather(const void* sendbuff, void* recvbuff, size_t sendcount, DataType dt, Comm* comm,
+                 void* stream = nullptr);
+Status broadcast(const void* sendbuff, void* recvbuff, size_t count, DataType dt, int root, Comm* comm,
+                 void* stream = nullptr);
+/// sendbuff holds nranks*recvcount; recvbuff recvcount.
+Status reduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, DataType dt, RedOp op, Comm* comm,
+                     void* stream = nullptr);
+Status reduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt, RedOp op, int root, Comm* comm,
+              void* stream = nullptr);
+/// count elements to each peer; both buffers hold nranks*count.
+Status alltoAll(const void* sendbuff, void* recvbuff, size_t count, DataType dt, Comm* comm, void* stream = nullptr);
+/// count elements from each rank to root; recvbuff (root only) holds nranks*count.
+Status gather(const void* sendbuff, void* recvbuff, size_t count, DataType dt, int root, Comm* comm,
+              void* stream = nullptr);
+/// sendbuff (root only) holds nranks*count; each rank receives count.
+Status scatter(const void* sendbuff, void* recvbuff, size_t count, DataType dt, int root, Comm* comm,
+               void* stream = nullptr);
+Status send(const void* sendbuff, size_t count, DataType dt, int peer, Comm* comm, void* stream = nullptr);
+Status recv(void* recvbuff, size_t count, DataType dt, int peer, Comm* comm, void* stream = nullptr);
+
+/// Group calls: operations issued between groupStart and groupEnd are executed together at
+/// groupEnd (batched point-to-point, aggregated collectives, several communicators at once).
+Status groupStart();
+Status groupEnd();
+
+}  // namespace c4

@@ -1,0 +1,61 @@
+// c4comm public API: status codes and Status / Result<T>.
+#pragma once
+
+#include <string>
+#include <utility>
+
+namespace c4 {
+
+/// Result codes. Values equal NCCL's ncclResult_t so the C ABI can pass them through unchanged.
+enum class Code : int {
+  kSuccess = 0,
+  kUnhandledCudaError = 1,
+  kSystemError = 2,
+  kInternalError = 3,
+  kInvalidArgument = 4,
+  kInvalidUsage = 5,
+  kRemoteError = 6,
+  kInProgress = 7,
+};
+
+/// Short name of a code ("invalid argument", ...). Never null.
+const char* codeName(Code code);
+
+/// An outcome: a code plus, on failure, a human-readable reason. Cheap to copy when ok.
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(Code code, std::string msg) : code_(code), msg_(std::move(msg)) {}
+  static Status ok() { return Status(); }
+
+  bool isOk() const { return code_ == Code::kSuccess; }
+  explicit operator bool() const { return isOk(); }
+  Code code() const { return code_; }
+  /// The reason; empty when ok.
+  const std::string& message() const { return msg_; }
+  /// "code name: reason".
+  std::string toString() const;
+
+ private:
+  Code code_ = Code::kSuccess;
+  std::string msg_;
+};
+
+/// A value or the Status that explains why there is none.
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(Status status) : status_(std::move(status)) {}  // NOLINT(google-explicit-constructor)
+  bool isOk() const { return status_.isOk(); }
+  const Status& status() const { return status_; }
+  T& value() { return value_; }
+  const T& value() const { return value_; }
+  T&& take() { return std::move(value_); }
+
+ private:
+  Status status_;
+  T value_{};
+};
+
+}  // namespace c4

@@ -1,0 +1,45 @@
+// Host reduction and copy kernels: one dispatch table for every (dtype, op), vectorized
+// (AVX-512 / AVX2 chosen at run time, scalar fallback). fp16, bf16 and fp8 (e4m3, e5m2) are
+// computed in float and rounded to nearest-even on store, as NCCL does on the device.
+#pragma once
+
+#include <cstddef>
+
+#include "c4comm/types.hpp"
+
+namespace c4::kernels {
+
+/// Built-in element-wise ops a kernel implements. PreMulSum and Avg are composed from these by
+/// the caller (scale, then kSum; or kSum, then divide).
+enum class KOp : int { kSum = 0, kProd = 1, kMax = 2, kMin = 3 };
+
+/// dst[i] = a[i] op b[i] for i < count. dst may alias a or b exactly (not partially overlap).
+/// Thread-safe; no allocation. count == 0 is a no-op.
+void reduce(void* dst, const void* a, const void* b, size_t count, DataType dt, KOp op);
+
+/// dst[i] = src[i] * scalar, where scalar is one element of type dt (read from `scalar`).
+/// For integer types the product wraps as in C. dst may alias src.
+void scale(void* dst, const void* src, const void* scalar, size_t count, DataType dt);
+
+/// dst[i] = src[i] / divisor (integer division truncating toward zero for integer types; float
+/// division for floating types). Used for ncclAvg on integers. dst may alias src.
+void divide(void* dst, const void* src, size_t count, DataType dt, int divisor);
+
+/// memcpy tuned for large copies (non-temporal stores above a threshold). dst and src must not
+/// overlap.
+void copy(void* dst, const void* src, size_t bytes);
+
+/// Name of the instruction set the dispatch chose ("avx512", "avx2", "scalar").
+const char* isaName();
+
+// Conversions used by the kernels and by tests' reference implementations.
+float halfToFloat(unsigned short h);
+unsigned short floatToHalf(float f);
+float bf16ToFloat(unsigned short b);
+unsigned short floatToBf16(float f);
+float fp8e4m3ToFloat(unsigned char v);
+unsigned char floatToFp8e4m3(float f);  // saturating to +-448 like NCCL's __nv_cvt (satfinite)
+float fp8e5m2ToFloat(unsigned char v);
+unsigned char floatToFp8e5m2(float f);  // saturating to +-57344
+
+}  // namespace c4::kernels

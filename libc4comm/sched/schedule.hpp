@@ -1,0 +1,91 @@
+// Schedule IR: algorithms are data. A generator turns (collective, ranks, count, algorithm, chunk
+// size) into this rank's ordered list of steps; one Executor runs any schedule.
+//
+// Contract between generators and the executor:
+//  * Steps are in a topological order: every dep index is lower than the step's own index.
+//  * A step starts only when all its deps have completed. A step that writes a region must depend
+//    (directly or transitively) on every earlier step that reads or writes an overlapping region,
+//    including sends still reading it (write-after-read).
+//  * Send and receive steps to/from one peer are posted in index order; the k-th send this rank
+//    posts to P matches the k-th receive P posts from this rank, and both have the same byte count.
+//    Zero-byte sends/receives are never emitted (both sides skip them consistently).
+//  * Buffers: kInput is the caller's sendbuff, kOutput its recvbuff, kScratch a communicator-owned
+//    area of `scratchBytes`. In-place calls alias kInput and kOutput as NCCL defines (AllReduce,
+//    Broadcast, Reduce: same pointer; AllGather: input == output + rank*count; ReduceScatter:
+//    output == input + rank*count); a schedule must be correct both aliased and not. Non-root
+//    ranks never touch kOutput of Reduce/Gather nor kInput of Broadcast/Scatter (those pointers may
+//    be null there).
+//  * AllReduce results are bitwise identical on every rank (each element is reduced in one order).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "c4comm/status.hpp"
+#include "c4comm/types.hpp"
+
+namespace c4::sched {
+
+enum class BufId : uint8_t { kInput = 0, kOutput = 1, kScratch = 2 };
+
+/// A byte range of one buffer.
+struct Span {
+  BufId buf = BufId::kInput;
+  size_t offset = 0;
+  size_t bytes = 0;
+};
+
+enum class StepKind : uint8_t {
+  kSend,        // send `src` to `peer`
+  kRecv,        // receive from `peer` into `dst` (dst.bytes bytes)
+  kRecvReduce,  // receive from `peer`; dst = src op incoming (src may equal dst; same byte count)
+  kCopy,        // dst = src (local; a copy onto itself is a no-op)
+  kReduce,      // dst = src op src2 (local)
+};
+
+struct Step {
+  StepKind kind = StepKind::kCopy;
+  int32_t peer = -1;
+  Span src;
+  Span src2;
+  Span dst;
+  std::vector<int32_t> deps;
+};
+
+enum class Algo : uint8_t { kRing = 0, kTree = 1, kRhd = 2, kDirect = 3 };
+constexpr int kNumAlgos = 4;
+/// "ring", "tree", "rhd", "direct".
+const char* algoName(Algo a);
+/// Parses a name (case-insensitive; "RING", "Tree", "rhd"/"halvingdoubling", "direct"/"pat").
+bool parseAlgo(const std::string& name, Algo* out);
+
+/// Everything a generator needs. Counts are elements.
+struct CollArgs {
+  Coll coll = Coll::kAllReduce;
+  int rank = 0;
+  int nranks = 1;
+  size_t count = 0;  // per NCCL's argument: AllGather sendcount, ReduceScatter recvcount, AlltoAll per-peer
+  DataType dtype = DataType::kFloat32;
+  int root = 0;
+  bool reduces = false;     // true for AllReduce, ReduceScatter, Reduce
+  size_t chunkBytes = 1 << 20;  // pipelining granularity chosen by the tuner (rounded to elements)
+};
+
+struct Schedule {
+  std::vector<Step> steps;
+  size_t scratchBytes = 0;
+  Algo algo = Algo::kRing;
+};
+
+/// True if `algo` has a generator for this collective and rank count.
+bool supports(Algo algo, Coll coll, int nranks);
+/// Builds this rank's schedule. Fails with kInvalidArgument if unsupported.
+Result<Schedule> generate(Algo algo, const CollArgs& args);
+
+/// Input and output sizes in bytes of a collective for one rank (as a caller must provide).
+size_t inputBytes(const CollArgs& a);
+size_t outputBytes(const CollArgs& a);
+
+}  // namespace c4::sched

@@ -1,0 +1,98 @@
+// Transport interface: how bytes move between two ranks.
+//
+// A Transport is created per communicator and rank; it hands out one Connection per peer. A
+// Connection carries messages in both directions. Messages in one direction are FIFO: the k-th
+// irecv posted on a connection matches the k-th isend the peer posted on its connection to us.
+// Every message carries the sender's OpSig and byte count; a receive whose expected OpSig or size
+// differs fails with kInvalidUsage and a message naming both ranks and the difference.
+//
+// Everything is non-blocking and single-threaded: the owner calls progress() repeatedly (from the
+// thread that uses the communicator) and reads Request::state. No call blocks for a peer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "c4comm/status.hpp"
+#include "c4comm/types.hpp"
+#include "common/opsig.hpp"
+#include "kernels/host/reduce.hpp"
+
+namespace c4::transport {
+
+/// Out-of-band collectives over all ranks of the communicator, used during setup only.
+/// Implemented by core's bootstrap; blocking, with the bootstrap timeout.
+class Oob {
+ public:
+  virtual ~Oob() = default;
+  /// `data` holds nranks slices of `bytesPerRank`; this rank's slice is filled in on entry; on
+  /// return every slice is filled.
+  virtual Status allGather(void* data, size_t bytesPerRank) = 0;
+  virtual Status barrier() = 0;
+};
+
+/// Completion record owned by the caller; must stay alive (and not move) until state != kPending.
+struct Request {
+  enum State : int { kPending = 0, kDone = 1, kFailed = 2 };
+  int state = kPending;
+  Status error;  // set when state == kFailed
+};
+
+/// Receive with reduction: dst[i] = local[i] op incoming[i]. `local` may equal dst.
+struct ReduceSpec {
+  const void* local = nullptr;
+  DataType dtype = DataType::kFloat32;
+  kernels::KOp op = kernels::KOp::kSum;
+};
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  virtual int peer() const = 0;
+  /// Queues `bytes` from buf to the peer. buf must stay valid and unmodified until req is done.
+  virtual Status isend(const void* buf, size_t bytes, const OpSig& sig, Request* req) = 0;
+  /// Queues a receive of exactly `bytes` into dst (or, with red, reduced into dst as data arrives,
+  /// in pieces, in order). dst must stay valid until req is done.
+  virtual Status irecv(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) = 0;
+};
+
+/// What a transport can do, and its cost model for the tuner: time(bytes) = latencyUs + bytes/bwGBps.
+struct Caps {
+  double latencyUs = 10.0;
+  double bwGBps = 1.0;
+  bool sameHostOnly = false;
+  bool deviceMemory = false;
+};
+
+/// Facts every transport needs at setup. Vectors are indexed by rank.
+struct Context {
+  int rank = 0;
+  int nranks = 1;
+  std::string commTag;             // unique per communicator (hex); use it to name OS objects
+  std::vector<uint64_t> hostIds;   // same host id => same host
+  std::vector<int32_t> pids;
+  Oob* oob = nullptr;              // collective over all ranks during setup (allGather, barrier)
+  int64_t timeoutMs = 300000;      // give up on a silent peer after this long (C4_TIMEOUT)
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;
+  virtual Caps caps() const = 0;
+  /// True if this transport can reach `peer` (e.g. shm: same host id).
+  virtual bool canConnect(int peer) const = 0;
+  /// Returns the connection to `peer`, creating it on first use. Owned by the transport.
+  virtual Status connect(int peer, Connection** out) = 0;
+  /// Advances all pending requests. Fails if a peer died, aborted, or broke the protocol; the
+  /// affected requests are failed too.
+  virtual Status progress() = 0;
+  /// Tells every connected peer that this rank is aborting (best effort, never blocks), and fails
+  /// all pending requests with `reason`.
+  virtual void abort(const std::string& reason) = 0;
+};
+
+}  // namespace c4::transport
