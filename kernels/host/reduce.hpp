@@ -29,10 +29,27 @@ void divide(void* dst, const void* src, size_t count, DataType dt, int divisor);
 /// overlap.
 void copy(void* dst, const void* src, size_t bytes);
 
-/// Name of the instruction set the dispatch chose ("avx512", "avx2", "scalar").
+/// Name of the instruction set the dispatch chose ("avx512", "avx2", "scalar"). The choice is made
+/// once, at first use, from the CPU (__builtin_cpu_supports) and C4_KERNELS_ISA (auto|avx512|avx2|
+/// scalar; a choice the CPU cannot run falls back to the best it can, with a warning).
 const char* isaName();
 
-// Conversions used by the kernels and by tests' reference implementations.
+/// Forces the instruction set for every later call ("scalar", "avx2", "avx512", or "auto" for the
+/// CPU's best). Returns false, changing nothing, if this build or CPU cannot run it. For tests and
+/// benchmarks: not synchronized with calls running on other threads.
+bool setIsaForTesting(const char* isa);
+
+/// copy() switches to non-temporal stores at or above this many bytes (C4_COPY_NT_THRESHOLD; the
+/// default is measured, see docs/kernels-performance.md). SIZE_MAX disables them.
+size_t copyNonTemporalThreshold();
+/// Overrides the threshold (tests, benchmarks). Not synchronized with concurrent copy() calls.
+void setCopyNonTemporalThresholdForTesting(size_t bytes);
+
+// Conversions used by the kernels and by tests' reference implementations. Scalar, exact, and
+// bit-identical to the vector paths: fp16/fp8 NaNs decode to a quiet NaN of the same sign (bf16
+// decodes by widening the bits, so a signaling NaN stays signaling until used); encoding
+// rounds to nearest-even (subnormals included); fp16/bf16 overflow to inf and keep NaN payloads
+// (quieted); fp8 saturates (inf too) to the largest finite value and encodes any NaN as 0x7f.
 float halfToFloat(unsigned short h);
 unsigned short floatToHalf(float f);
 float bf16ToFloat(unsigned short b);

@@ -1,0 +1,726 @@
+// libnccl.so.2: the NCCL 2.28 C API implemented over the c4 C++ API (include/c4comm/c4comm.hpp).
+//
+// Every entry point is defined as pncclXxx (the profiling interface) and exported a second time as
+// ncclXxx, a weak alias, exactly as NCCL does: a profiler may define ncclXxx and forward to pncclXxx.
+// Only nccl*/pnccl* symbols leave the library (nccl.map).
+//
+// Conventions:
+//  * ncclComm_t is a c4::Comm* (reinterpret_cast both ways); ncclDataType_t, ncclRedOp_t,
+//    ncclScalarResidence_t and ncclResult_t have the same values as their c4 counterparts
+//    (static_asserts below), so they are cast, not translated.
+//  * Arguments are checked here before the core sees them: a null handle or buffer, an invalid type,
+//    operator, root or peer returns ncclInvalidArgument with the reason logged (C4_WARN) and kept
+//    for ncclGetLastError. Failures reported by the core arrive as a c4::Status whose code maps 1:1.
+//  * Functions the core cannot back yet log why and return ncclInvalidUsage (docs/api-coverage.md).
+#include <nccl.h>
+
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "c4comm/c4comm.hpp"
+#include "common/logging.hpp"
+
+// ---- the C ABI and the C++ API agree on every value ------------------------------------------
+static_assert(NCCL_VERSION_CODE == 22809, "this binding implements the NCCL 2.28.9 ABI");
+static_assert(sizeof(ncclUniqueId) == sizeof(c4::UniqueId), "unique id sizes differ");
+static_assert(sizeof(ncclConfig_t) == 88 && offsetof(ncclConfig_t, nvlinkCentricSched) == 80,
+              "ncclConfig_t must keep the v22800 layout");
+static_assert(static_cast<int>(ncclSuccess) == static_cast<int>(c4::Code::kSuccess), "result codes differ");
+static_assert(static_cast<int>(ncclUnhandledCudaError) == static_cast<int>(c4::Code::kUnhandledCudaError), "");
+static_assert(static_cast<int>(ncclSystemError) == static_cast<int>(c4::Code::kSystemError), "");
+static_assert(static_cast<int>(ncclInternalError) == static_cast<int>(c4::Code::kInternalError), "");
+static_assert(static_cast<int>(ncclInvalidArgument) == static_cast<int>(c4::Code::kInvalidArgument), "");
+static_assert(static_cast<int>(ncclInvalidUsage) == static_cast<int>(c4::Code::kInvalidUsage), "");
+static_assert(static_cast<int>(ncclRemoteError) == static_cast<int>(c4::Code::kRemoteError), "");
+static_assert(static_cast<int>(ncclInProgress) == static_cast<int>(c4::Code::kInProgress), "");
+static_assert(static_cast<int>(ncclInt8) == static_cast<int>(c4::DataType::kInt8), "data types differ");
+static_assert(static_cast<int>(ncclUint8) == static_cast<int>(c4::DataType::kUint8), "");
+static_assert(static_cast<int>(ncclInt32) == static_cast<int>(c4::DataType::kInt32), "");
+static_assert(static_cast<int>(ncclUint32) == static_cast<int>(c4::DataType::kUint32), "");
+static_assert(static_cast<int>(ncclInt64) == static_cast<int>(c4::DataType::kInt64), "");
+static_assert(static_cast<int>(ncclUint64) == static_cast<int>(c4::DataType::kUint64), "");
+static_assert(static_cast<int>(ncclFloat16) == static_cast<int>(c4::DataType::kFloat16), "");
+static_assert(static_cast<int>(ncclFloat32) == static_cast<int>(c4::DataType::kFloat32), "");
+static_assert(static_cast<int>(ncclFloat64) == static_cast<int>(c4::DataType::kFloat64), "");
+static_assert(static_cast<int>(ncclBfloat16) == static_cast<int>(c4::DataType::kBfloat16), "");
+static_assert(static_cast<int>(ncclFloat8e4m3) == static_cast<int>(c4::DataType::kFloat8e4m3), "");
+static_assert(static_cast<int>(ncclFloat8e5m2) == static_cast<int>(c4::DataType::kFloat8e5m2), "");
+static_assert(static_cast<int>(ncclNumTypes) == c4::kNumDataTypes, "");
+static_assert(static_cast<int>(ncclSum) == static_cast<int>(c4::RedOp::kSum), "reduction operators differ");
+static_assert(static_cast<int>(ncclProd) == static_cast<int>(c4::RedOp::kProd), "");
+static_assert(static_cast<int>(ncclMax) == static_cast<int>(c4::RedOp::kMax), "");
+static_assert(static_cast<int>(ncclMin) == static_cast<int>(c4::RedOp::kMin), "");
+static_assert(static_cast<int>(ncclAvg) == static_cast<int>(c4::RedOp::kAvg), "");
+static_assert(static_cast<int>(ncclNumOps) == c4::kNumBuiltinOps, "");
+static_assert(static_cast<int>(ncclScalarDevice) == static_cast<int>(c4::ScalarResidence::kDevice), "");
+static_assert(static_cast<int>(ncclScalarHostImmediate) == static_cast<int>(c4::ScalarResidence::kHostImmediate), "");
+
+namespace {
+
+constexpr unsigned int kConfigMagic = 0xcafebeef;
+constexpr unsigned int kSimInfoMagic = 0x74685283;
+// ncclConfig_t first appeared in NCCL 2.14; a smaller version code is not a config at all.
+constexpr unsigned int kFirstConfigVersion = 21400;
+constexpr uint64_t kRegHandleMagic = 0x633472656768646eull;  // "c4reghdn"
+
+// ---- last error -------------------------------------------------------------------------------
+// This layer finds some errors itself (null arguments, bad config, missing features); the core
+// reports the others through Status and c4::lastError. ncclGetLastError shows the newer of the two.
+thread_local std::string tlsLastError;
+thread_local bool tlsLastErrorIsOurs = false;
+
+/// Logs and records a failure found in this layer; returns `code`.
+ncclResult_t fail(ncclResult_t code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+ncclResult_t fail(ncclResult_t code, const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  C4_WARN(c4::kLogCall, "%s", buf);
+  tlsLastError = buf;
+  tlsLastErrorIsOurs = true;
+  return code;
+}
+
+/// Maps a core Status onto ncclResult_t (values are equal). The core has already logged it.
+ncclResult_t fromStatus(const c4::Status& s) {
+  if (!s.isOk() && s.code() != c4::Code::kInProgress) {
+    tlsLastError = s.message();
+    tlsLastErrorIsOurs = false;
+  }
+  return static_cast<ncclResult_t>(s.code());
+}
+
+ncclResult_t notImplemented(const char* fn, const char* why) {
+  return fail(ncclInvalidUsage, "%s is not implemented by c4comm yet: %s (see docs/api-coverage.md)", fn, why);
+}
+
+c4::Comm* toC4(ncclComm_t comm) { return reinterpret_cast<c4::Comm*>(comm); }
+ncclComm_t toNccl(c4::Comm* comm) { return reinterpret_cast<ncclComm_t>(comm); }
+c4::DataType toC4(ncclDataType_t dt) { return static_cast<c4::DataType>(dt); }
+c4::RedOp toC4(ncclRedOp_t op) { return static_cast<c4::RedOp>(op); }
+c4::UniqueId toC4(const ncclUniqueId& id) {
+  c4::UniqueId out;
+  memcpy(out.bytes, id.internal, sizeof(out.bytes));
+  return out;
+}
+
+#define C4_NCCL_CHECK(expr)                \
+  do {                                     \
+    ncclResult_t c4_nccl_res_ = (expr);    \
+    if (c4_nccl_res_ != ncclSuccess) return c4_nccl_res_; \
+  } while (0)
+
+ncclResult_t checkPtr(const char* fn, const char* what, const void* p) {
+  if (p == nullptr) return fail(ncclInvalidArgument, "%s: %s argument is NULL", fn, what);
+  return ncclSuccess;
+}
+
+ncclResult_t checkComm(const char* fn, ncclComm_t comm) { return checkPtr(fn, "comm", comm); }
+
+/// A buffer may be null only when it holds no elements.
+ncclResult_t checkBuf(const char* fn, const char* what, const void* p, size_t count) {
+  if (p == nullptr && count > 0) {
+    return fail(ncclInvalidArgument, "%s: %s is NULL but count is %zu", fn, what, count);
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t checkType(const char* fn, ncclDataType_t dt) {
+  if (!c4::isValidDataType(static_cast<int>(dt))) {
+    return fail(ncclInvalidArgument, "%s: invalid data type %d (expected 0..%d)", fn, static_cast<int>(dt),
+                c4::kNumDataTypes - 1);
+  }
+  return ncclSuccess;
+}
+
+/// Built-in operators are checked here; user operators (>= ncclNumOps) by the core against comm.
+ncclResult_t checkOp(const char* fn, ncclRedOp_t op) {
+  if (static_cast<int>(op) < 0) {
+    return fail(ncclInvalidArgument, "%s: invalid reduction operator %d", fn, static_cast<int>(op));
+  }
+  return ncclSuccess;
+}
+
+struct CommShape {
+  int rank = 0;
+  int nranks = 0;
+};
+
+ncclResult_t commShape(ncclComm_t comm, CommShape* shape) {
+  C4_NCCL_CHECK(fromStatus(c4::commCount(toC4(comm), &shape->nranks)));
+  return fromStatus(c4::commUserRank(toC4(comm), &shape->rank));
+}
+
+/// `what` (root or peer) must name a rank of the communicator.
+ncclResult_t checkRank(const char* fn, const char* what, int r, const CommShape& shape) {
+  if (r < 0 || r >= shape.nranks) {
+    return fail(ncclInvalidArgument, "%s: %s %d is out of range (communicator has %d ranks)", fn, what, r,
+                shape.nranks);
+  }
+  return ncclSuccess;
+}
+
+/// Common checks of a collective: comm, type and (for reductions) operator.
+ncclResult_t checkColl(const char* fn, ncclComm_t comm, ncclDataType_t dt, const ncclRedOp_t* op) {
+  C4_NCCL_CHECK(checkComm(fn, comm));
+  C4_NCCL_CHECK(checkType(fn, dt));
+  if (op != nullptr) C4_NCCL_CHECK(checkOp(fn, *op));
+  return ncclSuccess;
+}
+
+/// Checks an int config field that must be NCCL_CONFIG_UNDEF_INT or within [lo, hi].
+ncclResult_t checkConfigInt(const char* fn, const char* field, int v, int lo, int hi) {
+  if (v != NCCL_CONFIG_UNDEF_INT && (v < lo || v > hi)) {
+    return fail(ncclInvalidArgument, "%s: config->%s = %d is invalid (expected %d..%d or NCCL_CONFIG_UNDEF_INT)", fn,
+                field, v, lo, hi);
+  }
+  return ncclSuccess;
+}
+
+/// Translates an ncclConfig_t into a c4::Config with NCCL's rules: the struct must come from
+/// NCCL_CONFIG_INITIALIZER (magic, version), fields beyond the caller's `size` (an older layout)
+/// and fields left at NCCL_CONFIG_UNDEF_* take defaults. A null config means all defaults.
+ncclResult_t parseConfig(const char* fn, const ncclConfig_t* config, c4::Config* out) {
+  *out = c4::Config{};
+  if (config == nullptr) return ncclSuccess;
+  if (config->magic != kConfigMagic) {
+    return fail(ncclInvalidArgument,
+                "%s: config was not initialized with NCCL_CONFIG_INITIALIZER (magic 0x%x, expected 0x%x)", fn,
+                config->magic, kConfigMagic);
+  }
+  if (config->version < kFirstConfigVersion) {
+    return fail(ncclInvalidArgument, "%s: config version %u is invalid (expected an NCCL version code >= %u)", fn,
+                config->version, kFirstConfigVersion);
+  }
+  // The oldest layout (2.14) ends after netName; anything smaller is corrupt.
+  constexpr size_t kMinSize = offsetof(ncclConfig_t, netName) + sizeof(const char*);
+  if (config->size < kMinSize) {
+    return fail(ncclInvalidArgument, "%s: config size %zu is invalid (expected at least %zu)", fn, config->size,
+                kMinSize);
+  }
+  // A caller built against a newer header passes a larger struct: its leading fields are ours.
+  auto has = [config](size_t offset, size_t bytes) { return config->size >= offset + bytes; };
+#define C4_CFG_HAS(f) has(offsetof(ncclConfig_t, f), sizeof(config->f))
+  C4_NCCL_CHECK(checkConfigInt(fn, "blocking", config->blocking, 0, 1));
+  C4_NCCL_CHECK(checkConfigInt(fn, "cgaClusterSize", config->cgaClusterSize, 0, INT_MAX));
+  C4_NCCL_CHECK(checkConfigInt(fn, "minCTAs", config->minCTAs, 1, INT_MAX));
+  C4_NCCL_CHECK(checkConfigInt(fn, "maxCTAs", config->maxCTAs, 1, INT_MAX));
+  if (config->minCTAs != NCCL_CONFIG_UNDEF_INT && config->maxCTAs != NCCL_CONFIG_UNDEF_INT &&
+      config->minCTAs > config->maxCTAs) {
+    return fail(ncclInvalidArgument, "%s: config->minCTAs = %d is larger than config->maxCTAs = %d", fn,
+                config->minCTAs, config->maxCTAs);
+  }
+  if (config->blocking != NCCL_CONFIG_UNDEF_INT) out->blocking = config->blocking;
+  if (C4_CFG_HAS(splitShare)) {
+    C4_NCCL_CHECK(checkConfigInt(fn, "splitShare", config->splitShare, 0, 1));
+    if (config->splitShare != NCCL_CONFIG_UNDEF_INT) out->splitShare = config->splitShare;
+  }
+  if (C4_CFG_HAS(commName) && config->commName != NCCL_CONFIG_UNDEF_PTR) out->name = config->commName;
+  if (C4_CFG_HAS(collnetEnable)) C4_NCCL_CHECK(checkConfigInt(fn, "collnetEnable", config->collnetEnable, 0, 1));
+  if (C4_CFG_HAS(CTAPolicy)) {
+    C4_NCCL_CHECK(checkConfigInt(fn, "CTAPolicy", config->CTAPolicy, 0,
+                                 NCCL_CTA_POLICY_EFFICIENCY | NCCL_CTA_POLICY_ZERO));
+  }
+  if (C4_CFG_HAS(shrinkShare)) C4_NCCL_CHECK(checkConfigInt(fn, "shrinkShare", config->shrinkShare, 0, 1));
+  if (C4_CFG_HAS(nvlsCTAs)) C4_NCCL_CHECK(checkConfigInt(fn, "nvlsCTAs", config->nvlsCTAs, 1, INT_MAX));
+  if (C4_CFG_HAS(nChannelsPerNetPeer)) {
+    C4_NCCL_CHECK(checkConfigInt(fn, "nChannelsPerNetPeer", config->nChannelsPerNetPeer, 1, INT_MAX));
+  }
+  if (C4_CFG_HAS(nvlinkCentricSched)) {
+    C4_NCCL_CHECK(checkConfigInt(fn, "nvlinkCentricSched", config->nvlinkCentricSched, 0, 1));
+  }
+#undef C4_CFG_HAS
+  // cgaClusterSize, CTA counts, netName, trafficClass, collnet, CTA policy, NVLS and NVLink
+  // scheduling tune GPU kernels and NCCL's network plugins; they are validated and then ignored.
+  return ncclSuccess;
+}
+
+/// Output of ncclCommRegister: host memory needs no registration, so the handle only remembers
+/// what was registered, to validate the matching ncclCommDeregister.
+struct RegHandle {
+  uint64_t magic;
+  ncclComm_t comm;
+  void* buff;
+  size_t size;
+};
+
+}  // namespace
+
+// ================================ entry points (pnccl*) =========================================
+
+ncclResult_t pncclGetVersion(int* version) {
+  C4_NCCL_CHECK(checkPtr("ncclGetVersion", "version", version));
+  *version = c4::version();
+  return ncclSuccess;
+}
+
+const char* pncclGetErrorString(ncclResult_t result) {
+  // NCCL's own texts: programs and tests compare against them.
+  switch (result) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+  }
+}
+
+const char* pncclGetLastError(ncclComm_t comm) {
+  if (!tlsLastErrorIsOurs) {
+    const char* core = c4::lastError(toC4(comm));
+    if (core != nullptr && core[0] != '\0') return core;
+  }
+  return tlsLastError.c_str();
+}
+
+void pncclResetDebugInit() { c4::logReload(); }
+
+// ---- memory -------------------------------------------------------------------------------------
+
+ncclResult_t pncclMemAlloc(void** ptr, size_t size) {
+  C4_NCCL_CHECK(checkPtr("ncclMemAlloc", "ptr", ptr));
+  if (size == 0) return fail(ncclInvalidArgument, "ncclMemAlloc: size is 0");
+  // Host-only build: page-aligned host memory (the granularity NCCL rounds to is the page here).
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  if (size > SIZE_MAX - page) return fail(ncclInvalidArgument, "ncclMemAlloc: size %zu is too large", size);
+  const size_t rounded = (size + page - 1) / page * page;
+  void* p = nullptr;
+  int rc = posix_memalign(&p, page, rounded);
+  if (rc != 0) {
+    return fail(ncclSystemError, "ncclMemAlloc: allocating %zu bytes failed: %s", rounded, strerror(rc));
+  }
+  *ptr = p;
+  return ncclSuccess;
+}
+
+ncclResult_t pncclMemFree(void* ptr) {
+  C4_NCCL_CHECK(checkPtr("ncclMemFree", "ptr", ptr));
+  free(ptr);
+  return ncclSuccess;
+}
+
+// ---- ids and communicators ----------------------------------------------------------------------
+
+ncclResult_t pncclGetUniqueId(ncclUniqueId* uniqueId) {
+  C4_NCCL_CHECK(checkPtr("ncclGetUniqueId", "uniqueId", uniqueId));
+  c4::UniqueId id;
+  C4_NCCL_CHECK(fromStatus(c4::getUniqueId(&id)));
+  memcpy(uniqueId->internal, id.bytes, sizeof(uniqueId->internal));
+  return ncclSuccess;
+}
+
+namespace {
+
+ncclResult_t initRank(const char* fn, ncclComm_t* comm, int nranks, const ncclUniqueId& commId, int rank,
+                      const ncclConfig_t* config) {
+  C4_NCCL_CHECK(checkPtr(fn, "comm", comm));
+  if (nranks < 1) return fail(ncclInvalidArgument, "%s: nranks %d is invalid (expected >= 1)", fn, nranks);
+  if (rank < 0 || rank >= nranks) {
+    return fail(ncclInvalidArgument, "%s: rank %d is out of range (expected 0..%d)", fn, rank, nranks - 1);
+  }
+  c4::Config cfg;
+  C4_NCCL_CHECK(parseConfig(fn, config, &cfg));
+  c4::Comm* c = nullptr;
+  c4::Status s = c4::commInitRank(&c, nranks, toC4(commId), rank, cfg);
+  // Non-blocking init hands out the communicator with ncclInProgress.
+  if (s.isOk() || s.code() == c4::Code::kInProgress) *comm = toNccl(c);
+  return fromStatus(s);
+}
+
+}  // namespace
+
+ncclResult_t pncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  return initRank("ncclCommInitRank", comm, nranks, commId, rank, nullptr);
+}
+
+ncclResult_t pncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+                                     ncclConfig_t* config) {
+  return initRank("ncclCommInitRankConfig", comm, nranks, commId, rank, config);
+}
+
+// Several ids only spread NCCL's bootstrap load over several roots. c4comm's bootstrap serves one
+// communicator from one root, so commIds[0] is used: every rank passes the same list in the same
+// order, and the process that created commIds[0] with ncclGetUniqueId is one of the ranks and keeps
+// serving it.
+ncclResult_t pncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds,
+                                       ncclConfig_t* config) {
+  const char* fn = "ncclCommInitRankScalable";
+  C4_NCCL_CHECK(checkPtr(fn, "commIds", commIds));
+  if (nId < 1) return fail(ncclInvalidArgument, "%s: nId %d is invalid (expected >= 1)", fn, nId);
+  return initRank(fn, newcomm, nranks, commIds[0], myrank, config);
+}
+
+ncclResult_t pncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
+  const char* fn = "ncclCommInitAll";
+  C4_NCCL_CHECK(checkPtr(fn, "comm", comm));
+  if (ndev < 1) return fail(ncclInvalidArgument, "%s: ndev %d is invalid (expected >= 1)", fn, ndev);
+  // Host communicators have no device; devlist only orders CUDA devices, so it is ignored.
+  if (devlist != nullptr) C4_INFO(c4::kLogInit, "%s: devlist ignored for host communicators", fn);
+  static_assert(sizeof(ncclComm_t) == sizeof(c4::Comm*), "");
+  return fromStatus(c4::commInitAll(reinterpret_cast<c4::Comm**>(comm), ndev));
+}
+
+ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+  const char* fn = "ncclCommSplit";
+  C4_NCCL_CHECK(checkComm(fn, comm));
+  C4_NCCL_CHECK(checkPtr(fn, "newcomm", newcomm));
+  if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
+    return fail(ncclInvalidArgument, "%s: color %d is invalid (expected >= 0 or NCCL_SPLIT_NOCOLOR)", fn, color);
+  }
+  // A null config inherits the parent's configuration.
+  c4::Config cfg;
+  const c4::Config* cfgPtr = nullptr;
+  if (config != nullptr) {
+    C4_NCCL_CHECK(parseConfig(fn, config, &cfg));
+    cfgPtr = &cfg;
+  }
+  c4::Comm* c = nullptr;
+  c4::Status s = c4::commSplit(toC4(comm), color, key, &c, cfgPtr);
+  if (s.isOk() || s.code() == c4::Code::kInProgress) *newcomm = toNccl(c);
+  return fromStatus(s);
+}
+
+ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
+                             ncclConfig_t* config, int shrinkFlags) {
+  const char* fn = "ncclCommShrink";
+  C4_NCCL_CHECK(checkComm(fn, comm));
+  C4_NCCL_CHECK(checkPtr(fn, "newcomm", newcomm));
+  if (excludeRanksCount < 0) {
+    return fail(ncclInvalidArgument, "%s: excludeRanksCount %d is negative", fn, excludeRanksCount);
+  }
+  if (excludeRanksCount > 0) C4_NCCL_CHECK(checkPtr(fn, "excludeRanksList", excludeRanksList));
+  if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT) {
+    return fail(ncclInvalidArgument, "%s: shrinkFlags 0x%x is invalid", fn, shrinkFlags);
+  }
+  return notImplemented(fn, "the core has no shrink (agreement on the surviving ranks) yet");
+}
+
+ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  const char* fn = "ncclCommRevoke";
+  C4_NCCL_CHECK(checkComm(fn, comm));
+  if (revokeFlags != NCCL_REVOKE_DEFAULT) {
+    return fail(ncclInvalidArgument, "%s: revokeFlags 0x%x is invalid (must be NCCL_REVOKE_DEFAULT)", fn,
+                revokeFlags);
+  }
+  return notImplemented(fn, "the core cannot stop in-flight operations and keep the communicator yet");
+}
+
+ncclResult_t pncclCommFinalize(ncclComm_t comm) {
+  C4_NCCL_CHECK(checkComm("ncclCommFinalize", comm));
+  return fromStatus(c4::commFinalize(toC4(comm)));
+}
+
+// NCCL accepts a null communicator in destroy and abort (nothing to free).
+ncclResult_t pncclCommDestroy(ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;
+  return fromStatus(c4::commDestroy(toC4(comm)));
+}
+
+ncclResult_t pncclCommAbort(ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;
+  return fromStatus(c4::commAbort(toC4(comm)));
+}
+
+ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  const char* fn = "ncclCommGetAsyncError";
+  C4_NCCL_CHECK(checkComm(fn, comm));
+  C4_NCCL_CHECK(checkPtr(fn, "asyncError", asyncError));
+  c4::Status s = c4::commGetAsyncError(toC4(comm));
+  *asyncError = fromStatus(s);  // also keeps the reason for ncclGetLastError
+  return ncclSuccess;
+}
+
+ncclResult_t pncclCommCount(const ncclComm_t comm, int* count) {
+  C4_NCCL_CHECK(checkComm("ncclCommCount", comm));
+  C4_NCCL_CHECK(checkPtr("ncclCommCount", "count", count));
+  return fromStatus(c4::commCount(toC4(comm), count));
+}
+
+ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int* device) {
+  C4_NCCL_CHECK(checkComm("ncclCommCuDevice", comm));
+  C4_NCCL_CHECK(checkPtr("ncclCommCuDevice", "device", device));
+  return fromStatus(c4::commCuDevice(toC4(comm), device));
+}
+
+ncclResult_t pncclCommUserRank(const ncclComm_t comm, int* rank) {
+  C4_NCCL_CHECK(checkComm("ncclCommUserRank", comm));
+  C4_NCCL_CHECK(checkPtr("ncclCommUserRank", "rank", rank));
+  return fromStatus(c4::commUserRank(toC4(comm), rank));
+}
+
+// ---- registration -------------------------------------------------------------------------------
+
+ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
+  const char* fn = "ncclCommRegister";
+  C4_NCCL_CHECK(checkComm(fn, comm));
+  C4_NCCL_CHECK(checkPtr(fn, "buff", buff));
+  C4_NCCL_CHECK(checkPtr(fn, "handle", handle));
+  if (size == 0) return fail(ncclInvalidArgument, "%s: size is 0", fn);
+  // Host memory is used in place by every c4 transport; registration has nothing to pin or map.
+  *handle = new RegHandle{kRegHandleMagic, comm, buff, size};
+  return ncclSuccess;
+}
+
+ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle) {
+  const char* fn = "ncclCommDeregister";
+  C4_NCCL_CHECK(checkComm(fn, comm));
+  C4_NCCL_CHECK(checkPtr(fn, "handle", handle));
+  auto* reg = static_cast<RegHandle*>(handle);
+  if (reg->magic != kRegHandleMagic) {
+    return fail(ncclInvalidArgument, "%s: handle %p did not come from ncclCommRegister (or was deregistered)", fn,
+                handle);
+  }
+  if (reg->comm != comm) {
+    return fail(ncclInvalidArgument, "%s: handle %p was registered on communicator %p, not %p", fn, handle,
+                static_cast<void*>(reg->comm), static_cast<void*>(comm));
+  }
+  reg->magic = 0;
+  delete reg;
+  return ncclSuccess;
+}
+
+ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) {
+  const char* fn = "ncclCommWindowRegister";
+  C4_NCCL_CHECK(checkComm(fn, comm));
+  C4_NCCL_CHECK(checkPtr(fn, "buff", buff));
+  C4_NCCL_CHECK(checkPtr(fn, "win", win));
+  return notImplemented(fn, "symmetric memory windows need device memory support in the core");
+}
+
+ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  const char* fn = "ncclCommWindowDeregister";
+  C4_NCCL_CHECK(checkComm(fn, comm));
+  C4_NCCL_CHECK(checkPtr(fn, "win", win));
+  return notImplemented(fn, "symmetric memory windows need device memory support in the core");
+}
+
+// ---- user reduction operators -------------------------------------------------------------------
+
+ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+                                       ncclScalarResidence_t residence, ncclComm_t comm) {
+  const char* fn = "ncclRedOpCreatePreMulSum";
+  C4_NCCL_CHECK(checkPtr(fn, "op", op));
+  C4_NCCL_CHECK(checkPtr(fn, "scalar", scalar));
+  C4_NCCL_CHECK(checkComm(fn, comm));
+  C4_NCCL_CHECK(checkType(fn, datatype));
+  if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate) {
+    return fail(ncclInvalidArgument, "%s: residence %d is invalid", fn, static_cast<int>(residence));
+  }
+  c4::RedOp out = c4::RedOp::kSum;
+  C4_NCCL_CHECK(fromStatus(c4::redOpCreatePreMulSum(&out, scalar, toC4(datatype),
+                                                    static_cast<c4::ScalarResidence>(residence), toC4(comm))));
+  *op = static_cast<ncclRedOp_t>(out);
+  return ncclSuccess;
+}
+
+ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  const char* fn = "ncclRedOpDestroy";
+  C4_NCCL_CHECK(checkComm(fn, comm));
+  if (static_cast<int>(op) < static_cast<int>(ncclNumOps)) {
+    return fail(ncclInvalidArgument, "%s: operator %d is built in, not one from ncclRedOpCreatePreMulSum", fn,
+                static_cast<int>(op));
+  }
+  return fromStatus(c4::redOpDestroy(toC4(op), toC4(comm)));
+}
+
+// ---- collectives --------------------------------------------------------------------------------
+
+ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  const char* fn = "ncclAllReduce";
+  C4_NCCL_CHECK(checkColl(fn, comm, datatype, &op));
+  C4_NCCL_CHECK(checkBuf(fn, "sendbuff", sendbuff, count));
+  C4_NCCL_CHECK(checkBuf(fn, "recvbuff", recvbuff, count));
+  return fromStatus(c4::allReduce(sendbuff, recvbuff, count, toC4(datatype), toC4(op), toC4(comm), stream));
+}
+
+ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+                            ncclComm_t comm, cudaStream_t stream) {
+  const char* fn = "ncclAllGather";
+  C4_NCCL_CHECK(checkColl(fn, comm, datatype, nullptr));
+  C4_NCCL_CHECK(checkBuf(fn, "sendbuff", sendbuff, sendcount));
+  C4_NCCL_CHECK(checkBuf(fn, "recvbuff", recvbuff, sendcount));
+  return fromStatus(c4::allGather(sendbuff, recvbuff, sendcount, toC4(datatype), toC4(comm), stream));
+}
+
+ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                            ncclComm_t comm, cudaStream_t stream) {
+  const char* fn = "ncclBroadcast";
+  C4_NCCL_CHECK(checkColl(fn, comm, datatype, nullptr));
+  CommShape shape;
+  C4_NCCL_CHECK(commShape(comm, &shape));
+  C4_NCCL_CHECK(checkRank(fn, "root", root, shape));
+  if (shape.rank == root) C4_NCCL_CHECK(checkBuf(fn, "sendbuff (on root)", sendbuff, count));
+  C4_NCCL_CHECK(checkBuf(fn, "recvbuff", recvbuff, count));
+  return fromStatus(c4::broadcast(sendbuff, recvbuff, count, toC4(datatype), root, toC4(comm), stream));
+}
+
+// The deprecated in-place form: buff is both the source (on root) and the destination.
+ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                        cudaStream_t stream) {
+  const char* fn = "ncclBcast";
+  C4_NCCL_CHECK(checkColl(fn, comm, datatype, nullptr));
+  CommShape shape;
+  C4_NCCL_CHECK(commShape(comm, &shape));
+  C4_NCCL_CHECK(checkRank(fn, "root", root, shape));
+  C4_NCCL_CHECK(checkBuf(fn, "buff", buff, count));
+  return fromStatus(c4::broadcast(buff, buff, count, toC4(datatype), root, toC4(comm), stream));
+}
+
+ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                         int root, ncclComm_t comm, cudaStream_t stream) {
+  const char* fn = "ncclReduce";
+  C4_NCCL_CHECK(checkColl(fn, comm, datatype, &op));
+  CommShape shape;
+  C4_NCCL_CHECK(commShape(comm, &shape));
+  C4_NCCL_CHECK(checkRank(fn, "root", root, shape));
+  C4_NCCL_CHECK(checkBuf(fn, "sendbuff", sendbuff, count));
+  if (shape.rank == root) C4_NCCL_CHECK(checkBuf(fn, "recvbuff (on root)", recvbuff, count));
+  return fromStatus(c4::reduce(sendbuff, recvbuff, count, toC4(datatype), toC4(op), root, toC4(comm), stream));
+}
+
+ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  const char* fn = "ncclReduceScatter";
+  C4_NCCL_CHECK(checkColl(fn, comm, datatype, &op));
+  C4_NCCL_CHECK(checkBuf(fn, "sendbuff", sendbuff, recvcount));
+  C4_NCCL_CHECK(checkBuf(fn, "recvbuff", recvbuff, recvcount));
+  return fromStatus(c4::reduceScatter(sendbuff, recvbuff, recvcount, toC4(datatype), toC4(op), toC4(comm), stream));
+}
+
+ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                           ncclComm_t comm, cudaStream_t stream) {
+  const char* fn = "ncclAlltoAll";
+  C4_NCCL_CHECK(checkColl(fn, comm, datatype, nullptr));
+  C4_NCCL_CHECK(checkBuf(fn, "sendbuff", sendbuff, count));
+  C4_NCCL_CHECK(checkBuf(fn, "recvbuff", recvbuff, count));
+  return fromStatus(c4::alltoAll(sendbuff, recvbuff, count, toC4(datatype), toC4(comm), stream));
+}
+
+ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                         ncclComm_t comm, cudaStream_t stream) {
+  const char* fn = "ncclGather";
+  C4_NCCL_CHECK(checkColl(fn, comm, datatype, nullptr));
+  CommShape shape;
+  C4_NCCL_CHECK(commShape(comm, &shape));
+  C4_NCCL_CHECK(checkRank(fn, "root", root, shape));
+  C4_NCCL_CHECK(checkBuf(fn, "sendbuff", sendbuff, count));
+  if (shape.rank == root) C4_NCCL_CHECK(checkBuf(fn, "recvbuff (on root)", recvbuff, count));
+  return fromStatus(c4::gather(sendbuff, recvbuff, count, toC4(datatype), root, toC4(comm), stream));
+}
+
+ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                          ncclComm_t comm, cudaStream_t stream) {
+  const char* fn = "ncclScatter";
+  C4_NCCL_CHECK(checkColl(fn, comm, datatype, nullptr));
+  CommShape shape;
+  C4_NCCL_CHECK(commShape(comm, &shape));
+  C4_NCCL_CHECK(checkRank(fn, "root", root, shape));
+  if (shape.rank == root) C4_NCCL_CHECK(checkBuf(fn, "sendbuff (on root)", sendbuff, count));
+  C4_NCCL_CHECK(checkBuf(fn, "recvbuff", recvbuff, count));
+  return fromStatus(c4::scatter(sendbuff, recvbuff, count, toC4(datatype), root, toC4(comm), stream));
+}
+
+// ---- point to point -----------------------------------------------------------------------------
+
+ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                       cudaStream_t stream) {
+  const char* fn = "ncclSend";
+  C4_NCCL_CHECK(checkColl(fn, comm, datatype, nullptr));
+  CommShape shape;
+  C4_NCCL_CHECK(commShape(comm, &shape));
+  C4_NCCL_CHECK(checkRank(fn, "peer", peer, shape));
+  C4_NCCL_CHECK(checkBuf(fn, "sendbuff", sendbuff, count));
+  return fromStatus(c4::send(sendbuff, count, toC4(datatype), peer, toC4(comm), stream));
+}
+
+ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                       cudaStream_t stream) {
+  const char* fn = "ncclRecv";
+  C4_NCCL_CHECK(checkColl(fn, comm, datatype, nullptr));
+  CommShape shape;
+  C4_NCCL_CHECK(commShape(comm, &shape));
+  C4_NCCL_CHECK(checkRank(fn, "peer", peer, shape));
+  C4_NCCL_CHECK(checkBuf(fn, "recvbuff", recvbuff, count));
+  return fromStatus(c4::recv(recvbuff, count, toC4(datatype), peer, toC4(comm), stream));
+}
+
+// ---- groups -------------------------------------------------------------------------------------
+
+ncclResult_t pncclGroupStart() { return fromStatus(c4::groupStart()); }
+
+ncclResult_t pncclGroupEnd() { return fromStatus(c4::groupEnd()); }
+
+ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  const char* fn = "ncclGroupSimulateEnd";
+  C4_NCCL_CHECK(checkPtr(fn, "simInfo", simInfo));
+  if (simInfo->magic != kSimInfoMagic) {
+    return fail(ncclInvalidArgument,
+                "%s: simInfo was not initialized with NCCL_SIM_INFO_INITIALIZER (magic 0x%x, expected 0x%x)", fn,
+                simInfo->magic, kSimInfoMagic);
+  }
+  // The open group (if any) is left as it is: the caller can still end it with ncclGroupEnd.
+  return notImplemented(fn, "the tuner has no time model to simulate a group with yet");
+}
+
+// ================================ ncclXxx = weak alias of pncclXxx ==============================
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#define C4_NCCL_ALIAS(fn) extern "C" decltype(p##fn) fn __attribute__((weak, alias("p" #fn)));
+C4_NCCL_ALIAS(ncclGetVersion)
+C4_NCCL_ALIAS(ncclGetErrorString)
+C4_NCCL_ALIAS(ncclGetLastError)
+C4_NCCL_ALIAS(ncclResetDebugInit)
+C4_NCCL_ALIAS(ncclMemAlloc)
+C4_NCCL_ALIAS(ncclMemFree)
+C4_NCCL_ALIAS(ncclGetUniqueId)
+C4_NCCL_ALIAS(ncclCommInitRank)
+C4_NCCL_ALIAS(ncclCommInitRankConfig)
+C4_NCCL_ALIAS(ncclCommInitRankScalable)
+C4_NCCL_ALIAS(ncclCommInitAll)
+C4_NCCL_ALIAS(ncclCommSplit)
+C4_NCCL_ALIAS(ncclCommShrink)
+C4_NCCL_ALIAS(ncclCommRevoke)
+C4_NCCL_ALIAS(ncclCommFinalize)
+C4_NCCL_ALIAS(ncclCommDestroy)
+C4_NCCL_ALIAS(ncclCommAbort)
+C4_NCCL_ALIAS(ncclCommGetAsyncError)
+C4_NCCL_ALIAS(ncclCommCount)
+C4_NCCL_ALIAS(ncclCommCuDevice)
+C4_NCCL_ALIAS(ncclCommUserRank)
+C4_NCCL_ALIAS(ncclCommRegister)
+C4_NCCL_ALIAS(ncclCommDeregister)
+C4_NCCL_ALIAS(ncclCommWindowRegister)
+C4_NCCL_ALIAS(ncclCommWindowDeregister)
+C4_NCCL_ALIAS(ncclRedOpCreatePreMulSum)
+C4_NCCL_ALIAS(ncclRedOpDestroy)
+C4_NCCL_ALIAS(ncclAllReduce)
+C4_NCCL_ALIAS(ncclAllGather)
+C4_NCCL_ALIAS(ncclBroadcast)
+C4_NCCL_ALIAS(ncclBcast)
+C4_NCCL_ALIAS(ncclReduce)
+C4_NCCL_ALIAS(ncclReduceScatter)
+C4_NCCL_ALIAS(ncclAlltoAll)
+C4_NCCL_ALIAS(ncclGather)
+C4_NCCL_ALIAS(ncclScatter)
+C4_NCCL_ALIAS(ncclSend)
+C4_NCCL_ALIAS(ncclRecv)
+C4_NCCL_ALIAS(ncclGroupStart)
+C4_NCCL_ALIAS(ncclGroupEnd)
+C4_NCCL_ALIAS(ncclGroupSimulateEnd)
+#undef C4_NCCL_ALIAS
+#pragma GCC diagnostic pop

@@ -1,0 +1,352 @@
+// Scalar kernels, the dispatch table and the public entry points of kernels/host.
+#include "kernels/host/reduce.hpp"
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "common/logging.hpp"
+#include "common/params.hpp"
+#include "kernels/host/convert.hpp"
+#include "kernels/host/kernel_table.hpp"
+
+namespace c4 {
+C4_PARAM_STR(KernelsIsa, "C4_KERNELS_ISA", nullptr, "auto",
+             "Host reduction kernels' instruction set: auto, avx512, avx2 or scalar")
+// Default measured on the development machine (docs/kernels-performance.md): streaming stores only
+// pay off once the copy is far larger than the last-level cache.
+C4_PARAM_INT(CopyNtThreshold, "C4_COPY_NT_THRESHOLD", nullptr, 64 << 20,
+             "Bytes at and above which the host copy kernel uses non-temporal stores (-1: never)")
+}  // namespace c4
+
+namespace c4::kernels {
+namespace {
+
+using detail::KernelTable;
+
+// ---- scalar families (same semantics as reduce_simd.inc) ----
+
+// Buffers need not be aligned to their element size (a collective may reduce at any byte offset),
+// so every access goes through memcpy, which compiles to a plain load or store.
+template <class T>
+T loadAny(const T* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+template <class T>
+void storeAny(T* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+
+template <class T>
+struct IntScalar {
+  using Elem = T;
+  using Value = T;
+  using U = std::make_unsigned_t<T>;
+  static T load(const T* p) { return loadAny(p); }
+  static void store(T* p, T v) { storeAny(p, v); }
+  // Unsigned arithmetic wraps without UB; the conversion back is modular (GCC/Clang, and C++20).
+  static T add(T a, T b) { return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b))); }
+  static T mul(T a, T b) { return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b))); }
+  static T max(T a, T b) { return a > b ? a : b; }
+  static T min(T a, T b) { return a < b ? a : b; }
+};
+
+template <class V>
+struct FloatScalarOps {
+  static V add(V a, V b) { return a + b; }
+  static V mul(V a, V b) { return a * b; }
+  // fmax/fmin semantics (a NaN operand yields the other), written exactly as the vector code.
+  static V max(V a, V b) { return b != b ? a : (a > b ? a : b); }
+  static V min(V a, V b) { return b != b ? a : (a < b ? a : b); }
+};
+
+template <class T>
+struct FloatScalar : FloatScalarOps<T> {
+  using Elem = T;
+  using Value = T;
+  static T load(const T* p) { return loadAny(p); }
+  static void store(T* p, T v) { storeAny(p, v); }
+};
+
+template <class E, float (*kDecode)(E), E (*kEncode)(float)>
+struct NarrowScalar : FloatScalarOps<float> {
+  using Elem = E;
+  using Value = float;
+  static float load(const E* p) { return kDecode(loadAny(p)); }
+  static void store(E* p, float v) { storeAny(p, kEncode(v)); }
+};
+
+using HalfScalar = NarrowScalar<uint16_t, detail::halfToFloatImpl, detail::floatToHalfImpl>;
+using Bf16Scalar = NarrowScalar<uint16_t, detail::bf16ToFloatImpl, detail::floatToBf16Impl>;
+using E4m3Scalar = NarrowScalar<uint8_t, detail::fp8e4m3ToFloatImpl, detail::floatToFp8e4m3Impl>;
+using E5m2Scalar = NarrowScalar<uint8_t, detail::fp8e5m2ToFloatImpl, detail::floatToFp8e5m2Impl>;
+
+enum class Sop { kSum, kProd, kMax, kMin };
+
+template <class F, Sop kOp>
+typename F::Value combine(typename F::Value a, typename F::Value b) {
+  if constexpr (kOp == Sop::kSum) return F::add(a, b);
+  if constexpr (kOp == Sop::kProd) return F::mul(a, b);
+  if constexpr (kOp == Sop::kMax) return F::max(a, b);
+  if constexpr (kOp == Sop::kMin) return F::min(a, b);
+}
+
+template <class F, Sop kOp>
+void reduceScalar(void* dst, const void* a, const void* b, size_t n) {
+  using E = typename F::Elem;
+  E* d = static_cast<E*>(dst);
+  const E* pa = static_cast<const E*>(a);
+  const E* pb = static_cast<const E*>(b);
+  for (size_t i = 0; i < n; ++i) F::store(d + i, combine<F, kOp>(F::load(pa + i), F::load(pb + i)));
+}
+
+template <class F>
+void scaleScalar(void* dst, const void* src, const void* scalar, size_t n) {
+  using E = typename F::Elem;
+  E s;
+  std::memcpy(&s, scalar, sizeof(s));
+  const typename F::Value sv = F::load(&s);
+  E* d = static_cast<E*>(dst);
+  const E* p = static_cast<const E*>(src);
+  for (size_t i = 0; i < n; ++i) F::store(d + i, F::mul(F::load(p + i), sv));
+}
+
+template <class F>
+void divideFloatScalar(void* dst, const void* src, size_t n, int divisor) {
+  using E = typename F::Elem;
+  using V = typename F::Value;
+  const V dv = static_cast<V>(divisor);
+  E* d = static_cast<E*>(dst);
+  const E* p = static_cast<const E*>(src);
+  for (size_t i = 0; i < n; ++i) F::store(d + i, F::load(p + i) / dv);
+}
+
+template <class T>
+void divideIntScalar(void* dst, const void* src, size_t n, int divisor) {
+  T* d = static_cast<T*>(dst);
+  const T* p = static_cast<const T*>(src);
+  if (divisor == 0) {
+    // No trap on a bad divisor: report it and leave the values undivided.
+    C4_WARN(kLogColl, "integer divide by zero in kernels::divide (%zu elements left undivided)", n);
+    if (d != p) std::memmove(d, p, n * sizeof(T));
+    return;
+  }
+  if constexpr (std::is_signed_v<T>) {
+    for (size_t i = 0; i < n; ++i) {
+      // int64_t division cannot overflow except INT64_MIN / -1; negate in unsigned arithmetic instead.
+      const T x = loadAny(p + i);
+      storeAny(d + i, divisor == -1 ? static_cast<T>(uint64_t{0} - static_cast<uint64_t>(x))
+                                    : static_cast<T>(static_cast<int64_t>(x) / divisor));
+    }
+  } else {
+    const uint64_t dv = static_cast<uint64_t>(static_cast<int64_t>(divisor));
+    for (size_t i = 0; i < n; ++i) storeAny(d + i, static_cast<T>(static_cast<uint64_t>(loadAny(p + i)) / dv));
+  }
+}
+
+template <class F>
+void setScalarFamily(KernelTable* t, DataType dt) {
+  const int i = static_cast<int>(dt);
+  t->reduce[i][0] = reduceScalar<F, Sop::kSum>;
+  t->reduce[i][1] = reduceScalar<F, Sop::kProd>;
+  t->reduce[i][2] = reduceScalar<F, Sop::kMax>;
+  t->reduce[i][3] = reduceScalar<F, Sop::kMin>;
+  t->scale[i] = scaleScalar<F>;
+}
+
+// ---- dispatch ----
+
+bool cpuHasAvx2() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+bool cpuHasAvx512() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return cpuHasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
+
+struct Tables {
+  KernelTable scalar{};
+  KernelTable avx2{};
+  KernelTable avx512{};
+  bool haveAvx2 = false;
+  bool haveAvx512 = false;
+};
+
+const Tables& tables() {
+  static const Tables t = [] {
+    Tables r;
+    detail::fillScalarTable(&r.scalar);
+    r.avx2 = r.scalar;
+    r.haveAvx2 = cpuHasAvx2() && detail::fillAvx2Table(&r.avx2);
+    // AVX-512 starts from the AVX2 table so that anything it leaves out still runs vectorized.
+    r.avx512 = r.haveAvx2 ? r.avx2 : r.scalar;
+    r.haveAvx512 = r.haveAvx2 && cpuHasAvx512() && detail::fillAvx512Table(&r.avx512);
+    return r;
+  }();
+  return t;
+}
+
+// Returns null when `isa` is unknown or cannot run here.
+const KernelTable* tableFor(const char* isa) {
+  const Tables& t = tables();
+  if (std::strcmp(isa, "auto") == 0) return t.haveAvx512 ? &t.avx512 : t.haveAvx2 ? &t.avx2 : &t.scalar;
+  if (std::strcmp(isa, "scalar") == 0) return &t.scalar;
+  if (std::strcmp(isa, "avx2") == 0) return t.haveAvx2 ? &t.avx2 : nullptr;
+  if (std::strcmp(isa, "avx512") == 0) return t.haveAvx512 ? &t.avx512 : nullptr;
+  return nullptr;
+}
+
+std::atomic<const KernelTable*> gActive{nullptr};
+constexpr size_t kThresholdUnset = 0;
+std::atomic<size_t> gNtThreshold{kThresholdUnset};
+
+const KernelTable* initActive() {
+  const std::string want = paramKernelsIsa();
+  const KernelTable* t = tableFor(want.c_str());
+  if (t == nullptr) {
+    t = tableFor("auto");
+    C4_WARN(kLogInit, "C4_KERNELS_ISA=%s cannot run on this build/CPU; using %s", want.c_str(), t->name);
+  }
+  const KernelTable* expected = nullptr;
+  if (gActive.compare_exchange_strong(expected, t, std::memory_order_acq_rel)) {
+    C4_INFO(kLogInit, "host reduction kernels: %s", t->name);
+    return t;
+  }
+  return expected;
+}
+
+inline const KernelTable& active() {
+  const KernelTable* t = gActive.load(std::memory_order_acquire);
+  return t != nullptr ? *t : *initActive();
+}
+
+}  // namespace
+
+namespace detail {
+
+void fillScalarTable(KernelTable* t) {
+  t->name = "scalar";
+  setScalarFamily<IntScalar<int8_t>>(t, DataType::kInt8);
+  setScalarFamily<IntScalar<uint8_t>>(t, DataType::kUint8);
+  setScalarFamily<IntScalar<int32_t>>(t, DataType::kInt32);
+  setScalarFamily<IntScalar<uint32_t>>(t, DataType::kUint32);
+  setScalarFamily<IntScalar<int64_t>>(t, DataType::kInt64);
+  setScalarFamily<IntScalar<uint64_t>>(t, DataType::kUint64);
+  setScalarFamily<HalfScalar>(t, DataType::kFloat16);
+  setScalarFamily<FloatScalar<float>>(t, DataType::kFloat32);
+  setScalarFamily<FloatScalar<double>>(t, DataType::kFloat64);
+  setScalarFamily<Bf16Scalar>(t, DataType::kBfloat16);
+  setScalarFamily<E4m3Scalar>(t, DataType::kFloat8e4m3);
+  setScalarFamily<E5m2Scalar>(t, DataType::kFloat8e5m2);
+  t->divide[static_cast<int>(DataType::kInt8)] = divideIntScalar<int8_t>;
+  t->divide[static_cast<int>(DataType::kUint8)] = divideIntScalar<uint8_t>;
+  t->divide[static_cast<int>(DataType::kInt32)] = divideIntScalar<int32_t>;
+  t->divide[static_cast<int>(DataType::kUint32)] = divideIntScalar<uint32_t>;
+  t->divide[static_cast<int>(DataType::kInt64)] = divideIntScalar<int64_t>;
+  t->divide[static_cast<int>(DataType::kUint64)] = divideIntScalar<uint64_t>;
+  t->divide[static_cast<int>(DataType::kFloat16)] = divideFloatScalar<HalfScalar>;
+  t->divide[static_cast<int>(DataType::kFloat32)] = divideFloatScalar<FloatScalar<float>>;
+  t->divide[static_cast<int>(DataType::kFloat64)] = divideFloatScalar<FloatScalar<double>>;
+  t->divide[static_cast<int>(DataType::kBfloat16)] = divideFloatScalar<Bf16Scalar>;
+  t->divide[static_cast<int>(DataType::kFloat8e4m3)] = divideFloatScalar<E4m3Scalar>;
+  t->divide[static_cast<int>(DataType::kFloat8e5m2)] = divideFloatScalar<E5m2Scalar>;
+  t->copyNonTemporal = nullptr;
+}
+
+}  // namespace detail
+
+namespace {
+
+bool validType(DataType dt, const char* what) {
+  if (isValidDataType(static_cast<int>(dt))) return true;
+  C4_WARN(kLogColl, "kernels::%s: invalid data type %d (expected 0..%d); nothing done", what, static_cast<int>(dt),
+          kNumDataTypes - 1);
+  return false;
+}
+
+}  // namespace
+
+void reduce(void* dst, const void* a, const void* b, size_t count, DataType dt, KOp op) {
+  if (count == 0 || !validType(dt, "reduce")) return;
+  const int o = static_cast<int>(op);
+  if (o < 0 || o >= detail::kNumKOps) {
+    C4_WARN(kLogColl, "kernels::reduce: invalid op %d (expected 0..3); nothing done", o);
+    return;
+  }
+  active().reduce[static_cast<int>(dt)][o](dst, a, b, count);
+}
+
+void scale(void* dst, const void* src, const void* scalar, size_t count, DataType dt) {
+  if (count == 0 || !validType(dt, "scale")) return;
+  active().scale[static_cast<int>(dt)](dst, src, scalar, count);
+}
+
+void divide(void* dst, const void* src, size_t count, DataType dt, int divisor) {
+  if (count == 0 || !validType(dt, "divide")) return;
+  const int i = static_cast<int>(dt);
+  // Vector paths assume divisor > 0 (exactness argument, no INT_MIN / -1); the scalar path does all.
+  if (divisor <= 0 && !isFloatType(dt)) {
+    tables().scalar.divide[i](dst, src, count, divisor);
+    return;
+  }
+  active().divide[i](dst, src, count, divisor);
+}
+
+size_t copyNonTemporalThreshold() {
+  size_t t = gNtThreshold.load(std::memory_order_relaxed);
+  if (t == kThresholdUnset) {
+    const int64_t v = paramCopyNtThreshold();
+    t = v < 0 ? SIZE_MAX : static_cast<size_t>(v) == kThresholdUnset ? 1 : static_cast<size_t>(v);
+    gNtThreshold.store(t, std::memory_order_relaxed);
+  }
+  return t;
+}
+
+void setCopyNonTemporalThresholdForTesting(size_t bytes) {
+  gNtThreshold.store(bytes == kThresholdUnset ? 1 : bytes, std::memory_order_relaxed);
+}
+
+void copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  const KernelTable& t = active();
+  if (t.copyNonTemporal != nullptr && bytes >= copyNonTemporalThreshold()) {
+    t.copyNonTemporal(dst, src, bytes);
+  } else {
+    std::memcpy(dst, src, bytes);
+  }
+}
+
+const char* isaName() { return active().name; }
+
+bool setIsaForTesting(const char* isa) {
+  const KernelTable* t = isa != nullptr ? tableFor(isa) : nullptr;
+  if (t == nullptr) return false;
+  gActive.store(t, std::memory_order_release);
+  return true;
+}
+
+float halfToFloat(unsigned short h) { return detail::halfToFloatImpl(h); }
+unsigned short floatToHalf(float f) { return detail::floatToHalfImpl(f); }
+float bf16ToFloat(unsigned short b) { return detail::bf16ToFloatImpl(b); }
+unsigned short floatToBf16(float f) { return detail::floatToBf16Impl(f); }
+float fp8e4m3ToFloat(unsigned char v) { return detail::fp8e4m3ToFloatImpl(v); }
+unsigned char floatToFp8e4m3(float f) { return detail::floatToFp8e4m3Impl(f); }
+float fp8e5m2ToFloat(unsigned char v) { return detail::fp8e5m2ToFloatImpl(v); }
+unsigned char floatToFp8e5m2(float f) { return detail::floatToFp8e5m2Impl(f); }
+
+}  // namespace c4::kernels

@@ -1,0 +1,25 @@
+// AVX-512 (F, BW, DQ, VL) + F16C kernels; this file alone is compiled with those -m flags.
+#include "kernels/host/kernel_table.hpp"
+
+#if defined(__x86_64__) && defined(C4_KERNELS_BUILD_AVX512)
+#include <immintrin.h>
+
+#define C4_VBYTES 64
+#define C4_ISA_NS avx512
+#include "kernels/host/reduce_simd.inc"
+
+namespace c4::kernels::detail {
+bool fillAvx512Table(KernelTable* table) {
+  avx512::fill(table);
+  table->name = "avx512";
+  return true;
+}
+}  // namespace c4::kernels::detail
+
+#else
+
+namespace c4::kernels::detail {
+bool fillAvx512Table(KernelTable*) { return false; }
+}  // namespace c4::kernels::detail
+
+#endif

@@ -1,0 +1,445 @@
+// The public C++ API (include/c4comm/c4comm.hpp): argument validation, group state, and the
+// communicator life cycle. Every failure is recorded as this thread's last error.
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "c4comm/c4comm.hpp"
+#include "common/logging.hpp"
+#include "common/status.hpp"
+#include "core/bootstrap.hpp"
+#include "core/comm.hpp"
+#include "core/group.hpp"
+
+namespace c4 {
+
+namespace {
+
+thread_local std::string tLastError;
+
+struct DeferredInit {
+  Comm* comm;
+  int nranks;
+  UniqueId id;
+  int rank;
+  Config config;
+};
+
+struct GroupState {
+  int depth = 0;
+  std::vector<GroupItem> items;
+  std::vector<DeferredInit> inits;
+  Status error;
+};
+thread_local GroupState tGroup;
+
+/// Records a failure as the thread's last error (and the group's, inside a group).
+Status record(Status st) {
+  if (!st.isOk()) {
+    tLastError = st.message();
+    if (tGroup.depth > 0 && tGroup.error.isOk()) tGroup.error = st;
+  }
+  return st;
+}
+
+Status checkComm(const Comm* c) {
+  if (!c) return makeError(Code::kInvalidArgument, "comm is NULL");
+  if (!isLiveComm(c))
+    return makeError(Code::kInvalidUsage, "communicator %p is not valid (destroyed, aborted, or never created)",
+                     static_cast<const void*>(c));
+  return Status::ok();
+}
+
+Status checkUsable(Comm* c) {
+  C4_CHECK(checkComm(c));
+  if (c->finalized) return makeError(Code::kInvalidUsage, "rank %d: communicator was finalized", c->rank);
+  if (c->failed.load()) {
+    std::lock_guard<std::mutex> g(c->errMu);
+    return Status(c->asyncError.code(), "communicator failed earlier: " + c->asyncError.message());
+  }
+  return Status::ok();
+}
+
+Status checkType(DataType dt) {
+  if (!isValidDataType(static_cast<int>(dt)))
+    return makeError(Code::kInvalidArgument, "invalid datatype %d (valid: 0..%d)", static_cast<int>(dt),
+                     kNumDataTypes - 1);
+  return Status::ok();
+}
+
+Status checkOp(const Comm* c, RedOp op, DataType dt) {
+  int v = static_cast<int>(op);
+  if (v >= 0 && v < kNumBuiltinOps) return Status::ok();
+  size_t idx = static_cast<size_t>(v - kNumBuiltinOps);
+  if (v < 0 || idx >= c->userOps.size() || !c->userOps[idx].live)
+    return makeError(Code::kInvalidArgument, "invalid reduction operator %d on this communicator", v);
+  if (c->userOps[idx].dtype != dt)
+    return makeError(Code::kInvalidArgument, "reduction operator %d was created for %s but the call uses %s", v,
+                     dataTypeName(c->userOps[idx].dtype), dataTypeName(dt));
+  return Status::ok();
+}
+
+Status checkRoot(const Comm* c, int root, const char* what) {
+  if (root < 0 || root >= c->nranks)
+    return makeError(Code::kInvalidArgument, "%s %d out of range [0, %d)", what, root, c->nranks);
+  return Status::ok();
+}
+
+/// count * mult elements of dt must fit in size_t bytes.
+Status checkCount(size_t count, size_t mult, DataType dt) {
+  size_t es = dataTypeSize(dt);
+  if (count != 0 && (mult > SIZE_MAX / es || count > SIZE_MAX / (es * mult)))
+    return makeError(Code::kInvalidArgument, "count %zu x %zu x %zu bytes overflows the address space", count, mult,
+                     es);
+  return Status::ok();
+}
+
+Status checkPtr(const void* p, size_t count, const char* name) {
+  if (count > 0 && !p) return makeError(Code::kInvalidArgument, "%s is NULL with count %zu", name, count);
+  return Status::ok();
+}
+
+Status enqueue(Comm* comm, const OpDesc& op) {
+  if (tGroup.depth > 0) {
+    if (tGroup.items.empty() || tGroup.items.back().comm != comm) tGroup.items.push_back(GroupItem{comm, {}});
+    tGroup.items.back().ops.push_back(op);
+    return Status::ok();
+  }
+  if (op.coll == Coll::kSend || op.coll == Coll::kRecv) return comm->runP2p({op});
+  return comm->runCollective(op);
+}
+
+/// Common validation for collectives; `inMult`/`outMult` are the buffer sizes in units of count.
+Status validate(Comm* comm, const OpDesc& op, size_t inMult, size_t outMult, bool needIn, bool needOut) {
+  C4_CHECK(checkUsable(comm));
+  C4_CHECK(checkType(op.dtype));
+  C4_CHECK(checkCount(op.count, std::max(inMult, outMult), op.dtype));
+  if (needIn) C4_CHECK(checkPtr(op.sendbuff, op.count, "sendbuff"));
+  if (needOut) C4_CHECK(checkPtr(op.recvbuff, op.count, "recvbuff"));
+  return Status::ok();
+}
+
+Status initComm(Comm* c, int nranks, const UniqueId& id, int rank, const Config& config) {
+  Status st = c->init(nranks, id, rank, config);
+  if (!st.isOk()) {
+    C4_WARN(kLogInit, "rank %d/%d: init failed: %s", rank, nranks, st.toString().c_str());
+    c->fail(st);
+  }
+  return st;
+}
+
+Status checkInitArgs(Comm** comm, int nranks, int rank) {
+  if (!comm) return makeError(Code::kInvalidArgument, "comm output pointer is NULL");
+  if (nranks < 1) return makeError(Code::kInvalidArgument, "nranks %d must be at least 1", nranks);
+  if (rank < 0 || rank >= nranks) return makeError(Code::kInvalidArgument, "rank %d out of range [0, %d)", rank, nranks);
+  return Status::ok();
+}
+
+}  // namespace
+
+int version() { return 22809; }
+
+const char* lastError(const Comm*) { return tLastError.c_str(); }
+
+Status getUniqueId(UniqueId* id) {
+  if (!id) return record(makeError(Code::kInvalidArgument, "uniqueId is NULL"));
+  return record(bootstrapGetUniqueId(id));
+}
+
+Status commInitRank(Comm** comm, int nranks, const UniqueId& id, int rank, const Config& config) {
+  C4_CHECK(record(checkInitArgs(comm, nranks, rank)));
+  auto* c = new Comm();
+  registerComm(c);
+  if (tGroup.depth > 0) {
+    // Completed at groupEnd (several ranks of one process may be initialized in one group).
+    tGroup.inits.push_back(DeferredInit{c, nranks, id, rank, config});
+    *comm = c;
+    return Status::ok();
+  }
+  Status st = initComm(c, nranks, id, rank, config);
+  if (!st.isOk()) {
+    unregisterComm(c);
+    delete c;
+    return record(st);
+  }
+  *comm = c;
+  return Status::ok();
+}
+
+Status commInitAll(Comm** comms, int n, const Config& config) {
+  if (!comms) return record(makeError(Code::kInvalidArgument, "comms array is NULL"));
+  if (n < 1) return record(makeError(Code::kInvalidArgument, "ndev %d must be at least 1", n));
+  UniqueId id;
+  C4_CHECK(record(bootstrapGetUniqueId(&id)));
+  std::vector<Comm*> out(static_cast<size_t>(n), nullptr);
+  std::vector<Status> res(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      auto* c = new Comm();
+      res[static_cast<size_t>(r)] = initComm(c, n, id, r, config);
+      out[static_cast<size_t>(r)] = c;
+    });
+  }
+  for (auto& t : threads) t.join();
+  Status first;
+  for (int r = 0; r < n; ++r)
+    if (!res[static_cast<size_t>(r)].isOk() && first.isOk()) first = res[static_cast<size_t>(r)];
+  if (!first.isOk()) {
+    for (Comm* c : out) delete c;
+    return record(first);
+  }
+  for (int r = 0; r < n; ++r) {
+    registerComm(out[static_cast<size_t>(r)]);
+    comms[r] = out[static_cast<size_t>(r)];
+  }
+  return Status::ok();
+}
+
+Status commInitFromEnv(Comm** comm, const Config& config) {
+  if (!comm) return record(makeError(Code::kInvalidArgument, "comm output pointer is NULL"));
+  LaunchInfo info;
+  C4_CHECK(record(readLaunchInfo(&info)));
+  UniqueId id;
+  int64_t timeoutMs = 300000;
+  C4_CHECK(record(uniqueIdFromLaunch(info, timeoutMs, &id)));
+  return commInitRank(comm, info.nranks, id, info.rank, config);
+}
+
+Status commSplit(Comm* comm, int color, int key, Comm** newcomm, const Config* config) {
+  C4_CHECK(record(checkUsable(comm)));
+  if (!newcomm) return record(makeError(Code::kInvalidArgument, "newcomm is NULL"));
+  if (color < -1) return record(makeError(Code::kInvalidArgument, "color %d is negative (use -1 for no color)", color));
+  struct Entry {
+    int32_t color, key;
+  };
+  std::vector<Entry> all(static_cast<size_t>(comm->nranks));
+  all[static_cast<size_t>(comm->rank)] = Entry{color, key};
+  C4_CHECK(record(comm->bootstrap->allGather(all.data(), sizeof(Entry))));
+  std::vector<int> members;
+  for (int r = 0; r < comm->nranks; ++r)
+    if (color >= 0 && all[static_cast<size_t>(r)].color == color) members.push_back(r);
+  std::stable_sort(members.begin(), members.end(), [&all](int a, int b) {
+    return all[static_cast<size_t>(a)].key < all[static_cast<size_t>(b)].key;
+  });
+  // The first member of each color creates the id; everyone learns it through the parent.
+  std::vector<UniqueId> ids(static_cast<size_t>(comm->nranks));
+  memset(ids.data(), 0, ids.size() * sizeof(UniqueId));
+  bool leader = !members.empty() && members[0] == comm->rank;
+  if (leader) C4_CHECK(record(bootstrapGetUniqueId(&ids[static_cast<size_t>(comm->rank)])));
+  C4_CHECK(record(comm->bootstrap->allGather(ids.data(), sizeof(UniqueId))));
+  if (color == -1) {
+    *newcomm = nullptr;
+    return Status::ok();
+  }
+  int newRank = static_cast<int>(std::find(members.begin(), members.end(), comm->rank) - members.begin());
+  Config cfg = config ? *config : comm->config;
+  return commInitRank(newcomm, static_cast<int>(members.size()), ids[static_cast<size_t>(members[0])], newRank, cfg);
+}
+
+Status commFinalize(Comm* comm) {
+  C4_CHECK(record(checkComm(comm)));
+  // Host collectives complete before they return, so nothing is outstanding.
+  comm->finalized = true;
+  return Status::ok();
+}
+
+Status commDestroy(Comm* comm) {
+  if (!comm) return Status::ok();  // like NCCL: destroying NULL is a no-op
+  C4_CHECK(record(checkComm(comm)));
+  unregisterComm(comm);
+  delete comm;
+  return Status::ok();
+}
+
+Status commAbort(Comm* comm) {
+  if (!comm) return Status::ok();
+  C4_CHECK(record(checkComm(comm)));
+  unregisterComm(comm);
+  comm->fail(makeError(Code::kRemoteError, "rank %d aborted the communicator", comm->rank));
+  delete comm;
+  return Status::ok();
+}
+
+Status commCount(const Comm* comm, int* count) {
+  C4_CHECK(record(checkComm(comm)));
+  if (!count) return record(makeError(Code::kInvalidArgument, "count is NULL"));
+  *count = comm->nranks;
+  return Status::ok();
+}
+
+Status commUserRank(const Comm* comm, int* rank) {
+  C4_CHECK(record(checkComm(comm)));
+  if (!rank) return record(makeError(Code::kInvalidArgument, "rank is NULL"));
+  *rank = comm->rank;
+  return Status::ok();
+}
+
+Status commCuDevice(const Comm* comm, int* device) {
+  C4_CHECK(record(checkComm(comm)));
+  if (!device) return record(makeError(Code::kInvalidArgument, "device is NULL"));
+  *device = -1;
+  return Status::ok();
+}
+
+Status commGetAsyncError(Comm* comm) {
+  C4_CHECK(record(checkComm(comm)));
+  std::lock_guard<std::mutex> g(comm->errMu);
+  return comm->asyncError;
+}
+
+Status redOpCreatePreMulSum(RedOp* op, const void* scalar, DataType dt, ScalarResidence residence, Comm* comm) {
+  C4_CHECK(record(checkUsable(comm)));
+  if (!op) return record(makeError(Code::kInvalidArgument, "op is NULL"));
+  if (!scalar) return record(makeError(Code::kInvalidArgument, "scalar is NULL"));
+  C4_CHECK(record(checkType(dt)));
+  if (residence != ScalarResidence::kDevice && residence != ScalarResidence::kHostImmediate)
+    return record(makeError(Code::kInvalidArgument, "invalid scalar residence %d", static_cast<int>(residence)));
+  UserOp u;
+  u.live = true;
+  u.dtype = dt;
+  u.residence = residence;
+  if (residence == ScalarResidence::kHostImmediate) memcpy(u.value, scalar, dataTypeSize(dt));
+  else u.pointer = scalar;
+  size_t idx = 0;
+  while (idx < comm->userOps.size() && comm->userOps[idx].live) ++idx;
+  if (idx == comm->userOps.size()) comm->userOps.push_back(u);
+  else comm->userOps[idx] = u;
+  *op = static_cast<RedOp>(kNumBuiltinOps + static_cast<int>(idx));
+  return Status::ok();
+}
+
+Status redOpDestroy(RedOp op, Comm* comm) {
+  C4_CHECK(record(checkComm(comm)));
+  int v = static_cast<int>(op);
+  size_t idx = static_cast<size_t>(v - kNumBuiltinOps);
+  if (v < kNumBuiltinOps || idx >= comm->userOps.size() || !comm->userOps[idx].live)
+    return record(makeError(Code::kInvalidArgument, "reduction operator %d was not created on this communicator", v));
+  comm->userOps[idx].live = false;
+  return Status::ok();
+}
+
+Status allReduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt, RedOp op, Comm* comm, void*) {
+  OpDesc d{Coll::kAllReduce, sendbuff, recvbuff, count, dt, op, 0};
+  C4_CHECK(record(validate(comm, d, 1, 1, true, true)));
+  C4_CHECK(record(checkOp(comm, op, dt)));
+  return record(enqueue(comm, d));
+}
+
+Status allGather(const void* sendbuff, void* recvbuff, size_t sendcount, DataType dt, Comm* comm, void*) {
+  OpDesc d{Coll::kAllGather, sendbuff, recvbuff, sendcount, dt, RedOp::kSum, 0};
+  C4_CHECK(record(validate(comm, d, 1, static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1), true, true)));
+  return record(enqueue(comm, d));
+}
+
+Status broadcast(const void* sendbuff, void* recvbuff, size_t count, DataType dt, int root, Comm* comm, void*) {
+  OpDesc d{Coll::kBroadcast, sendbuff, recvbuff, count, dt, RedOp::kSum, root};
+  C4_CHECK(record(validate(comm, d, 1, 1, false, true)));
+  C4_CHECK(record(checkRoot(comm, root, "root")));
+  if (comm->rank == root) C4_CHECK(record(checkPtr(sendbuff, count, "sendbuff (at root)")));
+  return record(enqueue(comm, d));
+}
+
+Status reduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, DataType dt, RedOp op, Comm* comm,
+                     void*) {
+  OpDesc d{Coll::kReduceScatter, sendbuff, recvbuff, recvcount, dt, op, 0};
+  C4_CHECK(record(validate(comm, d, static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1), 1, true, true)));
+  C4_CHECK(record(checkOp(comm, op, dt)));
+  return record(enqueue(comm, d));
+}
+
+Status reduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt, RedOp op, int root, Comm* comm, void*) {
+  OpDesc d{Coll::kReduce, sendbuff, recvbuff, count, dt, op, root};
+  C4_CHECK(record(validate(comm, d, 1, 1, true, false)));
+  C4_CHECK(record(checkRoot(comm, root, "root")));
+  C4_CHECK(record(checkOp(comm, op, dt)));
+  if (comm->rank == root) C4_CHECK(record(checkPtr(recvbuff, count, "recvbuff (at root)")));
+  return record(enqueue(comm, d));
+}
+
+Status alltoAll(const void* sendbuff, void* recvbuff, size_t count, DataType dt, Comm* comm, void*) {
+  OpDesc d{Coll::kAlltoAll, sendbuff, recvbuff, count, dt, RedOp::kSum, 0};
+  size_t n = static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1);
+  C4_CHECK(record(validate(comm, d, n, n, true, true)));
+  return record(enqueue(comm, d));
+}
+
+Status gather(const void* sendbuff, void* recvbuff, size_t count, DataType dt, int root, Comm* comm, void*) {
+  OpDesc d{Coll::kGather, sendbuff, recvbuff, count, dt, RedOp::kSum, root};
+  size_t n = static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1);
+  C4_CHECK(record(validate(comm, d, 1, n, true, false)));
+  C4_CHECK(record(checkRoot(comm, root, "root")));
+  if (comm->rank == root) C4_CHECK(record(checkPtr(recvbuff, count, "recvbuff (at root)")));
+  return record(enqueue(comm, d));
+}
+
+Status scatter(const void* sendbuff, void* recvbuff, size_t count, DataType dt, int root, Comm* comm, void*) {
+  OpDesc d{Coll::kScatter, sendbuff, recvbuff, count, dt, RedOp::kSum, root};
+  size_t n = static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1);
+  C4_CHECK(record(validate(comm, d, n, 1, false, true)));
+  C4_CHECK(record(checkRoot(comm, root, "root")));
+  if (comm->rank == root) C4_CHECK(record(checkPtr(sendbuff, count, "sendbuff (at root)")));
+  return record(enqueue(comm, d));
+}
+
+Status send(const void* sendbuff, size_t count, DataType dt, int peer, Comm* comm, void*) {
+  OpDesc d{Coll::kSend, sendbuff, nullptr, count, dt, RedOp::kSum, peer};
+  C4_CHECK(record(validate(comm, d, 1, 1, true, false)));
+  C4_CHECK(record(checkRoot(comm, peer, "peer")));
+  return record(enqueue(comm, d));
+}
+
+Status recv(void* recvbuff, size_t count, DataType dt, int peer, Comm* comm, void*) {
+  OpDesc d{Coll::kRecv, nullptr, recvbuff, count, dt, RedOp::kSum, peer};
+  C4_CHECK(record(validate(comm, d, 1, 1, false, true)));
+  C4_CHECK(record(checkRoot(comm, peer, "peer")));
+  return record(enqueue(comm, d));
+}
+
+Status groupStart() {
+  if (tGroup.depth == 0) tGroup.error = Status::ok();
+  ++tGroup.depth;
+  return Status::ok();
+}
+
+Status groupEnd() {
+  if (tGroup.depth == 0) return record(makeError(Code::kInvalidUsage, "groupEnd without a matching groupStart"));
+  if (--tGroup.depth > 0) return Status::ok();
+  std::vector<DeferredInit> inits;
+  std::vector<GroupItem> items;
+  inits.swap(tGroup.inits);
+  items.swap(tGroup.items);
+  Status err = tGroup.error;
+  tGroup.error = Status::ok();
+  if (!err.isOk()) {
+    // An operation in the group was rejected: run nothing, so no rank half-executes the group.
+    for (DeferredInit& d : inits) d.comm->fail(err);
+    tLastError = err.message();
+    return err;
+  }
+  Status first;
+  if (inits.size() == 1) {
+    first = initComm(inits[0].comm, inits[0].nranks, inits[0].id, inits[0].rank, inits[0].config);
+  } else if (!inits.empty()) {
+    std::vector<Status> res(inits.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < inits.size(); ++i)
+      threads.emplace_back([&, i] { res[i] = initComm(inits[i].comm, inits[i].nranks, inits[i].id, inits[i].rank, inits[i].config); });
+    for (auto& t : threads) t.join();
+    for (const Status& s : res)
+      if (!s.isOk() && first.isOk()) first = s;
+  }
+  if (!first.isOk()) {
+    tLastError = first.message();
+    return first;
+  }
+  if (items.empty()) return Status::ok();
+  Status st = runGroupItems(items);
+  if (!st.isOk()) tLastError = st.message();
+  return st;
+}
+
+}  // namespace c4

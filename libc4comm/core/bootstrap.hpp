@@ -1,0 +1,120 @@
+// Bootstrap: how ranks find each other. ncclGetUniqueId starts a root listener (a thread of the
+// calling process) whose address and a random secret travel in the 128-byte UniqueId. Every rank
+// connects to the root, proves the secret (challenge-response keyed by it; a connection that fails
+// is dropped and logged), and receives every rank's RankInfo. Ranks then keep direct sockets to
+// each other: a ring for allGather/barrier and lazily opened pairwise links for send/recv (the side
+// channel C4D will use).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "c4comm/c4comm.hpp"
+#include "c4comm/status.hpp"
+#include "transports/transport.hpp"
+
+namespace c4 {
+
+/// What each rank tells the others at bootstrap.
+struct RankInfo {
+  uint64_t hostId = 0;  // see localHostId()
+  int32_t pid = 0;
+  int32_t localRankHint = -1;  // from the launcher, if known
+  char hostname[64] = {0};
+};
+
+/// hash(hostname, boot id, network-namespace inode), or C4_HOSTID if set. Ranks in different
+/// network namespaces on one machine get different ids.
+uint64_t localHostId();
+
+/// Fills *id and starts a root thread in this process that serves exactly one communicator
+/// (it exits once all ranks have been served, or after the bootstrap timeout). The root binds to
+/// C4_COMM_ID / NCCL_COMM_ID ("host:port", then the secret is derived as documented) if set,
+/// otherwise to the interface chosen by C4_SOCKET_IFNAME / NCCL_SOCKET_IFNAME on an ephemeral port.
+Status bootstrapGetUniqueId(UniqueId* id);
+
+/// Like bootstrapGetUniqueId but for a fixed root address (launcher init): the secret is derived
+/// from `secretSeed`. If `startRoot`, this process serves as root.
+Status bootstrapUniqueIdForAddress(const std::string& hostPort, const std::string& secretSeed, bool startRoot,
+                                   UniqueId* id);
+
+/// A 16-hex-digit tag unique to the communicator created from `id` (used to name OS objects).
+std::string commTagOf(const UniqueId& id);
+
+/// Threading: one background thread per Bootstrap accepts and authenticates incoming connections
+/// and drains incoming send/recv traffic into per-(peer, tag) queues, so send() never waits for
+/// the peer to call recv(). allGather/barrier run on the calling thread over the ring sockets
+/// (serialized by a mutex); send/recv are thread-safe; abort() may be called from any thread.
+/// Every blocking call waits at most timeoutMs (given to create) per call.
+class Bootstrap : public transport::Oob {
+ public:
+  /// Joins the communicator `id` as `rank` of `nranks`. Blocks until every rank joined or
+  /// `timeoutMs` passed (error names the ranks that never arrived, if known).
+  static Status create(const UniqueId& id, int rank, int nranks, const RankInfo& mine, int64_t timeoutMs,
+                       std::unique_ptr<Bootstrap>* out);
+  ~Bootstrap() override;
+
+  int rank() const;
+  int nranks() const;
+  /// Every rank's info, indexed by rank.
+  const std::vector<RankInfo>& rankInfo() const;
+
+  Status allGather(void* data, size_t bytesPerRank) override;
+  Status barrier() override;
+  /// Point-to-point side channel; messages with the same (peer, tag) arrive in order; a recv
+  /// blocks until a message with that tag from that peer arrives (or timeout / abort).
+  Status send(int peer, uint32_t tag, const void* data, size_t bytes);
+  Status recv(int peer, uint32_t tag, void* data, size_t bytes);
+  /// Makes every blocked or later call fail fast with kRemoteError (thread-safe, never blocks).
+  void abort();
+
+ private:
+  struct Impl;
+  explicit Bootstrap(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// What a launcher told this process.
+struct LaunchInfo {
+  int rank = -1;
+  int nranks = -1;
+  int localRank = -1;
+  std::string launcher;    // "torchrun", "mpirun", "slurm"
+  std::string rootHostPort;  // where rank 0 serves the bootstrap root, if the launcher tells us
+  std::string jobKey;      // a string identifying this job (used to derive the shared secret / file)
+  int localSize = -1;      // ranks on this host per the launcher (-1: unknown)
+};
+
+/// Reads torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT -> root at
+/// MASTER_ADDR:MASTER_PORT+1 unless C4_COMM_ID is set), Open MPI (OMPI_COMM_WORLD_RANK/SIZE/
+/// LOCAL_RANK) and Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_JOB_ID, SLURM_STEP_ID).
+/// Fails with kInvalidUsage naming what is missing when no launcher is recognized.
+Status readLaunchInfo(LaunchInfo* out);
+
+/// Produces the same UniqueId on every rank of the job: from C4_COMM_ID or the launcher's root
+/// address when known; else (all ranks on one host) through a rendezvous file under /dev/shm keyed
+/// by the job, written by rank 0 with mode 0600 and read by the others. Rank 0 starts the root.
+Status uniqueIdFromLaunch(const LaunchInfo& info, int64_t timeoutMs, UniqueId* id);
+
+namespace detail {
+// Internal to the bootstrap (bootstrap.cc, launch_env.cc) and its tests; not for other layers.
+
+/// bootstrapGetUniqueId (random secret, interface-chosen address, ephemeral port) whose root also
+/// removes `rendezvousFile` once every rank joined or when it gives up.
+Status bootstrapGetUniqueIdRemoving(const std::string& rendezvousFile, UniqueId* id);
+/// The root address stored in `id` ("host:port"); kInvalidArgument if `id` is not a c4 UniqueId.
+Status uniqueIdRootAddress(const UniqueId& id, std::string* hostPort);
+/// Root threads of this process still serving (tests wait for 0 to check cleanup).
+int activeBootstrapRoots();
+/// C4_COMM_ID / NCCL_COMM_ID ("" if unset) and C4_SECRET ("" if unset), from the param registry.
+std::string commIdEnv();
+std::string secretEnv();
+/// The path of the /dev/shm rendezvous file for launcher init number `seq` of job `jobKey`.
+std::string launchRendezvousPath(const std::string& jobKey, int seq);
+}  // namespace detail
+
+}  // namespace c4

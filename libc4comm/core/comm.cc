@@ -1,0 +1,398 @@
+#include "core/comm.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <unordered_set>
+
+#include "common/logging.hpp"
+#include "common/params.hpp"
+#include "common/status.hpp"
+#include "core/group.hpp"
+#include "kernels/host/reduce.hpp"
+#include "transports/shm/shm_transport.hpp"
+
+namespace c4 {
+
+C4_PARAM_INT(Timeout, "C4_TIMEOUT", nullptr, 300,
+             "Seconds a rank waits without any progress (bootstrap, a peer, a collective) before failing with an "
+             "error naming whom it waited for")
+C4_PARAM_INT(ScheduleCache, "C4_SCHEDULE_CACHE", nullptr, 64, "Generated schedules kept per communicator (LRU)")
+
+namespace {
+std::mutex& registryMu() {
+  static auto* m = new std::mutex();
+  return *m;
+}
+std::unordered_set<const Comm*>& registry() {
+  static auto* r = new std::unordered_set<const Comm*>();
+  return *r;
+}
+
+/// Writes `v` as one element of `dt` into out (8 bytes of room).
+void storeScalar(double v, DataType dt, void* out) {
+  switch (dt) {
+    case DataType::kFloat16: {
+      unsigned short h = kernels::floatToHalf(static_cast<float>(v));
+      memcpy(out, &h, 2);
+      break;
+    }
+    case DataType::kBfloat16: {
+      unsigned short b = kernels::floatToBf16(static_cast<float>(v));
+      memcpy(out, &b, 2);
+      break;
+    }
+    case DataType::kFloat8e4m3: *static_cast<unsigned char*>(out) = kernels::floatToFp8e4m3(static_cast<float>(v)); break;
+    case DataType::kFloat8e5m2: *static_cast<unsigned char*>(out) = kernels::floatToFp8e5m2(static_cast<float>(v)); break;
+    case DataType::kFloat32: {
+      float f = static_cast<float>(v);
+      memcpy(out, &f, 4);
+      break;
+    }
+    case DataType::kFloat64: memcpy(out, &v, 8); break;
+    default: break;  // integer types never get a fractional scale
+  }
+}
+
+constexpr size_t kAlign = 4096;
+size_t alignUp(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+}  // namespace
+
+void registerComm(Comm* c) {
+  std::lock_guard<std::mutex> g(registryMu());
+  registry().insert(c);
+}
+void unregisterComm(Comm* c) {
+  std::lock_guard<std::mutex> g(registryMu());
+  registry().erase(c);
+}
+bool isLiveComm(const Comm* c) {
+  std::lock_guard<std::mutex> g(registryMu());
+  return registry().count(c) != 0;
+}
+
+Comm::Comm() = default;
+
+Comm::~Comm() {
+  // Transports go first: they may reference the bootstrap's peers during teardown.
+  transports.clear();
+  bootstrap.reset();
+  free(scratch_);
+}
+
+Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
+  rank = r;
+  nranks = n;
+  config = cfg;
+  tag = commTagOf(id);
+  timeoutMs = std::max<int64_t>(1, paramTimeout()) * 1000;
+
+  RankInfo mine;
+  mine.hostId = localHostId();
+  mine.pid = static_cast<int32_t>(getpid());
+  gethostname(mine.hostname, sizeof(mine.hostname) - 1);
+  C4_CHECK(Bootstrap::create(id, r, n, mine, timeoutMs, &bootstrap));
+  peers = bootstrap->rankInfo();
+
+  std::set<uint64_t> hosts;
+  localRanks = 0;
+  for (const RankInfo& p : peers) {
+    hosts.insert(p.hostId);
+    localRanks += p.hostId == mine.hostId;
+  }
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  oversubscribed = localRanks > std::max(1L, cores);
+
+  transport::Context ctx;
+  ctx.rank = r;
+  ctx.nranks = n;
+  ctx.commTag = tag;
+  ctx.oob = bootstrap.get();
+  ctx.timeoutMs = timeoutMs;
+  for (const RankInfo& p : peers) {
+    ctx.hostIds.push_back(p.hostId);
+    ctx.pids.push_back(p.pid);
+  }
+  std::unique_ptr<transport::Transport> shm;
+  C4_CHECK(transport::createShmTransport(ctx, &shm));
+  transports.push_back(std::move(shm));
+
+  peerTransport.assign(static_cast<size_t>(n), nullptr);
+  transport::Caps caps = transports.front()->caps();
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    for (auto& t : transports) {
+      if (t->canConnect(p)) {
+        peerTransport[static_cast<size_t>(p)] = t.get();
+        break;
+      }
+    }
+  }
+  p2pSendSeq.assign(static_cast<size_t>(n), 0);
+  p2pRecvSeq.assign(static_cast<size_t>(n), 0);
+  C4_CHECK(tuner.init(n, static_cast<int>(hosts.size()), caps));
+  C4_INFO(kLogInit, "comm %s rank %d/%d pid %d: %zu host(s), %d rank(s) on this host%s, transports: %s",
+          tag.c_str(), r, n, mine.pid, hosts.size(), localRanks, oversubscribed ? " (more ranks than cores)" : "",
+          transports.front()->name());
+  return Status::ok();
+}
+
+Status Comm::connection(int peer, transport::Connection** out) {
+  transport::Transport* t = peerTransport[static_cast<size_t>(peer)];
+  if (!t) {
+    const RankInfo& p = peers[static_cast<size_t>(peer)];
+    return makeError(Code::kInvalidUsage,
+                     "rank %d: no transport reaches rank %d on host %s (%d host(s) in the communicator): only the "
+                     "shared-memory transport is available in this build; network transports are not implemented "
+                     "yet",
+                     rank, peer, p.hostname, 0);
+  }
+  return t->connect(peer, out);
+}
+
+Status Comm::progressTransports() {
+  if (failed.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> g(errMu);
+    return asyncError;
+  }
+  for (auto& t : transports) C4_CHECK(t->progress());
+  return Status::ok();
+}
+
+void Comm::fail(const Status& st) {
+  {
+    std::lock_guard<std::mutex> g(errMu);
+    if (!failed.load()) {
+      asyncError = st;
+      failed.store(true);
+    } else {
+      return;
+    }
+  }
+  C4_WARN(kLogColl, "rank %d: communicator %s failed: %s", rank, tag.c_str(), st.toString().c_str());
+  for (auto& t : transports) t->abort(st.message());
+  if (bootstrap) bootstrap->abort();
+}
+
+void* Comm::scratch(size_t bytes) {
+  if (bytes > scratchBytes_) {
+    free(scratch_);
+    size_t sz = alignUp(bytes);
+    if (posix_memalign(&scratch_, kAlign, sz) != 0) {
+      scratch_ = nullptr;
+      scratchBytes_ = 0;
+      return nullptr;
+    }
+    scratchBytes_ = sz;
+  }
+  return scratch_;
+}
+
+Result<const sched::Schedule*> Comm::schedule(const sched::CollArgs& args, sched::Algo algo) {
+  CacheKey key{static_cast<int>(args.coll), static_cast<int>(args.dtype), args.root, static_cast<int>(algo),
+               args.count, args.chunkBytes};
+  auto it = cache_.find(key);
+  if (it != cache_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second.second);
+    return static_cast<const sched::Schedule*>(it->second.first.get());
+  }
+  C4_ASSIGN_OR_RETURN(sched::Schedule s, sched::generate(algo, args));
+  size_t limit = static_cast<size_t>(std::max<int64_t>(1, paramScheduleCache()));
+  while (cache_.size() >= limit) {
+    cache_.erase(lru_.back());
+    lru_.pop_back();
+  }
+  lru_.push_front(key);
+  auto ins = cache_.emplace(key, std::make_pair(std::make_unique<sched::Schedule>(std::move(s)), lru_.begin()));
+  return static_cast<const sched::Schedule*>(ins.first->second.first.get());
+}
+
+namespace {
+bool collReduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce; }
+
+size_t nominalBytes(const OpDesc& op, int n) {
+  size_t es = dataTypeSize(op.dtype);
+  switch (op.coll) {
+    case Coll::kAllGather:
+    case Coll::kReduceScatter:
+    case Coll::kAlltoAll:
+    case Coll::kGather:
+    case Coll::kScatter:
+      return op.count * es * static_cast<size_t>(n);
+    default:
+      return op.count * es;
+  }
+}
+}  // namespace
+
+Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
+  p->op = op;
+  p->noop = false;
+  p->postDivide = false;
+  OpSig sig;
+  sig.seq = collSeq++;
+  sig.count = op.count;
+  sig.root = (op.coll == Coll::kBroadcast || op.coll == Coll::kReduce || op.coll == Coll::kGather ||
+              op.coll == Coll::kScatter)
+                 ? op.root
+                 : -1;
+  sig.coll = static_cast<uint8_t>(op.coll);
+  sig.dtype = static_cast<uint8_t>(op.dtype);
+  bool reduces = collReduces(op.coll);
+  int opv = static_cast<int>(op.op);
+  sig.op = reduces ? (opv >= kNumBuiltinOps ? 0xff : static_cast<uint8_t>(opv)) : 0;
+  if (op.count == 0) {
+    p->noop = true;
+    return Status::ok();
+  }
+
+  sched::CollArgs args;
+  args.coll = op.coll;
+  args.rank = rank;
+  args.nranks = nranks;
+  args.count = op.count;
+  args.dtype = op.dtype;
+  args.root = op.root;
+  args.reduces = reduces;
+  size_t bytes = nominalBytes(op, nranks);
+  TuneResult tr = tuner.choose(op.coll, bytes);
+  args.chunkBytes = tr.chunkBytes;
+  bool cached = false;
+  {
+    CacheKey key{static_cast<int>(args.coll), static_cast<int>(args.dtype), args.root, static_cast<int>(tr.algo),
+                 args.count, args.chunkBytes};
+    cached = cache_.count(key) != 0;
+  }
+  C4_ASSIGN_OR_RETURN(const sched::Schedule* s, schedule(args, tr.algo));
+  if (!cached)
+    C4_INFO(kLogTuning, "rank %d: %s %zu bytes (%s): algorithm %s, chunk %zu bytes, %zu steps: %s", rank,
+            collName(op.coll), bytes, dataTypeName(op.dtype), sched::algoName(tr.algo), tr.chunkBytes,
+            s->steps.size(), tr.why.c_str());
+
+  // PreMulSum and floating-point Avg scale each rank's input first (as NCCL does); integer Avg
+  // sums and divides the result.
+  const void* input = op.sendbuff;
+  kernels::KOp kop = kernels::KOp::kSum;
+  unsigned char scalar[8] = {0};
+  bool prescale = false;
+  if (reduces) {
+    if (opv < static_cast<int>(RedOp::kAvg)) {
+      kop = static_cast<kernels::KOp>(opv);
+    } else if (opv == static_cast<int>(RedOp::kAvg)) {
+      if (isFloatType(op.dtype)) {
+        storeScalar(1.0 / nranks, op.dtype, scalar);
+        prescale = true;
+      } else {
+        p->postDivide = true;
+      }
+    } else {
+      const UserOp& u = userOps[static_cast<size_t>(opv - kNumBuiltinOps)];
+      memcpy(scalar, u.residence == ScalarResidence::kDevice ? u.pointer : u.value, dataTypeSize(op.dtype));
+      prescale = true;
+    }
+  }
+  size_t inBytes = sched::inputBytes(args);
+  size_t schedScratch = alignUp(s->scratchBytes);
+  // In-place AlltoAll overwrites blocks it still has to send: work from a copy of the input.
+  bool copyInput = op.coll == Coll::kAlltoAll && op.sendbuff == op.recvbuff && nranks > 1;
+  size_t need = schedScratch + (prescale || copyInput ? inBytes : 0);
+  char* scr = nullptr;
+  if (need > 0) {
+    scr = static_cast<char*>(scratch(need));
+    if (!scr) return makeError(Code::kSystemError, "rank %d: cannot allocate %zu bytes of scratch", rank, need);
+  }
+  if (prescale && input != nullptr) {
+    char* scaled = scr + schedScratch;
+    kernels::scale(scaled, input, scalar, inBytes / dataTypeSize(op.dtype), op.dtype);
+    input = scaled;
+  } else if (copyInput) {
+    kernels::copy(scr + schedScratch, input, inBytes);
+    input = scr + schedScratch;
+  }
+  buildPlan(*s, input, op.recvbuff, scr, &p->plan);
+  p->plan.sig = sig;
+  p->plan.dtype = op.dtype;
+  p->plan.op = kop;
+  return Status::ok();
+}
+
+Status Comm::prepareP2p(const std::vector<OpDesc>& ops, Prepared* p) {
+  p->noop = false;
+  p->postDivide = false;
+  p->plan.steps.clear();
+  p->plan.deps.clear();
+  p->plan.sigs.clear();
+  // Self sends pair with self receives in call order, as local copies.
+  std::vector<const OpDesc*> selfSends, selfRecvs;
+  for (const OpDesc& op : ops) {
+    OpSig sig;
+    sig.count = op.count;
+    sig.coll = static_cast<uint8_t>(op.coll);
+    sig.dtype = static_cast<uint8_t>(op.dtype);
+    const size_t bytes = op.count * dataTypeSize(op.dtype);
+    if (op.root == rank) {
+      (op.coll == Coll::kSend ? selfSends : selfRecvs).push_back(&op);
+      continue;
+    }
+    if (bytes == 0) continue;
+    ExecStep st;
+    st.peer = op.root;
+    st.bytes = bytes;
+    if (op.coll == Coll::kSend) {
+      sig.seq = p2pSendSeq[static_cast<size_t>(op.root)]++;
+      st.kind = sched::StepKind::kSend;
+      st.src = op.sendbuff;
+    } else {
+      sig.seq = p2pRecvSeq[static_cast<size_t>(op.root)]++;
+      st.kind = sched::StepKind::kRecv;
+      st.dst = op.recvbuff;
+    }
+    st.sigIdx = static_cast<uint32_t>(p->plan.sigs.size());
+    p->plan.sigs.push_back(sig);
+    p->plan.add(st, nullptr, 0);
+  }
+  if (selfSends.size() != selfRecvs.size())
+    return makeError(Code::kInvalidUsage, "rank %d: %zu send(s) to itself but %zu receive(s) from itself in one group",
+                     rank, selfSends.size(), selfRecvs.size());
+  for (size_t i = 0; i < selfSends.size(); ++i) {
+    const OpDesc& s = *selfSends[i];
+    const OpDesc& r = *selfRecvs[i];
+    if (s.count != r.count || s.dtype != r.dtype)
+      return makeError(Code::kInvalidUsage, "rank %d: send to itself of %zu %s does not match receive of %zu %s", rank,
+                       s.count, dataTypeName(s.dtype), r.count, dataTypeName(r.dtype));
+    ExecStep st;
+    st.kind = sched::StepKind::kCopy;
+    st.src = s.sendbuff;
+    st.dst = r.recvbuff;
+    st.bytes = s.count * dataTypeSize(s.dtype);
+    p->plan.add(st, nullptr, 0);
+  }
+  p->noop = p->plan.steps.empty();
+  return Status::ok();
+}
+
+void Comm::finish(Prepared* p) {
+  if (!p->postDivide) return;
+  const OpDesc& op = p->op;
+  if (op.coll == Coll::kReduce && rank != op.root) return;
+  kernels::divide(op.recvbuff, op.recvbuff, op.count, op.dtype, nranks);
+}
+
+Status Comm::runCollective(const OpDesc& op) {
+  std::vector<GroupItem> items(1);
+  items[0].comm = this;
+  items[0].ops.push_back(op);
+  return runGroupItems(items);
+}
+
+Status Comm::runP2p(const std::vector<OpDesc>& ops) {
+  std::vector<GroupItem> items(1);
+  items[0].comm = this;
+  items[0].ops = ops;
+  return runGroupItems(items);
+}
+
+}  // namespace c4

@@ -1,0 +1,234 @@
+#include "core/executor.hpp"
+
+#include <time.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/logging.hpp"
+#include "common/status.hpp"
+#include "core/comm.hpp"
+#include "kernels/host/reduce.hpp"
+
+namespace c4 {
+
+using sched::StepKind;
+
+namespace {
+int64_t nowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+}  // namespace
+
+void ExecPlan::add(const ExecStep& s, const int32_t* depList, size_t ndeps) {
+  ExecStep st = s;
+  st.depBegin = static_cast<uint32_t>(deps.size());
+  for (size_t i = 0; i < ndeps; ++i) deps.push_back(static_cast<uint32_t>(depList[i]));
+  st.depEnd = static_cast<uint32_t>(deps.size());
+  steps.push_back(st);
+}
+
+void buildPlan(const sched::Schedule& s, const void* input, void* output, void* scratch, ExecPlan* plan) {
+  plan->steps.clear();
+  plan->deps.clear();
+  plan->sigs.clear();
+  plan->steps.reserve(s.steps.size());
+  auto addr = [&](const sched::Span& sp) -> char* {
+    char* base = nullptr;
+    switch (sp.buf) {
+      case sched::BufId::kInput: base = const_cast<char*>(static_cast<const char*>(input)); break;
+      case sched::BufId::kOutput: base = static_cast<char*>(output); break;
+      case sched::BufId::kScratch: base = static_cast<char*>(scratch); break;
+    }
+    return base ? base + sp.offset : nullptr;
+  };
+  for (const sched::Step& st : s.steps) {
+    ExecStep e;
+    e.kind = st.kind;
+    e.peer = st.peer;
+    switch (st.kind) {
+      case StepKind::kSend:
+        e.src = addr(st.src);
+        e.bytes = st.src.bytes;
+        break;
+      case StepKind::kRecv:
+        e.dst = addr(st.dst);
+        e.bytes = st.dst.bytes;
+        break;
+      case StepKind::kRecvReduce:
+      case StepKind::kCopy:
+        e.src = addr(st.src);
+        e.dst = addr(st.dst);
+        e.bytes = st.dst.bytes;
+        break;
+      case StepKind::kReduce:
+        e.src = addr(st.src);
+        e.src2 = addr(st.src2);
+        e.dst = addr(st.dst);
+        e.bytes = st.dst.bytes;
+        break;
+    }
+    plan->add(e, st.deps.data(), st.deps.size());
+  }
+}
+
+Status Executor::start(Comm* comm, const ExecPlan* plan) {
+  comm_ = comm;
+  plan_ = plan;
+  const size_t n = plan->steps.size();
+  completed_ = 0;
+  remaining_.assign(n, 0);
+  reqs_.assign(n, transport::Request());
+  inflight_.clear();
+  localReady_.clear();
+  peers_.clear();
+  peerSlot_.assign(static_cast<size_t>(comm->nranks), -1);
+
+  // Successor lists (CSR) from the dependency lists.
+  succBegin_.assign(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const ExecStep& s = plan->steps[i];
+    remaining_[i] = s.depEnd - s.depBegin;
+    for (uint32_t d = s.depBegin; d < s.depEnd; ++d) {
+      uint32_t dep = plan->deps[d];
+      if (dep >= i) return makeError(Code::kInternalError, "schedule step %zu depends on later step %u", i, dep);
+      ++succBegin_[dep + 1];
+    }
+  }
+  for (size_t i = 0; i < n; ++i) succBegin_[i + 1] += succBegin_[i];
+  succ_.assign(plan->deps.size(), 0);
+  std::vector<uint32_t> fill(succBegin_.begin(), succBegin_.end() - 1);
+  for (size_t i = 0; i < n; ++i) {
+    const ExecStep& s = plan->steps[i];
+    for (uint32_t d = s.depBegin; d < s.depEnd; ++d) succ_[fill[plan->deps[d]]++] = static_cast<uint32_t>(i);
+  }
+
+  for (size_t i = 0; i < n; ++i) {
+    const ExecStep& s = plan->steps[i];
+    if (s.kind == StepKind::kSend || s.kind == StepKind::kRecv || s.kind == StepKind::kRecvReduce) {
+      if (s.peer < 0 || s.peer >= comm->nranks || s.peer == comm->rank)
+        return makeError(Code::kInternalError, "schedule step %zu has invalid peer %d", i, s.peer);
+      int32_t& slot = peerSlot_[static_cast<size_t>(s.peer)];
+      if (slot < 0) {
+        slot = static_cast<int32_t>(peers_.size());
+        PeerQueue q;
+        q.peer = s.peer;
+        C4_CHECK(comm->connection(s.peer, &q.conn));
+        peers_.push_back(std::move(q));
+      }
+      auto& q = peers_[static_cast<size_t>(slot)];
+      (s.kind == StepKind::kSend ? q.sends : q.recvs).push_back(static_cast<uint32_t>(i));
+    } else if (remaining_[i] == 0) {
+      localReady_.push_back(static_cast<uint32_t>(i));
+    }
+  }
+  lastProgressNs_ = nowNs();
+  return postReady();
+}
+
+Status Executor::runLocal(uint32_t idx) {
+  const ExecStep& s = plan_->steps[idx];
+  if (s.kind == StepKind::kCopy) {
+    if (s.dst != s.src && s.bytes) kernels::copy(s.dst, s.src, s.bytes);
+  } else {
+    size_t esize = dataTypeSize(plan_->dtype);
+    kernels::reduce(s.dst, s.src, s.src2, s.bytes / esize, plan_->dtype, plan_->op);
+  }
+  return complete(idx);
+}
+
+Status Executor::complete(uint32_t idx) {
+  ++completed_;
+  progressed_ = true;
+  for (uint32_t k = succBegin_[idx]; k < succBegin_[idx + 1]; ++k) {
+    uint32_t s = succ_[k];
+    if (--remaining_[s] == 0) {
+      StepKind kind = plan_->steps[s].kind;
+      if (kind == StepKind::kCopy || kind == StepKind::kReduce) localReady_.push_back(s);
+    }
+  }
+  return Status::ok();
+}
+
+Status Executor::postReady() {
+  // Local steps first: they may unblock sends.
+  while (!localReady_.empty()) {
+    uint32_t idx = localReady_.back();
+    localReady_.pop_back();
+    C4_CHECK(runLocal(idx));
+  }
+  for (PeerQueue& q : peers_) {
+    while (q.nextSend < q.sends.size() && remaining_[q.sends[q.nextSend]] == 0) {
+      uint32_t idx = q.sends[q.nextSend++];
+      const ExecStep& s = plan_->steps[idx];
+      C4_CHECK(q.conn->isend(s.src, s.bytes, plan_->sigOf(s), &reqs_[idx]));
+      inflight_.push_back(idx);
+      progressed_ = true;
+    }
+    while (q.nextRecv < q.recvs.size() && remaining_[q.recvs[q.nextRecv]] == 0) {
+      uint32_t idx = q.recvs[q.nextRecv++];
+      const ExecStep& s = plan_->steps[idx];
+      if (s.kind == StepKind::kRecvReduce) {
+        transport::ReduceSpec red;
+        red.local = s.src;
+        red.dtype = plan_->dtype;
+        red.op = plan_->op;
+        C4_CHECK(q.conn->irecv(s.dst, s.bytes, plan_->sigOf(s), &red, &reqs_[idx]));
+      } else {
+        C4_CHECK(q.conn->irecv(s.dst, s.bytes, plan_->sigOf(s), nullptr, &reqs_[idx]));
+      }
+      inflight_.push_back(idx);
+      progressed_ = true;
+    }
+  }
+  return Status::ok();
+}
+
+Status Executor::poll(bool* done) {
+  progressed_ = false;
+  C4_CHECK(comm_->progressTransports());
+  for (size_t i = 0; i < inflight_.size();) {
+    uint32_t idx = inflight_[i];
+    transport::Request& r = reqs_[idx];
+    if (r.state == transport::Request::kPending) {
+      ++i;
+      continue;
+    }
+    if (r.state == transport::Request::kFailed) return r.error;
+    inflight_[i] = inflight_.back();
+    inflight_.pop_back();
+    C4_CHECK(complete(idx));
+  }
+  C4_CHECK(postReady());
+  *done = completed_ == plan_->steps.size();
+  int64_t now = nowNs();
+  if (progressed_) {
+    lastProgressNs_ = now;
+  } else if (comm_->timeoutMs > 0 && now - lastProgressNs_ > comm_->timeoutMs * 1000000LL) {
+    return makeError(Code::kRemoteError, "rank %d: %s made no progress for %lld ms (C4_TIMEOUT); waiting on %s",
+                     comm_->rank, describeSig(plan_->sig).c_str(), static_cast<long long>(comm_->timeoutMs),
+                     pendingSummary().c_str());
+  }
+  return Status::ok();
+}
+
+std::string Executor::pendingSummary() const {
+  std::string out;
+  int shown = 0;
+  for (const PeerQueue& q : peers_) {
+    size_t sendsLeft = 0, recvsLeft = 0;
+    for (uint32_t idx : q.sends) sendsLeft += reqs_[idx].state != transport::Request::kDone;
+    for (uint32_t idx : q.recvs) recvsLeft += reqs_[idx].state != transport::Request::kDone;
+    if (sendsLeft + recvsLeft == 0) continue;
+    if (shown++ < 8) {
+      if (!out.empty()) out += ", ";
+      out += strFormat("rank %d (%zu sends, %zu receives outstanding)", q.peer, sendsLeft, recvsLeft);
+    }
+  }
+  if (shown > 8) out += strFormat(" and %d more peers", shown - 8);
+  return out.empty() ? "local steps" : out;
+}
+
+}  // namespace c4

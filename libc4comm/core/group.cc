@@ -1,0 +1,117 @@
+#include "core/group.hpp"
+
+#include <sched.h>
+#include <time.h>
+
+#include <memory>
+
+#include "common/logging.hpp"
+#include "common/status.hpp"
+
+namespace c4 {
+
+namespace {
+struct Lane {
+  Comm* comm = nullptr;
+  std::vector<OpDesc> colls;
+  std::vector<OpDesc> p2p;
+  size_t nextColl = 0;
+  bool p2pStarted = false;
+  std::unique_ptr<Comm::Prepared> cur;
+
+  bool finished() const { return !cur && nextColl == colls.size() && (p2p.empty() || p2pStarted); }
+
+  // Prepares and starts the next piece of work; skips no-ops. Leaves cur null when all is done.
+  Status startNext() {
+    while (!cur) {
+      auto p = std::make_unique<Comm::Prepared>();
+      if (nextColl < colls.size()) {
+        C4_CHECK(comm->prepareCollective(colls[nextColl++], p.get()));
+      } else if (!p2p.empty() && !p2pStarted) {
+        p2pStarted = true;
+        C4_CHECK(comm->prepareP2p(p2p, p.get()));
+      } else {
+        return Status::ok();
+      }
+      if (p->noop) {
+        comm->finish(p.get());
+        continue;
+      }
+      C4_CHECK(p->exec.start(comm, &p->plan));
+      cur = std::move(p);
+    }
+    return Status::ok();
+  }
+};
+
+Status communicatorState(Comm* c) {
+  if (c->failed.load()) {
+    std::lock_guard<std::mutex> g(c->errMu);
+    return Status(c->asyncError.code(), "communicator failed earlier: " + c->asyncError.message());
+  }
+  return Status::ok();
+}
+}  // namespace
+
+Status runGroupItems(std::vector<GroupItem>& items) {
+  std::vector<Lane> lanes;
+  for (GroupItem& it : items) {
+    C4_CHECK(communicatorState(it.comm));
+    Lane* lane = nullptr;
+    for (Lane& l : lanes)
+      if (l.comm == it.comm) lane = &l;
+    if (!lane) {
+      lanes.emplace_back();
+      lane = &lanes.back();
+      lane->comm = it.comm;
+    }
+    for (const OpDesc& op : it.ops)
+      (op.coll == Coll::kSend || op.coll == Coll::kRecv ? lane->p2p : lane->colls).push_back(op);
+  }
+  bool oversub = false;
+  for (Lane& l : lanes) oversub |= l.comm->oversubscribed;
+
+  auto failAll = [&lanes](const Status& st) {
+    for (Lane& l : lanes) l.comm->fail(st);
+    return st;
+  };
+  for (Lane& l : lanes) {
+    Status st = l.startNext();
+    if (!st.isOk()) return failAll(st);
+  }
+  int idle = 0;
+  while (true) {
+    bool allDone = true, progressed = false;
+    for (Lane& l : lanes) {
+      if (!l.cur) continue;
+      allDone = false;
+      bool done = false;
+      Status st = l.cur->exec.poll(&done);
+      if (!st.isOk()) return failAll(st);
+      progressed |= l.cur->exec.madeProgress();
+      if (done) {
+        l.comm->finish(l.cur.get());
+        l.cur.reset();
+        st = l.startNext();
+        if (!st.isOk()) return failAll(st);
+        progressed = true;
+      }
+    }
+    if (allDone) break;
+    // Back-off: spin briefly for latency, then yield (ranks may outnumber cores), then sleep a
+    // little so a long wait for a slow peer does not burn a core.
+    if (progressed) {
+      idle = 0;
+    } else if (++idle > (oversub ? 2 : 4000)) {
+      if (idle < 40000) {
+        sched_yield();
+      } else {
+        timespec ts{0, 50000};
+        nanosleep(&ts, nullptr);
+      }
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace c4

@@ -1,0 +1,149 @@
+#include "core/tuner.hpp"
+
+#include <cmath>
+#include <strings.h>
+
+#include "common/logging.hpp"
+#include "common/params.hpp"
+#include "common/status.hpp"
+
+namespace c4 {
+
+C4_PARAM_STR(Algo, "C4_ALGO", "NCCL_ALGO", "",
+             "Force the algorithm: ring, tree, rhd or direct, for all collectives or per collective "
+             "(\"allreduce:rhd,broadcast:tree\"); unsupported choices fall back to the tuner's")
+C4_PARAM_INT(ChunkSize, "C4_CHUNK_SIZE", nullptr, 0, "Pipelining chunk size in bytes (0: chosen by the tuner)")
+
+namespace {
+bool parseColl(const std::string& s, Coll* out) {
+  static const struct {
+    const char* name;
+    Coll c;
+  } kNames[] = {{"allreduce", Coll::kAllReduce}, {"allgather", Coll::kAllGather},
+                {"broadcast", Coll::kBroadcast}, {"reducescatter", Coll::kReduceScatter},
+                {"reduce", Coll::kReduce},       {"alltoall", Coll::kAlltoAll},
+                {"gather", Coll::kGather},       {"scatter", Coll::kScatter}};
+  for (auto& n : kNames)
+    if (strcasecmp(s.c_str(), n.name) == 0) {
+      *out = n.c;
+      return true;
+    }
+  return false;
+}
+std::string trim(const std::string& s) {
+  size_t a = s.find_first_not_of(" \t"), b = s.find_last_not_of(" \t");
+  return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
+}
+}  // namespace
+
+Status Tuner::init(int nranks, int nhosts, const transport::Caps& caps) {
+  nranks_ = nranks;
+  nhosts_ = nhosts;
+  caps_ = caps;
+  forced_.fill(-1);
+  chunkOverride_ = static_cast<size_t>(std::max<int64_t>(0, paramChunkSize()));
+  std::string spec = paramAlgo();
+  size_t pos = 0;
+  while (pos < spec.size()) {
+    size_t end = spec.find_first_of(",;", pos);
+    if (end == std::string::npos) end = spec.size();
+    std::string item = trim(spec.substr(pos, end - pos));
+    pos = end + 1;
+    if (item.empty()) continue;
+    size_t colon = item.find(':');
+    std::string algoName = colon == std::string::npos ? item : trim(item.substr(colon + 1));
+    sched::Algo a;
+    if (!sched::parseAlgo(algoName, &a)) {
+      C4_WARN(kLogTuning, "C4_ALGO: unknown algorithm '%s' ignored (known: ring, tree, rhd, direct)",
+              algoName.c_str());
+      continue;
+    }
+    if (colon == std::string::npos) {
+      forced_.fill(static_cast<int>(a));
+    } else {
+      Coll c;
+      if (!parseColl(trim(item.substr(0, colon)), &c)) {
+        C4_WARN(kLogTuning, "C4_ALGO: unknown collective in '%s' ignored", item.c_str());
+        continue;
+      }
+      forced_[static_cast<int>(c)] = static_cast<int>(a);
+    }
+  }
+  return Status::ok();
+}
+
+double Tuner::estimateUs(sched::Algo algo, Coll coll, size_t bytes) const {
+  // Alpha-beta model per algorithm: hops on the critical path x latency + bytes moved through
+  // the busiest rank / bandwidth. Pipelined chains (ring, tree) pay the hop latency once per chunk
+  // stage rather than once per byte; direct sends everything at once.
+  const double n = nranks_;
+  const double lat = caps_.latencyUs;
+  const double bwBytesPerUs = caps_.bwGBps * 1e3;
+  const double b = static_cast<double>(bytes);
+  const double lg = std::ceil(std::log2(std::max(2.0, n)));
+  switch (coll) {
+    case Coll::kAllReduce:
+      switch (algo) {
+        case sched::Algo::kRing: return 2 * (n - 1) * lat + 2 * (n - 1) / n * b / bwBytesPerUs;
+        case sched::Algo::kRhd: return 2 * lg * lat + 2 * (n - 1) / n * b / bwBytesPerUs * 1.1;
+        case sched::Algo::kTree: return 2 * lg * lat + 2 * b / bwBytesPerUs;
+        case sched::Algo::kDirect: return lat + (n - 1) * b / bwBytesPerUs;
+      }
+      break;
+    case Coll::kAllGather:
+    case Coll::kReduceScatter:
+      switch (algo) {
+        case sched::Algo::kRing: return (n - 1) * lat + (n - 1) / n * b / bwBytesPerUs;
+        case sched::Algo::kRhd: return lg * lat + (n - 1) / n * b / bwBytesPerUs * 1.05;
+        case sched::Algo::kDirect: return lat + (n - 1) / n * b / bwBytesPerUs * 1.2;
+        default: return 1e30;
+      }
+    case Coll::kBroadcast:
+    case Coll::kReduce:
+      switch (algo) {
+        case sched::Algo::kRing: return (n - 1) * lat + b / bwBytesPerUs * 1.1;
+        case sched::Algo::kTree: return lg * lat + lg * b / bwBytesPerUs;
+        case sched::Algo::kDirect: return lat + (n - 1) * b / bwBytesPerUs;
+        default: return 1e30;
+      }
+    default:
+      return algo == sched::Algo::kDirect ? lat + b / bwBytesPerUs : 1e30;
+  }
+  return 1e30;
+}
+
+TuneResult Tuner::choose(Coll coll, size_t bytes) const {
+  TuneResult r;
+  int forced = forced_[static_cast<int>(coll)];
+  if (forced >= 0 && sched::supports(static_cast<sched::Algo>(forced), coll, nranks_)) {
+    r.algo = static_cast<sched::Algo>(forced);
+    r.why = "forced by C4_ALGO";
+  } else {
+    double best = 1e300;
+    bool any = false;
+    for (int a = 0; a < sched::kNumAlgos; ++a) {
+      auto algo = static_cast<sched::Algo>(a);
+      if (!sched::supports(algo, coll, nranks_)) continue;
+      double t = estimateUs(algo, coll, bytes);
+      if (!any || t < best) {
+        best = t;
+        r.algo = algo;
+        any = true;
+      }
+    }
+    r.why = strFormat("lowest modelled time %.1f us (latency %.2f us, %.1f GB/s, %d ranks on %d hosts)%s", best,
+                      caps_.latencyUs, caps_.bwGBps, nranks_, nhosts_,
+                      forced >= 0 ? "; C4_ALGO choice not supported for this collective" : "");
+  }
+  if (chunkOverride_ > 0) {
+    r.chunkBytes = chunkOverride_;
+  } else {
+    // Pipeline in chunks big enough to amortize per-step overhead (~a few us) yet small enough
+    // that the chain fills quickly and pieces stay cache-resident.
+    size_t per = bytes / static_cast<size_t>(std::max(1, nranks_));
+    r.chunkBytes = std::min<size_t>(std::max<size_t>(per / 4, 128 << 10), 1 << 20);
+  }
+  return r;
+}
+
+}  // namespace c4

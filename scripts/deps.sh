@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what c4comm needs from Debian's packages (idempotent; skips apt when all is present).
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config python3 libgtest-dev libgmock-dev libbenchmark-dev
+      openmpi-bin libopenmpi-dev libgloo-dev iproute2)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "[deps] installing: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+else
+  echo "[deps] all packages present"
+fi

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole test suite: install, build, run every test (ctest), then the same suite under
+# AddressSanitizer + UndefinedBehaviorSanitizer unless C4_SKIP_SANITIZERS=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh
+scripts/build.sh
+echo "[test] ctest (build/)"
+(cd build && ctest --output-on-failure -j2 --timeout 1200)
+if [ "${C4_SKIP_SANITIZERS:-0}" != "1" ]; then
+  echo "[test] ctest under ASan+UBSan (build-asan/)"
+  BUILD_DIR=build-asan BUILD_TYPE=Debug scripts/build.sh -DC4_SANITIZE=address,undefined -DC4_WITH_TORCH=OFF
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+     ctest --output-on-failure -j2 --timeout 1800 -LE nosan)
+fi

@@ -1,0 +1,309 @@
+// Communicator life cycle, groups, split, and errors: bad input gets a clear error before
+// anything is touched; ranks that disagree, die or abort make the others fail fast, never hang.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <atomic>
+#include <climits>
+#include <cstring>
+#include <thread>
+
+#include "tests/coll/coll_matrix.hpp"
+
+namespace c4test {
+namespace {
+
+using c4::Code;
+
+#define EXPECT_CODE(expr, code)                                           \
+  do {                                                                    \
+    c4::Status s_ = (expr);                                               \
+    EXPECT_EQ(s_.code(), code) << #expr << " -> " << s_.toString();       \
+    if (!s_.isOk()) EXPECT_STRNE(c4::lastError(nullptr), "") << #expr; \
+  } while (0)
+
+/// Sets an environment variable for the lifetime of the object (forked children inherit it).
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
+  ~ScopedEnv() { unsetenv(name.c_str()); }
+};
+
+TEST(Api, VersionAndErrorStrings) {
+  EXPECT_EQ(c4::version(), 22809);
+  EXPECT_STREQ(c4::codeName(Code::kInvalidArgument), "invalid argument");
+}
+
+TEST(Api, BadArgumentsAreRejectedBeforeAnythingIsTouched) {
+  c4::Comm* comm = nullptr;
+  c4::UniqueId id;
+  ASSERT_TRUE(c4::getUniqueId(&id).isOk());
+  ASSERT_TRUE(c4::commInitRank(&comm, 1, id, 0).isOk());
+  float buf[4] = {1, 2, 3, 4};
+  EXPECT_CODE(c4::allReduce(buf, buf, 4, c4::DataType::kFloat32, c4::RedOp::kSum, nullptr), Code::kInvalidArgument);
+  EXPECT_CODE(c4::allReduce(nullptr, buf, 4, c4::DataType::kFloat32, c4::RedOp::kSum, comm), Code::kInvalidArgument);
+  EXPECT_CODE(c4::allReduce(buf, nullptr, 4, c4::DataType::kFloat32, c4::RedOp::kSum, comm), Code::kInvalidArgument);
+  EXPECT_CODE(c4::allReduce(buf, buf, 4, static_cast<c4::DataType>(12), c4::RedOp::kSum, comm), Code::kInvalidArgument);
+  EXPECT_CODE(c4::allReduce(buf, buf, 4, static_cast<c4::DataType>(-1), c4::RedOp::kSum, comm), Code::kInvalidArgument);
+  EXPECT_CODE(c4::allReduce(buf, buf, 4, c4::DataType::kFloat32, static_cast<c4::RedOp>(5), comm),
+              Code::kInvalidArgument);
+  EXPECT_CODE(c4::allReduce(buf, buf, 4, c4::DataType::kFloat32, static_cast<c4::RedOp>(-3), comm),
+              Code::kInvalidArgument);
+  EXPECT_CODE(c4::allReduce(buf, buf, SIZE_MAX / 2, c4::DataType::kFloat32, c4::RedOp::kSum, comm),
+              Code::kInvalidArgument);
+  EXPECT_CODE(c4::broadcast(buf, buf, 4, c4::DataType::kFloat32, 1, comm), Code::kInvalidArgument);
+  EXPECT_CODE(c4::broadcast(buf, buf, 4, c4::DataType::kFloat32, -1, comm), Code::kInvalidArgument);
+  EXPECT_CODE(c4::reduce(buf, buf, 4, c4::DataType::kFloat32, c4::RedOp::kSum, 3, comm), Code::kInvalidArgument);
+  EXPECT_CODE(c4::send(buf, 4, c4::DataType::kFloat32, 1, comm), Code::kInvalidArgument);
+  EXPECT_CODE(c4::recv(buf, 4, c4::DataType::kFloat32, -2, comm), Code::kInvalidArgument);
+  EXPECT_CODE(c4::groupEnd(), Code::kInvalidUsage);
+  // PreMulSum created for float cannot be used with double.
+  c4::RedOp op;
+  float two = 2;
+  ASSERT_TRUE(c4::redOpCreatePreMulSum(&op, &two, c4::DataType::kFloat32, c4::ScalarResidence::kHostImmediate, comm).isOk());
+  double d[2] = {1, 2};
+  EXPECT_CODE(c4::allReduce(d, d, 2, c4::DataType::kFloat64, op, comm), Code::kInvalidArgument);
+  EXPECT_TRUE(c4::allReduce(buf, buf, 4, c4::DataType::kFloat32, op, comm).isOk());
+  EXPECT_EQ(buf[3], 8.0f);  // one rank: 4 * 2
+  EXPECT_TRUE(c4::redOpDestroy(op, comm).isOk());
+  EXPECT_CODE(c4::redOpDestroy(op, comm), Code::kInvalidArgument);
+  // Nothing was touched by the rejected calls.
+  EXPECT_EQ(buf[0], 2.0f);
+  // A rejected call inside a group fails the group, which then runs nothing.
+  ASSERT_TRUE(c4::groupStart().isOk());
+  EXPECT_CODE(c4::allReduce(buf, buf, 4, static_cast<c4::DataType>(99), c4::RedOp::kSum, comm), Code::kInvalidArgument);
+  EXPECT_CODE(c4::groupEnd(), Code::kInvalidArgument);
+  // Count 0 is a no-op, even with NULL buffers.
+  EXPECT_TRUE(c4::allReduce(nullptr, nullptr, 0, c4::DataType::kFloat32, c4::RedOp::kSum, comm).isOk());
+  int v = 0;
+  EXPECT_TRUE(c4::commCount(comm, &v).isOk());
+  EXPECT_EQ(v, 1);
+  EXPECT_TRUE(c4::commUserRank(comm, &v).isOk());
+  EXPECT_EQ(v, 0);
+  EXPECT_TRUE(c4::commCuDevice(comm, &v).isOk());
+  EXPECT_EQ(v, -1);
+  ASSERT_TRUE(c4::commDestroy(comm).isOk());
+  // Use after destroy is an error, not a crash.
+  EXPECT_CODE(c4::allReduce(buf, buf, 4, c4::DataType::kFloat32, c4::RedOp::kSum, comm), Code::kInvalidUsage);
+  EXPECT_CODE(c4::commCount(comm, &v), Code::kInvalidUsage);
+  EXPECT_CODE(c4::commInitRank(&comm, 2, id, 2), Code::kInvalidArgument);
+  EXPECT_CODE(c4::commInitRank(&comm, 0, id, 0), Code::kInvalidArgument);
+}
+
+TEST(Api, FinalizedCommunicatorRejectsWork) {
+  c4::Comm* comm = nullptr;
+  c4::UniqueId id;
+  ASSERT_TRUE(c4::getUniqueId(&id).isOk());
+  ASSERT_TRUE(c4::commInitRank(&comm, 1, id, 0).isOk());
+  ASSERT_TRUE(c4::commFinalize(comm).isOk());
+  float x = 1;
+  EXPECT_CODE(c4::allReduce(&x, &x, 1, c4::DataType::kFloat32, c4::RedOp::kSum, comm), Code::kInvalidUsage);
+  EXPECT_TRUE(c4::commDestroy(comm).isOk());
+}
+
+/// Runs one mismatching call pair on 2 ranks; both must fail quickly, one naming the difference.
+void expectMismatch(const std::function<c4::Status(int rank, c4::Comm*)>& call, const std::string& mustMention) {
+  ScopedEnv timeout("C4_TIMEOUT", "20");
+  int64_t t0 = monoMs();
+  auto outs = runForked(2, [&](int rank, int n, const c4::UniqueId& id) -> Failures {
+    c4::Comm* comm = nullptr;
+    c4::Status st = c4::commInitRank(&comm, n, id, rank);
+    if (!st.isOk()) return {"init: " + st.toString()};
+    st = call(rank, comm);
+    Failures f;
+    // Report the error text through the failure channel; "ok" would be a bug.
+    f.push_back(st.isOk() ? std::string("UNEXPECTED-OK") : st.message());
+    (void)c4::commAbort(comm);
+    return f;
+  }, 60);
+  int64_t ms = monoMs() - t0;
+  bool mentioned = false;
+  for (auto& o : outs) {
+    EXPECT_FALSE(o.detail.find("UNEXPECTED-OK") != std::string::npos) << "rank " << o.rank << " succeeded";
+    EXPECT_FALSE(o.detail.find("hung") != std::string::npos) << o.detail;
+    mentioned |= o.detail.find(mustMention) != std::string::npos;
+  }
+  EXPECT_TRUE(mentioned) << "no rank named the mismatch '" << mustMention << "':\n" << summarize(outs);
+  EXPECT_LT(ms, 20000) << "mismatch detection waited for the timeout instead of failing fast";
+}
+
+TEST(Mismatch, Count) {
+  expectMismatch([](int rank, c4::Comm* c) {
+    std::vector<float> b(4096, 1.0f);
+    return c4::allReduce(b.data(), b.data(), rank == 0 ? 1024 : 2048, c4::DataType::kFloat32, c4::RedOp::kSum, c);
+  }, "count 1024 vs 2048");
+}
+
+TEST(Mismatch, Datatype) {
+  expectMismatch([](int rank, c4::Comm* c) {
+    std::vector<float> b(4096, 1.0f);
+    return c4::allReduce(b.data(), b.data(), 1024, rank == 0 ? c4::DataType::kFloat32 : c4::DataType::kInt32,
+                         c4::RedOp::kSum, c);
+  }, "datatype");
+}
+
+TEST(Mismatch, Op) {
+  expectMismatch([](int rank, c4::Comm* c) {
+    std::vector<float> b(4096, 1.0f);
+    return c4::allReduce(b.data(), b.data(), 1024, c4::DataType::kFloat32, rank == 0 ? c4::RedOp::kSum : c4::RedOp::kMax,
+                         c);
+  }, "op sum vs max");
+}
+
+TEST(Mismatch, Root) {
+  expectMismatch([](int rank, c4::Comm* c) {
+    std::vector<float> b(4096, 1.0f);
+    return c4::broadcast(b.data(), b.data(), 1024, c4::DataType::kFloat32, rank, c);
+  }, "root");
+}
+
+TEST(Mismatch, Collective) {
+  expectMismatch([](int rank, c4::Comm* c) {
+    std::vector<float> b(8192, 1.0f);
+    if (rank == 0) return c4::allReduce(b.data(), b.data(), 1024, c4::DataType::kFloat32, c4::RedOp::kSum, c);
+    return c4::allGather(b.data(), b.data() + 2048, 512, c4::DataType::kFloat32, c);
+  }, "collective");
+}
+
+TEST(Failure, DeadPeerIsNamedNotAHang) {
+  ScopedEnv timeout("C4_TIMEOUT", "15");
+  int64_t t0 = monoMs();
+  auto outs = runForked(3, [](int rank, int n, const c4::UniqueId& id) -> Failures {
+    c4::Comm* comm = nullptr;
+    c4::Status st = c4::commInitRank(&comm, n, id, rank);
+    if (!st.isOk()) return {"init: " + st.toString()};
+    if (rank == 2) _exit(0);  // dies without a word
+    std::vector<float> b(1 << 20, 1.0f);
+    st = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+    Failures f{st.isOk() ? std::string("UNEXPECTED-OK") : st.message()};
+    (void)c4::commAbort(comm);
+    return f;
+  }, 60);
+  EXPECT_LT(monoMs() - t0, 40000);
+  for (int r = 0; r < 2; ++r) {
+    const std::string& d = outs[static_cast<size_t>(r)].detail;
+    EXPECT_EQ(d.find("UNEXPECTED-OK"), std::string::npos) << d;
+    EXPECT_EQ(d.find("hung"), std::string::npos) << d;
+  }
+  std::string all = outs[0].detail + outs[1].detail;
+  EXPECT_NE(all.find("rank 2"), std::string::npos) << "nobody named the dead rank:\n" << all;
+}
+
+TEST(Failure, AbortByOneRankFailsTheOthersFast) {
+  ScopedEnv timeout("C4_TIMEOUT", "30");
+  int64_t t0 = monoMs();
+  auto outs = runForked(2, [](int rank, int n, const c4::UniqueId& id) -> Failures {
+    c4::Comm* comm = nullptr;
+    c4::Status st = c4::commInitRank(&comm, n, id, rank);
+    if (!st.isOk()) return {"init: " + st.toString()};
+    if (rank == 1) {
+      (void)c4::commAbort(comm);
+      sleep(2);  // stay alive: the peer must learn of the abort, not of a death
+      return {};
+    }
+    std::vector<float> b(1 << 16, 1.0f);
+    st = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+    Failures f;
+    if (st.isOk()) f.push_back("UNEXPECTED-OK");
+    (void)c4::commAbort(comm);
+    return f;
+  }, 60);
+  EXPECT_LT(monoMs() - t0, 25000);
+  EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
+}
+
+TEST(Lifecycle, SplitByColorAndKey) {
+  auto outs = runForked(4, [](int rank, int n, const c4::UniqueId& id) -> Failures {
+    Failures f;
+    c4::Comm* comm = nullptr;
+    c4::Status st = c4::commInitRank(&comm, n, id, rank);
+    if (!st.isOk()) return {"init: " + st.toString()};
+    c4::Comm* sub = nullptr;
+    int color = rank == 3 ? -1 : rank % 2;
+    st = c4::commSplit(comm, color, -rank, &sub);
+    if (!st.isOk()) return {"split: " + st.toString()};
+    if (rank == 3) {
+      if (sub != nullptr) f.push_back("NOCOLOR rank got a communicator");
+    } else {
+      int sr = -1, sn = -1;
+      (void)c4::commUserRank(sub, &sr);
+      (void)c4::commCount(sub, &sn);
+      int expN = rank % 2 == 0 ? 2 : 1;           // color 0: ranks 0, 2; color 1: rank 1 (3 opted out)
+      int expR = rank == 0 ? 1 : 0;               // key -rank: rank 2 comes first
+      if (sn != expN || sr != expR) f.push_back("split rank/size " + std::to_string(sr) + "/" + std::to_string(sn));
+      float x = static_cast<float>(rank + 1);
+      st = c4::allReduce(&x, &x, 1, c4::DataType::kFloat32, c4::RedOp::kSum, sub);
+      float exp = rank % 2 == 0 ? 4.0f : 2.0f;
+      if (!st.isOk() || x != exp) f.push_back("sub allreduce: " + st.toString() + " got " + std::to_string(x));
+      (void)c4::commDestroy(sub);
+    }
+    // The parent still works.
+    float y = 1;
+    st = c4::allReduce(&y, &y, 1, c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+    if (!st.isOk() || y != 4.0f) f.push_back("parent allreduce after split: " + st.toString());
+    (void)c4::commDestroy(comm);
+    return f;
+  });
+  EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
+}
+
+TEST(Lifecycle, InitAllAndGroupAcrossCommunicatorsOfOneThread) {
+  const int n = 3;
+  c4::Comm* comms[n];
+  ASSERT_TRUE(c4::commInitAll(comms, n).isOk());
+  std::vector<std::vector<int32_t>> bufs(n, std::vector<int32_t>(100000));
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < bufs[r].size(); ++i) bufs[r][i] = static_cast<int32_t>(i % 100) * (r + 1);
+  // One thread drives all ranks: only a group can complete this.
+  ASSERT_TRUE(c4::groupStart().isOk());
+  for (int r = 0; r < n; ++r)
+    ASSERT_TRUE(c4::allReduce(bufs[r].data(), bufs[r].data(), bufs[r].size(), c4::DataType::kInt32, c4::RedOp::kSum,
+                              comms[r]).isOk());
+  ASSERT_TRUE(c4::groupEnd().isOk());
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < bufs[r].size(); i += 997) ASSERT_EQ(bufs[r][i], static_cast<int32_t>(i % 100) * 6);
+  for (int r = 0; r < n; ++r) ASSERT_TRUE(c4::commDestroy(comms[r]).isOk());
+}
+
+TEST(Lifecycle, InitRankInsideAGroup) {
+  c4::UniqueId id;
+  ASSERT_TRUE(c4::getUniqueId(&id).isOk());
+  c4::Comm* comms[2] = {nullptr, nullptr};
+  ASSERT_TRUE(c4::groupStart().isOk());
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(c4::commInitRank(&comms[r], 2, id, r).isOk());
+  ASSERT_TRUE(c4::groupEnd().isOk());
+  double a[3] = {1, 2, 3}, b[3] = {10, 20, 30};
+  ASSERT_TRUE(c4::groupStart().isOk());
+  ASSERT_TRUE(c4::allReduce(a, a, 3, c4::DataType::kFloat64, c4::RedOp::kMax, comms[0]).isOk());
+  ASSERT_TRUE(c4::allReduce(b, b, 3, c4::DataType::kFloat64, c4::RedOp::kMax, comms[1]).isOk());
+  ASSERT_TRUE(c4::groupEnd().isOk());
+  EXPECT_EQ(a[2], 30);
+  EXPECT_EQ(b[0], 10);
+  for (auto* c : comms) ASSERT_TRUE(c4::commDestroy(c).isOk());
+}
+
+TEST(Lifecycle, ManyCommunicatorsConcurrently) {
+  // Two independent communicators used at the same time by the same ranks (threads).
+  auto outs = runThreads(2, [](int rank, int n, const c4::UniqueId& id) -> Failures {
+    c4::Comm* a = nullptr;
+    c4::Status st = c4::commInitRank(&a, n, id, rank);
+    if (!st.isOk()) return {"init: " + st.toString()};
+    c4::Comm* b = nullptr;
+    st = c4::commSplit(a, 0, rank, &b);
+    if (!st.isOk()) return {"split: " + st.toString()};
+    Failures f;
+    for (int it = 0; it < 50; ++it) {
+      int64_t x = rank + it, y = 2 * rank;
+      if (!c4::allReduce(&x, &x, 1, c4::DataType::kInt64, c4::RedOp::kSum, a).isOk() ||
+          !c4::allReduce(&y, &y, 1, c4::DataType::kInt64, c4::RedOp::kSum, b).isOk() || x != 1 + 2 * it || y != 2)
+        f.push_back("iteration " + std::to_string(it));
+    }
+    (void)c4::commDestroy(b);
+    (void)c4::commDestroy(a);
+    return f;
+  });
+  EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
+}
+
+}  // namespace
+}  // namespace c4test

@@ -1,0 +1,272 @@
+#include "tests/coll/coll_matrix.hpp"
+
+#include <cstdio>
+
+namespace c4test {
+
+namespace {
+constexpr size_t kGuard = 64;
+constexpr unsigned char kGuardByte = 0xCD;
+constexpr unsigned char kPoison = 0xA5;
+
+/// A buffer with guard bytes on both sides, to catch writes outside the result.
+struct Guarded {
+  std::vector<unsigned char> mem;
+  size_t bytes = 0;
+  explicit Guarded(size_t b) : mem(b + 2 * kGuard, kGuardByte), bytes(b) { memset(data(), kPoison, b); }
+  unsigned char* data() { return mem.data() + kGuard; }
+  bool guardsIntact() const {
+    for (size_t i = 0; i < kGuard; ++i)
+      if (mem[i] != kGuardByte || mem[kGuard + bytes + i] != kGuardByte) return false;
+    return true;
+  }
+};
+
+bool reduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce; }
+}  // namespace
+
+std::string MatrixRunner::caseName(Coll coll, DataType dt, RedOp op, size_t count, bool inPlace, int root) const {
+  char buf[256];
+  snprintf(buf, sizeof(buf), "%s %s %s count=%zu %s root=%d nranks=%d", c4::collName(coll), c4::dataTypeName(dt),
+           reduces(coll) ? c4::redOpName(op) : "-", count, inPlace ? "in-place" : "out-of-place", root, n_);
+  return buf;
+}
+
+void MatrixRunner::fail(const std::string& what) {
+  if (++failCount_ <= 20) failures_.push_back(what);
+}
+
+bool MatrixRunner::runCase(Coll coll, DataType dt, RedOp op, size_t count, bool inPlace, int root) {
+  const size_t es = c4::dataTypeSize(dt);
+  const size_t n = static_cast<size_t>(n_);
+  const size_t r = static_cast<size_t>(rank_);
+  const std::string name = caseName(coll, dt, op, count, inPlace, root);
+
+  // PreMulSum: a per-rank scalar (1 or 2), created for this call.
+  std::vector<double> scalars(n, 1.0);
+  RedOp callOp = op;
+  bool premul = static_cast<int>(op) >= c4::kNumBuiltinOps;
+  if (premul) {
+    for (size_t k = 0; k < n; ++k) scalars[k] = static_cast<double>(k % 2 + 1);
+    unsigned char s[8];
+    storeValue(dt, s, scalars[r]);
+    c4::Status st = c4::redOpCreatePreMulSum(&callOp, s, dt, c4::ScalarResidence::kHostImmediate, comm_);
+    if (!st.isOk()) {
+      fail(name + ": redOpCreatePreMulSum: " + st.toString());
+      return false;
+    }
+  }
+  RedOp valueOp = premul ? RedOp::kSum : op;
+
+  size_t inElems = count, outElems = count;
+  switch (coll) {
+    case Coll::kAllGather: outElems = n * count; break;
+    case Coll::kReduceScatter: inElems = n * count; break;
+    case Coll::kAlltoAll: inElems = outElems = n * count; break;
+    case Coll::kGather: outElems = n * count; break;
+    case Coll::kScatter: inElems = n * count; break;
+    default: break;
+  }
+  Guarded in(inElems * es), out(outElems * es);
+  // Fill this rank's input.
+  if (reduces(coll)) {
+    for (size_t i = 0; i < inElems; ++i) {
+      size_t idx = coll == Coll::kReduceScatter ? i : i;
+      storeValue(dt, in.data() + i * es, inputValue(valueOp, dt, rank_, idx));
+    }
+  } else {
+    for (size_t j = 0; j < inElems * es; ++j) in.data()[j] = patternByte(rank_, j);
+  }
+  std::vector<unsigned char> inCopy(in.data(), in.data() + in.bytes);
+
+  const void* sendp = in.data();
+  void* recvp = out.data();
+  bool rooted = coll == Coll::kBroadcast || coll == Coll::kReduce || coll == Coll::kGather || coll == Coll::kScatter;
+  if (inPlace) {
+    switch (coll) {
+      case Coll::kAllReduce:
+      case Coll::kBroadcast:
+      case Coll::kReduce:
+      case Coll::kAlltoAll:
+        memcpy(out.data(), in.data(), in.bytes);
+        sendp = out.data();
+        break;
+      case Coll::kAllGather:
+        memcpy(out.data() + r * count * es, in.data(), in.bytes);
+        sendp = out.data() + r * count * es;
+        break;
+      case Coll::kReduceScatter:
+        // recvbuff = sendbuff + rank*count: the input lives in a buffer of its own here.
+        sendp = in.data();
+        recvp = in.data() + r * count * es;
+        break;
+      case Coll::kGather:
+        if (rank_ == root) {
+          memcpy(out.data() + r * count * es, in.data(), in.bytes);
+          sendp = out.data() + r * count * es;
+        }
+        break;
+      case Coll::kScatter:
+        if (rank_ == root) recvp = in.data() + r * count * es;
+        break;
+      default: break;
+    }
+  }
+  if (rooted && rank_ != root) {
+    // Only the root's buffer matters there: pass NULL to prove nobody touches it.
+    if (coll == Coll::kReduce || coll == Coll::kGather) recvp = nullptr;
+    if (coll == Coll::kBroadcast || coll == Coll::kScatter) sendp = nullptr;
+  }
+
+  c4::Status st;
+  switch (coll) {
+    case Coll::kAllReduce: st = c4::allReduce(sendp, recvp, count, dt, callOp, comm_); break;
+    case Coll::kAllGather: st = c4::allGather(sendp, recvp, count, dt, comm_); break;
+    case Coll::kBroadcast: st = c4::broadcast(sendp, recvp, count, dt, root, comm_); break;
+    case Coll::kReduceScatter: st = c4::reduceScatter(sendp, recvp, count, dt, callOp, comm_); break;
+    case Coll::kReduce: st = c4::reduce(sendp, recvp, count, dt, callOp, root, comm_); break;
+    case Coll::kAlltoAll: st = c4::alltoAll(sendp, recvp, count, dt, comm_); break;
+    case Coll::kGather: st = c4::gather(sendp, recvp, count, dt, root, comm_); break;
+    case Coll::kScatter: st = c4::scatter(sendp, recvp, count, dt, root, comm_); break;
+    case Coll::kSend: {
+      // Ring exchange plus a message to self, all in one group.
+      int next = (rank_ + 1) % n_, prev = (rank_ - 1 + n_) % n_;
+      Guarded self(count * es);
+      st = c4::groupStart();
+      if (st.isOk()) st = c4::send(in.data(), count, dt, next, comm_);
+      if (st.isOk()) st = c4::recv(out.data(), count, dt, prev, comm_);
+      if (st.isOk()) st = c4::send(in.data(), count, dt, rank_, comm_);
+      if (st.isOk()) st = c4::recv(self.data(), count, dt, rank_, comm_);
+      c4::Status end = c4::groupEnd();
+      if (st.isOk()) st = end;
+      if (st.isOk() && memcmp(self.data(), in.data(), count * es) != 0) fail(name + ": send to self: wrong data");
+      for (size_t j = 0; j < count * es && st.isOk(); ++j)
+        if (out.data()[j] != patternByte(prev, j)) {
+          fail(name + ": received wrong data from rank " + std::to_string(prev) + " at byte " + std::to_string(j));
+          break;
+        }
+      if (premul) (void)c4::redOpDestroy(callOp, comm_);
+      if (!st.isOk()) fail(name + ": " + st.toString());
+      return st.isOk();
+    }
+    default: break;
+  }
+  if (premul) {
+    c4::Status d = c4::redOpDestroy(callOp, comm_);
+    if (!d.isOk()) fail(name + ": redOpDestroy: " + d.toString());
+  }
+  if (!st.isOk()) {
+    fail(name + ": call failed: " + st.toString());
+    return false;
+  }
+  int before = failCount_;
+  if (!in.guardsIntact() || !out.guardsIntact()) fail(name + ": wrote outside its buffers");
+  if (!inPlace && memcmp(in.data(), inCopy.data(), in.bytes) != 0) fail(name + ": modified its input buffer");
+
+  // Expected result.
+  const unsigned char* res = static_cast<const unsigned char*>(recvp);
+  auto checkReduced = [&](const unsigned char* got, size_t elems, size_t baseIdx) {
+    double tol = (op == RedOp::kAvg || premul) ? tolerance(dt) : 0.0;
+    for (size_t i = 0; i < elems; ++i) {
+      double exp = reference(op, dt, n_, baseIdx + i, scalars);
+      double g = loadValue(dt, got + i * es);
+      bool ok = tol == 0 ? (g == exp) : std::fabs(g - exp) <= tol * std::max(1.0, std::fabs(exp));
+      if (!ok) {
+        char b[160];
+        snprintf(b, sizeof(b), ": element %zu is %.9g, expected %.9g", i, g, exp);
+        fail(name + b);
+        return;
+      }
+    }
+  };
+  auto checkBytes = [&](const unsigned char* got, size_t bytes, int srcRank, size_t srcOff, const char* what) {
+    for (size_t j = 0; j < bytes; ++j)
+      if (got[j] != patternByte(srcRank, srcOff + j)) {
+        fail(name + ": " + what + " from rank " + std::to_string(srcRank) + " wrong at byte " + std::to_string(j));
+        return;
+      }
+  };
+  switch (coll) {
+    case Coll::kAllReduce: checkReduced(res, count, 0); break;
+    case Coll::kReduceScatter: {
+      // Element i of my block is element r*count+i of every rank's input.
+      double tol = (op == RedOp::kAvg || premul) ? tolerance(dt) : 0.0;
+      for (size_t i = 0; i < count; ++i) {
+        double exp = reference(op, dt, n_, r * count + i, scalars);
+        double g = loadValue(dt, res + i * es);
+        bool ok = tol == 0 ? (g == exp) : std::fabs(g - exp) <= tol * std::max(1.0, std::fabs(exp));
+        if (!ok) {
+          char b[160];
+          snprintf(b, sizeof(b), ": element %zu is %.9g, expected %.9g", i, g, exp);
+          fail(name + b);
+          break;
+        }
+      }
+      break;
+    }
+    case Coll::kReduce:
+      if (rank_ == root) checkReduced(res, count, 0);
+      break;
+    case Coll::kAllGather:
+      for (int s = 0; s < n_; ++s) checkBytes(res + static_cast<size_t>(s) * count * es, count * es, s, 0, "block");
+      break;
+    case Coll::kBroadcast: checkBytes(res, count * es, root, 0, "data"); break;
+    case Coll::kAlltoAll:
+      for (int s = 0; s < n_; ++s)
+        checkBytes(res + static_cast<size_t>(s) * count * es, count * es, s, r * count * es, "block");
+      break;
+    case Coll::kGather:
+      if (rank_ == root)
+        for (int s = 0; s < n_; ++s) checkBytes(res + static_cast<size_t>(s) * count * es, count * es, s, 0, "block");
+      break;
+    case Coll::kScatter: checkBytes(res, count * es, root, r * count * es, "block"); break;
+    default: break;
+  }
+  return failCount_ == before;
+}
+
+Failures MatrixRunner::run(const MatrixOptions& opt) {
+  const Coll kReducing[] = {Coll::kAllReduce, Coll::kReduceScatter, Coll::kReduce};
+  const Coll kMoving[] = {Coll::kAllGather, Coll::kBroadcast, Coll::kAlltoAll,
+                          Coll::kGather,    Coll::kScatter,   Coll::kSend};
+  const RedOp kOps[] = {RedOp::kSum, RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kAvg,
+                        static_cast<RedOp>(c4::kNumBuiltinOps)};  // the last stands for "a PreMulSum op"
+  std::vector<int> roots{0};
+  if (n_ > 1) roots.push_back(n_ - 1);
+  if (n_ > 2) roots.push_back(n_ / 2);
+
+  for (size_t count : opt.counts) {
+    for (bool inPlace : {false, true}) {
+      for (DataType dt : kAllTypes) {
+        for (Coll c : kReducing)
+          for (RedOp op : kOps)
+            for (int root : (c == Coll::kReduce ? roots : std::vector<int>{0}))
+              if (!runCase(c, dt, op, count, inPlace, root) && failCount_ > 40) return failures_;
+        if (!opt.allTypesForMovement && dt != DataType::kFloat32 && dt != DataType::kInt8) continue;
+        for (Coll c : kMoving) {
+          bool rooted = c == Coll::kBroadcast || c == Coll::kGather || c == Coll::kScatter;
+          for (int root : (rooted ? roots : std::vector<int>{0}))
+            if (!runCase(c, dt, RedOp::kSum, count, inPlace, root) && failCount_ > 40) return failures_;
+        }
+      }
+    }
+  }
+  // One large size: every type with sum, every op with float and int32, movement with float.
+  if (opt.bigBytes > 0) {
+    for (DataType dt : kAllTypes) {
+      size_t count = opt.bigBytes / c4::dataTypeSize(dt) + 3;
+      for (Coll c : kReducing)
+        for (RedOp op : kOps) {
+          bool wide = dt == DataType::kFloat32 || dt == DataType::kInt32;
+          if (op != RedOp::kSum && !wide) continue;
+          runCase(c, dt, op, count, /*inPlace=*/op == RedOp::kMax, c == Coll::kReduce ? n_ - 1 : 0);
+        }
+      if (dt == DataType::kFloat32)
+        for (Coll c : kMoving) runCase(c, dt, RedOp::kSum, count / static_cast<size_t>(n_) + 1, false, n_ > 1 ? 1 : 0);
+    }
+  }
+  if (failCount_ > 20) failures_.push_back("... and " + std::to_string(failCount_ - 20) + " more failures");
+  return failures_;
+}
+
+}  // namespace c4test

@@ -1,0 +1,150 @@
+// Multi-rank test harnesses: ranks as forked processes (real processes, real shared memory and
+// sockets) or as threads of this process. A rank body returns a list of failure descriptions; the
+// harness collects them so the test prints what went wrong on which rank.
+#pragma once
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "c4comm/c4comm.hpp"
+
+namespace c4test {
+
+/// Failures of one rank (empty: passed).
+using Failures = std::vector<std::string>;
+using RankBody = std::function<Failures(int rank, int nranks, const c4::UniqueId& id)>;
+
+struct RankOutcome {
+  int rank = 0;
+  bool crashed = false;  // killed by a signal, hung past the deadline, or exited non-zero
+  std::string detail;    // failures or the reason for a crash
+};
+
+inline int64_t monoMs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+/// Runs `body` in `n` forked processes. A rank that has not exited after `timeoutSec` is killed
+/// and reported as hung (a test must never hang the suite).
+inline std::vector<RankOutcome> runForked(int n, const RankBody& body, int timeoutSec = 240) {
+  c4::UniqueId id;
+  std::vector<RankOutcome> out(static_cast<size_t>(n));
+  if (!c4::getUniqueId(&id).isOk()) {
+    out[0].crashed = true;
+    out[0].detail = "getUniqueId failed";
+    return out;
+  }
+  std::vector<pid_t> pids(static_cast<size_t>(n));
+  std::vector<int> fds(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    int p[2];
+    if (pipe(p) != 0) abort();
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(p[0]);
+      Failures f = body(r, n, id);
+      std::string text;
+      for (const auto& s : f) text += s + "\n";
+      size_t off = 0;
+      while (off < text.size()) {
+        ssize_t k = write(p[1], text.data() + off, text.size() - off);
+        if (k <= 0) break;
+        off += static_cast<size_t>(k);
+      }
+      close(p[1]);
+      _exit(f.empty() ? 0 : 1);
+    }
+    close(p[1]);
+    pids[static_cast<size_t>(r)] = pid;
+    fds[static_cast<size_t>(r)] = p[0];
+  }
+  // Drain the pipes while waiting so a chatty rank never blocks on a full pipe.
+  int64_t deadline = monoMs() + static_cast<int64_t>(timeoutSec) * 1000;
+  std::vector<bool> open(static_cast<size_t>(n), true);
+  int openCount = n;
+  while (openCount > 0 && monoMs() < deadline) {
+    std::vector<pollfd> pfds;
+    std::vector<int> which;
+    for (int r = 0; r < n; ++r)
+      if (open[static_cast<size_t>(r)]) {
+        pfds.push_back(pollfd{fds[static_cast<size_t>(r)], POLLIN, 0});
+        which.push_back(r);
+      }
+    if (poll(pfds.data(), pfds.size(), 200) <= 0) continue;
+    for (size_t i = 0; i < pfds.size(); ++i) {
+      if (!(pfds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      int r = which[i];
+      char buf[4096];
+      ssize_t k = read(fds[static_cast<size_t>(r)], buf, sizeof(buf));
+      if (k > 0) {
+        out[static_cast<size_t>(r)].detail.append(buf, static_cast<size_t>(k));
+      } else {
+        open[static_cast<size_t>(r)] = false;
+        --openCount;
+      }
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    RankOutcome& o = out[static_cast<size_t>(r)];
+    o.rank = r;
+    if (open[static_cast<size_t>(r)]) {
+      kill(pids[static_cast<size_t>(r)], SIGKILL);
+      o.crashed = true;
+      o.detail += "rank hung: killed after " + std::to_string(timeoutSec) + " s";
+    }
+    close(fds[static_cast<size_t>(r)]);
+    int status = 0;
+    waitpid(pids[static_cast<size_t>(r)], &status, 0);
+    if (WIFSIGNALED(status) && !o.crashed) {
+      o.crashed = true;
+      o.detail += std::string("rank killed by signal ") + strsignal(WTERMSIG(status));
+    } else if (WIFEXITED(status) && WEXITSTATUS(status) != 0 && o.detail.empty()) {
+      o.crashed = true;
+      o.detail = "rank exited with status " + std::to_string(WEXITSTATUS(status));
+    }
+  }
+  return out;
+}
+
+/// Runs `body` in `n` threads of this process.
+inline std::vector<RankOutcome> runThreads(int n, const RankBody& body) {
+  c4::UniqueId id;
+  std::vector<RankOutcome> out(static_cast<size_t>(n));
+  if (!c4::getUniqueId(&id).isOk()) {
+    out[0].crashed = true;
+    out[0].detail = "getUniqueId failed";
+    return out;
+  }
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      Failures f = body(r, n, id);
+      RankOutcome& o = out[static_cast<size_t>(r)];
+      o.rank = r;
+      for (const auto& s : f) o.detail += s + "\n";
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+/// Formats all outcomes; empty when every rank passed.
+inline std::string summarize(const std::vector<RankOutcome>& outs) {
+  std::string s;
+  for (const auto& o : outs)
+    if (o.crashed || !o.detail.empty()) s += "rank " + std::to_string(o.rank) + ":\n" + o.detail + "\n";
+  return s;
+}
+
+}  // namespace c4test

@@ -1,0 +1,982 @@
+// Shared-memory transport: see shm_transport.hpp for the overview and docs/shm-transport.md for
+// the design, the protocol and the measurements behind the defaults.
+#include "transports/shm/shm_transport.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "common/logging.hpp"
+#include "common/params.hpp"
+#include "common/status.hpp"
+
+namespace c4::transport {
+
+
+namespace {
+
+constexpr uint64_t kSegmentMagic = 0x63346d68735f7631ull;  // "c4shm_v1"
+constexpr uint64_t kProbeMagic = 0x70726f6265636d61ull;
+constexpr size_t kHeaderBytes = 4096;
+constexpr size_t kReasonBytes = 1024;
+constexpr size_t kSlotHeaderBytes = 64;
+// A channel starts with the receiver's control line, then a spare line so that the adjacent-line
+// prefetcher does not pull the control line into the sender's cache with the first slot.
+constexpr size_t kSlotsOffset = 128;
+constexpr size_t kPageBytes = 4096;
+constexpr int kYieldRounds = 16;
+
+// Slot kinds. A message is either kFirst followed by kNext pieces (data in the ring), or one
+// kSingle descriptor that the receiver answers by pulling from the sender's buffer.
+enum SlotKind : uint32_t { kFirst = 1, kNext = 2, kSingle = 3 };
+
+/// First page of every segment. Written by its owner; read by peers.
+struct SegmentHeader {
+  uint64_t magic;
+  int32_t pid;
+  int32_t rank;
+  int32_t nranks;
+  int32_t pad;
+  uint64_t slotBytes;
+  uint64_t numSlots;
+  uint32_t aborted;  // set (release) once reason is written
+  uint32_t closed;   // set (release) when the owner's transport is destroyed
+  char reason[kReasonBytes];
+};
+static_assert(sizeof(SegmentHeader) <= kHeaderBytes, "header must fit its page");
+
+/// Receiver-written control line of a channel.
+struct ChannelCtl {
+  uint64_t tail;        // slots consumed (released to the sender)
+  uint64_t singleDone;  // single-copy messages fully pulled (acknowledges the sender's buffer)
+};
+
+/// Header of one ring slot; the payload follows it.
+struct SlotHeader {
+  uint64_t flag;        // n + 1 once the slot holds the n-th piece of the channel; written last
+  uint64_t totalBytes;  // message size (kFirst, kSingle)
+  OpSig sig;            // (kFirst, kSingle)
+  uint32_t kind;        // SlotKind
+  uint32_t pieceBytes;  // payload bytes in this slot
+  uint64_t addr;        // sender's buffer address (kSingle)
+  uint64_t pad;
+};
+static_assert(sizeof(SlotHeader) == kSlotHeaderBytes, "slot header is one cache line");
+
+template <class T>
+T loadAcquire(const T* p) {
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+template <class T>
+void storeRelease(T* p, T v) {
+  __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+
+int64_t nowMs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+/// One mapped segment. Ranks of one process share it through the registry, so a thread rank's
+/// view of a peer stays valid even if that peer's transport is destroyed first.
+struct Mapping {
+  void* base = nullptr;
+  size_t bytes = 0;
+  Mapping() = default;
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() {
+    if (base) munmap(base, bytes);
+  }
+  SegmentHeader* header() const { return static_cast<SegmentHeader*>(base); }
+  char* channel(int sender, size_t channelBytes) const {
+    return static_cast<char*>(base) + kHeaderBytes + static_cast<size_t>(sender) * channelBytes;
+  }
+};
+
+// Segments created in this process, by name (lets thread ranks share mappings without fds).
+std::mutex& registryMu() {
+  static auto* m = new std::mutex();
+  return *m;
+}
+std::map<std::string, std::weak_ptr<Mapping>>& registry() {
+  static auto* r = new std::map<std::string, std::weak_ptr<Mapping>>();
+  return *r;
+}
+
+std::atomic<int> gSpinRounds{1000};
+std::atomic<int> gMaxSleepUs{50};
+
+std::string segmentName(const std::string& tag, int rank) { return "/c4shm-" + tag + "-" + std::to_string(rank); }
+
+int openPidfd(int pid) {
+#ifdef SYS_pidfd_open
+  long fd = syscall(SYS_pidfd_open, pid, 0);
+  return fd < 0 ? -1 : static_cast<int>(fd);
+#else
+  return -1;
+#endif
+}
+
+/// What each rank publishes during setup (two rounds; unused fields are zero).
+struct SetupInfo {
+  uint64_t magic;
+  uint64_t probeAddr;
+  uint64_t slotBytes;
+  uint64_t numSlots;
+  int32_t pid;
+  int32_t created;  // round 1: segment created and mapped
+  int32_t mapped;   // round 2: every same-host peer's segment mapped
+  int32_t cmaOk;    // round 2: process_vm_readv from a peer process worked (or nothing to probe)
+};
+
+class ShmTransport;
+
+struct SendOp {
+  const char* buf;
+  size_t bytes;
+  OpSig sig;
+  Request* req;
+  size_t off;
+  bool started;
+  bool single;
+};
+
+struct RecvOp {
+  char* dst;
+  size_t bytes;
+  OpSig sig;
+  ReduceSpec red;
+  bool hasRed;
+  Request* req;
+  size_t off;
+  bool started;
+  bool single;
+  uint64_t addr;  // sender's buffer (single copy)
+};
+
+struct AckWait {
+  Request* req;
+  uint64_t index;  // completes once the receiver's singleDone reaches it
+};
+
+void completeRequest(Request* r) { r->state = Request::kDone; }
+void failRequest(Request* r, const Status& st) {
+  r->error = st;
+  r->state = Request::kFailed;
+}
+
+class ShmConnection final : public Connection {
+ public:
+  ShmConnection(ShmTransport* t, int peer, int peerPid, std::shared_ptr<Mapping> peerSeg, char* out, char* in);
+  ~ShmConnection() override {
+    if (pidfd_ >= 0) close(pidfd_);
+  }
+
+  int peer() const override { return peer_; }
+  Status isend(const void* buf, size_t bytes, const OpSig& sig, Request* req) override;
+  Status irecv(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) override;
+
+  bool pending() const { return !sends_.empty() || !acks_.empty() || !recvs_.empty(); }
+  /// One pass over both directions; true if anything moved. Failures break the connection.
+  bool progressOnce();
+  /// Called when a pass moved nothing while requests are pending: abort flags, liveness, timeout.
+  void checkStalled(int64_t now);
+  /// Fails every pending request with `st` and rejects later ones.
+  void fail(const Status& st);
+  const Status& broken() const { return broken_; }
+  bool inActiveList = false;
+
+ private:
+  char* slotAt(char* channel, uint64_t n) const;
+  bool progressSend();
+  bool progressRecv();
+  bool pullSingle(RecvOp& op);
+  Status matchError(const SlotHeader& h, const RecvOp& op) const;
+  Status protocolError(const char* what) const;
+  std::string peerText() const;
+  bool peerExited();
+
+  ShmTransport* t_;
+  int peer_;
+  int peerPid_;
+  bool samePid_;
+  int pidfd_ = -1;
+  std::shared_ptr<Mapping> peerSeg_;
+  SegmentHeader* peerHdr_;
+  ChannelCtl* outCtl_;  // in the peer's segment, written by the peer
+  char* out_;           // channel rank -> peer (in the peer's segment)
+  ChannelCtl* inCtl_;   // in our segment, written by us
+  char* in_;            // channel peer -> rank (in our segment)
+
+  // Send side.
+  uint64_t sent_ = 0;       // slots filled
+  uint64_t tailCache_ = 0;  // last seen outCtl_->tail
+  uint64_t singles_ = 0;    // single-copy descriptors posted
+  std::deque<SendOp> sends_;
+  std::deque<AckWait> acks_;
+  // Receive side.
+  uint64_t consumed_ = 0;    // slots consumed (mirrors inCtl_->tail)
+  uint64_t singleDone_ = 0;  // mirrors inCtl_->singleDone
+  std::deque<RecvOp> recvs_;
+
+  Status broken_;
+  int64_t stallSinceMs_ = 0;  // 0: not known to be stalled
+  int64_t lastLivenessMs_ = 0;
+};
+
+class ShmTransport final : public Transport {
+ public:
+  explicit ShmTransport(const Context& ctx);
+  ~ShmTransport() override;
+
+  const char* name() const override { return "shm"; }
+  Caps caps() const override;
+  bool canConnect(int peer) const override;
+  Status connect(int peer, Connection** out) override;
+  Status progress() override;
+  void abort(const std::string& reason) override;
+
+  Status setup();
+
+  // Shared with connections.
+  int rank() const { return rank_; }
+  uint64_t slotBytes() const { return slotBytes_; }
+  uint64_t numSlots() const { return numSlots_; }
+  size_t payloadBytes() const { return slotBytes_ - kSlotHeaderBytes; }
+  bool singleCopyTo(bool samePid) const { return singleCopy_ && (samePid || cmaOk_); }
+  size_t singleThreshold() const { return singleThreshold_; }
+  size_t cmaPiece() const { return cmaPiece_; }
+  size_t cmaChunk() const { return cmaChunk_; }
+  int64_t timeoutMs() const { return timeoutMs_; }
+  int64_t livenessMs() const { return livenessMs_; }
+  const char* hostname() const { return hostname_; }
+  const Status& abortStatus() const { return abortStatus_; }
+  char* staging();
+  void noteError(const Status& st) {
+    if (firstError_.isOk()) firstError_ = st;
+  }
+  void activate(ShmConnection* c) {
+    if (!c->inActiveList) {
+      c->inActiveList = true;
+      active_.push_back(c);
+    }
+  }
+
+ private:
+  int localRanks() const;
+
+  int rank_;
+  int nranks_;
+  std::string tag_;
+  std::vector<uint64_t> hostIds_;
+  Oob* oob_;
+  int64_t timeoutMs_;
+  int pid_;
+  char hostname_[64] = {0};
+
+  uint64_t slotBytes_;
+  uint64_t numSlots_;
+  size_t channelBytes_ = 0;
+  size_t segmentBytes_ = 0;
+  bool singleCopy_;
+  bool cmaOk_ = false;
+  size_t singleThreshold_;
+  size_t cmaPiece_;
+  size_t cmaChunk_;
+  int64_t livenessMs_;
+
+  std::string name_;
+  bool created_ = false;
+  bool unlinked_ = false;
+  std::shared_ptr<Mapping> own_;
+  std::vector<std::shared_ptr<Mapping>> segs_;  // by rank; null for other hosts
+  std::vector<int32_t> pids_;
+  std::vector<std::unique_ptr<ShmConnection>> conns_;
+  std::vector<ShmConnection*> active_;  // connections that may have pending requests
+  std::vector<char> staging_;
+  Status firstError_;
+  Status abortStatus_;
+  uint64_t probeWord_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// ShmConnection
+
+ShmConnection::ShmConnection(ShmTransport* t, int peer, int peerPid, std::shared_ptr<Mapping> peerSeg, char* out,
+                             char* in)
+    : t_(t),
+      peer_(peer),
+      peerPid_(peerPid),
+      samePid_(peerPid == getpid()),
+      peerSeg_(std::move(peerSeg)),
+      peerHdr_(peerSeg_->header()),
+      outCtl_(reinterpret_cast<ChannelCtl*>(out)),
+      out_(out),
+      inCtl_(reinterpret_cast<ChannelCtl*>(in)),
+      in_(in) {
+  // Resume where a previous connection object of this transport left off is impossible (one per
+  // peer for the transport's life), so both rings start at zero.
+  if (!samePid_) pidfd_ = openPidfd(peerPid_);
+}
+
+std::string ShmConnection::peerText() const {
+  return strFormat("rank %d (pid %d on %s)", peer_, peerPid_, t_->hostname());
+}
+
+char* ShmConnection::slotAt(char* channel, uint64_t n) const {
+  return channel + kSlotsOffset + (n % t_->numSlots()) * t_->slotBytes();
+}
+
+Status ShmConnection::isend(const void* buf, size_t bytes, const OpSig& sig, Request* req) {
+  req->state = Request::kPending;
+  req->error = Status();
+  const Status& ab = t_->abortStatus();
+  const Status& st = !ab.isOk() ? ab : broken_;
+  if (!st.isOk()) {
+    failRequest(req, st);
+    return st;
+  }
+  if (bytes > 0 && buf == nullptr) {
+    Status e = makeError(Code::kInvalidArgument, "shm: isend of %zu bytes to rank %d with a null buffer", bytes, peer_);
+    failRequest(req, e);
+    return e;
+  }
+  bool single = bytes > t_->singleThreshold() && t_->singleCopyTo(samePid_);
+  sends_.push_back(SendOp{static_cast<const char*>(buf), bytes, sig, req, 0, false, single});
+  t_->activate(this);
+  return Status::ok();
+}
+
+Status ShmConnection::irecv(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) {
+  req->state = Request::kPending;
+  req->error = Status();
+  const Status& ab = t_->abortStatus();
+  const Status& st = !ab.isOk() ? ab : broken_;
+  if (!st.isOk()) {
+    failRequest(req, st);
+    return st;
+  }
+  Status e;
+  if (bytes > 0 && dst == nullptr) {
+    e = makeError(Code::kInvalidArgument, "shm: irecv of %zu bytes from rank %d with a null buffer", bytes, peer_);
+  } else if (red) {
+    size_t es = dataTypeSize(red->dtype);
+    if (es == 0 || bytes % es != 0 || (bytes > 0 && red->local == nullptr))
+      e = makeError(Code::kInvalidArgument,
+                    "shm: irecv with reduction from rank %d: %zu bytes is not a whole number of %zu-byte elements "
+                    "or local is null",
+                    peer_, bytes, es);
+  }
+  if (!e.isOk()) {
+    failRequest(req, e);
+    return e;
+  }
+  RecvOp op{static_cast<char*>(dst), bytes, sig, red ? *red : ReduceSpec{}, red != nullptr, req, 0, false, false, 0};
+  recvs_.push_back(op);
+  t_->activate(this);
+  return Status::ok();
+}
+
+bool ShmConnection::progressSend() {
+  bool moved = false;
+  const uint64_t slots = t_->numSlots();
+  const size_t payload = t_->payloadBytes();
+  while (!sends_.empty()) {
+    if (sent_ - tailCache_ >= slots) {
+      tailCache_ = loadAcquire(&outCtl_->tail);
+      if (sent_ - tailCache_ >= slots) break;
+    }
+    SendOp& op = sends_.front();
+    auto* h = reinterpret_cast<SlotHeader*>(slotAt(out_, sent_));
+    if (op.single) {
+      h->totalBytes = op.bytes;
+      h->sig = op.sig;
+      h->kind = kSingle;
+      h->pieceBytes = 0;
+      h->addr = reinterpret_cast<uint64_t>(op.buf);
+      storeRelease(&h->flag, ++sent_);
+      acks_.push_back(AckWait{op.req, ++singles_});
+      sends_.pop_front();
+      moved = true;
+      continue;
+    }
+    size_t n = std::min(payload, op.bytes - op.off);
+    if (!op.started) {
+      h->totalBytes = op.bytes;
+      h->sig = op.sig;
+      h->kind = kFirst;
+      op.started = true;
+    } else {
+      h->kind = kNext;
+    }
+    h->pieceBytes = static_cast<uint32_t>(n);
+    if (n) memcpy(reinterpret_cast<char*>(h) + kSlotHeaderBytes, op.buf + op.off, n);
+    storeRelease(&h->flag, ++sent_);
+    op.off += n;
+    moved = true;
+    if (op.off == op.bytes) {
+      completeRequest(op.req);  // eager: the data now lives in the peer's ring
+      sends_.pop_front();
+    }
+  }
+  if (!acks_.empty()) {
+    uint64_t done = loadAcquire(&outCtl_->singleDone);
+    while (!acks_.empty() && acks_.front().index <= done) {
+      completeRequest(acks_.front().req);
+      acks_.pop_front();
+      moved = true;
+    }
+  }
+  return moved;
+}
+
+Status ShmConnection::protocolError(const char* what) const {
+  Status st = makeError(Code::kInvalidUsage, "shm: protocol violation from %s to rank %d: %s", peerText().c_str(),
+                        t_->rank(), what);
+  C4_WARN(kLogShm, "%s", st.message().c_str());
+  return st;
+}
+
+Status ShmConnection::matchError(const SlotHeader& h, const RecvOp& op) const {
+  bool sigOk = sigMatches(h.sig, op.sig);
+  bool sizeOk = h.totalBytes == op.bytes;
+  if (sigOk && sizeOk) return Status::ok();
+  std::string what;
+  if (!sigOk)
+    what = strFormat("rank %d sent %s but rank %d expected %s (%s)", peer_, describeSig(h.sig).c_str(), t_->rank(),
+                     describeSig(op.sig).c_str(), diffSigs(h.sig, op.sig).c_str());
+  if (!sizeOk) {
+    if (!what.empty()) what += "; ";
+    what += strFormat("rank %d sent %llu bytes but rank %d expected %llu bytes", peer_,
+                      static_cast<unsigned long long>(h.totalBytes), t_->rank(),
+                      static_cast<unsigned long long>(op.bytes));
+  }
+  Status st = makeError(Code::kInvalidUsage, "shm: message from %s does not match the receive posted by rank %d: %s",
+                        peerText().c_str(), t_->rank(), what.c_str());
+  C4_WARN(kLogShm, "%s", st.message().c_str());
+  return st;
+}
+
+bool ShmConnection::pullSingle(RecvOp& op) {
+  const size_t es = op.hasRed ? dataTypeSize(op.red.dtype) : 1;
+  const size_t budget = t_->cmaChunk();
+  size_t done = 0;
+  while (op.off < op.bytes && done < budget) {
+    size_t n = std::min(op.bytes - op.off, op.hasRed ? t_->cmaPiece() : budget);
+    char* dst = op.dst + op.off;
+    const char* local = op.hasRed ? static_cast<const char*>(op.red.local) + op.off : nullptr;
+    if (samePid_) {
+      const char* src = reinterpret_cast<const char*>(op.addr) + op.off;
+      if (op.hasRed)
+        kernels::reduce(dst, local, src, n / es, op.red.dtype, op.red.op);
+      else
+        kernels::copy(dst, src, n);
+    } else {
+      char* to = op.hasRed ? t_->staging() : dst;
+      size_t got = 0;
+      while (got < n) {
+        iovec liov{to + got, n - got};
+        iovec riov{reinterpret_cast<void*>(op.addr + op.off + got), n - got};
+        ssize_t r = C4_SYSCALL_RETRY(process_vm_readv(peerPid_, &liov, 1, &riov, 1, 0));
+        if (r <= 0) {
+          int err = r < 0 ? errno : EIO;
+          Status st = makeError(Code::kRemoteError,
+                                "shm: rank %d could not read %zu bytes of a %zu-byte message from the buffer of %s "
+                                "(process_vm_readv: %s); the peer probably died or freed the buffer",
+                                t_->rank(), n - got, op.bytes, peerText().c_str(), strerror(err));
+          C4_WARN(kLogShm, "%s", st.message().c_str());
+          fail(st);
+          return false;
+        }
+        got += static_cast<size_t>(r);
+      }
+      if (op.hasRed) kernels::reduce(dst, local, to, n / es, op.red.dtype, op.red.op);
+    }
+    op.off += n;
+    done += n;
+  }
+  return true;
+}
+
+bool ShmConnection::progressRecv() {
+  bool moved = false;
+  const size_t payload = t_->payloadBytes();
+  while (!recvs_.empty()) {
+    RecvOp& op = recvs_.front();
+    if (!op.single) {
+      auto* h = reinterpret_cast<SlotHeader*>(slotAt(in_, consumed_));
+      if (loadAcquire(&h->flag) != consumed_ + 1) break;
+      if (!op.started) {
+        if (h->kind != kFirst && h->kind != kSingle) {
+          fail(protocolError("expected the first piece of a message"));
+          return true;
+        }
+        Status st = matchError(*h, op);
+        if (!st.isOk()) {
+          fail(st);
+          return true;
+        }
+        op.started = true;
+        if (h->kind == kSingle) {
+          op.single = true;
+          op.addr = h->addr;
+          storeRelease(&inCtl_->tail, ++consumed_);
+          moved = true;
+          continue;
+        }
+      } else if (h->kind != kNext) {
+        fail(protocolError("expected the next piece of a message"));
+        return true;
+      }
+      size_t n = h->pieceBytes;
+      if (n > payload || n > op.bytes - op.off || (n == 0 && op.bytes != 0)) {
+        fail(protocolError("piece size out of range"));
+        return true;
+      }
+      const char* src = reinterpret_cast<const char*>(h) + kSlotHeaderBytes;
+      if (n) {
+        if (op.hasRed)
+          kernels::reduce(op.dst + op.off, static_cast<const char*>(op.red.local) + op.off, src,
+                          n / dataTypeSize(op.red.dtype), op.red.dtype, op.red.op);
+        else
+          memcpy(op.dst + op.off, src, n);
+      }
+      op.off += n;
+      storeRelease(&inCtl_->tail, ++consumed_);
+      moved = true;
+    } else {
+      if (!pullSingle(op)) return true;
+      moved = true;
+      if (op.off < op.bytes) break;  // budget spent; other connections get their turn
+      storeRelease(&inCtl_->singleDone, ++singleDone_);
+    }
+    if (op.off == op.bytes) {
+      completeRequest(op.req);
+      recvs_.pop_front();
+    }
+  }
+  return moved;
+}
+
+bool ShmConnection::progressOnce() {
+  if (!broken_.isOk()) return false;
+  bool moved = progressSend();
+  if (broken_.isOk()) moved |= progressRecv();
+  if (moved) stallSinceMs_ = 0;
+  return moved;
+}
+
+bool ShmConnection::peerExited() {
+  if (samePid_) return false;
+  if (pidfd_ >= 0) {
+    pollfd p{pidfd_, POLLIN, 0};
+    int r = C4_SYSCALL_RETRY(poll(&p, 1, 0));
+    return r > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR));
+  }
+  if (kill(peerPid_, 0) == -1 && errno == ESRCH) return true;
+  // A zombie still answers kill(); /proc tells it apart.
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/stat", peerPid_);
+  int fd = C4_SYSCALL_RETRY(open(path, O_RDONLY | O_CLOEXEC));
+  if (fd < 0) return false;
+  char buf[512];
+  ssize_t r = C4_SYSCALL_RETRY(read(fd, buf, sizeof(buf) - 1));
+  close(fd);
+  if (r <= 0) return false;
+  buf[r] = 0;
+  const char* paren = strrchr(buf, ')');
+  return paren && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+void ShmConnection::checkStalled(int64_t now) {
+  if (!broken_.isOk() || !pending()) return;
+  if (stallSinceMs_ == 0) {
+    stallSinceMs_ = now;
+    lastLivenessMs_ = now;
+  }
+  size_t n = sends_.size() + acks_.size() + recvs_.size();
+  if (loadAcquire(&peerHdr_->aborted)) {
+    char reason[kReasonBytes];
+    memcpy(reason, peerHdr_->reason, sizeof(reason));
+    reason[sizeof(reason) - 1] = 0;
+    Status st = makeError(Code::kRemoteError, "shm: %s aborted (%s); rank %d fails %zu pending message(s) with it",
+                          peerText().c_str(), reason, t_->rank(), n);
+    C4_WARN(kLogShm, "%s", st.message().c_str());
+    fail(st);
+    return;
+  }
+  bool closed = loadAcquire(&peerHdr_->closed) != 0;
+  bool exited = false;
+  if (!closed && now - lastLivenessMs_ >= t_->livenessMs()) {
+    lastLivenessMs_ = now;
+    exited = peerExited();
+  }
+  if (closed || exited) {
+    // Everything the peer wrote before it went away is visible now: drain it before judging.
+    if (progressOnce() || !broken_.isOk()) return;
+    Status st = makeError(Code::kRemoteError, "shm: %s %s with %zu message(s) to or from rank %d pending",
+                          peerText().c_str(), closed ? "closed its transport" : "exited", n, t_->rank());
+    C4_WARN(kLogShm, "%s", st.message().c_str());
+    fail(st);
+    return;
+  }
+  if (now - stallSinceMs_ > t_->timeoutMs()) {
+    Status st = makeError(Code::kRemoteError,
+                          "shm: no progress for %lld ms on %zu pending message(s) between rank %d and %s "
+                          "(timeout C4_TIMEOUT=%lld ms)",
+                          static_cast<long long>(now - stallSinceMs_), n, t_->rank(), peerText().c_str(),
+                          static_cast<long long>(t_->timeoutMs()));
+    C4_WARN(kLogShm, "%s", st.message().c_str());
+    fail(st);
+  }
+}
+
+void ShmConnection::fail(const Status& st) {
+  if (broken_.isOk()) broken_ = st;
+  for (SendOp& op : sends_) failRequest(op.req, st);
+  for (AckWait& a : acks_) failRequest(a.req, st);
+  for (RecvOp& op : recvs_) failRequest(op.req, st);
+  sends_.clear();
+  acks_.clear();
+  recvs_.clear();
+  t_->noteError(broken_);
+}
+
+// ---------------------------------------------------------------------------------------------
+// ShmTransport
+
+ShmTransport::ShmTransport(const Context& ctx)
+    : rank_(ctx.rank),
+      nranks_(ctx.nranks),
+      tag_(ctx.commTag),
+      hostIds_(ctx.hostIds),
+      oob_(ctx.oob),
+      timeoutMs_(ctx.timeoutMs > 0 ? ctx.timeoutMs : 300000),
+      pid_(getpid()),
+      slotBytes_(static_cast<uint64_t>(paramShmSlotBytes())),
+      numSlots_(static_cast<uint64_t>(paramShmSlots())),
+      singleCopy_(paramShmCma() != 0),
+      singleThreshold_(static_cast<size_t>(std::max<int64_t>(0, paramShmCmaThreshold()))),
+      cmaPiece_(static_cast<size_t>(std::max<int64_t>(4096, paramShmCmaPiece())) & ~size_t{63}),
+      cmaChunk_(static_cast<size_t>(std::max<int64_t>(65536, paramShmCmaChunk())) & ~size_t{63}),
+      livenessMs_(std::max<int64_t>(1, paramShmLivenessMs())),
+      probeWord_(kProbeMagic ^ static_cast<uint64_t>(ctx.rank)) {
+  if (gethostname(hostname_, sizeof(hostname_) - 1) != 0) strcpy(hostname_, "?");
+  if (hostIds_.size() != static_cast<size_t>(nranks_)) hostIds_.assign(nranks_, 0);
+}
+
+ShmTransport::~ShmTransport() {
+  if (own_) storeRelease(&own_->header()->closed, 1u);
+  conns_.clear();
+  if (created_ && !unlinked_) shm_unlink(name_.c_str());
+  if (own_) {
+    std::lock_guard<std::mutex> g(registryMu());
+    auto it = registry().find(name_);
+    if (it != registry().end() && it->second.lock() == own_) registry().erase(it);
+  }
+}
+
+int ShmTransport::localRanks() const {
+  int n = 0;
+  for (int r = 0; r < nranks_; ++r) n += hostIds_[r] == hostIds_[rank_];
+  return n;
+}
+
+bool ShmTransport::canConnect(int peer) const {
+  return peer >= 0 && peer < nranks_ && hostIds_[peer] == hostIds_[rank_] && segs_.size() == size_t(nranks_) &&
+         segs_[peer] != nullptr;
+}
+
+Caps ShmTransport::caps() const {
+  Caps c;
+  c.latencyUs = 0.6;  // 8-byte one-way latency (docs/shm-transport.md)
+  c.bwGBps = singleCopy_ && cmaOk_ ? 8.0 : 4.0;
+  c.sameHostOnly = true;
+  c.deviceMemory = false;
+  return c;
+}
+
+char* ShmTransport::staging() {
+  if (staging_.size() < cmaPiece_) staging_.resize(cmaPiece_);
+  return staging_.data();
+}
+
+Status ShmTransport::setup() {
+  if (slotBytes_ < 2 * kSlotHeaderBytes || slotBytes_ % 64 != 0 || slotBytes_ > (64u << 20))
+    return makeError(Code::kInvalidArgument, "shm: C4_SHM_SLOT_BYTES=%llu must be a multiple of 64 in [128, 64M]",
+                     static_cast<unsigned long long>(slotBytes_));
+  if (numSlots_ < 2 || numSlots_ > 4096)
+    return makeError(Code::kInvalidArgument, "shm: C4_SHM_SLOTS=%llu must be in [2, 4096]",
+                     static_cast<unsigned long long>(numSlots_));
+  channelBytes_ = (kSlotsOffset + numSlots_ * slotBytes_ + kPageBytes - 1) / kPageBytes * kPageBytes;
+  segmentBytes_ = kHeaderBytes + static_cast<size_t>(nranks_) * channelBytes_;
+  name_ = segmentName(tag_, rank_);
+
+  // 1. Create our segment. Pages stay untouched (sparse) until a channel is used.
+  Status local;
+  int fd = C4_SYSCALL_RETRY(shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600));
+  if (fd < 0) {
+    local = sysError(strFormat("shm: rank %d: shm_open(%s)", rank_, name_.c_str()).c_str(), errno);
+  } else {
+    created_ = true;
+    void* base = MAP_FAILED;
+    if (C4_SYSCALL_RETRY(ftruncate(fd, static_cast<off_t>(segmentBytes_))) != 0) {
+      local = sysError(strFormat("shm: rank %d: ftruncate(%s, %zu)", rank_, name_.c_str(), segmentBytes_).c_str(),
+                       errno);
+    } else {
+      base = mmap(nullptr, segmentBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (base == MAP_FAILED) local = sysError(strFormat("shm: rank %d: mmap(%s)", rank_, name_.c_str()).c_str(), errno);
+    }
+    close(fd);
+    if (base != MAP_FAILED) {
+      own_ = std::make_shared<Mapping>();
+      own_->base = base;
+      own_->bytes = segmentBytes_;
+      SegmentHeader* h = own_->header();
+      h->pid = pid_;
+      h->rank = rank_;
+      h->nranks = nranks_;
+      h->slotBytes = slotBytes_;
+      h->numSlots = numSlots_;
+      storeRelease(&h->magic, kSegmentMagic);
+      std::lock_guard<std::mutex> g(registryMu());
+      registry()[name_] = own_;
+    }
+  }
+
+  // Setup is collective: every rank takes part in both rounds even after a local failure.
+  std::vector<SetupInfo> info(nranks_);
+  SetupInfo& mine = info[rank_];
+  memset(&mine, 0, sizeof(mine));
+  mine.magic = kSegmentMagic;
+  mine.probeAddr = reinterpret_cast<uint64_t>(&probeWord_);
+  mine.slotBytes = slotBytes_;
+  mine.numSlots = numSlots_;
+  mine.pid = pid_;
+  mine.created = local.isOk() ? 1 : 0;
+  Status st = oob_->allGather(info.data(), sizeof(SetupInfo));
+  if (!st.isOk()) return st;  // the destructor unlinks
+  pids_.resize(nranks_);
+  for (int r = 0; r < nranks_; ++r) pids_[r] = info[r].pid;
+
+  // 2. Map every same-host peer's segment now so that ours can be unlinked at the end of setup.
+  segs_.assign(nranks_, nullptr);
+  int cmaOk = 1;
+  bool probed = false;
+  if (local.isOk()) {
+    for (int r = 0; r < nranks_ && local.isOk(); ++r) {
+      if (hostIds_[r] != hostIds_[rank_]) continue;
+      if (r == rank_) {
+        segs_[r] = own_;
+        continue;
+      }
+      if (!info[r].created) {
+        local = makeError(Code::kRemoteError, "shm: rank %d (pid %d) could not create its segment", r, info[r].pid);
+        break;
+      }
+      if (info[r].slotBytes != slotBytes_ || info[r].numSlots != numSlots_) {
+        local = makeError(Code::kInvalidUsage,
+                          "shm: rank %d uses C4_SHM_SLOT_BYTES=%llu C4_SHM_SLOTS=%llu but rank %d uses %llu and %llu; "
+                          "set them alike on all ranks",
+                          r, static_cast<unsigned long long>(info[r].slotBytes),
+                          static_cast<unsigned long long>(info[r].numSlots), rank_,
+                          static_cast<unsigned long long>(slotBytes_), static_cast<unsigned long long>(numSlots_));
+        break;
+      }
+      std::string peerName = segmentName(tag_, r);
+      if (info[r].pid == pid_) {
+        std::lock_guard<std::mutex> g(registryMu());
+        auto it = registry().find(peerName);
+        if (it != registry().end()) segs_[r] = it->second.lock();
+        if (!segs_[r]) local = makeError(Code::kInternalError, "shm: rank %d's segment is not registered", r);
+        continue;
+      }
+      int pfd = C4_SYSCALL_RETRY(shm_open(peerName.c_str(), O_RDWR | O_CLOEXEC, 0));
+      if (pfd < 0) {
+        local = sysError(strFormat("shm: rank %d: shm_open(%s) of rank %d", rank_, peerName.c_str(), r).c_str(), errno);
+        break;
+      }
+      struct stat sb;
+      void* base = MAP_FAILED;
+      if (fstat(pfd, &sb) != 0 || static_cast<size_t>(sb.st_size) != segmentBytes_) {
+        local = makeError(Code::kInvalidUsage, "shm: rank %d's segment %s has an unexpected size", r, peerName.c_str());
+      } else {
+        base = mmap(nullptr, segmentBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
+        if (base == MAP_FAILED) local = sysError(strFormat("shm: mmap of rank %d's segment", r).c_str(), errno);
+      }
+      close(pfd);
+      if (base == MAP_FAILED) break;
+      auto m = std::make_shared<Mapping>();
+      m->base = base;
+      m->bytes = segmentBytes_;
+      SegmentHeader* h = m->header();
+      if (loadAcquire(&h->magic) != kSegmentMagic || h->pid != info[r].pid || h->rank != r) {
+        local = makeError(Code::kInvalidUsage, "shm: segment %s does not belong to rank %d (pid %d)", peerName.c_str(),
+                          r, info[r].pid);
+        break;
+      }
+      segs_[r] = std::move(m);
+      if (!probed) {
+        // One cross-process read tells whether CMA is permitted (seccomp, ptrace scope, namespaces).
+        probed = true;
+        uint64_t got = 0;
+        iovec liov{&got, sizeof(got)};
+        iovec riov{reinterpret_cast<void*>(info[r].probeAddr), sizeof(got)};
+        ssize_t n = C4_SYSCALL_RETRY(process_vm_readv(info[r].pid, &liov, 1, &riov, 1, 0));
+        if (n != static_cast<ssize_t>(sizeof(got)) || got != (kProbeMagic ^ static_cast<uint64_t>(r))) {
+          cmaOk = 0;
+          C4_INFO(kLogShm, "shm: rank %d cannot use CMA with rank %d (pid %d): %s; large messages use the ring", rank_,
+                  r, info[r].pid, n < 0 ? strerror(errno) : "unexpected data");
+        }
+      }
+    }
+  }
+
+  // 3. Second round: everyone has mapped everything (or failed); then our name can go.
+  std::vector<SetupInfo> info2(nranks_);
+  memset(info2.data(), 0, sizeof(SetupInfo) * nranks_);
+  info2[rank_].mapped = local.isOk() ? 1 : 0;
+  info2[rank_].cmaOk = cmaOk;
+  st = oob_->allGather(info2.data(), sizeof(SetupInfo));
+  if (created_ && !unlinked_) {
+    shm_unlink(name_.c_str());
+    unlinked_ = true;
+  }
+  if (!st.isOk()) return st;
+  if (!local.isOk()) {
+    C4_WARN(kLogShm, "%s", local.message().c_str());
+    return local;
+  }
+  cmaOk_ = true;
+  for (int r = 0; r < nranks_; ++r) {
+    if (hostIds_[r] != hostIds_[rank_]) continue;
+    if (!info2[r].mapped)
+      return makeError(Code::kRemoteError, "shm: setup failed on rank %d (pid %d); see its log", r, pids_[r]);
+    cmaOk_ = cmaOk_ && info2[r].cmaOk;
+  }
+  conns_.resize(nranks_);
+
+  int local_ = localRanks();
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
+  int64_t spin = paramShmSpin();
+  if (spin < 0) spin = local_ > cpus ? 0 : 1000;
+  gSpinRounds.store(static_cast<int>(spin), std::memory_order_relaxed);
+  gMaxSleepUs.store(static_cast<int>(std::max<int64_t>(1, paramShmSleepUs())), std::memory_order_relaxed);
+  C4_INFO(kLogShm,
+          "shm: rank %d ready: %d local ranks, %llu slots x %llu B, single copy %s (threshold %zu B), spin %lld", rank_,
+          local_, static_cast<unsigned long long>(numSlots_), static_cast<unsigned long long>(slotBytes_),
+          !singleCopy_ ? "off" : (cmaOk_ ? "cma" : "same-process only"), singleThreshold_,
+          static_cast<long long>(spin));
+  return Status::ok();
+}
+
+Status ShmTransport::connect(int peer, Connection** out) {
+  if (!canConnect(peer))
+    return makeError(Code::kInvalidArgument, "shm: rank %d cannot reach rank %d (not on this host or out of range)",
+                     rank_, peer);
+  if (!conns_[peer]) {
+    std::shared_ptr<Mapping> seg = segs_[peer];
+    conns_[peer] = std::make_unique<ShmConnection>(this, peer, pids_[peer], seg, seg->channel(rank_, channelBytes_),
+                                                   own_->channel(peer, channelBytes_));
+  }
+  *out = conns_[peer].get();
+  return Status::ok();
+}
+
+Status ShmTransport::progress() {
+  if (!abortStatus_.isOk()) return abortStatus_;
+  int64_t now = 0;
+  for (size_t i = 0; i < active_.size(); ++i) {
+    ShmConnection* c = active_[i];
+    if (!c->progressOnce() && c->pending()) {
+      if (now == 0) now = nowMs();
+      c->checkStalled(now);
+    }
+  }
+  // Drop connections with nothing pending (order does not matter).
+  for (size_t i = 0; i < active_.size();) {
+    if (!active_[i]->pending()) {
+      active_[i]->inActiveList = false;
+      active_[i] = active_.back();
+      active_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  return firstError_;
+}
+
+void ShmTransport::abort(const std::string& reason) {
+  if (abortStatus_.isOk())
+    abortStatus_ = makeError(Code::kRemoteError, "shm: rank %d aborted: %s", rank_, reason.c_str());
+  if (own_) {
+    SegmentHeader* h = own_->header();
+    if (!loadAcquire(&h->aborted)) {
+      size_t n = std::min(reason.size(), kReasonBytes - 1);
+      memcpy(h->reason, reason.data(), n);
+      h->reason[n] = 0;
+      storeRelease(&h->aborted, 1u);
+    }
+  }
+  for (auto& c : conns_)
+    if (c) c->fail(abortStatus_);
+}
+
+}  // namespace
+
+Status createShmTransport(const Context& ctx, std::unique_ptr<Transport>* out) {
+  if (!ctx.oob || ctx.nranks < 1 || ctx.rank < 0 || ctx.rank >= ctx.nranks || ctx.commTag.empty())
+    return makeError(Code::kInvalidArgument, "shm: bad context (rank %d of %d, tag '%s', oob %s)", ctx.rank,
+                     ctx.nranks, ctx.commTag.c_str(), ctx.oob ? "set" : "null");
+  auto t = std::make_unique<ShmTransport>(ctx);
+  C4_CHECK(t->setup());
+  *out = std::move(t);
+  return Status::ok();
+}
+
+void waitHint(int idleRounds) {
+  int spin = gSpinRounds.load(std::memory_order_relaxed);
+  if (idleRounds < spin) {
+    cpuRelax();
+    return;
+  }
+  if (idleRounds < spin + kYieldRounds) {
+    sched_yield();
+    return;
+  }
+  int k = std::min((idleRounds - spin - kYieldRounds) / 4, 16);
+  long us = std::min<long>(1L << k, gMaxSleepUs.load(std::memory_order_relaxed));
+  timespec ts{0, us * 1000};
+  while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
+  }
+}
+
+}  // namespace c4::transport

@@ -1,0 +1,50 @@
+// Shared-memory transport for ranks on the same host (see docs/shm-transport.md).
+//
+// Each rank owns one POSIX shared-memory segment holding a header (pid, abort/closed flags and
+// reason) and one inbound channel per possible sender. A channel is an SPSC ring of slots: small
+// messages are copied into slots (eager), large ones are announced by a descriptor and pulled by the
+// receiver with a single copy (process_vm_readv, or memcpy for a peer in the same process). Without
+// CMA, large messages stream through the ring (pipelined, numSlots-buffered).
+#pragma once
+
+#include <memory>
+
+#include "c4comm/status.hpp"
+#include "common/params.hpp"
+#include "transports/transport.hpp"
+
+namespace c4::transport {
+
+// Parameters (read once per createShmTransport; documented in docs/shm-transport.md).
+C4_PARAM_INT(ShmSlotBytes, "C4_SHM_SLOT_BYTES", nullptr, 32768,
+             "shm: bytes per ring slot including its 64-byte header (multiple of 64; same on all ranks)")
+C4_PARAM_INT(ShmSlots, "C4_SHM_SLOTS", nullptr, 8, "shm: slots per channel ring (same on all ranks)")
+C4_PARAM_INT(ShmCma, "C4_SHM_CMA", nullptr, 1,
+             "shm: 1 = single-copy large messages (CMA, or memcpy between ranks of one process); "
+             "0 = stream everything through the ring")
+C4_PARAM_INT(ShmCmaThreshold, "C4_SHM_CMA_THRESHOLD", nullptr, 65536,
+             "shm: messages larger than this many bytes use single copy")
+C4_PARAM_INT(ShmCmaPiece, "C4_SHM_CMA_PIECE", nullptr, 262144,
+             "shm: bytes pulled per staging piece when a single-copy receive reduces")
+C4_PARAM_INT(ShmCmaChunk, "C4_SHM_CMA_CHUNK", nullptr, 4194304,
+             "shm: bytes pulled per progress() call and connection by a single-copy receive without reduction")
+C4_PARAM_INT(ShmLivenessMs, "C4_SHM_LIVENESS_MS", nullptr, 100,
+             "shm: how often (ms) a stalled connection checks whether its peer process still exists")
+C4_PARAM_INT(ShmSpin, "C4_SHM_SPIN", nullptr, -1,
+             "shm: idle progress rounds spent spinning before yielding (-1: 1000, or 0 when local ranks "
+             "outnumber the CPUs)")
+C4_PARAM_INT(ShmSleepUs, "C4_SHM_SLEEP_US", nullptr, 50, "shm: longest sleep (us) in waitHint() when idle")
+
+/// Creates the shm transport for ctx.rank. Collective: every rank of the communicator must call it
+/// (it uses ctx.oob for two allGathers and a barrier). Creates this rank's segment in /dev/shm and
+/// maps every same-host peer's segment; all names are unlinked before it returns (also on failure),
+/// so nothing is left in /dev/shm even if a process is killed later. Blocking (setup only).
+Status createShmTransport(const Context& ctx, std::unique_ptr<Transport>* out);
+
+/// Back-off for a caller that polls Transport::progress(): call it after each round in which
+/// nothing completed, with the number of consecutive such rounds (reset to 0 after any progress).
+/// It spins (cpu pause) first, then sched_yield()s, then sleeps for growing intervals up to
+/// C4_SHM_SLEEP_US, so idle ranks do not starve busy ones when ranks outnumber cores. Thread-safe.
+void waitHint(int idleRounds);
+
+}  // namespace c4::transport
