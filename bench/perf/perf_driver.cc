@@ -18,33 +18,35 @@ namespace c4 {
 namespace perf {
 namespace {
 
-constexpr DataType kAllTypes[] = {DataType::kInt8,       DataType::kUint8,     DataType::kInt32,
-                                  DataType::kUint32,     DataType::kInt64,     DataType::kUint64,
-                                  DataType::kFloat16,    DataType::kFloat32,   DataType::kFloat64,
-                                  DataType::kBfloat16,   DataType::kFloat8e4m3, DataType::kFloat8e5m2};
+constexpr DataType kAllTypes[] = {DataType::kInt8,     DataType::kUint8,      DataType::kInt32,
+                                  DataType::kUint32,   DataType::kInt64,      DataType::kUint64,
+                                  DataType::kFloat16,  DataType::kFloat32,    DataType::kFloat64,
+                                  DataType::kBfloat16, DataType::kFloat8e4m3, DataType::kFloat8e5m2};
 constexpr RedOp kAllOps[] = {RedOp::kSum, RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kAvg};
-constexpr Coll kAllColls[] = {Coll::kAllReduce, Coll::kAllGather, Coll::kBroadcast,
-                              Coll::kReduceScatter, Coll::kReduce, Coll::kAlltoAll,
-                              Coll::kGather, Coll::kScatter, Coll::kSend};
+constexpr Coll kAllColls[] = {Coll::kAllReduce, Coll::kAllGather, Coll::kBroadcast, Coll::kReduceScatter, Coll::kReduce,
+                              Coll::kAlltoAll,  Coll::kGather,    Coll::kScatter,   Coll::kSend};
 
 // A size with an optional binary suffix (K, M, G), as nccl-tests parses it.
-bool parseSize(const std::string& s, size_t* out) {
-  char* end = nullptr;
+bool parseSize(const std::string &s, size_t *out) {
+  char *end = nullptr;
   errno = 0;
   double v = strtod(s.c_str(), &end);
   if (errno != 0 || end == s.c_str() || v < 0) return false;
   double unit = 1;
-  if (*end == 'K' || *end == 'k') unit = 1024.0, ++end;
-  else if (*end == 'M' || *end == 'm') unit = 1024.0 * 1024, ++end;
-  else if (*end == 'G' || *end == 'g') unit = 1024.0 * 1024 * 1024, ++end;
+  if (*end == 'K' || *end == 'k')
+    unit = 1024.0, ++end;
+  else if (*end == 'M' || *end == 'm')
+    unit = 1024.0 * 1024, ++end;
+  else if (*end == 'G' || *end == 'g')
+    unit = 1024.0 * 1024 * 1024, ++end;
   if (*end == 'B' || *end == 'b') ++end;
   if (*end != '\0') return false;
   *out = static_cast<size_t>(v * unit);
   return true;
 }
 
-bool parseInt(const std::string& s, int* out) {
-  char* end = nullptr;
+bool parseInt(const std::string &s, int *out) {
+  char *end = nullptr;
   errno = 0;
   long v = strtol(s.c_str(), &end, 0);
   if (errno != 0 || end == s.c_str() || *end != '\0') return false;
@@ -52,7 +54,7 @@ bool parseInt(const std::string& s, int* out) {
   return true;
 }
 
-bool parseTypeName(const std::string& s, DataType* dt) {
+bool parseTypeName(const std::string &s, DataType *dt) {
   for (DataType t : kAllTypes)
     if (s == typeName(t)) return *dt = t, true;
   // nccl-tests aliases.
@@ -65,19 +67,25 @@ bool parseTypeName(const std::string& s, DataType* dt) {
   return false;
 }
 
-// nccl-tests' column formatting: as many decimals as fit in `width`, else an exponent.
+// nccl-tests' column formatting: as many decimals as fit in `width`, else an
+// exponent.
 std::string formatFloat(double value, int width) {
   int digits = 0;
   for (double v = 1; value >= v && digits < 40; v *= 10) ++digits;
   char buf[64];
-  if (digits < width - 2) snprintf(buf, sizeof(buf), "%*.2f", width, value);
-  else if (digits < width - 1) snprintf(buf, sizeof(buf), "%*.1f", width, value);
-  else if (digits < width + 1) snprintf(buf, sizeof(buf), "%*.0f", width, value);
-  else snprintf(buf, sizeof(buf), "%*.1e", width, value);
+  if (digits < width - 2)
+    snprintf(buf, sizeof(buf), "%*.2f", width, value);
+  else if (digits < width - 1)
+    snprintf(buf, sizeof(buf), "%*.1f", width, value);
+  else if (digits < width + 1)
+    snprintf(buf, sizeof(buf), "%*.0f", width, value);
+  else
+    snprintf(buf, sizeof(buf), "%*.1e", width, value);
   return buf;
 }
 
-// Element counts of one call for a swept size, following nccl-tests' conventions.
+// Element counts of one call for a swept size, following nccl-tests'
+// conventions.
 struct Counts {
   size_t param;  // the count argument of the call
   size_t send;   // elements in the send buffer
@@ -88,20 +96,27 @@ Counts countsFor(Coll coll, size_t count, int n) {
   const size_t per = count / static_cast<size_t>(n);
   switch (coll) {
     case Coll::kAllGather:
-    case Coll::kGather: return {per, per, per * n};
+    case Coll::kGather:
+      return {per, per, per * n};
     case Coll::kReduceScatter:
-    case Coll::kScatter: return {per, per * n, per};
-    case Coll::kAlltoAll: return {per, per * n, per * n};
-    default: return {count, count, count};
+    case Coll::kScatter:
+      return {per, per * n, per};
+    case Coll::kAlltoAll:
+      return {per, per * n, per * n};
+    default:
+      return {count, count, count};
   }
 }
 
-// algbw counts the bytes of the whole result; busbw scales it to what one link carries.
-void bandwidth(Coll coll, size_t param, size_t ts, int n, double sec, double* algBw, double* busBw) {
+// algbw counts the bytes of the whole result; busbw scales it to what one link
+// carries.
+void bandwidth(Coll coll, size_t param, size_t ts, int n, double sec, double *algBw, double *busBw) {
   double bytes = static_cast<double>(param) * ts;
   double factor = 1;
   switch (coll) {
-    case Coll::kAllReduce: factor = 2.0 * (n - 1) / n; break;
+    case Coll::kAllReduce:
+      factor = 2.0 * (n - 1) / n;
+      break;
     case Coll::kAllGather:
     case Coll::kReduceScatter:
     case Coll::kAlltoAll:
@@ -110,7 +125,8 @@ void bandwidth(Coll coll, size_t param, size_t ts, int n, double sec, double* al
       bytes *= n;
       factor = static_cast<double>(n - 1) / n;
       break;
-    default: break;
+    default:
+      break;
   }
   *algBw = sec > 0 ? bytes / 1.0e9 / sec : 0;
   *busBw = *algBw * factor;
@@ -121,47 +137,48 @@ bool hasRoot(Coll coll) {
 }
 
 struct AlignedFree {
-  void operator()(void* p) const { free(p); }
+  void operator()(void *p) const { free(p); }
 };
 using Buffer = std::unique_ptr<char, AlignedFree>;
 
 Buffer allocBuffer(size_t bytes) {
-  void* p = nullptr;
+  void *p = nullptr;
   if (posix_memalign(&p, 4096, std::max<size_t>(bytes, 64)) != 0) return Buffer();
   memset(p, 0, std::max<size_t>(bytes, 64));  // fault the pages in before timing
-  return Buffer(static_cast<char*>(p));
+  return Buffer(static_cast<char *>(p));
 }
 
-// Where one call reads and writes, out of place or in place (nccl-tests' in-place layouts).
+// Where one call reads and writes, out of place or in place (nccl-tests'
+// in-place layouts).
 struct Layout {
-  char* send;
-  char* recv;
+  char *send;
+  char *recv;
 };
 
 class Sweep {
  public:
-  Sweep(const Options& o, const RunInfo& info, Backend& b, FILE* out)
+  Sweep(const Options &o, const RunInfo &info, Backend &b, FILE *out)
       : opts_(o), info_(info), be_(b), out_(out), rank_(b.rank()), n_(b.nranks()) {}
 
   int run();
 
  private:
-  Layout layout(bool inPlace, const Counts& c, size_t ts) const;
-  void initData(bool inPlace, const Counts& c, DataType dt, RedOp op, const Layout& l);
-  int64_t checkData(const Counts& c, DataType dt, RedOp op, const Layout& l);
-  Status runOnce(const Counts& c, DataType dt, RedOp op, const Layout& l);
+  Layout layout(bool inPlace, const Counts &c, size_t ts) const;
+  void initData(bool inPlace, const Counts &c, DataType dt, RedOp op, const Layout &l);
+  int64_t checkData(const Counts &c, DataType dt, RedOp op, const Layout &l);
+  Status runOnce(const Counts &c, DataType dt, RedOp op, const Layout &l);
   // Times one size and place; false on a failed call (already reported).
-  bool benchOne(bool inPlace, const Counts& c, DataType dt, RedOp op, double* usec, int64_t* wrong);
+  bool benchOne(bool inPlace, const Counts &c, DataType dt, RedOp op, double *usec, int64_t *wrong);
   bool testType(DataType dt, RedOp op);
   void printHeader();
-  void fail(const char* what, const Status& s) {
+  void fail(const char *what, const Status &s) {
     fprintf(stderr, "%s: rank %d: %s failed: %s\n", info_.program.c_str(), rank_, what, s.message().c_str());
   }
 
-  const Options& opts_;
-  const RunInfo& info_;
-  Backend& be_;
-  FILE* out_;
+  const Options &opts_;
+  const RunInfo &info_;
+  Backend &be_;
+  FILE *out_;
   int rank_;
   int n_;
   int root_ = 0;
@@ -171,40 +188,50 @@ class Sweep {
   int failedTests_ = 0;
 };
 
-Layout Sweep::layout(bool inPlace, const Counts& c, size_t ts) const {
+Layout Sweep::layout(bool inPlace, const Counts &c, size_t ts) const {
   if (!inPlace) return {sendBuf_.get(), recvBuf_.get()};
-  char* buf = recvBuf_.get();
-  char* mine = buf + static_cast<size_t>(rank_) * c.param * ts;
+  char *buf = recvBuf_.get();
+  char *mine = buf + static_cast<size_t>(rank_) * c.param * ts;
   switch (opts_.coll) {
     case Coll::kAllGather:
-    case Coll::kGather: return {mine, buf};
+    case Coll::kGather:
+      return {mine, buf};
     case Coll::kReduceScatter:
-    case Coll::kScatter: return {buf, mine};
-    default: return {buf, buf};
+    case Coll::kScatter:
+      return {buf, mine};
+    default:
+      return {buf, buf};
   }
 }
 
-void Sweep::initData(bool inPlace, const Counts& c, DataType dt, RedOp op, const Layout& l) {
+void Sweep::initData(bool inPlace, const Counts &c, DataType dt, RedOp op, const Layout &l) {
   const size_t ts = dataTypeSize(dt);
   const bool red = collReduces(opts_.coll);
-  // A pattern no input produces, so output that was never written is counted as wrong.
+  // A pattern no input produces, so output that was never written is counted as
+  // wrong.
   memset(recvBuf_.get(), 0xA5, std::max(c.send, c.recv) * ts);
   if (!inPlace) memset(sendBuf_.get(), 0, c.send * ts);
   fillInput(dt, op, red, rank_, 0, n_, l.send, c.send);
 }
 
-int64_t Sweep::checkData(const Counts& c, DataType dt, RedOp op, const Layout& l) {
+int64_t Sweep::checkData(const Counts &c, DataType dt, RedOp op, const Layout &l) {
   const size_t ts = dataTypeSize(dt);
   const size_t p = c.param;
   const int prev = (rank_ + n_ - 1) % n_;
   int64_t wrong = 0;
   switch (opts_.coll) {
-    case Coll::kAllReduce: return countWrongReduced(dt, op, n_, 0, l.recv, p);
-    case Coll::kReduce: return rank_ == root_ ? countWrongReduced(dt, op, n_, 0, l.recv, p) : 0;
-    case Coll::kReduceScatter: return countWrongReduced(dt, op, n_, rank_ * p, l.recv, p);
-    case Coll::kBroadcast: return countWrongCopied(dt, root_, 0, n_, l.recv, p);
-    case Coll::kSend: return countWrongCopied(dt, prev, 0, n_, l.recv, p);
-    case Coll::kScatter: return countWrongCopied(dt, root_, rank_ * p, n_, l.recv, p);
+    case Coll::kAllReduce:
+      return countWrongReduced(dt, op, n_, 0, l.recv, p);
+    case Coll::kReduce:
+      return rank_ == root_ ? countWrongReduced(dt, op, n_, 0, l.recv, p) : 0;
+    case Coll::kReduceScatter:
+      return countWrongReduced(dt, op, n_, rank_ * p, l.recv, p);
+    case Coll::kBroadcast:
+      return countWrongCopied(dt, root_, 0, n_, l.recv, p);
+    case Coll::kSend:
+      return countWrongCopied(dt, prev, 0, n_, l.recv, p);
+    case Coll::kScatter:
+      return countWrongCopied(dt, root_, rank_ * p, n_, l.recv, p);
     case Coll::kAllGather:
       for (int r = 0; r < n_; ++r) wrong += countWrongCopied(dt, r, 0, n_, l.recv + r * p * ts, p);
       return wrong;
@@ -215,15 +242,16 @@ int64_t Sweep::checkData(const Counts& c, DataType dt, RedOp op, const Layout& l
     case Coll::kAlltoAll:
       for (int r = 0; r < n_; ++r) wrong += countWrongCopied(dt, r, rank_ * p, n_, l.recv + r * p * ts, p);
       return wrong;
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
-Status Sweep::runOnce(const Counts& c, DataType dt, RedOp op, const Layout& l) {
+Status Sweep::runOnce(const Counts &c, DataType dt, RedOp op, const Layout &l) {
   return be_.run(opts_.coll, l.send, l.recv, c.param, dt, op, root_);
 }
 
-bool Sweep::benchOne(bool inPlace, const Counts& c, DataType dt, RedOp op, double* usec, int64_t* wrong) {
+bool Sweep::benchOne(bool inPlace, const Counts &c, DataType dt, RedOp op, double *usec, int64_t *wrong) {
   const Layout l = layout(inPlace, c, dataTypeSize(dt));
   initData(inPlace, c, dt, op, l);
   for (int i = 0; i < opts_.warmup; ++i) {
@@ -245,8 +273,12 @@ bool Sweep::benchOne(bool inPlace, const Counts& c, DataType dt, RedOp op, doubl
       t = rank_ == 0 ? t : 0;
       s = be_.allReduceDouble(&t, ReduceMode::kSum);
       break;
-    case 2: s = be_.allReduceDouble(&t, ReduceMode::kMin); break;
-    case 3: s = be_.allReduceDouble(&t, ReduceMode::kMax); break;
+    case 2:
+      s = be_.allReduceDouble(&t, ReduceMode::kMin);
+      break;
+    case 3:
+      s = be_.allReduceDouble(&t, ReduceMode::kMax);
+      break;
     default:
       s = be_.allReduceDouble(&t, ReduceMode::kSum);
       t /= n_;
@@ -270,7 +302,7 @@ bool Sweep::benchOne(bool inPlace, const Counts& c, DataType dt, RedOp op, doubl
 bool Sweep::testType(DataType dt, RedOp op) {
   const size_t ts = dataTypeSize(dt);
   const bool red = collReduces(opts_.coll);
-  const char* opLabel = red ? opName(op) : "none";
+  const char *opLabel = red ? opName(op) : "none";
   const int rootLabel = hasRoot(opts_.coll) ? root_ : -1;
   for (size_t size = opts_.minBytes; size <= opts_.maxBytes;
        size = opts_.stepFactor > 1 ? size * opts_.stepFactor : size + opts_.stepBytes) {
@@ -319,15 +351,20 @@ void Sweep::printHeader() {
   fprintf(out_, "# Collective test starting: %s %s\n", info_.program.c_str(), collFlagName(opts_.coll));
   const bool factor = opts_.stepFactor > 1;
   fprintf(out_,
-          "# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: 1 "
+          "# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup "
+          "iters: %d iters: %d agg iters: 1 "
           "validation: %d graph: %d\n",
           opts_.minBytes, opts_.maxBytes, factor ? opts_.stepFactor : opts_.stepBytes, factor ? "factor" : "bytes",
           opts_.warmup, opts_.iters, opts_.check, opts_.graph);
   if (opts_.blocking)
-    fprintf(out_, "# Blocking Enabled: host collectives complete before returning (no extra barrier)\n");
+    fprintf(out_,
+            "# Blocking Enabled: host collectives complete before "
+            "returning (no extra barrier)\n");
   fprintf(out_, "# Library: %s\n", info_.library.c_str());
   if (info_.spawnMs >= 0)
-    fprintf(out_, "# Init time: %.1f ms for %d ranks (slowest rank; %.1f ms from spawn to all ranks ready)\n",
+    fprintf(out_,
+            "# Init time: %.1f ms for %d ranks (slowest rank; %.1f ms from "
+            "spawn to all ranks ready)\n",
             info_.initMs, n_, info_.spawnMs);
   else
     fprintf(out_, "# Init time: %.1f ms for %d ranks (slowest rank)\n", info_.initMs, n_);
@@ -338,8 +375,10 @@ void Sweep::printHeader() {
     fprintf(out_, "%s", mine);
   }
   fprintf(out_, "#\n");
-  fprintf(out_, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "",
-          "", "", "", "");
+  fprintf(out_,
+          "# %10s  %12s  %8s  %6s  %6s           out-of-place                  "
+          "     in-place          \n",
+          "", "", "", "", "");
   fprintf(out_, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n", "size", "count", "type",
           "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
   fprintf(out_, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n", "(B)", "(elements)", "", "",
@@ -351,7 +390,7 @@ int Sweep::run() {
   root_ = opts_.root;
   if (hasRoot(opts_.coll) && (root_ < 0 || root_ >= n_)) {
     if (rank_ == 0) fprintf(stderr, "%s: root %d out of range for %d ranks\n", info_.program.c_str(), root_, n_);
-    return 1;
+    return kExitFailed;
   }
   if (opts_.coll == Coll::kSend) root_ = -1;
   // Every layout stays within maxBytes (rounded up to whole 8-byte elements).
@@ -360,7 +399,7 @@ int Sweep::run() {
   recvBuf_ = allocBuffer(bytes);
   if (!sendBuf_ || !recvBuf_) {
     fprintf(stderr, "%s: rank %d: cannot allocate 2 x %zu bytes\n", info_.program.c_str(), rank_, bytes);
-    return 1;
+    return kExitFailed;
   }
   printHeader();
   const bool red = collReduces(opts_.coll);
@@ -372,7 +411,7 @@ int Sweep::run() {
         if (rank_ == 0) fprintf(out_, "# skipped %s %s: %s\n", typeName(dt), red ? opName(op) : "none", why.c_str());
         continue;
       }
-      if (!testType(dt, op)) return 1;
+      if (!testType(dt, op)) return kExitFailed;
     }
   }
   if (rank_ == 0) {
@@ -381,56 +420,83 @@ int Sweep::run() {
     fprintf(out_, "#\n# Collective test concluded: %s\n#\n", info_.program.c_str());
     fflush(out_);
   }
-  return failedTests_ ? 2 : 0;
+  return failedTests_ ? kExitWrong : kExitOk;
 }
 
 }  // namespace
 
-const char* typeName(DataType dt) {
+const char *typeName(DataType dt) {
   switch (dt) {
-    case DataType::kInt8: return "int8";
-    case DataType::kUint8: return "uint8";
-    case DataType::kInt32: return "int32";
-    case DataType::kUint32: return "uint32";
-    case DataType::kInt64: return "int64";
-    case DataType::kUint64: return "uint64";
-    case DataType::kFloat16: return "half";
-    case DataType::kFloat32: return "float";
-    case DataType::kFloat64: return "double";
-    case DataType::kBfloat16: return "bfloat16";
-    case DataType::kFloat8e4m3: return "f8e4m3";
-    case DataType::kFloat8e5m2: return "f8e5m2";
+    case DataType::kInt8:
+      return "int8";
+    case DataType::kUint8:
+      return "uint8";
+    case DataType::kInt32:
+      return "int32";
+    case DataType::kUint32:
+      return "uint32";
+    case DataType::kInt64:
+      return "int64";
+    case DataType::kUint64:
+      return "uint64";
+    case DataType::kFloat16:
+      return "half";
+    case DataType::kFloat32:
+      return "float";
+    case DataType::kFloat64:
+      return "double";
+    case DataType::kBfloat16:
+      return "bfloat16";
+    case DataType::kFloat8e4m3:
+      return "f8e4m3";
+    case DataType::kFloat8e5m2:
+      return "f8e5m2";
   }
   return "unknown";
 }
 
-const char* opName(RedOp op) {
+const char *opName(RedOp op) {
   switch (op) {
-    case RedOp::kSum: return "sum";
-    case RedOp::kProd: return "prod";
-    case RedOp::kMax: return "max";
-    case RedOp::kMin: return "min";
-    case RedOp::kAvg: return "avg";
+    case RedOp::kSum:
+      return "sum";
+    case RedOp::kProd:
+      return "prod";
+    case RedOp::kMax:
+      return "max";
+    case RedOp::kMin:
+      return "min";
+    case RedOp::kAvg:
+      return "avg";
   }
   return "unknown";
 }
 
-const char* collFlagName(Coll coll) {
+const char *collFlagName(Coll coll) {
   switch (coll) {
-    case Coll::kAllReduce: return "allreduce";
-    case Coll::kAllGather: return "allgather";
-    case Coll::kBroadcast: return "broadcast";
-    case Coll::kReduceScatter: return "reducescatter";
-    case Coll::kReduce: return "reduce";
-    case Coll::kAlltoAll: return "alltoall";
-    case Coll::kGather: return "gather";
-    case Coll::kScatter: return "scatter";
-    case Coll::kSend: return "sendrecv";
-    default: return "unknown";
+    case Coll::kAllReduce:
+      return "allreduce";
+    case Coll::kAllGather:
+      return "allgather";
+    case Coll::kBroadcast:
+      return "broadcast";
+    case Coll::kReduceScatter:
+      return "reducescatter";
+    case Coll::kReduce:
+      return "reduce";
+    case Coll::kAlltoAll:
+      return "alltoall";
+    case Coll::kGather:
+      return "gather";
+    case Coll::kScatter:
+      return "scatter";
+    case Coll::kSend:
+      return "sendrecv";
+    default:
+      return "unknown";
   }
 }
 
-bool parseColl(const std::string& s, Coll* coll) {
+bool parseColl(const std::string &s, Coll *coll) {
   std::string k;
   for (char ch : s)
     if (ch != '_' && ch != '-') k += static_cast<char>(tolower(static_cast<unsigned char>(ch)));
@@ -445,34 +511,43 @@ double nowSeconds() {
   return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
 }
 
-void printUsage(FILE* out, const char* prog) {
+void printUsage(FILE *out, const char *prog) {
   fprintf(out,
           "usage: %s [flags]   (nccl-tests flags; sizes take K/M/G suffixes)\n"
-          "  -C, --collective <name>   allreduce|allgather|broadcast|reducescatter|reduce|alltoall|gather|\n"
+          "  -C, --collective <name>   "
+          "allreduce|allgather|broadcast|reducescatter|reduce|alltoall|gather|\n"
           "                            scatter|sendrecv (default allreduce)\n"
           "  -b, --minbytes <size>     smallest size in bytes (default 32M)\n"
           "  -e, --maxbytes <size>     largest size in bytes (default 32M)\n"
           "  -i, --stepbytes <size>    add this between sizes (default 1M)\n"
-          "  -f, --stepfactor <n>      multiply by this between sizes (wins over -i)\n"
+          "  -f, --stepfactor <n>      multiply by this between sizes (wins over "
+          "-i)\n"
           "  -n, --iters <n>           timed iterations per size (default 20)\n"
-          "  -w, --warmup_iters <n>    untimed iterations before each timing (default 1)\n"
+          "  -w, --warmup_iters <n>    untimed iterations before each timing "
+          "(default 1)\n"
           "  -c, --check <0/1>         verify results (default 1)\n"
           "  -o, --op <op>             sum|prod|min|max|avg|all (default sum)\n"
-          "  -d, --datatype <type>     float|half|bfloat16|int8|uint8|int32|uint32|int64|uint64|double|\n"
+          "  -d, --datatype <type>     "
+          "float|half|bfloat16|int8|uint8|int32|uint32|int64|uint64|double|\n"
           "                            f8e4m3|f8e5m2|all (default float)\n"
-          "  -r, --root <rank>         root of broadcast/reduce/gather/scatter (default 0)\n"
-          "  -a, --average <0-3>       time across ranks: 0 rank 0, 1 average, 2 min, 3 max (default 1)\n"
+          "  -r, --root <rank>         root of broadcast/reduce/gather/scatter "
+          "(default 0)\n"
+          "  -a, --average <0-3>       time across ranks: 0 rank 0, 1 average, 2 "
+          "min, 3 max (default 1)\n"
           "  -z, --blocking <0/1>      accepted (host collectives always block)\n"
           "  -G, --cudagraph <n>       accepted (ignored on host memory)\n"
           "  -t, --nthreads / -g, --ngpus <1>   accepted when 1\n"
-          "  -np <N>                   spawn N local ranks (otherwise a launcher's ranks, or 1 rank)\n"
-          "  --list-params             print every c4comm parameter and exit (c4-perf)\n"
-          "  --gloo-algo <a>           ring|bcube|default allreduce algorithm (c4-peer-gloo)\n"
+          "  -np <N>                   spawn N local ranks (otherwise a launcher's "
+          "ranks, or 1 rank)\n"
+          "  --list-params             print every c4comm parameter and exit "
+          "(c4-perf)\n"
+          "  --gloo-algo <a>           ring|bcube|default allreduce algorithm "
+          "(c4-peer-gloo)\n"
           "  -h, --help                this text\n",
           prog);
 }
 
-bool parseOptions(int argc, char** argv, Options* o, bool* help, std::string* err) {
+bool parseOptions(int argc, char **argv, Options *o, bool *help, std::string *err) {
   *help = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -492,14 +567,14 @@ bool parseOptions(int argc, char** argv, Options* o, bool* help, std::string* er
       o->listParams = true;
       continue;
     }
-    auto need = [&](std::string* v) {
+    auto need = [&](std::string *v) {
       if (hasVal) return *v = val, true;
       if (i + 1 >= argc) return *err = "missing value for " + a, false;
       *v = argv[++i];
       return true;
     };
     std::string v;
-    auto is = [&](const char* s, const char* l) { return a == s || (l && a == l); };
+    auto is = [&](const char *s, const char *l) { return a == s || (l && a == l); };
     if (is("-b", "--minbytes") || is("-e", "--maxbytes") || is("-i", "--stepbytes")) {
       size_t sz;
       if (!need(&v)) return false;
@@ -508,20 +583,19 @@ bool parseOptions(int argc, char** argv, Options* o, bool* help, std::string* er
       continue;
     }
     struct IntFlag {
-      const char* s;
-      const char* l;
-      int* dst;
+      const char *s;
+      const char *l;
+      int *dst;
     };
     int stepFactor = -1, nthreads = 1, ngpus = 1, ignored = 0;
-    const IntFlag ints[] = {{"-f", "--stepfactor", &stepFactor}, {"-n", "--iters", &o->iters},
-                            {"-w", "--warmup_iters", &o->warmup},  {"-c", "--check", &o->check},
-                            {"-r", "--root", &o->root},            {"-a", "--average", &o->average},
-                            {"-z", "--blocking", &o->blocking},    {"-G", "--cudagraph", &o->graph},
-                            {"-t", "--nthreads", &nthreads},       {"-g", "--ngpus", &ngpus},
-                            {"-np", "--np", &o->np},               {"-m", "--agg_iters", &ignored},
-                            {"-p", "--parallel_init", &ignored},   {"-T", "--timeout", &ignored}};
+    const IntFlag ints[] = {
+        {"-f", "--stepfactor", &stepFactor}, {"-n", "--iters", &o->iters},     {"-w", "--warmup_iters", &o->warmup},
+        {"-c", "--check", &o->check},        {"-r", "--root", &o->root},       {"-a", "--average", &o->average},
+        {"-z", "--blocking", &o->blocking},  {"-G", "--cudagraph", &o->graph}, {"-t", "--nthreads", &nthreads},
+        {"-g", "--ngpus", &ngpus},           {"-np", "--np", &o->np},          {"-m", "--agg_iters", &ignored},
+        {"-p", "--parallel_init", &ignored}, {"-T", "--timeout", &ignored}};
     bool matched = false;
-    for (const IntFlag& f : ints) {
+    for (const IntFlag &f : ints) {
       if (!is(f.s, f.l)) continue;
       matched = true;
       if (!need(&v)) return false;
@@ -578,7 +652,7 @@ bool parseOptions(int argc, char** argv, Options* o, bool* help, std::string* er
   return true;
 }
 
-int spawnRanks(int n, const std::function<int(int rank)>& body, const std::function<void()>& afterFork) {
+int spawnRanks(int n, const std::function<int(int rank)> &body, const std::function<void()> &afterFork) {
   fflush(stdout);
   fflush(stderr);
   std::vector<pid_t> pids;
@@ -599,7 +673,8 @@ int spawnRanks(int n, const std::function<int(int rank)>& body, const std::funct
     pids.push_back(pid);
   }
   if (afterFork) afterFork();
-  int result = 0;
+  int result = kExitOk;
+  bool stopping = false;
   size_t alive = pids.size();
   while (alive > 0) {
     int status = 0;
@@ -614,8 +689,9 @@ int spawnRanks(int n, const std::function<int(int rank)>& body, const std::funct
     *it = -1;
     --alive;
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-    if (code != 0 && result == 0) {
-      result = code;
+    if (code != kExitOk && (result == kExitOk || result == kExitWrong)) result = code;
+    if (code != kExitOk && code != kExitWrong && !stopping) {
+      stopping = true;
       fprintf(stderr, "rank %d (pid %d) %s %d; stopping the other ranks\n", rank, static_cast<int>(pid),
               WIFEXITED(status) ? "exited with" : "was killed by signal", WIFEXITED(status) ? code : code - 128);
       for (pid_t p : pids)
@@ -625,7 +701,7 @@ int spawnRanks(int n, const std::function<int(int rank)>& body, const std::funct
   return result;
 }
 
-int runBenchmark(const Options& opts, const RunInfo& info, Backend& backend, FILE* out) {
+int runBenchmark(const Options &opts, const RunInfo &info, Backend &backend, FILE *out) {
   Sweep sweep(opts, info, backend, out);
   return sweep.run();
 }

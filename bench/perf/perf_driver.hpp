@@ -1,7 +1,8 @@
-// The shared driver of c4-perf and the peer benchmarks: nccl-tests flags, the size sweep, data
-// initialization and verification, timing, and the nccl-tests output table. A benchmark binary
-// supplies a Backend (c4comm, MPI or Gloo) that runs one collective; everything else is here, so
-// the three binaries print tables that compare line by line.
+// The shared driver of c4-perf and the peer benchmarks: nccl-tests flags, the
+// size sweep, data initialization and verification, timing, and the nccl-tests
+// output table. A benchmark binary supplies a Backend (c4comm, MPI or Gloo)
+// that runs one collective; everything else is here, so the three binaries
+// print tables that compare line by line.
 #pragma once
 
 #include <cstddef>
@@ -17,79 +18,93 @@
 namespace c4 {
 namespace perf {
 
-/// Command-line options (nccl-tests names and defaults, plus -C, -np and the extras below).
+/// Command-line options (nccl-tests names and defaults, plus -C, -np and the
+/// extras below).
 struct Options {
-  size_t minBytes = 32 << 20;  // -b
-  size_t maxBytes = 32 << 20;  // -e
-  size_t stepBytes = 1 << 20;  // -i
-  size_t stepFactor = 1;       // -f (>1 wins over -i)
-  int iters = 20;              // -n
-  int warmup = 1;              // -w
-  int check = 1;               // -c
-  std::vector<RedOp> ops{RedOp::kSum};         // -o
+  size_t minBytes = 32 << 20;                       // -b
+  size_t maxBytes = 32 << 20;                       // -e
+  size_t stepBytes = 1 << 20;                       // -i
+  size_t stepFactor = 1;                            // -f (>1 wins over -i)
+  int iters = 20;                                   // -n
+  int warmup = 1;                                   // -w
+  int check = 1;                                    // -c
+  std::vector<RedOp> ops{RedOp::kSum};              // -o
   std::vector<DataType> types{DataType::kFloat32};  // -d
-  int root = 0;      // -r
-  int average = 1;   // -a: 0 rank 0, 1 average, 2 min, 3 max over ranks
-  int blocking = 0;  // -z (accepted; host calls always block)
-  int graph = 0;     // -G (accepted; no CUDA graphs on host memory)
-  Coll coll = Coll::kAllReduce;  // -C
-  int np = 0;                    // -np: spawn this many local ranks (0: launcher or 1 rank)
-  bool listParams = false;       // --list-params
-  std::string glooAlgo = "default";  // --gloo-algo ring|bcube|default (c4-peer-gloo only)
+  int root = 0;                                     // -r
+  int average = 1;                                  // -a: 0 rank 0, 1 average, 2 min, 3 max over ranks
+  int blocking = 0;                                 // -z (accepted; host calls always block)
+  int graph = 0;                                    // -G (accepted; no CUDA graphs on host memory)
+  Coll coll = Coll::kAllReduce;                     // -C
+  int np = 0;                                       // -np: spawn this many local ranks (0: launcher or 1 rank)
+  bool listParams = false;                          // --list-params
+  std::string glooAlgo = "default";                 // --gloo-algo ring|bcube|default (c4-peer-gloo only)
 };
 
-/// Parses argv into *opts. Unknown flags and bad values fail with a message in *err. `--help`
-/// sets *help.
-bool parseOptions(int argc, char** argv, Options* opts, bool* help, std::string* err);
+/// Parses argv into *opts. Unknown flags and bad values fail with a message in
+/// *err. `--help` sets *help.
+bool parseOptions(int argc, char **argv, Options *opts, bool *help, std::string *err);
 /// The flag reference printed by --help.
-void printUsage(FILE* out, const char* prog);
+void printUsage(FILE *out, const char *prog);
 
 /// The collective named as -C accepts it ("allreduce", ...), and back.
-bool parseColl(const std::string& s, Coll* coll);
-const char* collFlagName(Coll coll);
-/// nccl-tests names ("float", "half", ..., "sum", ...), independent of libc4comm.
-const char* typeName(DataType dt);
-const char* opName(RedOp op);
+bool parseColl(const std::string &s, Coll *coll);
+const char *collFlagName(Coll coll);
+/// nccl-tests names ("float", "half", ..., "sum", ...), independent of
+/// libc4comm.
+const char *typeName(DataType dt);
+const char *opName(RedOp op);
 
 /// Reduction of one double over all ranks (used for times and error counts).
 enum class ReduceMode { kSum, kMin, kMax };
 
-/// One communication library as seen by the driver. All calls are collective over all ranks
-/// except unsupported().
+/// One communication library as seen by the driver. All calls are collective
+/// over all ranks except unsupported().
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual int rank() const = 0;
   virtual int nranks() const = 0;
-  /// Empty when (coll, dt, op) can run; otherwise why not (the sweep for it is skipped).
+  /// Empty when (coll, dt, op) can run; otherwise why not (the sweep for it is
+  /// skipped).
   virtual std::string unsupported(Coll coll, DataType dt, RedOp op) const { return ""; }
-  /// Runs one collective with nccl-tests' arguments: `count` is the per-call count (elements per
-  /// rank for allgather/gather/scatter/alltoall blocks and reducescatter results). For sendrecv
-  /// each rank sends to rank+1 and receives from rank-1. Blocks until done.
-  virtual Status run(Coll coll, const void* send, void* recv, size_t count, DataType dt, RedOp op, int root) = 0;
+  /// Runs one collective with nccl-tests' arguments: `count` is the per-call
+  /// count (elements per rank for allgather/gather/scatter/alltoall blocks and
+  /// reducescatter results). For sendrecv each rank sends to rank+1 and
+  /// receives from rank-1. Blocks until done.
+  virtual Status run(Coll coll, const void *send, void *recv, size_t count, DataType dt, RedOp op, int root) = 0;
   /// *v = reduction of *v over all ranks.
-  virtual Status allReduceDouble(double* v, ReduceMode mode) = 0;
+  virtual Status allReduceDouble(double *v, ReduceMode mode) = 0;
   /// Concatenates `bytes` from every rank into `all` (rank order).
-  virtual Status allGatherBytes(const void* mine, void* all, size_t bytes) = 0;
+  virtual Status allGatherBytes(const void *mine, void *all, size_t bytes) = 0;
 };
 
-/// Describes the run in the header (e.g. "c4comm 2.28.0", "Open MPI 4.1.4", "gloo ring").
+/// Describes the run in the header (e.g. "c4comm 2.28.0", "Open MPI 4.1.4",
+/// "gloo ring").
 struct RunInfo {
   std::string program;  // e.g. "c4-perf"
   std::string library;  // printed as "# Library: ..."
   double initMs = 0;    // max over ranks of the communicator init time
-  double spawnMs = -1;  // launch-to-ready time of all ranks when this program spawned them (-1: n/a)
+  double spawnMs = -1;  // launch-to-ready time of all ranks when this program
+                        // spawned them (-1: n/a)
 };
 
-/// Runs the sweep and prints the nccl-tests table on rank 0 to `out`. Returns the process exit
-/// code: 0 ok, 1 on a failed call (reported on stderr), 2 if any element was wrong.
-int runBenchmark(const Options& opts, const RunInfo& info, Backend& backend, FILE* out);
+/// Runs the sweep and prints the nccl-tests table on rank 0 to `out`. Returns
+/// the process exit code: kExitOk, kExitFailed on a failed call (reported on
+/// stderr), kExitWrong if any element was wrong.
+int runBenchmark(const Options &opts, const RunInfo &info, Backend &backend, FILE *out);
 
-/// Forks `n` processes; child r runs body(r) and exits with its result. The parent waits for all;
-/// when one fails it terminates the others (so a dead rank does not leave the rest hanging).
-/// `afterFork` runs in the parent once all children exist (e.g. to close pipe ends).
-/// Returns 0 when every child exited 0, else the first failing child's code (128+signal if killed).
-int spawnRanks(int n, const std::function<int(int rank)>& body, const std::function<void()>& afterFork = {});
+/// Exit codes of the benchmarks.
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;  // a call failed: the other ranks may be stuck
+constexpr int kExitWrong = 2;   // completed, but some results were wrong
+
+/// Forks `n` processes; child r runs body(r) and exits with its result. The
+/// parent waits for all; when one fails (any code but kExitOk and kExitWrong,
+/// or a signal) it terminates the others, so a dead rank does not leave the
+/// rest hanging. `afterFork` runs in the parent once all children exist (e.g.
+/// to close pipe ends). Returns 0 when every child exited 0, else the first
+/// failing child's code (128+signal if killed).
+int spawnRanks(int n, const std::function<int(int rank)> &body, const std::function<void()> &afterFork = {});
 
 /// Seconds from a monotonic clock.
 double nowSeconds();

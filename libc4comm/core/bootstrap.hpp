@@ -103,9 +103,10 @@ Status uniqueIdFromLaunch(const LaunchInfo& info, int64_t timeoutMs, UniqueId* i
 namespace detail {
 // Internal to the bootstrap (bootstrap.cc, launch_env.cc) and its tests; not for other layers.
 
-/// bootstrapGetUniqueId (random secret, interface-chosen address, ephemeral port) whose root also
-/// removes `rendezvousFile` once every rank joined or when it gives up.
-Status bootstrapGetUniqueIdRemoving(const std::string& rendezvousFile, UniqueId* id);
+/// Like bootstrapGetUniqueId but always on an ephemeral port of the chosen interface (ignores
+/// C4_COMM_ID: use it for ids made inside a job, e.g. commSplit, where a fixed port would clash).
+/// If `rendezvousFile` is not empty the root removes it once every rank joined or when it gives up.
+Status bootstrapEphemeralUniqueId(const std::string& rendezvousFile, UniqueId* id);
 /// The root address stored in `id` ("host:port"); kInvalidArgument if `id` is not a c4 UniqueId.
 Status uniqueIdRootAddress(const UniqueId& id, std::string* hostPort);
 /// Root threads of this process still serving (tests wait for 0 to check cleanup).

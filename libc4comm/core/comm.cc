@@ -325,9 +325,40 @@ Status Comm::prepareP2p(const std::vector<OpDesc>& ops, Prepared* p) {
   p->plan.steps.clear();
   p->plan.deps.clear();
   p->plan.sigs.clear();
+  // A send whose buffer overlaps a receive of the same batch (in-place exchange, as nccl-tests
+  // runs it) must not read data a receive already overwrote: single-copy peers pull from the
+  // sender's buffer at their own pace. Such sends go out of a snapshot in scratch.
+  auto overlapsRecv = [&ops](const OpDesc& s) {
+    const char* a = static_cast<const char*>(s.sendbuff);
+    size_t len = s.count * dataTypeSize(s.dtype);
+    for (const OpDesc& r : ops) {
+      if (r.coll != Coll::kRecv) continue;
+      const char* b = static_cast<const char*>(r.recvbuff);
+      size_t rl = r.count * dataTypeSize(r.dtype);
+      if (len && rl && a < b + rl && b < a + len) return true;
+    }
+    return false;
+  };
+  size_t snapBytes = 0;
+  for (const OpDesc& op : ops)
+    if (op.coll == Coll::kSend && overlapsRecv(op)) snapBytes += alignUp(op.count * dataTypeSize(op.dtype));
+  char* snap = nullptr;
+  if (snapBytes) {
+    snap = static_cast<char*>(scratch(snapBytes));
+    if (!snap) return makeError(Code::kSystemError, "rank %d: cannot allocate %zu bytes of scratch", rank, snapBytes);
+  }
+  std::vector<OpDesc> batch(ops);
+  for (OpDesc& op : batch) {
+    if (op.coll != Coll::kSend || !overlapsRecv(op)) continue;
+    size_t len = op.count * dataTypeSize(op.dtype);
+    kernels::copy(snap, op.sendbuff, len);
+    op.sendbuff = snap;
+    snap += alignUp(len);
+  }
+
   // Self sends pair with self receives in call order, as local copies.
   std::vector<const OpDesc*> selfSends, selfRecvs;
-  for (const OpDesc& op : ops) {
+  for (const OpDesc& op : batch) {
     OpSig sig;
     sig.count = op.count;
     sig.coll = static_cast<uint8_t>(op.coll);

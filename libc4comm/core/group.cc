@@ -1,12 +1,10 @@
 #include "core/group.hpp"
 
-#include <sched.h>
-#include <time.h>
-
 #include <memory>
 
 #include "common/logging.hpp"
 #include "common/status.hpp"
+#include "transports/shm/shm_transport.hpp"
 
 namespace c4 {
 
@@ -68,9 +66,6 @@ Status runGroupItems(std::vector<GroupItem>& items) {
     for (const OpDesc& op : it.ops)
       (op.coll == Coll::kSend || op.coll == Coll::kRecv ? lane->p2p : lane->colls).push_back(op);
   }
-  bool oversub = false;
-  for (Lane& l : lanes) oversub |= l.comm->oversubscribed;
-
   auto failAll = [&lanes](const Status& st) {
     for (Lane& l : lanes) l.comm->fail(st);
     return st;
@@ -98,17 +93,12 @@ Status runGroupItems(std::vector<GroupItem>& items) {
       }
     }
     if (allDone) break;
-    // Back-off: spin briefly for latency, then yield (ranks may outnumber cores), then sleep a
-    // little so a long wait for a slow peer does not burn a core.
+    // Back-off (spin, yield, then short sleeps) is the transport layer's, tuned to whether ranks
+    // outnumber cores on this host.
     if (progressed) {
       idle = 0;
-    } else if (++idle > (oversub ? 2 : 4000)) {
-      if (idle < 40000) {
-        sched_yield();
-      } else {
-        timespec ts{0, 50000};
-        nanosleep(&ts, nullptr);
-      }
+    } else {
+      transport::waitHint(++idle);
     }
   }
   return Status::ok();

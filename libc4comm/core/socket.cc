@@ -46,8 +46,7 @@ void SockAddr::setPort(uint16_t port) {
 }
 
 bool SockAddr::isLoopback() const {
-  if (family() == AF_INET)
-    return (ntohl(reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr.s_addr) >> 24) == 127;
+  if (family() == AF_INET) return (ntohl(reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr.s_addr) >> 24) == 127;
   if (family() == AF_INET6) {
     const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr;
     if (IN6_IS_ADDR_LOOPBACK(&a)) return true;
@@ -210,9 +209,9 @@ std::vector<NetIf> listInterfaces() {
     memcpy(&n.addr.storage, i->ifa_addr, n.addr.len);
     n.addr.setPort(0);
     if (i->ifa_netmask) {
-      const uint8_t* m = fam == AF_INET
-                             ? reinterpret_cast<const uint8_t*>(&reinterpret_cast<sockaddr_in*>(i->ifa_netmask)->sin_addr)
-                             : reinterpret_cast<sockaddr_in6*>(i->ifa_netmask)->sin6_addr.s6_addr;
+      const uint8_t* m =
+          fam == AF_INET ? reinterpret_cast<const uint8_t*>(&reinterpret_cast<sockaddr_in*>(i->ifa_netmask)->sin_addr)
+                         : reinterpret_cast<sockaddr_in6*>(i->ifa_netmask)->sin6_addr.s6_addr;
       int bytes = fam == AF_INET ? 4 : 16;
       for (int b = 0; b < bytes; ++b) n.prefixLen += __builtin_popcount(m[b]);
     }
@@ -244,8 +243,7 @@ bool ifNameMatches(const std::string& name, const std::string& spec) {
 namespace {
 
 bool isLinkLocal6(const SockAddr& a) {
-  return a.family() == AF_INET6 &&
-         IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6*>(&a.storage)->sin6_addr);
+  return a.family() == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6*>(&a.storage)->sin6_addr);
 }
 
 // Best address among `cands` (already filtered by name): IPv4, then routable IPv6, then link-local.
@@ -297,7 +295,8 @@ Status chooseInterface(const std::string& spec, const SockAddr* reach, NetIf* ou
       if (n.addr.isLoopback()) cands.push_back(&n);
     best = pickBest(cands);
   }
-  if (!best) return makeError(Code::kSystemError, "no usable network interface (interfaces: %s)", describe(ifs).c_str());
+  if (!best)
+    return makeError(Code::kSystemError, "no usable network interface (interfaces: %s)", describe(ifs).c_str());
   *out = *best;
   return Status::ok();
 }
@@ -317,9 +316,7 @@ bool aborted(int abortFd) {
   return C4_SYSCALL_RETRY(::poll(&p, 1, 0)) > 0;
 }
 
-Status abortedError(const std::string& what) {
-  return makeError(Code::kRemoteError, "%s: aborted", what.c_str());
-}
+Status abortedError(const std::string& what) { return makeError(Code::kRemoteError, "%s: aborted", what.c_str()); }
 
 // Waits until fd is ready for `events`, the deadline passes, or abortFd is readable.
 Status waitFd(int fd, short events, int64_t deadlineMs, int abortFd, const std::string& what, int64_t startMs) {
@@ -411,14 +408,14 @@ Status acceptSocket(int listenFd, Fd* out, SockAddr* peer) {
 Status readSome(int fd, void* data, size_t bytes, size_t* moved) {
   *moved = 0;
   if (bytes == 0) return Status::ok();
-  ssize_t n = C4_SYSCALL_RETRY(::recv(fd, data, bytes, 0));
+  ssize_t n = C4_SYSCALL_RETRY(::read(fd, data, bytes));  // read(): also works on pipes
   if (n > 0) {
     *moved = static_cast<size_t>(n);
     return Status::ok();
   }
   if (n == 0) return makeError(Code::kRemoteError, "connection closed by peer");
   if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::ok();
-  return makeError(Code::kRemoteError, "recv: %s", strerror(errno));
+  return makeError(Code::kRemoteError, "read: %s", strerror(errno));
 }
 
 Status writeSome(int fd, const void* data, size_t bytes, size_t* moved) {

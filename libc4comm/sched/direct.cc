@@ -35,7 +35,8 @@ void directAllReduce(Builder& b) {
   for (Range p : b.piecesOf(Range{0, count})) {
     for (int d = 1; d < n; ++d) b.send((r + d) % n, b.in(p));
     for (int d = 1; d < n; ++d) b.recv(mod(r - d, n), slot(mod(r - d, n), p));
-    orderedReduce(b, n, r, [&](int k) { return k == r ? b.in(p) : slot(k, p); }, b.out(p));
+    orderedReduce(
+        b, n, r, [&](int k) { return k == r ? b.in(p) : slot(k, p); }, b.out(p));
   }
 }
 
@@ -58,7 +59,8 @@ void directReduceScatter(Builder& b) {
   for (Range p : b.piecesOf(Range{0, count})) {
     for (int d = 1; d < n; ++d) b.send((r + d) % n, b.in(blk((r + d) % n, p)));
     for (int d = 1; d < n; ++d) b.recv(mod(r - d, n), slot(mod(r - d, n), p));
-    orderedReduce(b, n, r, [&](int k) { return k == r ? b.in(blk(r, p)) : slot(k, p); }, b.out(p));
+    orderedReduce(
+        b, n, r, [&](int k) { return k == r ? b.in(blk(r, p)) : slot(k, p); }, b.out(p));
   }
 }
 
@@ -85,7 +87,8 @@ void directReduce(Builder& b) {
       continue;
     }
     for (int d = 1; d < n; ++d) b.recv(mod(r - d, n), slot(mod(r - d, n), p));
-    orderedReduce(b, n, r, [&](int k) { return k == r ? b.in(p) : slot(k, p); }, b.out(p));
+    orderedReduce(
+        b, n, r, [&](int k) { return k == r ? b.in(p) : slot(k, p); }, b.out(p));
   }
 }
 

@@ -13,8 +13,7 @@ void ringAllReduce(Builder& b) {
   // hop computing out = in op incoming, so every element is reduced in one order.
   for (int k = 0; k < n - 1; ++k) {
     interleave(
-        b.piecesOf(seg(r - k)), b.piecesOf(seg(r - k - 1)),
-        [&](Range p) { b.send(next, k == 0 ? b.in(p) : b.out(p)); },
+        b.piecesOf(seg(r - k)), b.piecesOf(seg(r - k - 1)), [&](Range p) { b.send(next, k == 0 ? b.in(p) : b.out(p)); },
         [&](Range p) { b.recvReduce(prev, b.in(p), b.out(p)); });
   }
   // Allgather: rank r owns segment r+1 and forwards what it received one hop earlier.

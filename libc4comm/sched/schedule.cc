@@ -40,10 +40,14 @@ bool isRooted(Coll c) {
 
 const char* algoName(Algo a) {
   switch (a) {
-    case Algo::kRing: return "ring";
-    case Algo::kTree: return "tree";
-    case Algo::kRhd: return "rhd";
-    case Algo::kDirect: return "direct";
+    case Algo::kRing:
+      return "ring";
+    case Algo::kTree:
+      return "tree";
+    case Algo::kRhd:
+      return "rhd";
+    case Algo::kDirect:
+      return "direct";
   }
   return "unknown-algo";
 }
@@ -75,7 +79,8 @@ Result<Schedule> generate(Algo algo, const CollArgs& args) {
     return makeError(Code::kInvalidArgument, "schedule: rank %d out of range for %d ranks", args.rank, n);
   }
   const size_t esz = dataTypeSize(args.dtype);
-  if (esz == 0) return makeError(Code::kInvalidArgument, "schedule: invalid data type %d", static_cast<int>(args.dtype));
+  if (esz == 0)
+    return makeError(Code::kInvalidArgument, "schedule: invalid data type %d", static_cast<int>(args.dtype));
   if (isRooted(args.coll) && (args.root < 0 || args.root >= n)) {
     return makeError(Code::kInvalidArgument, "schedule: root %d out of range for %d ranks", args.root, n);
   }

@@ -12,7 +12,9 @@
 //  * Buffers: kInput is the caller's sendbuff, kOutput its recvbuff, kScratch a communicator-owned
 //    area of `scratchBytes`. In-place calls alias kInput and kOutput as NCCL defines (AllReduce,
 //    Broadcast, Reduce: same pointer; AllGather: input == output + rank*count; ReduceScatter:
-//    output == input + rank*count); a schedule must be correct both aliased and not. Non-root
+//    output == input + rank*count; Gather at the root: input == output + root*count; Scatter at the
+//    root: output == input + root*count); a schedule must be correct both aliased and not. AlltoAll
+//    is never given aliased buffers (the communicator works from a copy when the caller aliases). Non-root
 //    ranks never touch kOutput of Reduce/Gather nor kInput of Broadcast/Scatter (those pointers may
 //    be null there).
 //  * AllReduce results are bitwise identical on every rank (each element is reduced in one order).

@@ -52,12 +52,13 @@ struct SimOptions {
 
 /// What a run did.
 struct SimStats {
-  size_t steps = 0;     // all ranks
-  size_t messages = 0;  // matched send/receive pairs
-  size_t bytes = 0;     // bytes moved by messages
+  size_t steps = 0;            // all ranks
+  size_t messages = 0;         // matched send/receive pairs
+  size_t bytes = 0;            // bytes moved by messages
   size_t maxRankMessages = 0;  // most sends + receives posted by one rank
-  /// Latency in message hops: a local step costs 0, a message 1, and a message starts when both
-  /// of its ends are posted. The length of the critical path.
+  /// Completion time in message hops: a local step costs 0, a message 1; a message starts when
+  /// both ends are posted and its directed link has finished the previous message (so pipelined
+  /// pieces queue on a link). The length of the critical path.
   int64_t hops = 0;
 };
 

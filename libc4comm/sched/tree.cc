@@ -1,6 +1,8 @@
 // Binomial-tree generators over ranks relative to the root (v = rank - root mod n): the parent of
 // v is v minus its lowest set bit, its children are v + 2^j for 2^j below that bit. Pipelined by
 // piece: piece p moves down (or up) the tree while piece p+1 follows one hop behind.
+#include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "sched/generators.hpp"
@@ -30,27 +32,57 @@ struct BinomialTree {
 void treeAllReduce(Builder& b) {
   const BinomialTree t(b.nranks(), 0, b.rank());
   const std::vector<Range> ps = b.piecesOf(Range{0, b.count()});
+  const int64_t m = static_cast<int64_t>(t.children.size());
+  const int64_t depth = __builtin_popcount(static_cast<unsigned>(t.v));
+  // Sends and receives to one peer are posted in step order, so a step that cannot run yet holds
+  // back the later ones to that peer. Steps are therefore emitted in the order their data is
+  // expected (one piece per hop and link): piece i from the k-th child at i+k+1, to the parent at
+  // i+m, the result from the parent at i+height+depth. The key keeps each piece's own order.
+  // Forwarding the result to the children is keyed kSendDelay pieces later: keyed with no delay, a
+  // rank's next reduction receive from a child waits behind that send, which waits for the result,
+  // which waits for this rank's reduction send: a cycle that halves the pipeline's rate.
+  constexpr int64_t kSendDelay = 2;
+  struct Ev {
+    int64_t key;
+    size_t seq;
+    int what;  // 0: reduce from child `peer`; 1: send to parent; 2: receive result; 3: send result
+    size_t piece;
+    int peer;
+  };
+  std::vector<Ev> evs;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const int64_t pi = static_cast<int64_t>(i);
+    for (size_t k = 0; k < t.children.size(); ++k) {
+      evs.push_back(Ev{4 * (pi + static_cast<int64_t>(k) + 1), evs.size(), 0, i, t.children[k]});
+    }
+    if (t.parent >= 0) evs.push_back(Ev{4 * (pi + m) + 1, evs.size(), 1, i, t.parent});
+    if (t.parent >= 0) evs.push_back(Ev{4 * (pi + t.height + depth) + 2, evs.size(), 2, i, t.parent});
+    for (auto it = t.children.rbegin(); it != t.children.rend(); ++it) {
+      evs.push_back(Ev{4 * (pi + kSendDelay + t.height + depth) + 3, evs.size(), 3, i, *it});
+    }
+  }
+  std::sort(evs.begin(), evs.end(),
+            [](const Ev& x, const Ev& y) { return x.key != y.key ? x.key < y.key : x.seq < y.seq; });
   // Reduce to rank 0: out = in op child_1 op child_2 ... (one fixed order, so the root's result,
   // which every rank receives, is the same bits everywhere).
-  auto reduceUp = [&](Range p) {
-    bool first = true;
-    for (int c : t.children) {
-      b.recvReduce(c, first ? b.in(p) : b.out(p), b.out(p));
-      first = false;
+  std::vector<char> started(ps.size(), 0);  // whether out holds this piece's partial result
+  for (const Ev& e : evs) {
+    const Range p = ps[e.piece];
+    switch (e.what) {
+      case 0:
+        b.recvReduce(e.peer, started[e.piece] ? b.out(p) : b.in(p), b.out(p));
+        started[e.piece] = 1;
+        break;
+      case 1:
+        b.send(e.peer, started[e.piece] ? b.out(p) : b.in(p));
+        break;
+      case 2:
+        b.recv(e.peer, b.out(p));
+        break;
+      default:
+        b.send(e.peer, b.out(p));
+        break;
     }
-    if (t.parent >= 0) b.send(t.parent, first ? b.in(p) : b.out(p));
-  };
-  auto broadcastDown = [&](Range p) {
-    if (t.parent >= 0) b.recv(t.parent, b.out(p));
-    for (auto it = t.children.rbegin(); it != t.children.rend(); ++it) b.send(*it, b.out(p));
-  };
-  // Sends and receives to one peer are posted in step order, so the broadcast of piece p is
-  // emitted `lag` pieces after its reduction: a rank then never holds back a reduction receive
-  // behind a broadcast send whose data cannot have arrived yet.
-  const size_t lag = static_cast<size_t>(t.height) + 1;
-  for (size_t i = 0; i < ps.size() + lag; ++i) {
-    if (i < ps.size()) reduceUp(ps[i]);
-    if (i >= lag) broadcastDown(ps[i - lag]);
   }
 }
 

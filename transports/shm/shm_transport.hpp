@@ -22,7 +22,7 @@ C4_PARAM_INT(ShmSlots, "C4_SHM_SLOTS", nullptr, 8, "shm: slots per channel ring 
 C4_PARAM_INT(ShmCma, "C4_SHM_CMA", nullptr, 1,
              "shm: 1 = single-copy large messages (CMA, or memcpy between ranks of one process); "
              "0 = stream everything through the ring")
-C4_PARAM_INT(ShmCmaThreshold, "C4_SHM_CMA_THRESHOLD", nullptr, 65536,
+C4_PARAM_INT(ShmCmaThreshold, "C4_SHM_CMA_THRESHOLD", nullptr, 32768,
              "shm: messages larger than this many bytes use single copy")
 C4_PARAM_INT(ShmCmaPiece, "C4_SHM_CMA_PIECE", nullptr, 262144,
              "shm: bytes pulled per staging piece when a single-copy receive reduces")

@@ -12,5 +12,5 @@
 
 static_assert(std::is_same<cudaStream_t, CUstream_st*>::value, "cudaStream_t must be CUstream_st*");
 static_assert(std::is_same<decltype(&ncclAllReduce), ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t,
-                                                                       ncclRedOp_t, ncclComm_t, cudaStream_t)>::value,
+                                                                      ncclRedOp_t, ncclComm_t, cudaStream_t)>::value,
               "ncclAllReduce must take a cudaStream_t");

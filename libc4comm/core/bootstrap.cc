@@ -1,0 +1,1148 @@
+// Bootstrap implementation.
+//
+// Protocol (all integers in host byte order: ranks of one communicator share an architecture).
+//  * Handshake, on every TCP connection (to the root, ring links, send/recv links). The acceptor
+//    sends a Challenge {magic, version, nonceS}; the connector answers AuthReq {magic, role, rank,
+//    nonceC, macC = SipHash(secret, "c4-client" nonceS role rank nonceC)}; the acceptor checks macC
+//    and answers AuthResp {magic, macS = SipHash(secret, "c4-server" nonceS role rank nonceC)}; the
+//    connector checks macS. Fresh random nonces on both sides: replaying an old exchange proves
+//    nothing, and neither side talks to a party that does not hold the secret. This authenticates
+//    connection set-up only; later bytes are not MAC'ed (an on-path attacker is out of scope).
+//  * Root: after the handshake (role kRoleRoot) a rank sends Register {rank, nranks, ms left of its
+//    timeout, RankInfo, listen address}. The root learns nranks from the first registration,
+//    answers bad ones (duplicate rank, other nranks, rank out of range) with an error Reply, and
+//    when all ranks registered closes its listener and sends everyone Reply{ok} + the table
+//    {RankInfo, address} x nranks, then exits. If ranks are missing when the earliest registered
+//    rank's timeout is about to expire (or after C4_BOOTSTRAP_TIMEOUT), it sends the registered
+//    ranks an error Reply naming the missing ranks, and exits.
+//  * Ring: rank r connects to r+1 (role kRoleRing) and is connected to by r-1. allGather is the
+//    ring algorithm (n-1 steps; step s sends slice r-s and receives slice r-s-1, each with a header
+//    {op, seq, bytes} that detects mismatched calls); barrier is an allGather of 0 bytes.
+//  * send/recv: the first send to a peer opens a connection (role kRoleP2p) that carries frames
+//    {magic, tag, bytes} + payload from this rank to that peer, in order.
+//
+// Threading: the root is a detached thread driving all its connections with poll() (a slow or
+// hostile client cannot stall the others; each must finish its handshake and registration within
+// C4_BOOTSTRAP_HANDSHAKE_TIMEOUT). Each Bootstrap owns one progress thread that accepts on the
+// rank's listening socket, runs the server side of handshakes non-blockingly, hands the ring link
+// to the caller and reads send/recv frames into per-(peer, tag) queues. The caller's threads do
+// the connecting side, the ring collectives and sends. An eventfd, written once by abort() or the
+// destructor and never drained, is part of every poll(), so abort() wakes every blocked call.
+#include "core/bootstrap.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+
+#include "common/logging.hpp"
+#include "common/params.hpp"
+#include "common/status.hpp"
+#include "core/siphash.hpp"
+#include "core/socket.hpp"
+
+namespace c4 {
+
+C4_PARAM_STR(SocketIfname, "C4_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "",
+             "Interfaces for bootstrap sockets: comma list of name prefixes; leading ^ excludes, leading = "
+             "requires exact names (default: first up non-loopback non-docker interface, else loopback)")
+C4_PARAM_STR(CommId, "C4_COMM_ID", "NCCL_COMM_ID", "",
+             "host:port of the bootstrap root; fixes the root address instead of an ephemeral port")
+C4_PARAM_STR(Secret, "C4_SECRET", nullptr, "",
+             "Seed of the bootstrap secret when ids are derived (C4_COMM_ID, launcher init); default: the "
+             "job key or address, which is not a security boundary")
+C4_PARAM_INT(BootstrapTimeout, "C4_BOOTSTRAP_TIMEOUT", nullptr, 300000,
+             "Milliseconds a bootstrap root serves before giving up on ranks that never arrive")
+C4_PARAM_INT(BootstrapHandshakeTimeout, "C4_BOOTSTRAP_HANDSHAKE_TIMEOUT", nullptr, 5000,
+             "Milliseconds an incoming bootstrap connection has to authenticate (and register) before it is "
+             "dropped")
+
+namespace {
+
+using detail::Fd;
+using detail::NetIf;
+using detail::nowMs;
+using detail::SockAddr;
+using detail::WireAddr;
+
+constexpr char kIdMagic[4] = {'c', '4', 'B', 'S'};
+constexpr uint16_t kIdVersion = 1;
+constexpr uint32_t kProtoVersion = 1;
+constexpr uint32_t kChallengeMagic = 0x63344348;  // "HC4c"
+constexpr uint32_t kAuthMagic = 0x63344155;       // "UA4c"
+constexpr uint32_t kRegisterMagic = 0x63345247;   // "GR4c"
+constexpr uint32_t kReplyMagic = 0x63345052;      // "RP4c"
+constexpr uint32_t kRingMagic = 0x6334474e;       // "NG4c"
+constexpr uint32_t kFrameMagic = 0x63344d46;      // "FM4c"
+constexpr size_t kMaxPendingConns = 4096;
+constexpr uint64_t kMaxFrameBytes = 1ull << 36;
+
+enum Role : uint32_t { kRoleRoot = 1, kRoleRing = 2, kRoleP2p = 3 };
+
+const char* roleName(uint32_t role) {
+  switch (role) {
+    case kRoleRoot:
+      return "root";
+    case kRoleRing:
+      return "ring";
+    case kRoleP2p:
+      return "send/recv";
+    default:
+      return "unknown";
+  }
+}
+
+struct IdLayout {
+  char magic[4];
+  uint16_t version;
+  uint16_t reserved;
+  WireAddr root;
+  uint8_t secret[16];
+  uint8_t tag[8];
+};
+static_assert(sizeof(IdLayout) <= sizeof(UniqueId), "UniqueId layout");
+
+struct Challenge {
+  uint32_t magic;
+  uint32_t version;
+  uint8_t nonce[16];
+};
+
+struct AuthReq {
+  uint32_t magic;
+  uint32_t role;
+  int32_t rank;
+  uint32_t version;
+  uint8_t nonce[16];
+  uint64_t mac;
+};
+
+struct AuthResp {
+  uint32_t magic;
+  uint32_t reserved;
+  uint64_t mac;
+};
+
+struct RegisterMsg {
+  uint32_t magic;
+  int32_t rank;
+  int32_t nranks;
+  uint32_t remainingMs;
+  RankInfo info;
+  WireAddr listen;
+};
+
+struct ReplyHdr {
+  uint32_t magic;
+  int32_t code;    // 0: ok, table follows; else a Code, message text follows
+  uint32_t bytes;  // bytes that follow
+  uint32_t reserved;
+};
+
+struct TableEntry {
+  RankInfo info;
+  WireAddr addr;
+};
+
+struct RingHdr {
+  uint32_t magic;
+  uint32_t op;  // 1 allGather, 2 barrier
+  uint64_t seq;
+  uint64_t bytes;
+};
+
+struct FrameHdr {
+  uint32_t magic;
+  uint32_t tag;
+  uint64_t bytes;
+};
+
+static_assert(std::is_trivially_copyable_v<RankInfo>, "RankInfo travels as bytes");
+
+struct Secret {
+  uint8_t key[16];
+};
+
+Status randomBytes(void* buf, size_t n) {
+  uint8_t* p = static_cast<uint8_t*>(buf);
+  while (n > 0) {
+    ssize_t got = getrandom(p, n, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return sysError("getrandom", errno);
+    }
+    p += got;
+    n -= static_cast<size_t>(got);
+  }
+  return Status::ok();
+}
+
+uint64_t proofMac(const Secret& s, bool server, const uint8_t nonceS[16], uint32_t role, int32_t rank,
+                  const uint8_t nonceC[16]) {
+  SipHasher h(s.key);
+  h.update(server ? "c4-server" : "c4-client", 9);
+  h.update(nonceS, 16);
+  h.update(&role, sizeof(role));
+  h.update(&rank, sizeof(rank));
+  h.update(nonceC, 16);
+  return h.finish();
+}
+
+bool macEqual(uint64_t a, uint64_t b) {
+  volatile uint64_t d = a ^ b;  // no early exit
+  return d == 0;
+}
+
+std::string hexOf(const uint8_t* p, size_t n) {
+  static const char* kHex = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) s += kHex[p[i] >> 4], s += kHex[p[i] & 15];
+  return s;
+}
+
+// "1,3-5,9"
+std::string formatRanks(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!s.empty()) s += ",";
+    s += std::to_string(ranks[i]);
+    if (j > i) s += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return s;
+}
+
+std::string describeRank(const RankInfo& info) {
+  char host[sizeof(info.hostname) + 1] = {0};
+  memcpy(host, info.hostname, sizeof(info.hostname));
+  return strFormat("%s pid %d", host[0] ? host : "?", info.pid);
+}
+
+Status decodeId(const UniqueId& id, SockAddr* root, Secret* secret) {
+  IdLayout l;
+  memcpy(&l, id.bytes, sizeof(l));
+  if (memcmp(l.magic, kIdMagic, 4) != 0)
+    return makeError(Code::kInvalidArgument, "UniqueId was not made by c4comm (bad magic): use getUniqueId()");
+  if (l.version != kIdVersion)
+    return makeError(Code::kInvalidArgument, "UniqueId version %u, this library speaks %u", l.version, kIdVersion);
+  C4_CHECK(detail::fromWire(l.root, root));
+  if (secret) memcpy(secret->key, l.secret, 16);
+  return Status::ok();
+}
+
+void encodeId(const SockAddr& root, const Secret& secret, const uint8_t tag[8], UniqueId* id) {
+  IdLayout l;
+  memset(static_cast<void*>(&l), 0, sizeof(l));
+  memcpy(l.magic, kIdMagic, 4);
+  l.version = kIdVersion;
+  l.root = detail::toWire(root);
+  memcpy(l.secret, secret.key, 16);
+  memcpy(l.tag, tag, 8);
+  memset(id->bytes, 0, sizeof(id->bytes));
+  memcpy(id->bytes, &l, sizeof(l));
+}
+
+// ---- server side of the handshake (non-blocking, used by the root and the rank progress thread) -
+
+struct ServerConn {
+  Fd fd;
+  SockAddr peer;
+  int64_t deadlineMs = 0;
+  uint8_t nonce[16] = {0};
+  AuthReq req{};
+  size_t have = 0;
+  bool authed = false;
+};
+
+// Accepts every pending connection on listenFd and sends each its challenge.
+void acceptPending(int listenFd, int64_t handshakeMs, std::vector<std::unique_ptr<ServerConn>>* conns,
+                   const char* who) {
+  for (;;) {
+    auto c = std::make_unique<ServerConn>();
+    Status st = detail::acceptSocket(listenFd, &c->fd, &c->peer);
+    if (!st.isOk()) {
+      C4_WARN(kLogBootstrap, "%s: %s", who, st.message().c_str());
+      return;
+    }
+    if (!c->fd.valid()) return;
+    if (conns->size() >= kMaxPendingConns) {
+      C4_WARN(kLogBootstrap, "%s: dropping connection from %s: %zu connections already pending", who,
+              c->peer.toString().c_str(), conns->size());
+      continue;
+    }
+    Challenge ch{kChallengeMagic, kProtoVersion, {0}};
+    size_t n = 0;
+    if (!randomBytes(ch.nonce, 16).isOk() || !detail::writeSome(c->fd.get(), &ch, sizeof(ch), &n).isOk() ||
+        n != sizeof(ch)) {
+      C4_WARN(kLogBootstrap, "%s: could not send the challenge to %s; dropped", who, c->peer.toString().c_str());
+      continue;
+    }
+    memcpy(c->nonce, ch.nonce, 16);
+    c->deadlineMs = nowMs() + handshakeMs;
+    conns->push_back(std::move(c));
+  }
+}
+
+// Advances the server side of the handshake. Sets *done once the peer proved the secret (and got
+// our proof). A failure says why, for the caller's WARN.
+Status serverAuthStep(ServerConn& c, const Secret& secret, bool* done) {
+  *done = false;
+  while (c.have < sizeof(AuthReq)) {
+    size_t n = 0;
+    C4_CHECK(detail::readSome(c.fd.get(), reinterpret_cast<char*>(&c.req) + c.have, sizeof(AuthReq) - c.have, &n));
+    if (n == 0) return Status::ok();
+    c.have += n;
+    if (c.have >= sizeof(uint32_t) && c.req.magic != kAuthMagic)
+      return makeError(Code::kRemoteError, "sent garbage (not a c4comm bootstrap client)");
+  }
+  if (c.req.version != kProtoVersion)
+    return makeError(Code::kRemoteError, "speaks bootstrap protocol %u, not %u", c.req.version, kProtoVersion);
+  uint64_t want = proofMac(secret, false, c.nonce, c.req.role, c.req.rank, c.req.nonce);
+  if (!macEqual(want, c.req.mac))
+    return makeError(Code::kRemoteError, "failed the secret proof (claims rank %d, role %s): wrong UniqueId secret",
+                     c.req.rank, roleName(c.req.role));
+  AuthResp resp{kAuthMagic, 0, proofMac(secret, true, c.nonce, c.req.role, c.req.rank, c.req.nonce)};
+  size_t n = 0;
+  C4_CHECK(detail::writeSome(c.fd.get(), &resp, sizeof(resp), &n));
+  if (n != sizeof(resp)) return makeError(Code::kRemoteError, "does not read its socket");
+  c.authed = true;
+  *done = true;
+  return Status::ok();
+}
+
+// Connecting side of the handshake (blocking until deadline / abort).
+Status clientHandshake(int fd, const Secret& secret, uint32_t role, int32_t rank, int64_t deadlineMs, int abortFd,
+                       const std::string& who) {
+  Challenge ch;
+  Status st = detail::recvAll(fd, &ch, sizeof(ch), deadlineMs, abortFd, "waiting for the challenge of " + who);
+  if (!st.isOk()) return st;
+  if (ch.magic != kChallengeMagic)
+    return makeError(Code::kRemoteError, "%s is not a c4comm bootstrap endpoint (bad challenge)", who.c_str());
+  if (ch.version != kProtoVersion)
+    return makeError(Code::kRemoteError, "%s speaks bootstrap protocol %u, this rank %u", who.c_str(), ch.version,
+                     kProtoVersion);
+  AuthReq req;
+  memset(&req, 0, sizeof(req));
+  req.magic = kAuthMagic;
+  req.role = role;
+  req.rank = rank;
+  req.version = kProtoVersion;
+  C4_CHECK(randomBytes(req.nonce, 16));
+  req.mac = proofMac(secret, false, ch.nonce, role, rank, req.nonce);
+  C4_CHECK(detail::sendAll(fd, &req, sizeof(req), deadlineMs, abortFd, "sending our proof to " + who));
+  AuthResp resp;
+  st = detail::recvAll(fd, &resp, sizeof(resp), deadlineMs, abortFd, "waiting for the proof of " + who);
+  if (!st.isOk()) {
+    if (st.message().find("closed by peer") != std::string::npos)
+      return makeError(Code::kRemoteError,
+                       "%s rejected our proof of the secret (is the UniqueId from another communicator?)", who.c_str());
+    return st;
+  }
+  if (resp.magic != kAuthMagic || !macEqual(resp.mac, proofMac(secret, true, ch.nonce, role, rank, req.nonce)))
+    return makeError(Code::kRemoteError, "%s failed to prove the secret (impostor or stale endpoint); refusing it",
+                     who.c_str());
+  return Status::ok();
+}
+
+// ---- root ----------------------------------------------------------------------------------------
+
+std::atomic<int> gActiveRoots{0};
+
+struct RootConn : ServerConn {
+  RegisterMsg reg{};
+  size_t regHave = 0;
+};
+
+struct Root {
+  Fd listen;
+  SockAddr bound;
+  Secret secret;
+  std::string name;  // for logs: "bootstrap root <addr> comm <tag>"
+  std::string removeFile;
+  int64_t lifetimeMs = 0;
+  int64_t handshakeMs = 0;
+};
+
+Status sendReply(int fd, Code code, const void* payload, size_t bytes, int64_t deadlineMs, const std::string& what) {
+  ReplyHdr h{kReplyMagic, static_cast<int32_t>(code), static_cast<uint32_t>(bytes), 0};
+  std::vector<char> buf(sizeof(h) + bytes);
+  memcpy(buf.data(), &h, sizeof(h));
+  if (bytes) memcpy(buf.data() + sizeof(h), payload, bytes);
+  return detail::sendAll(fd, buf.data(), buf.size(), deadlineMs, -1, what);
+}
+
+void sendErrorReply(int fd, const std::string& msg) {
+  // Best effort and bounded: the peer is being dropped anyway.
+  (void)sendReply(fd, Code::kInvalidUsage, msg.data(), msg.size(), nowMs() + 1000, "error reply");
+}
+
+void rootMain(std::unique_ptr<Root> root) {
+  const char* who = root->name.c_str();
+  const int64_t start = nowMs();
+  const int64_t lifetimeDeadline = start + root->lifetimeMs;
+  int64_t failDeadline = INT64_MAX;  // set from the ranks' own timeouts
+  int nranks = -1;
+  int firstRank = -1;
+  std::vector<std::unique_ptr<RootConn>> registered;  // by rank once nranks is known
+  std::vector<std::unique_ptr<ServerConn>> accepted;  // raw accepts, moved into `pending`
+  std::vector<std::unique_ptr<RootConn>> pending;
+  std::vector<std::string> rejected;
+  int arrived = 0;
+  bool done = false;
+
+  auto dropPending = [&](size_t i, const std::string& why) {
+    C4_WARN(kLogBootstrap, "%s: dropped connection from %s: %s", who, pending[i]->peer.toString().c_str(), why.c_str());
+    pending.erase(pending.begin() + static_cast<long>(i));
+  };
+
+  while (!done) {
+    const int64_t now = nowMs();
+    const int64_t giveUp = std::min(lifetimeDeadline, failDeadline);
+    if (now >= giveUp) break;
+    int64_t wake = giveUp;
+    for (auto& c : pending) wake = std::min(wake, c->deadlineMs);
+    std::vector<pollfd> pfds;
+    pfds.push_back({root->listen.get(), POLLIN, 0});
+    for (auto& c : pending) pfds.push_back({c->fd.get(), POLLIN, 0});
+    int rc = ::poll(pfds.data(), pfds.size(), detail::msLeft(wake));
+    if (rc < 0 && errno != EINTR) {
+      C4_WARN(kLogBootstrap, "%s: poll: %s; giving up", who, strerror(errno));
+      break;
+    }
+    // Service existing connections first (indices match pfds[1..]).
+    const int64_t t = nowMs();
+    for (size_t i = pending.size(); i-- > 0;) {
+      RootConn& c = *pending[i];
+      bool ready = rc > 0 && pfds[i + 1].revents != 0;
+      if (!ready) {
+        if (t >= c.deadlineMs)
+          dropPending(i, strFormat("too slow: no %s within %lld ms", c.authed ? "registration" : "proof of the secret",
+                                   static_cast<long long>(root->handshakeMs)));
+        continue;
+      }
+      if (!c.authed) {
+        bool ok = false;
+        Status st = serverAuthStep(c, root->secret, &ok);
+        if (!st.isOk()) {
+          dropPending(i, st.message());
+          continue;
+        }
+        if (!ok) continue;
+        if (c.req.role != kRoleRoot) {
+          dropPending(i, strFormat("authenticated but asked for role %s", roleName(c.req.role)));
+          continue;
+        }
+      }
+      while (c.regHave < sizeof(RegisterMsg)) {
+        size_t n = 0;
+        Status st = detail::readSome(c.fd.get(), reinterpret_cast<char*>(&c.reg) + c.regHave,
+                                     sizeof(RegisterMsg) - c.regHave, &n);
+        if (!st.isOk()) {
+          dropPending(i, st.message());
+          break;
+        }
+        if (n == 0) break;
+        c.regHave += n;
+      }
+      if (i >= pending.size() || pending[i].get() != &c || c.regHave < sizeof(RegisterMsg)) continue;
+      // A complete registration.
+      std::unique_ptr<RootConn> conn = std::move(pending[i]);
+      pending.erase(pending.begin() + static_cast<long>(i));
+      const RegisterMsg& r = conn->reg;
+      std::string err;
+      if (r.magic != kRegisterMagic) {
+        err = "bad registration message";
+      } else if (r.nranks <= 0 || r.rank < 0 || r.rank >= r.nranks) {
+        err = strFormat("rank %d of nranks %d is out of range", r.rank, r.nranks);
+      } else if (nranks >= 0 && r.nranks != nranks) {
+        err = strFormat("rank %d says nranks=%d but rank %d (the first to join) said nranks=%d", r.rank, r.nranks,
+                        firstRank, nranks);
+      } else if (nranks >= 0 && registered[r.rank]) {
+        err = strFormat("rank %d joined twice: first from %s, again from %s", r.rank,
+                        describeRank(registered[r.rank]->reg.info).c_str(), describeRank(r.info).c_str());
+      }
+      if (!err.empty()) {
+        C4_WARN(kLogBootstrap, "%s: rejected %s: %s", who, conn->peer.toString().c_str(), err.c_str());
+        rejected.push_back(err);
+        sendErrorReply(conn->fd.get(), "bootstrap root: " + err);
+        continue;
+      }
+      if (nranks < 0) {
+        nranks = r.nranks;
+        firstRank = r.rank;
+        registered.resize(nranks);
+      }
+      // Give up a little before the earliest rank does, so that it hears which ranks are missing.
+      int64_t left = r.remainingMs;
+      int64_t slack = std::min<int64_t>(1000, std::max<int64_t>(50, left / 10));
+      failDeadline = std::min(failDeadline, t + std::max<int64_t>(0, left - slack));
+      C4_TRACE(kLogBootstrap, "%s: rank %d/%d joined from %s", who, r.rank, nranks, conn->peer.toString().c_str());
+      registered[r.rank] = std::move(conn);
+      if (++arrived == nranks) done = true;
+    }
+    if (!done && rc > 0 && (pfds[0].revents & POLLIN)) {
+      accepted.clear();
+      acceptPending(root->listen.get(), root->handshakeMs, &accepted, who);
+      for (auto& a : accepted) {
+        auto c = std::make_unique<RootConn>();
+        c->fd = std::move(a->fd);
+        c->peer = a->peer;
+        c->deadlineMs = a->deadlineMs;
+        memcpy(c->nonce, a->nonce, 16);
+        pending.push_back(std::move(c));
+      }
+    }
+  }
+
+  // Nobody else may reach this root once it stops serving: close the listener first, so that a
+  // later root on the same fixed port can bind as soon as any rank has its answer.
+  root->listen.reset();
+  pending.clear();
+  if (!root->removeFile.empty()) ::unlink(root->removeFile.c_str());
+  const int64_t sendDeadline = nowMs() + std::max<int64_t>(root->handshakeMs, 1000);
+  if (done) {
+    std::vector<TableEntry> table(nranks);
+    memset(static_cast<void*>(table.data()), 0, table.size() * sizeof(TableEntry));
+    for (int r = 0; r < nranks; ++r) {
+      table[r].info = registered[r]->reg.info;
+      table[r].addr = registered[r]->reg.listen;
+    }
+    for (int r = 0; r < nranks; ++r) {
+      Status st = sendReply(registered[r]->fd.get(), Code::kSuccess, table.data(), table.size() * sizeof(TableEntry),
+                            sendDeadline, "table");
+      if (!st.isOk()) C4_WARN(kLogBootstrap, "%s: sending the rank table to rank %d: %s", who, r, st.message().c_str());
+    }
+    C4_INFO(kLogBootstrap, "%s: served %d ranks in %lld ms", who, nranks, static_cast<long long>(nowMs() - start));
+  } else {
+    std::string msg;
+    if (nranks < 0) {
+      msg = "no rank joined";
+    } else {
+      std::vector<int> missing;
+      for (int r = 0; r < nranks; ++r)
+        if (!registered[r]) missing.push_back(r);
+      msg = strFormat("%zu of %d ranks never arrived within %lld ms: missing rank%s %s", missing.size(), nranks,
+                      static_cast<long long>(nowMs() - start), missing.size() == 1 ? "" : "s",
+                      formatRanks(missing).c_str());
+    }
+    for (const std::string& r : rejected) msg += "; rejected: " + r;
+    C4_WARN(kLogBootstrap, "%s: giving up: %s", who, msg.c_str());
+    std::string text = "bootstrap root: " + msg;
+    for (auto& c : registered)
+      if (c) (void)sendReply(c->fd.get(), Code::kRemoteError, text.data(), text.size(), sendDeadline, "failure");
+  }
+  registered.clear();
+  gActiveRoots.fetch_sub(1);
+}
+
+// Binds the root's listener synchronously (so errors reach the caller) and starts its thread.
+Status startRoot(const SockAddr& bindAddr, bool fixedPort, const Secret& secret, const uint8_t tag[8],
+                 const std::string& removeFile, SockAddr* bound) {
+  auto root = std::make_unique<Root>();
+  Status st = detail::listenSocket(bindAddr, 16384, fixedPort, &root->listen, &root->bound);
+  if (!st.isOk() && fixedPort && errno == EADDRNOTAVAIL) {
+    // The name of a fixed root address may resolve to an address that is not local (NAT, DNS
+    // alias): listen on every address of that family instead.
+    SockAddr any;
+    any.storage.ss_family = static_cast<sa_family_t>(bindAddr.family());
+    any.len = bindAddr.len;
+    any.setPort(bindAddr.port());
+    st = detail::listenSocket(any, 16384, true, &root->listen, &root->bound);
+  }
+  if (!st.isOk()) return makeError(st.code(), "bootstrap root: %s", st.message().c_str());
+  root->secret = secret;
+  root->removeFile = removeFile;
+  root->lifetimeMs = std::max<int64_t>(1, paramBootstrapTimeout());
+  root->handshakeMs = std::max<int64_t>(1, paramBootstrapHandshakeTimeout());
+  root->name = "bootstrap root " + root->bound.toString() + " comm " + hexOf(tag, 8);
+  *bound = root->bound;
+  gActiveRoots.fetch_add(1);
+  try {
+    std::thread(rootMain, std::move(root)).detach();
+  } catch (const std::system_error& e) {
+    gActiveRoots.fetch_sub(1);
+    return makeError(Code::kSystemError, "bootstrap root: cannot start its thread: %s", e.what());
+  }
+  return Status::ok();
+}
+
+void deriveFromSeed(const std::string& seed, const std::string& hostPort, Secret* secret, uint8_t tag[8]) {
+  static const uint8_t kKey[16] = {'c', '4', 'c', 'o', 'm', 'm', '-', 'b', 'o', 'o', 't', '-', 's', 'e', 'e', 'd'};
+  uint64_t parts[3];
+  for (int i = 0; i < 3; ++i) {
+    SipHasher h(kKey);
+    uint8_t label = static_cast<uint8_t>(i);
+    h.update(&label, 1);
+    h.update(seed.data(), seed.size());
+    if (i == 2) h.update(hostPort.data(), hostPort.size());  // the tag also depends on the address
+    parts[i] = h.finish();
+  }
+  memcpy(secret->key, &parts[0], 8);
+  memcpy(secret->key + 8, &parts[1], 8);
+  memcpy(tag, &parts[2], 8);
+}
+
+Status uniqueIdForAddress(const std::string& hostPort, const std::string& seed, bool startRootHere,
+                          const uint8_t* tagOverride, UniqueId* id) {
+  SockAddr addr;
+  C4_CHECK(detail::parseHostPort(hostPort, &addr));
+  if (addr.port() == 0)
+    return makeError(Code::kInvalidArgument, "bootstrap root address '%s' needs a port", hostPort.c_str());
+  Secret secret;
+  uint8_t tag[8];
+  deriveFromSeed(seed, hostPort, &secret, tag);
+  if (tagOverride) memcpy(tag, tagOverride, 8);
+  if (startRootHere) {
+    SockAddr bound;
+    C4_CHECK(startRoot(addr, true, secret, tag, "", &bound));
+  }
+  encodeId(addr, secret, tag, id);
+  return Status::ok();
+}
+
+Status getUniqueIdImpl(bool honorCommId, const std::string& removeFile, UniqueId* id) {
+  if (id == nullptr) return makeError(Code::kInvalidArgument, "getUniqueId: id is null");
+  uint8_t tag[8];
+  C4_CHECK(randomBytes(tag, sizeof(tag)));
+  std::string commId = paramCommId();
+  if (!commId.empty() && honorCommId) {
+    // Fixed root address: the id is still broadcast by the user, so the tag stays random (two
+    // communicators made this way never share OS object names).
+    std::string secret = paramSecret();
+    return uniqueIdForAddress(commId, secret.empty() ? commId : secret, true, tag, id);
+  }
+  NetIf nif;
+  C4_CHECK(detail::chooseInterface(paramSocketIfname(), nullptr, &nif));
+  Secret secret;
+  C4_CHECK(randomBytes(secret.key, sizeof(secret.key)));
+  SockAddr bound;
+  C4_CHECK(startRoot(nif.addr, false, secret, tag, removeFile, &bound));
+  encodeId(bound, secret, tag, id);
+  C4_INFO(kLogBootstrap, "bootstrap root listening on %s (%s) for comm %s", bound.toString().c_str(), nif.name.c_str(),
+          hexOf(tag, 8).c_str());
+  return Status::ok();
+}
+
+}  // namespace
+
+// ---- public id functions ---------------------------------------------------------------------------
+
+Status bootstrapGetUniqueId(UniqueId* id) { return getUniqueIdImpl(true, "", id); }
+
+Status bootstrapUniqueIdForAddress(const std::string& hostPort, const std::string& secretSeed, bool startRoot,
+                                   UniqueId* id) {
+  if (id == nullptr) return makeError(Code::kInvalidArgument, "bootstrapUniqueIdForAddress: id is null");
+  return uniqueIdForAddress(hostPort, secretSeed, startRoot, nullptr, id);
+}
+
+std::string commTagOf(const UniqueId& id) {
+  IdLayout l;
+  memcpy(&l, id.bytes, sizeof(l));
+  return hexOf(l.tag, sizeof(l.tag));
+}
+
+namespace detail {
+
+Status bootstrapEphemeralUniqueId(const std::string& rendezvousFile, UniqueId* id) {
+  return getUniqueIdImpl(false, rendezvousFile, id);
+}
+
+Status uniqueIdRootAddress(const UniqueId& id, std::string* hostPort) {
+  SockAddr a;
+  C4_CHECK(decodeId(id, &a, nullptr));
+  *hostPort = a.toString();
+  return Status::ok();
+}
+
+int activeBootstrapRoots() { return gActiveRoots.load(); }
+
+std::string commIdEnv() { return paramCommId(); }
+std::string secretEnv() { return paramSecret(); }
+
+}  // namespace detail
+
+// ---- Bootstrap -------------------------------------------------------------------------------------
+
+struct Bootstrap::Impl {
+  int rank = 0;
+  int nranks = 0;
+  int64_t timeoutMs = 0;
+  Secret secret;
+  std::string prefix;  // "bootstrap rank r/n (comm tag)"
+  std::vector<RankInfo> infos;
+  std::vector<SockAddr> addrs;
+
+  Fd listen;
+  Fd wakeFd;  // eventfd: written by abort() / the destructor, never drained
+  std::atomic<bool> aborted{false};
+  std::atomic<bool> stopping{false};
+  std::thread progress;
+
+  // Ring (caller threads, under ringMu).
+  std::mutex ringMu;
+  Fd ringNext;
+  uint64_t ringSeq = 0;
+
+  // Shared with the progress thread, under mu.
+  std::mutex mu;
+  std::condition_variable cv;
+  Fd ringPrev;  // handed over by the progress thread
+  std::map<std::pair<int, uint32_t>, std::deque<std::vector<char>>> inbox;
+  std::vector<int> inboundOpen;         // per peer: open send/recv connections from it
+  std::vector<std::string> peerErrors;  // per peer: why its send/recv stream broke ("" = fine)
+
+  // Outgoing send/recv links (caller threads, under sendMu[peer]).
+  std::unique_ptr<std::mutex[]> sendMu;
+  std::vector<Fd> sendFds;
+
+  ~Impl() { shutdown(); }
+
+  void shutdown() {
+    stopping.store(true);
+    wake();
+    if (progress.joinable()) progress.join();
+  }
+  void wake() {
+    if (!wakeFd.valid()) return;
+    uint64_t one = 1;
+    ssize_t rc = C4_SYSCALL_RETRY(::write(wakeFd.get(), &one, sizeof(one)));
+    (void)rc;  // only fails when the counter would overflow: it is readable then anyway
+  }
+  Status abortedError(const char* op) const {
+    return makeError(Code::kRemoteError, "%s: %s: aborted", prefix.c_str(), op);
+  }
+  int64_t deadline() const { return nowMs() + timeoutMs; }
+
+  void progressMain();
+  Status ringExchange(uint32_t op, void* data, size_t bytesPerRank);
+};
+
+namespace {
+
+// Incoming send/recv stream being parsed by the progress thread.
+struct InStream {
+  Fd fd;
+  int peer = -1;
+  FrameHdr hdr{};
+  size_t hdrHave = 0;
+  std::vector<char> payload;
+  size_t payHave = 0;
+};
+
+}  // namespace
+
+void Bootstrap::Impl::progressMain() {
+  std::vector<std::unique_ptr<ServerConn>> hs;
+  std::vector<std::unique_ptr<InStream>> streams;
+  const int64_t handshakeMs = std::max<int64_t>(1, paramBootstrapHandshakeTimeout());
+  const std::string who = prefix;
+  auto drop = [&](size_t i, const std::string& why) {
+    C4_WARN(kLogBootstrap, "%s: dropped connection from %s: %s", who.c_str(), hs[i]->peer.toString().c_str(),
+            why.c_str());
+    hs.erase(hs.begin() + static_cast<long>(i));
+  };
+  auto streamFailed = [&](size_t i, const std::string& why) {
+    int peer = streams[i]->peer;
+    {
+      std::lock_guard<std::mutex> g(mu);
+      if (--inboundOpen[peer] == 0 && peerErrors[peer].empty()) peerErrors[peer] = why;
+    }
+    cv.notify_all();
+    streams.erase(streams.begin() + static_cast<long>(i));
+  };
+  std::vector<pollfd> pfds;
+  for (;;) {
+    int64_t wakeAt = INT64_MAX;
+    for (auto& c : hs) wakeAt = std::min(wakeAt, c->deadlineMs);
+    pfds.clear();
+    pfds.push_back({wakeFd.get(), POLLIN, 0});
+    pfds.push_back({listen.get(), POLLIN, 0});
+    for (auto& c : hs) pfds.push_back({c->fd.get(), POLLIN, 0});
+    for (auto& s : streams) pfds.push_back({s->fd.get(), POLLIN, 0});
+    int rc = ::poll(pfds.data(), pfds.size(), wakeAt == INT64_MAX ? -1 : detail::msLeft(wakeAt));
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      C4_WARN(kLogBootstrap, "%s: progress thread: poll: %s; stopping", who.c_str(), strerror(errno));
+      return;
+    }
+    if (pfds[0].revents) return;  // abort or destruction: every call fails fast from now on
+    const size_t nHs = hs.size();
+    const int64_t t = nowMs();
+    // Streams (after the handshakes in pfds), newest first so erasing keeps indices valid.
+    for (size_t i = streams.size(); i-- > 0;) {
+      if (pfds[2 + nHs + i].revents == 0) continue;
+      InStream& s = *streams[i];
+      std::string fail;
+      for (;;) {
+        size_t n = 0;
+        Status st;
+        if (s.hdrHave < sizeof(FrameHdr)) {
+          st = detail::readSome(s.fd.get(), reinterpret_cast<char*>(&s.hdr) + s.hdrHave, sizeof(FrameHdr) - s.hdrHave,
+                                &n);
+          if (!st.isOk()) {
+            fail = st.message();
+            break;
+          }
+          if (n == 0) break;
+          s.hdrHave += n;
+          if (s.hdrHave < sizeof(FrameHdr)) continue;
+          if (s.hdr.magic != kFrameMagic || s.hdr.bytes > kMaxFrameBytes) {
+            fail = "protocol error (bad frame header)";
+            break;
+          }
+          s.payload.assign(s.hdr.bytes, 0);
+          s.payHave = 0;
+        } else {
+          st = detail::readSome(s.fd.get(), s.payload.data() + s.payHave, s.payload.size() - s.payHave, &n);
+          if (!st.isOk()) {
+            fail = st.message();
+            break;
+          }
+          if (n == 0) break;
+          s.payHave += n;
+        }
+        if (s.hdrHave == sizeof(FrameHdr) && s.payHave == s.payload.size()) {
+          {
+            std::lock_guard<std::mutex> g(mu);
+            inbox[{s.peer, s.hdr.tag}].push_back(std::move(s.payload));
+          }
+          cv.notify_all();
+          s.payload = std::vector<char>();
+          s.hdrHave = 0;
+          s.payHave = 0;
+        }
+      }
+      if (!fail.empty())
+        streamFailed(i, strFormat("its send/recv connection to rank %d broke: %s", rank, fail.c_str()));
+    }
+    for (size_t i = nHs; i-- > 0;) {
+      ServerConn& c = *hs[i];
+      if (pfds[2 + i].revents == 0) {
+        if (t >= c.deadlineMs)
+          drop(i, strFormat("too slow: no proof of the secret within %lld ms", static_cast<long long>(handshakeMs)));
+        continue;
+      }
+      bool ok = false;
+      Status st = serverAuthStep(c, secret, &ok);
+      if (!st.isOk()) {
+        drop(i, st.message());
+        continue;
+      }
+      if (!ok) continue;
+      const int peer = c.req.rank;
+      const int prev = (rank - 1 + nranks) % nranks;
+      if (peer < 0 || peer >= nranks) {
+        drop(i, strFormat("authenticated but claims rank %d of %d", peer, nranks));
+      } else if (c.req.role == kRoleRing && peer == prev) {
+        bool dup;
+        {
+          std::lock_guard<std::mutex> g(mu);
+          dup = ringPrev.valid();
+          if (!dup) ringPrev = std::move(c.fd);
+        }
+        if (dup) {
+          // The caller may be using the established link: never swap it under its feet.
+          drop(i, strFormat("rank %d opened a second ring link", peer));
+          continue;
+        }
+        cv.notify_all();
+        hs.erase(hs.begin() + static_cast<long>(i));
+      } else if (c.req.role == kRoleP2p) {
+        auto s = std::make_unique<InStream>();
+        s->fd = std::move(c.fd);
+        s->peer = peer;
+        {
+          std::lock_guard<std::mutex> g(mu);
+          ++inboundOpen[peer];
+          peerErrors[peer].clear();
+        }
+        streams.push_back(std::move(s));
+        hs.erase(hs.begin() + static_cast<long>(i));
+      } else {
+        drop(i,
+             strFormat("rank %d asked for role %s, which this rank does not serve to it", peer, roleName(c.req.role)));
+      }
+    }
+    if (pfds[1].revents & POLLIN) acceptPending(listen.get(), handshakeMs, &hs, who.c_str());
+  }
+}
+
+Status Bootstrap::create(const UniqueId& id, int rank, int nranks, const RankInfo& mine, int64_t timeoutMs,
+                         std::unique_ptr<Bootstrap>* out) {
+  const int64_t start = nowMs();
+  if (out == nullptr) return makeError(Code::kInvalidArgument, "Bootstrap::create: out is null");
+  if (nranks <= 0 || rank < 0 || rank >= nranks)
+    return makeError(Code::kInvalidArgument, "Bootstrap::create: rank %d of nranks %d is out of range", rank, nranks);
+  if (timeoutMs <= 0)
+    return makeError(Code::kInvalidArgument, "Bootstrap::create: timeoutMs %lld <= 0",
+                     static_cast<long long>(timeoutMs));
+  const int64_t deadline = start + timeoutMs;
+  auto impl = std::make_unique<Impl>();
+  SockAddr rootAddr;
+  C4_CHECK(decodeId(id, &rootAddr, &impl->secret));
+  impl->rank = rank;
+  impl->nranks = nranks;
+  impl->timeoutMs = timeoutMs;
+  impl->prefix = strFormat("bootstrap rank %d/%d comm %s", rank, nranks, commTagOf(id).c_str());
+  const char* pfx = impl->prefix.c_str();
+  impl->inboundOpen.assign(nranks, 0);
+  impl->peerErrors.assign(nranks, "");
+  impl->sendMu.reset(new std::mutex[nranks]);
+  impl->sendFds.resize(nranks);
+
+  // 1. Listen where the others can reach us, and start serving incoming connections.
+  NetIf nif;
+  C4_CHECK(detail::chooseInterface(paramSocketIfname(), &rootAddr, &nif));
+  SockAddr myAddr;
+  Status st = detail::listenSocket(nif.addr, 4096, false, &impl->listen, &myAddr);
+  if (!st.isOk()) return makeError(st.code(), "%s: %s", pfx, st.message().c_str());
+  impl->wakeFd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!impl->wakeFd.valid()) return sysError("eventfd", errno);
+  try {
+    impl->progress = std::thread([p = impl.get()] { p->progressMain(); });
+  } catch (const std::system_error& e) {
+    return makeError(Code::kSystemError, "%s: cannot start the progress thread: %s", pfx, e.what());
+  }
+
+  // 2. Join through the root.
+  const std::string rootWho = "the bootstrap root at " + rootAddr.toString();
+  Fd rootFd;
+  st = detail::connectSocket(rootAddr, deadline, -1, &rootFd);
+  if (!st.isOk()) return makeError(st.code(), "%s: %s", pfx, st.message().c_str());
+  st = clientHandshake(rootFd.get(), impl->secret, kRoleRoot, rank, deadline, -1, rootWho);
+  if (!st.isOk()) return makeError(st.code(), "%s: %s", pfx, st.message().c_str());
+  RegisterMsg reg;
+  memset(static_cast<void*>(&reg), 0, sizeof(reg));
+  reg.magic = kRegisterMagic;
+  reg.rank = rank;
+  reg.nranks = nranks;
+  reg.remainingMs = static_cast<uint32_t>(std::min<int64_t>(detail::msLeft(deadline), UINT32_MAX));
+  reg.info = mine;
+  reg.listen = detail::toWire(myAddr);
+  C4_CHECK(detail::sendAll(rootFd.get(), &reg, sizeof(reg), deadline, -1, impl->prefix + ": registering"));
+  ReplyHdr rh;
+  st = detail::recvAll(rootFd.get(), &rh, sizeof(rh), deadline, -1, "waiting for " + rootWho);
+  if (!st.isOk()) {
+    if (st.message().find("timed out") != std::string::npos)
+      return makeError(Code::kRemoteError,
+                       "%s: timed out after %lld ms waiting for %s to report all %d ranks (the root did not say which "
+                       "ranks are missing)",
+                       pfx, static_cast<long long>(nowMs() - start), rootWho.c_str(), nranks);
+    return makeError(st.code(), "%s: %s", pfx, st.message().c_str());
+  }
+  if (rh.magic != kReplyMagic || rh.bytes > (64u << 20))
+    return makeError(Code::kRemoteError, "%s: %s sent a malformed reply", pfx, rootWho.c_str());
+  std::vector<char> body(rh.bytes);
+  C4_CHECK(detail::recvAll(rootFd.get(), body.data(), body.size(), deadline, -1, impl->prefix + ": reading the reply"));
+  rootFd.reset();
+  if (rh.code != 0) {
+    std::string msg(body.begin(), body.end());
+    Code code = rh.code == static_cast<int32_t>(Code::kInvalidUsage) ? Code::kInvalidUsage : Code::kRemoteError;
+    return makeError(code, "%s: %s", pfx, msg.c_str());
+  }
+  if (body.size() != static_cast<size_t>(nranks) * sizeof(TableEntry))
+    return makeError(Code::kRemoteError, "%s: rank table has %zu bytes, expected %zu", pfx, body.size(),
+                     static_cast<size_t>(nranks) * sizeof(TableEntry));
+  impl->infos.resize(nranks);
+  impl->addrs.resize(nranks);
+  for (int r = 0; r < nranks; ++r) {
+    TableEntry e;
+    memcpy(static_cast<void*>(&e), body.data() + r * sizeof(TableEntry), sizeof(e));
+    impl->infos[r] = e.info;
+    C4_CHECK(detail::fromWire(e.addr, &impl->addrs[r]));
+  }
+
+  // 3. Ring: connect to the next rank, wait for the previous one.
+  if (nranks > 1) {
+    const int next = (rank + 1) % nranks;
+    const std::string nextWho = strFormat("rank %d at %s", next, impl->addrs[next].toString().c_str());
+    st = detail::connectSocket(impl->addrs[next], deadline, impl->wakeFd.get(), &impl->ringNext);
+    if (st.isOk())
+      st = clientHandshake(impl->ringNext.get(), impl->secret, kRoleRing, rank, deadline, impl->wakeFd.get(), nextWho);
+    if (!st.isOk()) return makeError(st.code(), "%s: ring link to %s: %s", pfx, nextWho.c_str(), st.message().c_str());
+    std::unique_lock<std::mutex> lk(impl->mu);
+    const int prev = (rank - 1 + nranks) % nranks;
+    while (!impl->ringPrev.valid()) {
+      if (impl->cv.wait_until(lk, std::chrono::steady_clock::now() +
+                                      std::chrono::milliseconds(detail::msLeft(deadline))) == std::cv_status::timeout &&
+          !impl->ringPrev.valid() && nowMs() >= deadline)
+        return makeError(Code::kRemoteError, "%s: timed out after %lld ms waiting for the ring link from rank %d (%s)",
+                         pfx, static_cast<long long>(nowMs() - start), prev, describeRank(impl->infos[prev]).c_str());
+    }
+  }
+  C4_INFO(kLogBootstrap, "%s: joined in %lld ms, listening on %s (%s)", pfx, static_cast<long long>(nowMs() - start),
+          myAddr.toString().c_str(), nif.name.c_str());
+  out->reset(new Bootstrap(std::move(impl)));
+  return Status::ok();
+}
+
+Bootstrap::Bootstrap(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Bootstrap::~Bootstrap() = default;
+
+int Bootstrap::rank() const { return impl_->rank; }
+int Bootstrap::nranks() const { return impl_->nranks; }
+const std::vector<RankInfo>& Bootstrap::rankInfo() const { return impl_->infos; }
+
+void Bootstrap::abort() {
+  {
+    std::lock_guard<std::mutex> g(impl_->mu);  // pairs with the predicate checks of waiting recvs
+    impl_->aborted.store(true);
+  }
+  impl_->wake();
+  impl_->cv.notify_all();
+}
+
+Status Bootstrap::Impl::ringExchange(uint32_t op, void* data, size_t bytesPerRank) {
+  const char* opName = op == 1 ? "allGather" : "barrier";
+  if (aborted.load()) return abortedError(opName);
+  if (nranks == 1) return Status::ok();
+  std::lock_guard<std::mutex> g(ringMu);
+  Fd* prevFd;
+  {
+    std::lock_guard<std::mutex> g2(mu);
+    prevFd = &ringPrev;
+  }
+  const uint64_t seq = ++ringSeq;
+  const int64_t dl = deadline();
+  const int prev = (rank - 1 + nranks) % nranks;
+  const int next = (rank + 1) % nranks;
+  char* base = static_cast<char*>(data);
+  std::vector<char> sbuf(sizeof(RingHdr) + bytesPerRank), rbuf(sizeof(RingHdr) + bytesPerRank);
+  RingHdr h{kRingMagic, op, seq, bytesPerRank};
+  memcpy(sbuf.data(), &h, sizeof(h));
+  for (int s = 0; s < nranks - 1; ++s) {
+    const int sendIdx = (rank - s + nranks) % nranks;
+    const int recvIdx = (rank - s - 1 + nranks) % nranks;
+    if (bytesPerRank) memcpy(sbuf.data() + sizeof(h), base + sendIdx * bytesPerRank, bytesPerRank);
+    Status st = detail::sendRecvAll(ringNext.get(), sbuf.data(), sbuf.size(), prevFd->get(), rbuf.data(), rbuf.size(),
+                                    dl, wakeFd.get(),
+                                    strFormat("%s: %s #%llu step %d (to rank %d, from rank %d)", prefix.c_str(), opName,
+                                              static_cast<unsigned long long>(seq), s, next, prev));
+    if (!st.isOk()) {
+      if (aborted.load()) return abortedError(opName);
+      return st;
+    }
+    RingHdr in;
+    memcpy(&in, rbuf.data(), sizeof(in));
+    if (in.magic != kRingMagic || in.op != op || in.seq != seq || in.bytes != bytesPerRank) {
+      const char* inName = in.op == 1 ? "allGather" : in.op == 2 ? "barrier" : "garbage";
+      return makeError(
+          Code::kInvalidUsage,
+          "%s: mismatched bootstrap collectives: this rank is in %s #%llu with %zu bytes per rank, rank %d "
+          "sent %s #%llu with %llu bytes per rank",
+          prefix.c_str(), opName, static_cast<unsigned long long>(seq), bytesPerRank, prev, inName,
+          static_cast<unsigned long long>(in.seq), static_cast<unsigned long long>(in.bytes));
+    }
+    if (bytesPerRank) memcpy(base + recvIdx * bytesPerRank, rbuf.data() + sizeof(in), bytesPerRank);
+  }
+  return Status::ok();
+}
+
+Status Bootstrap::allGather(void* data, size_t bytesPerRank) {
+  if (data == nullptr && bytesPerRank > 0) return makeError(Code::kInvalidArgument, "allGather: data is null");
+  return impl_->ringExchange(1, data, bytesPerRank);
+}
+
+Status Bootstrap::barrier() { return impl_->ringExchange(2, nullptr, 0); }
+
+Status Bootstrap::send(int peer, uint32_t tag, const void* data, size_t bytes) {
+  Impl& m = *impl_;
+  if (peer < 0 || peer >= m.nranks)
+    return makeError(Code::kInvalidArgument, "%s: send to rank %d of %d", m.prefix.c_str(), peer, m.nranks);
+  if (data == nullptr && bytes > 0)
+    return makeError(Code::kInvalidArgument, "%s: send: data is null", m.prefix.c_str());
+  if (m.aborted.load()) return m.abortedError("send");
+  if (peer == m.rank) {
+    {
+      std::lock_guard<std::mutex> g(m.mu);
+      m.inbox[{peer, tag}].emplace_back(static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
+    }
+    m.cv.notify_all();
+    return Status::ok();
+  }
+  std::lock_guard<std::mutex> g(m.sendMu[peer]);
+  const int64_t dl = m.deadline();
+  const std::string who = strFormat("rank %d at %s", peer, m.addrs[peer].toString().c_str());
+  Fd& fd = m.sendFds[peer];
+  if (!fd.valid()) {
+    Fd nfd;
+    Status st = detail::connectSocket(m.addrs[peer], dl, m.wakeFd.get(), &nfd);
+    if (st.isOk()) st = clientHandshake(nfd.get(), m.secret, kRoleP2p, m.rank, dl, m.wakeFd.get(), who);
+    if (!st.isOk()) {
+      if (m.aborted.load()) return m.abortedError("send");
+      return makeError(st.code(), "%s: send (tag %u) to %s: %s", m.prefix.c_str(), tag, who.c_str(),
+                       st.message().c_str());
+    }
+    fd = std::move(nfd);
+  }
+  FrameHdr h{kFrameMagic, tag, bytes};
+  std::string what = strFormat("%s: send of %zu bytes (tag %u) to %s", m.prefix.c_str(), bytes, tag, who.c_str());
+  Status st;
+  if (bytes <= 64 * 1024) {
+    // One write for small messages.
+    std::vector<char> buf(sizeof(h) + bytes);
+    memcpy(buf.data(), &h, sizeof(h));
+    if (bytes) memcpy(buf.data() + sizeof(h), data, bytes);
+    st = detail::sendAll(fd.get(), buf.data(), buf.size(), dl, m.wakeFd.get(), what);
+  } else {
+    st = detail::sendAll(fd.get(), &h, sizeof(h), dl, m.wakeFd.get(), what);
+    if (st.isOk()) st = detail::sendAll(fd.get(), data, bytes, dl, m.wakeFd.get(), what);
+  }
+  if (!st.isOk()) {
+    fd.reset();  // a partial frame poisons the stream; the next send reconnects
+    if (m.aborted.load()) return m.abortedError("send");
+  }
+  return st;
+}
+
+Status Bootstrap::recv(int peer, uint32_t tag, void* data, size_t bytes) {
+  Impl& m = *impl_;
+  if (peer < 0 || peer >= m.nranks)
+    return makeError(Code::kInvalidArgument, "%s: recv from rank %d of %d", m.prefix.c_str(), peer, m.nranks);
+  if (data == nullptr && bytes > 0)
+    return makeError(Code::kInvalidArgument, "%s: recv: data is null", m.prefix.c_str());
+  const int64_t start = nowMs();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(m.timeoutMs);
+  std::unique_lock<std::mutex> lk(m.mu);
+  const auto key = std::make_pair(peer, tag);
+  for (;;) {
+    if (m.aborted.load()) return m.abortedError("recv");
+    auto it = m.inbox.find(key);
+    if (it != m.inbox.end() && !it->second.empty()) {
+      std::vector<char> msg = std::move(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty()) m.inbox.erase(it);
+      lk.unlock();
+      if (msg.size() != bytes)
+        return makeError(Code::kInvalidUsage, "%s: recv from rank %d (tag %u) expected %zu bytes, rank %d sent %zu",
+                         m.prefix.c_str(), peer, tag, bytes, peer, msg.size());
+      if (bytes) memcpy(data, msg.data(), bytes);
+      return Status::ok();
+    }
+    if (m.inboundOpen[peer] == 0 && !m.peerErrors[peer].empty())
+      return makeError(Code::kRemoteError, "%s: recv from rank %d (tag %u): %s", m.prefix.c_str(), peer, tag,
+                       m.peerErrors[peer].c_str());
+    if (m.cv.wait_until(lk, until) == std::cv_status::timeout && std::chrono::steady_clock::now() >= until) {
+      auto again = m.inbox.find(key);
+      if (again != m.inbox.end() && !again->second.empty()) continue;
+      return makeError(Code::kRemoteError, "%s: recv of %zu bytes from rank %d (tag %u) timed out after %lld ms%s",
+                       m.prefix.c_str(), bytes, peer, tag, static_cast<long long>(nowMs() - start),
+                       m.inboundOpen[peer] == 0 ? " (that rank never connected to this one)" : "");
+    }
+  }
+}
+
+}  // namespace c4

@@ -1,0 +1,52 @@
+// localHostId(): ranks with equal ids share a kernel, a boot and a network namespace, so they can
+// use shared memory and loopback between them.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "common/params.hpp"
+#include "core/bootstrap.hpp"
+#include "core/siphash.hpp"
+
+namespace c4 {
+
+C4_PARAM_STR(HostId, "C4_HOSTID", nullptr, "",
+             "Override the host id: an integer (decimal or 0x hex) is used as is, any other string is hashed")
+
+namespace {
+
+const uint8_t kHostIdKey[16] = {'c', '4', 'c', 'o', 'm', 'm', '-', 'h', 'o', 's', 't', '-', 'i', 'd', '-', '1'};
+
+uint64_t hashString(const std::string& s) { return sipHash24(kHostIdKey, s.data(), s.size()); }
+
+}  // namespace
+
+uint64_t localHostId() {
+  std::string over = paramHostId();
+  if (!over.empty()) {
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long v = strtoull(over.c_str(), &end, 0);
+    if (errno == 0 && end != over.c_str() && *end == '\0' && over[0] != '-') return v;
+    return hashString(over);
+  }
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::string bootId;
+  {
+    std::ifstream f("/proc/sys/kernel/random/boot_id");
+    std::getline(f, bootId);
+  }
+  struct stat st;
+  unsigned long long netns = 0;
+  if (::stat("/proc/self/ns/net", &st) == 0) netns = static_cast<unsigned long long>(st.st_ino);
+  // Separators keep ("ab","c") and ("a","bc") apart.
+  return hashString(std::string(host) + '\n' + bootId + '\n' + std::to_string(netns));
+}
+
+}  // namespace c4

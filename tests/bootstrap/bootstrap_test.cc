@@ -1,0 +1,456 @@
+#include "core/bootstrap.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "common/logging.hpp"
+#include "common/status.hpp"
+#include "core/siphash.hpp"
+#include "core/socket.hpp"
+#include "test_util.hpp"
+
+namespace c4 {
+namespace {
+
+using detail::nowMs;
+using test::EnvGuard;
+using test::pattern;
+
+class BootstrapTest : public ::testing::Test {
+ protected:
+  void SetUp() override { env_.clearLaunchVars(); }
+  void TearDown() override { EXPECT_TRUE(test::waitRootsGone(10000)) << "a bootstrap root thread outlived its test"; }
+  EnvGuard env_;
+};
+
+#define RANK_CHECK(cond, ...)                   \
+  do {                                          \
+    if (!(cond)) return strFormat(__VA_ARGS__); \
+  } while (0)
+#define RANK_OK(expr)                                  \
+  do {                                                 \
+    Status s_ = (expr);                                \
+    if (!s_.isOk()) return #expr ": " + s_.toString(); \
+  } while (0)
+
+// allGather of several sizes, barriers, and send/recv demultiplexed by tag. "" on success.
+std::string exerciseRank(Bootstrap& b) {
+  const int r = b.rank(), n = b.nranks();
+  RANK_CHECK(static_cast<int>(b.rankInfo().size()) == n, "rankInfo has %zu entries", b.rankInfo().size());
+  for (int k = 0; k < n; ++k) {
+    RANK_CHECK(b.rankInfo()[k].localRankHint == k, "rankInfo[%d].localRankHint = %d", k, b.rankInfo()[k].localRankHint);
+    RANK_CHECK(b.rankInfo()[k].hostId == localHostId(), "rankInfo[%d].hostId differs", k);
+  }
+  for (size_t bytes : {size_t(0), size_t(1), size_t(1000), size_t(1) << 20}) {
+    std::vector<uint8_t> buf(bytes * n, 0);
+    for (size_t i = 0; i < bytes; ++i) buf[r * bytes + i] = pattern(r, i);
+    RANK_OK(b.allGather(buf.data(), bytes));
+    for (int k = 0; k < n; ++k)
+      for (size_t i = 0; i < bytes; ++i)
+        RANK_CHECK(buf[k * bytes + i] == pattern(k, i), "allGather(%zu): slice %d byte %zu wrong", bytes, k, i);
+  }
+  RANK_OK(b.barrier());
+  // Every rank sends to every rank (itself included): tag 7 "A", tag 9 (large), tag 7 "B".
+  const size_t big = 100 * 1024;
+  for (int p = 0; p < n; ++p) {
+    std::string a = "A from " + std::to_string(r), c = "B from " + std::to_string(r);
+    std::vector<uint8_t> large(big);
+    for (size_t i = 0; i < big; ++i) large[i] = pattern(r + p, i);
+    RANK_OK(b.send(p, 7, a.data(), a.size()));
+    RANK_OK(b.send(p, 9, large.data(), large.size()));
+    RANK_OK(b.send(p, 7, c.data(), c.size()));
+    RANK_OK(b.send(p, 11, nullptr, 0));
+  }
+  for (int q = n - 1; q >= 0; --q) {  // receive in another order than sent, tag 9 first
+    std::vector<uint8_t> large(big);
+    RANK_OK(b.recv(q, 9, large.data(), large.size()));
+    for (size_t i = 0; i < big; ++i) RANK_CHECK(large[i] == pattern(q + r, i), "tag 9 from %d byte %zu", q, i);
+    std::string a = "A from " + std::to_string(q), c = "B from " + std::to_string(q);
+    std::string got(a.size(), 0);
+    RANK_OK(b.recv(q, 7, got.data(), got.size()));
+    RANK_CHECK(got == a, "first tag 7 message from %d is '%s'", q, got.c_str());
+    got.assign(c.size(), 0);
+    RANK_OK(b.recv(q, 7, got.data(), got.size()));
+    RANK_CHECK(got == c, "second tag 7 message from %d is '%s'", q, got.c_str());
+    RANK_OK(b.recv(q, 11, nullptr, 0));
+  }
+  RANK_OK(b.barrier());
+  return "";
+}
+
+std::string runRank(const UniqueId& id, int r, int n, int64_t timeoutMs) {
+  std::unique_ptr<Bootstrap> b;
+  RANK_OK(Bootstrap::create(id, r, n, test::testRankInfo(r), timeoutMs, &b));
+  RANK_CHECK(b->rank() == r && b->nranks() == n, "rank()/nranks() = %d/%d", b->rank(), b->nranks());
+  return exerciseRank(*b);
+}
+
+std::vector<std::string> runThreadRanks(const UniqueId& id, int n, int64_t timeoutMs) {
+  std::vector<std::string> errs(n);
+  test::runThreads(n, [&](int r) { errs[r] = runRank(id, r, n, timeoutMs); });
+  return errs;
+}
+
+class BootstrapThreads : public BootstrapTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(BootstrapThreads, CollectivesAndSendRecv) {
+  const int n = GetParam();
+  UniqueId id;
+  ASSERT_TRUE(bootstrapGetUniqueId(&id).isOk());
+  std::vector<std::string> errs = runThreadRanks(id, n, 20000);
+  for (int r = 0; r < n; ++r) EXPECT_EQ("", errs[r]) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, BootstrapThreads, ::testing::Values(1, 2, 3, 8));
+
+class BootstrapProcesses : public BootstrapTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(BootstrapProcesses, CollectivesAndSendRecv) {
+  const int n = GetParam();
+  std::vector<int> codes = test::forkRanksWithId(n, 60000, [n](int r, const UniqueId& id) {
+    std::string err = runRank(id, r, n, 30000);
+    if (!err.empty()) fprintf(stderr, "rank %d: %s\n", r, err.c_str());
+    return err.empty() ? 0 : 1;
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(0, codes[r]) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, BootstrapProcesses, ::testing::Values(4, 16));
+
+TEST_F(BootstrapTest, SixtyFourProcessesInitAndAllGather4KiB) {
+  const int n = 64;
+  const size_t bytes = 4096;
+  const int64_t t0 = nowMs();
+  std::vector<int> codes = test::forkRanksWithId(n, 60000, [&](int r, const UniqueId& id) {
+    std::unique_ptr<Bootstrap> b;
+    Status st = Bootstrap::create(id, r, n, test::testRankInfo(r), 30000, &b);
+    if (st.isOk()) {
+      std::vector<uint8_t> buf(bytes * n);
+      for (size_t i = 0; i < bytes; ++i) buf[r * bytes + i] = pattern(r, i);
+      st = b->allGather(buf.data(), bytes);
+      for (int k = 0; st.isOk() && k < n; ++k)
+        for (size_t i = 0; i < bytes; ++i)
+          if (buf[k * bytes + i] != pattern(k, i)) st = makeError(Code::kInternalError, "slice %d byte %zu", k, i);
+      if (st.isOk()) st = b->barrier();
+    }
+    if (!st.isOk()) fprintf(stderr, "rank %d: %s\n", r, st.toString().c_str());
+    return st.isOk() ? 0 : 1;
+  });
+  const int64_t ms = nowMs() - t0;
+  for (int r = 0; r < n; ++r) EXPECT_EQ(0, codes[r]) << "rank " << r;
+  // Reported, never asserted: timings depend on the machine.
+  printf("[ bootstrap ] 64-process init (fork + create + 64x4KiB allGather + barrier + exit): %lld ms\n",
+         static_cast<long long>(ms));
+  RecordProperty("init64_ms", std::to_string(ms));
+}
+
+// Mirrors of the handshake wire format (white-box: lets the test act as a hostile peer).
+struct WireChallenge {
+  uint32_t magic;
+  uint32_t version;
+  uint8_t nonce[16];
+};
+struct WireAuthReq {
+  uint32_t magic, role;
+  int32_t rank;
+  uint32_t version;
+  uint8_t nonce[16];
+  uint64_t mac;
+};
+struct WireAuthResp {
+  uint32_t magic, reserved;
+  uint64_t mac;
+};
+
+TEST_F(BootstrapTest, WrongSecretGarbageAndSlowClientsAreDroppedAndLogged) {
+  env_.set("C4_DEBUG", "WARN");
+  env_.set("C4_BOOTSTRAP_HANDSHAKE_TIMEOUT", "300");
+  logReload();
+  ::testing::internal::CaptureStderr();
+  UniqueId id;
+  ASSERT_TRUE(bootstrapGetUniqueId(&id).isOk());
+  std::string root;
+  ASSERT_TRUE(detail::uniqueIdRootAddress(id, &root).isOk());
+  // Same root address, another secret.
+  UniqueId bad;
+  ASSERT_TRUE(bootstrapUniqueIdForAddress(root, "not the secret", false, &bad).isOk());
+  std::unique_ptr<Bootstrap> impostor;
+  Status st = Bootstrap::create(bad, 0, 2, test::testRankInfo(0), 3000, &impostor);
+  EXPECT_EQ(Code::kRemoteError, st.code());
+  EXPECT_NE(std::string::npos, st.message().find("rejected our proof")) << st.message();
+  // A client that sends garbage, and one that says nothing.
+  detail::SockAddr addr;
+  ASSERT_TRUE(detail::parseHostPort(root, &addr).isOk());
+  detail::Fd garbage, silent;
+  ASSERT_TRUE(detail::connectSocket(addr, nowMs() + 2000, -1, &garbage).isOk());
+  ASSERT_TRUE(detail::sendAll(garbage.get(), "GET / HTTP/1.0\r\n\r\n", 18, nowMs() + 2000, -1, "garbage").isOk());
+  ASSERT_TRUE(detail::connectSocket(addr, nowMs() + 2000, -1, &silent).isOk());
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // past the handshake timeout
+  // The real ranks still get through.
+  std::vector<std::string> errs = runThreadRanks(id, 2, 20000);
+  EXPECT_TRUE(test::waitRootsGone(5000));
+  std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ("", errs[0]);
+  EXPECT_EQ("", errs[1]);
+  EXPECT_NE(std::string::npos, log.find("failed the secret proof")) << log;
+  EXPECT_NE(std::string::npos, log.find("sent garbage")) << log;
+  EXPECT_NE(std::string::npos, log.find("too slow")) << log;
+}
+
+TEST_F(BootstrapTest, RankRefusesAnImpostorRoot) {
+  detail::NetIf lo;
+  ASSERT_TRUE(detail::chooseInterface("lo", nullptr, &lo).isOk());
+  detail::Fd listener;
+  detail::SockAddr bound;
+  ASSERT_TRUE(detail::listenSocket(lo.addr, 4, false, &listener, &bound).isOk());
+  UniqueId id;
+  ASSERT_TRUE(bootstrapUniqueIdForAddress(bound.toString(), "seed", false, &id).isOk());
+  std::atomic<bool> sawProof{false};
+  std::thread fake([&] {
+    detail::Fd c;
+    const int64_t dl = nowMs() + 5000;
+    while (!c.valid() && nowMs() < dl) {
+      if (!detail::acceptSocket(listener.get(), &c, nullptr).isOk()) return;
+      if (!c.valid()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (!c.valid()) return;
+    WireChallenge ch{0x63344348, 1, {1, 2, 3}};
+    if (!detail::sendAll(c.get(), &ch, sizeof(ch), dl, -1, "fake").isOk()) return;
+    WireAuthReq req;
+    if (!detail::recvAll(c.get(), &req, sizeof(req), dl, -1, "fake").isOk()) return;
+    sawProof = req.magic == 0x63344155;
+    WireAuthResp resp{0x63344155, 0, 0x1234};  // cannot compute the real proof without the secret
+    (void)detail::sendAll(c.get(), &resp, sizeof(resp), dl, -1, "fake");
+    char x;
+    (void)detail::recvAll(c.get(), &x, 1, dl, -1, "fake");  // until the rank hangs up
+  });
+  std::unique_ptr<Bootstrap> b;
+  Status st = Bootstrap::create(id, 0, 1, test::testRankInfo(0), 3000, &b);
+  fake.join();
+  EXPECT_TRUE(sawProof);
+  EXPECT_EQ(Code::kRemoteError, st.code());
+  EXPECT_NE(std::string::npos, st.message().find("failed to prove the secret")) << st.message();
+}
+
+TEST_F(BootstrapTest, MissingRankTimesOutNamingIt) {
+  UniqueId id;
+  ASSERT_TRUE(bootstrapGetUniqueId(&id).isOk());
+  const int64_t timeoutMs = 1500;
+  std::vector<Status> sts(3);
+  std::vector<int64_t> took(3);
+  test::runThreads(3, [&](int r) {
+    if (r == 1) return;  // never arrives
+    int64_t t0 = nowMs();
+    std::unique_ptr<Bootstrap> b;
+    sts[r] = Bootstrap::create(id, r, 3, test::testRankInfo(r), timeoutMs, &b);
+    took[r] = nowMs() - t0;
+  });
+  for (int r : {0, 2}) {
+    EXPECT_EQ(Code::kRemoteError, sts[r].code()) << sts[r].toString();
+    EXPECT_NE(std::string::npos, sts[r].message().find("missing rank 1")) << sts[r].message();
+    EXPECT_LE(took[r], timeoutMs + 500) << "rank " << r;
+  }
+}
+
+TEST_F(BootstrapTest, RootThatNeverComesTimesOut) {
+  detail::NetIf lo;
+  ASSERT_TRUE(detail::chooseInterface("lo", nullptr, &lo).isOk());
+  detail::SockAddr bound;
+  {
+    detail::Fd l;  // find a free port, then free it
+    ASSERT_TRUE(detail::listenSocket(lo.addr, 1, false, &l, &bound).isOk());
+  }
+  UniqueId id;
+  ASSERT_TRUE(bootstrapUniqueIdForAddress(bound.toString(), "seed", false, &id).isOk());
+  int64_t t0 = nowMs();
+  std::unique_ptr<Bootstrap> b;
+  Status st = Bootstrap::create(id, 0, 2, test::testRankInfo(0), 500, &b);
+  int64_t took = nowMs() - t0;
+  EXPECT_EQ(Code::kRemoteError, st.code()) << st.toString();
+  EXPECT_NE(std::string::npos, st.message().find(bound.toString())) << st.message();
+  EXPECT_LE(took, 500 + 300);
+  EXPECT_EQ(nullptr, b);
+}
+
+TEST_F(BootstrapTest, DuplicateRankAndInconsistentNranksAreRejected) {
+  UniqueId id;
+  ASSERT_TRUE(bootstrapGetUniqueId(&id).isOk());
+  Status first;
+  std::thread t([&] {
+    std::unique_ptr<Bootstrap> b;
+    first = Bootstrap::create(id, 0, 2, test::testRankInfo(0), 2000, &b);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0 registered by now
+  std::unique_ptr<Bootstrap> b;
+  int64_t t0 = nowMs();
+  Status dup = Bootstrap::create(id, 0, 2, test::testRankInfo(0), 2000, &b);
+  Status wrongN = Bootstrap::create(id, 1, 3, test::testRankInfo(1), 2000, &b);
+  int64_t took = nowMs() - t0;
+  t.join();
+  EXPECT_EQ(Code::kInvalidUsage, dup.code()) << dup.toString();
+  EXPECT_NE(std::string::npos, dup.message().find("rank 0 joined twice")) << dup.message();
+  EXPECT_EQ(Code::kInvalidUsage, wrongN.code()) << wrongN.toString();
+  EXPECT_NE(std::string::npos, wrongN.message().find("nranks=3")) << wrongN.message();
+  EXPECT_LT(took, 1500) << "rejections should be immediate";
+  EXPECT_EQ(Code::kRemoteError, first.code()) << first.toString();
+  EXPECT_NE(std::string::npos, first.message().find("missing rank 1")) << first.message();
+  EXPECT_NE(std::string::npos, first.message().find("rejected")) << first.message();
+}
+
+TEST_F(BootstrapTest, AbortUnblocksRecvAndAllGather) {
+  UniqueId id;
+  ASSERT_TRUE(bootstrapGetUniqueId(&id).isOk());
+  std::vector<std::unique_ptr<Bootstrap>> bs(2);
+  std::vector<Status> sts(2);
+  test::runThreads(2, [&](int r) { sts[r] = Bootstrap::create(id, r, 2, test::testRankInfo(r), 30000, &bs[r]); });
+  ASSERT_TRUE(sts[0].isOk()) << sts[0].toString();
+  ASSERT_TRUE(sts[1].isOk()) << sts[1].toString();
+  Status recvSt, gatherSt;
+  int64_t recvDone = 0, gatherDone = 0;
+  std::thread a([&] {
+    char buf[8];
+    recvSt = bs[1]->recv(0, 5, buf, sizeof(buf));  // rank 0 never sends
+    recvDone = nowMs();
+  });
+  std::thread g([&] {
+    uint64_t v[2] = {1, 0};
+    gatherSt = bs[0]->allGather(v, sizeof(uint64_t));  // rank 1 never joins
+    gatherDone = nowMs();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const int64_t t0 = nowMs();
+  bs[1]->abort();
+  bs[0]->abort();
+  a.join();
+  g.join();
+  EXPECT_EQ(Code::kRemoteError, recvSt.code());
+  EXPECT_NE(std::string::npos, recvSt.message().find("aborted")) << recvSt.message();
+  EXPECT_EQ(Code::kRemoteError, gatherSt.code());
+  EXPECT_NE(std::string::npos, gatherSt.message().find("aborted")) << gatherSt.message();
+  EXPECT_LT(recvDone - t0, 2000);
+  EXPECT_LT(gatherDone - t0, 2000);
+  // Later calls fail fast too; destruction does not hang.
+  EXPECT_EQ(Code::kRemoteError, bs[0]->send(1, 1, "x", 1).code());
+  EXPECT_EQ(Code::kRemoteError, bs[1]->barrier().code());
+  bs.clear();
+}
+
+TEST_F(BootstrapTest, SocketIfnameSelectsLoopback) {
+  for (const char* var : {"C4_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}) {
+    EnvGuard env;
+    env.set(var, "lo");
+    UniqueId id;
+    ASSERT_TRUE(bootstrapGetUniqueId(&id).isOk());
+    std::string root;
+    ASSERT_TRUE(detail::uniqueIdRootAddress(id, &root).isOk());
+    EXPECT_EQ(0u, root.rfind("127.", 0)) << var << ": " << root;
+    std::vector<std::string> errs = runThreadRanks(id, 2, 20000);
+    EXPECT_EQ("", errs[0]) << var;
+    EXPECT_EQ("", errs[1]) << var;
+  }
+}
+
+TEST_F(BootstrapTest, FixedCommIdFromEnvironment) {
+  detail::NetIf lo;
+  ASSERT_TRUE(detail::chooseInterface("lo", nullptr, &lo).isOk());
+  detail::SockAddr bound;
+  {
+    detail::Fd l;
+    ASSERT_TRUE(detail::listenSocket(lo.addr, 1, false, &l, &bound).isOk());
+  }
+  env_.set("NCCL_COMM_ID", bound.toString());
+  UniqueId id;
+  ASSERT_TRUE(bootstrapGetUniqueId(&id).isOk());
+  std::string root;
+  ASSERT_TRUE(detail::uniqueIdRootAddress(id, &root).isOk());
+  EXPECT_EQ(bound.toString(), root);
+  std::vector<std::string> errs = runThreadRanks(id, 3, 20000);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ("", errs[r]) << "rank " << r;
+  // Ids made inside a job (commSplit) ignore the fixed address.
+  UniqueId eph;
+  ASSERT_TRUE(detail::bootstrapEphemeralUniqueId("", &eph).isOk());
+  ASSERT_TRUE(detail::uniqueIdRootAddress(eph, &root).isOk());
+  EXPECT_NE(bound.toString(), root);
+  errs = runThreadRanks(eph, 2, 20000);
+  EXPECT_EQ("", errs[0]);
+  EXPECT_EQ("", errs[1]);
+}
+
+TEST_F(BootstrapTest, MismatchedSizesAndCollectivesAreReported) {
+  UniqueId id;
+  ASSERT_TRUE(bootstrapGetUniqueId(&id).isOk());
+  std::vector<std::unique_ptr<Bootstrap>> bs(2);
+  std::vector<Status> sts(2);
+  test::runThreads(2, [&](int r) { sts[r] = Bootstrap::create(id, r, 2, test::testRankInfo(r), 1000, &bs[r]); });
+  ASSERT_TRUE(sts[0].isOk() && sts[1].isOk());
+  ASSERT_TRUE(bs[0]->send(1, 3, "0123456789", 10).isOk());
+  char buf[20];
+  Status st = bs[1]->recv(0, 3, buf, 20);
+  EXPECT_EQ(Code::kInvalidUsage, st.code());
+  EXPECT_NE(std::string::npos, st.message().find("expected 20 bytes")) << st.message();
+  test::runThreads(2, [&](int r) {
+    uint64_t v[2] = {0, 0};
+    sts[r] = r == 0 ? bs[0]->allGather(v, sizeof(uint64_t)) : bs[1]->barrier();
+  });
+  EXPECT_FALSE(sts[0].isOk());
+  EXPECT_FALSE(sts[1].isOk());
+  EXPECT_EQ(Code::kInvalidUsage, sts[1].code());
+  EXPECT_NE(std::string::npos, sts[1].message().find("mismatched")) << sts[1].message();
+}
+
+TEST_F(BootstrapTest, RecvTimesOutWhenNothingComes) {
+  UniqueId id;
+  ASSERT_TRUE(bootstrapGetUniqueId(&id).isOk());
+  std::unique_ptr<Bootstrap> b;
+  ASSERT_TRUE(Bootstrap::create(id, 0, 1, test::testRankInfo(0), 200, &b).isOk());
+  char c;
+  int64_t t0 = nowMs();
+  Status st = b->recv(0, 1, &c, 1);
+  EXPECT_EQ(Code::kRemoteError, st.code());
+  EXPECT_NE(std::string::npos, st.message().find("timed out")) << st.message();
+  EXPECT_GE(nowMs() - t0, 200);
+}
+
+TEST_F(BootstrapTest, CommTagAndDerivedIds) {
+  UniqueId a, b;
+  ASSERT_TRUE(bootstrapUniqueIdForAddress("127.0.0.1:5000", "seed", false, &a).isOk());
+  ASSERT_TRUE(bootstrapUniqueIdForAddress("127.0.0.1:5000", "seed", false, &b).isOk());
+  EXPECT_EQ(0, memcmp(&a, &b, sizeof(a)));
+  std::string tag = commTagOf(a);
+  EXPECT_EQ(16u, tag.size());
+  EXPECT_EQ(std::string::npos, tag.find_first_not_of("0123456789abcdef"));
+  ASSERT_TRUE(bootstrapUniqueIdForAddress("127.0.0.1:5000", "other", false, &b).isOk());
+  EXPECT_NE(tag, commTagOf(b));
+  EXPECT_FALSE(bootstrapUniqueIdForAddress("127.0.0.1", "seed", false, &b).isOk());
+  UniqueId junk;
+  memset(&junk, 0, sizeof(junk));
+  std::unique_ptr<Bootstrap> bs;
+  Status st = Bootstrap::create(junk, 0, 1, RankInfo{}, 100, &bs);
+  EXPECT_EQ(Code::kInvalidArgument, st.code());
+  EXPECT_EQ(Code::kInvalidArgument, Bootstrap::create(a, 2, 2, RankInfo{}, 100, &bs).code());
+}
+
+TEST_F(BootstrapTest, LocalHostIdAndOverride) {
+  uint64_t h = localHostId();
+  EXPECT_EQ(h, localHostId());
+  EXPECT_NE(0u, h);
+  env_.set("C4_HOSTID", "1234");
+  EXPECT_EQ(1234u, localHostId());
+  env_.set("C4_HOSTID", "0x10");
+  EXPECT_EQ(16u, localHostId());
+  env_.set("C4_HOSTID", "node-a");
+  uint64_t a = localHostId();
+  EXPECT_EQ(a, localHostId());
+  env_.set("C4_HOSTID", "node-b");
+  EXPECT_NE(a, localHostId());
+  env_.unset("C4_HOSTID");
+  EXPECT_EQ(h, localHostId());
+}
+
+}  // namespace
+}  // namespace c4
