@@ -58,6 +58,7 @@ void storeScalar(double v, DataType dt, void* out) {
 }
 
 constexpr size_t kAlign = 4096;
+BufRef absolute(const void* p) { return BufRef{BufBase::kAbsolute, reinterpret_cast<uintptr_t>(p)}; }
 size_t alignUp(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
@@ -191,23 +192,34 @@ void* Comm::scratch(size_t bytes) {
   return scratch_;
 }
 
-Result<const sched::Schedule*> Comm::schedule(const sched::CollArgs& args, sched::Algo algo) {
-  CacheKey key{static_cast<int>(args.coll), static_cast<int>(args.dtype), args.root, static_cast<int>(algo),
-               args.count, args.chunkBytes};
+Result<Comm::CachedPlan*> Comm::cachedPlan(const sched::CollArgs& args, size_t nominalBytes) {
+  CacheKey key{static_cast<int>(args.coll), static_cast<int>(args.dtype), args.root, args.count};
   auto it = cache_.find(key);
   if (it != cache_.end()) {
-    lru_.splice(lru_.begin(), lru_, it->second.second);
-    return static_cast<const sched::Schedule*>(it->second.first.get());
+    if (it->second.second != lru_.begin()) lru_.splice(lru_.begin(), lru_, it->second.second);
+    return it->second.first.get();
   }
-  C4_ASSIGN_OR_RETURN(sched::Schedule s, sched::generate(algo, args));
+  TuneResult tr = tuner.choose(args.coll, nominalBytes);
+  sched::CollArgs a = args;
+  a.chunkBytes = tr.chunkBytes;
+  C4_ASSIGN_OR_RETURN(sched::Schedule s, sched::generate(tr.algo, a));
+  auto entry = std::make_unique<CachedPlan>();
+  buildPlan(s, &entry->plan);
+  entry->schedScratch = alignUp(s.scratchBytes);
+  entry->algo = tr.algo;
+  C4_CHECK(entry->exec.bind(this, &entry->plan));
+  C4_INFO(kLogTuning, "rank %d: %s %zu bytes (%s): algorithm %s, chunk %zu bytes, %zu steps: %s", rank,
+          collName(args.coll), nominalBytes, dataTypeName(args.dtype), sched::algoName(tr.algo), tr.chunkBytes,
+          s.steps.size(), tr.why.c_str());
   size_t limit = static_cast<size_t>(std::max<int64_t>(1, paramScheduleCache()));
   while (cache_.size() >= limit) {
     cache_.erase(lru_.back());
     lru_.pop_back();
   }
   lru_.push_front(key);
-  auto ins = cache_.emplace(key, std::make_pair(std::make_unique<sched::Schedule>(std::move(s)), lru_.begin()));
-  return static_cast<const sched::Schedule*>(ins.first->second.first.get());
+  CachedPlan* raw = entry.get();
+  cache_.emplace(key, std::make_pair(std::move(entry), lru_.begin()));
+  return raw;
 }
 
 namespace {
@@ -257,20 +269,7 @@ Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
   args.dtype = op.dtype;
   args.root = op.root;
   args.reduces = reduces;
-  size_t bytes = nominalBytes(op, nranks);
-  TuneResult tr = tuner.choose(op.coll, bytes);
-  args.chunkBytes = tr.chunkBytes;
-  bool cached = false;
-  {
-    CacheKey key{static_cast<int>(args.coll), static_cast<int>(args.dtype), args.root, static_cast<int>(tr.algo),
-                 args.count, args.chunkBytes};
-    cached = cache_.count(key) != 0;
-  }
-  C4_ASSIGN_OR_RETURN(const sched::Schedule* s, schedule(args, tr.algo));
-  if (!cached)
-    C4_INFO(kLogTuning, "rank %d: %s %zu bytes (%s): algorithm %s, chunk %zu bytes, %zu steps: %s", rank,
-            collName(op.coll), bytes, dataTypeName(op.dtype), sched::algoName(tr.algo), tr.chunkBytes,
-            s->steps.size(), tr.why.c_str());
+  C4_ASSIGN_OR_RETURN(CachedPlan * cp, cachedPlan(args, nominalBytes(op, nranks)));
 
   // PreMulSum and floating-point Avg scale each rank's input first (as NCCL does); integer Avg
   // sums and divides the result.
@@ -294,37 +293,38 @@ Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
       prescale = true;
     }
   }
-  size_t inBytes = sched::inputBytes(args);
-  size_t schedScratch = alignUp(s->scratchBytes);
   // In-place AlltoAll overwrites blocks it still has to send: work from a copy of the input.
   bool copyInput = op.coll == Coll::kAlltoAll && op.sendbuff == op.recvbuff && nranks > 1;
-  size_t need = schedScratch + (prescale || copyInput ? inBytes : 0);
+  size_t inBytes = (prescale || copyInput) ? sched::inputBytes(args) : 0;
+  size_t need = cp->schedScratch + inBytes;
   char* scr = nullptr;
   if (need > 0) {
     scr = static_cast<char*>(scratch(need));
     if (!scr) return makeError(Code::kSystemError, "rank %d: cannot allocate %zu bytes of scratch", rank, need);
   }
   if (prescale && input != nullptr) {
-    char* scaled = scr + schedScratch;
+    char* scaled = scr + cp->schedScratch;
     kernels::scale(scaled, input, scalar, inBytes / dataTypeSize(op.dtype), op.dtype);
     input = scaled;
   } else if (copyInput) {
-    kernels::copy(scr + schedScratch, input, inBytes);
-    input = scr + schedScratch;
+    kernels::copy(scr + cp->schedScratch, input, inBytes);
+    input = scr + cp->schedScratch;
   }
-  buildPlan(*s, input, op.recvbuff, scr, &p->plan);
-  p->plan.sig = sig;
-  p->plan.dtype = op.dtype;
-  p->plan.op = kop;
+  cp->plan.sig = sig;
+  cp->plan.dtype = op.dtype;
+  cp->plan.op = kop;
+  p->exec = &cp->exec;
+  p->bases[static_cast<int>(BufBase::kInput)] = input;
+  p->bases[static_cast<int>(BufBase::kOutput)] = op.recvbuff;
+  p->bases[static_cast<int>(BufBase::kScratch)] = scr;
   return Status::ok();
 }
 
 Status Comm::prepareP2p(const std::vector<OpDesc>& ops, Prepared* p) {
   p->noop = false;
   p->postDivide = false;
-  p->plan.steps.clear();
-  p->plan.deps.clear();
-  p->plan.sigs.clear();
+  p->owned = std::make_unique<CachedPlan>();
+  ExecPlan& plan = p->owned->plan;
   // A send whose buffer overlaps a receive of the same batch (in-place exchange, as nccl-tests
   // runs it) must not read data a receive already overwrote: single-copy peers pull from the
   // sender's buffer at their own pace. Such sends go out of a snapshot in scratch.
@@ -375,15 +375,15 @@ Status Comm::prepareP2p(const std::vector<OpDesc>& ops, Prepared* p) {
     if (op.coll == Coll::kSend) {
       sig.seq = p2pSendSeq[static_cast<size_t>(op.root)]++;
       st.kind = sched::StepKind::kSend;
-      st.src = op.sendbuff;
+      st.src = absolute(op.sendbuff);
     } else {
       sig.seq = p2pRecvSeq[static_cast<size_t>(op.root)]++;
       st.kind = sched::StepKind::kRecv;
-      st.dst = op.recvbuff;
+      st.dst = absolute(op.recvbuff);
     }
-    st.sigIdx = static_cast<uint32_t>(p->plan.sigs.size());
-    p->plan.sigs.push_back(sig);
-    p->plan.add(st, nullptr, 0);
+    st.sigIdx = static_cast<uint32_t>(plan.sigs.size());
+    plan.sigs.push_back(sig);
+    plan.add(st, nullptr, 0);
   }
   if (selfSends.size() != selfRecvs.size())
     return makeError(Code::kInvalidUsage, "rank %d: %zu send(s) to itself but %zu receive(s) from itself in one group",
@@ -396,12 +396,16 @@ Status Comm::prepareP2p(const std::vector<OpDesc>& ops, Prepared* p) {
                        s.count, dataTypeName(s.dtype), r.count, dataTypeName(r.dtype));
     ExecStep st;
     st.kind = sched::StepKind::kCopy;
-    st.src = s.sendbuff;
-    st.dst = r.recvbuff;
+    st.src = absolute(s.sendbuff);
+    st.dst = absolute(r.recvbuff);
     st.bytes = s.count * dataTypeSize(s.dtype);
-    p->plan.add(st, nullptr, 0);
+    plan.add(st, nullptr, 0);
   }
-  p->noop = p->plan.steps.empty();
+  p->noop = plan.steps.empty();
+  if (!p->noop) {
+    C4_CHECK(p->owned->exec.bind(this, &plan));
+    p->exec = &p->owned->exec;
+  }
   return Status::ok();
 }
 
@@ -413,10 +417,31 @@ void Comm::finish(Prepared* p) {
 }
 
 Status Comm::runCollective(const OpDesc& op) {
-  std::vector<GroupItem> items(1);
-  items[0].comm = this;
-  items[0].ops.push_back(op);
-  return runGroupItems(items);
+  // The common case (one blocking call) without the group machinery.
+  if (failed.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> g(errMu);
+    return Status(asyncError.code(), "communicator failed earlier: " + asyncError.message());
+  }
+  Prepared p;
+  Status st = prepareCollective(op, &p);
+  if (st.isOk() && !p.noop) st = p.exec->start(p.bases);
+  int idle = 0;
+  bool done = p.noop;
+  while (st.isOk() && !done) {
+    st = p.exec->poll(&done);
+    if (!st.isOk() || done) break;
+    if (p.exec->madeProgress()) {
+      idle = 0;
+    } else {
+      transport::waitHint(++idle);
+    }
+  }
+  if (!st.isOk()) {
+    fail(st);
+    return st;
+  }
+  finish(&p);
+  return Status::ok();
 }
 
 Status Comm::runP2p(const std::vector<OpDesc>& ops) {

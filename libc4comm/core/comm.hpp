@@ -52,13 +52,22 @@ struct Comm {
   /// Runs a batch of point-to-point ops (all posted together).
   Status runP2p(const std::vector<OpDesc>& ops);
 
-  /// Builds what executes `op`: plan storage lives in *slot. Used by run* and by group execution.
-  struct Prepared {
+  /// A plan built for one distinct operation (coll, dtype, count, root) and the executor bound
+  /// to it; cached, so a repeated call only rebinds buffers.
+  struct CachedPlan {
     ExecPlan plan;
     Executor exec;
+    size_t schedScratch = 0;  // bytes of scratch the schedule uses (aligned)
+    sched::Algo algo = sched::Algo::kRing;
+  };
+  /// What runs one call: an executor (cached or owned) plus the call's buffers.
+  struct Prepared {
+    Executor* exec = nullptr;
+    const void* bases[kNumBufBases] = {nullptr, nullptr, nullptr, nullptr};
     OpDesc op;
     bool noop = false;
-    bool postDivide = false;  // integer Avg: divide the result by nranks afterwards
+    bool postDivide = false;       // integer Avg: divide the result by nranks afterwards
+    std::unique_ptr<CachedPlan> owned;  // point-to-point batches are built per call
   };
   Status prepareCollective(const OpDesc& op, Prepared* out);
   Status prepareP2p(const std::vector<OpDesc>& ops, Prepared* out);
@@ -101,15 +110,16 @@ struct Comm {
 
  private:
   struct CacheKey {
-    int coll, dtype, root, algo;
-    size_t count, chunk;
+    int coll, dtype, root;
+    size_t count;
     bool operator<(const CacheKey& o) const {
-      return std::tie(coll, dtype, root, algo, count, chunk) < std::tie(o.coll, o.dtype, o.root, o.algo, o.count, o.chunk);
+      return std::tie(coll, dtype, root, count) < std::tie(o.coll, o.dtype, o.root, o.count);
     }
   };
-  Result<const sched::Schedule*> schedule(const sched::CollArgs& args, sched::Algo algo);
+  /// The cached plan for `args`, built (tuned, generated, bound) on a miss.
+  Result<CachedPlan*> cachedPlan(const sched::CollArgs& args, size_t nominalBytes);
 
-  std::map<CacheKey, std::pair<std::unique_ptr<sched::Schedule>, std::list<CacheKey>::iterator>> cache_;
+  std::map<CacheKey, std::pair<std::unique_ptr<CachedPlan>, std::list<CacheKey>::iterator>> cache_;
   std::list<CacheKey> lru_;
   void* scratch_ = nullptr;
   size_t scratchBytes_ = 0;

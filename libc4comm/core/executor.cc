@@ -30,43 +30,35 @@ void ExecPlan::add(const ExecStep& s, const int32_t* depList, size_t ndeps) {
   steps.push_back(st);
 }
 
-void buildPlan(const sched::Schedule& s, const void* input, void* output, void* scratch, ExecPlan* plan) {
+void buildPlan(const sched::Schedule& s, ExecPlan* plan) {
   plan->steps.clear();
   plan->deps.clear();
   plan->sigs.clear();
   plan->steps.reserve(s.steps.size());
-  auto addr = [&](const sched::Span& sp) -> char* {
-    char* base = nullptr;
-    switch (sp.buf) {
-      case sched::BufId::kInput: base = const_cast<char*>(static_cast<const char*>(input)); break;
-      case sched::BufId::kOutput: base = static_cast<char*>(output); break;
-      case sched::BufId::kScratch: base = static_cast<char*>(scratch); break;
-    }
-    return base ? base + sp.offset : nullptr;
-  };
+  auto ref = [](const sched::Span& sp) { return BufRef{static_cast<BufBase>(sp.buf), sp.offset}; };
   for (const sched::Step& st : s.steps) {
     ExecStep e;
     e.kind = st.kind;
     e.peer = st.peer;
     switch (st.kind) {
       case StepKind::kSend:
-        e.src = addr(st.src);
+        e.src = ref(st.src);
         e.bytes = st.src.bytes;
         break;
       case StepKind::kRecv:
-        e.dst = addr(st.dst);
+        e.dst = ref(st.dst);
         e.bytes = st.dst.bytes;
         break;
       case StepKind::kRecvReduce:
       case StepKind::kCopy:
-        e.src = addr(st.src);
-        e.dst = addr(st.dst);
+        e.src = ref(st.src);
+        e.dst = ref(st.dst);
         e.bytes = st.dst.bytes;
         break;
       case StepKind::kReduce:
-        e.src = addr(st.src);
-        e.src2 = addr(st.src2);
-        e.dst = addr(st.dst);
+        e.src = ref(st.src);
+        e.src2 = ref(st.src2);
+        e.dst = ref(st.dst);
         e.bytes = st.dst.bytes;
         break;
     }
@@ -74,15 +66,12 @@ void buildPlan(const sched::Schedule& s, const void* input, void* output, void* 
   }
 }
 
-Status Executor::start(Comm* comm, const ExecPlan* plan) {
+Status Executor::bind(Comm* comm, const ExecPlan* plan) {
   comm_ = comm;
   plan_ = plan;
   const size_t n = plan->steps.size();
-  completed_ = 0;
-  remaining_.assign(n, 0);
-  reqs_.assign(n, transport::Request());
-  inflight_.clear();
-  localReady_.clear();
+  initialRemaining_.assign(n, 0);
+  initialLocal_.clear();
   peers_.clear();
   peerSlot_.assign(static_cast<size_t>(comm->nranks), -1);
 
@@ -90,10 +79,10 @@ Status Executor::start(Comm* comm, const ExecPlan* plan) {
   succBegin_.assign(n + 1, 0);
   for (size_t i = 0; i < n; ++i) {
     const ExecStep& s = plan->steps[i];
-    remaining_[i] = s.depEnd - s.depBegin;
+    initialRemaining_[i] = s.depEnd - s.depBegin;
     for (uint32_t d = s.depBegin; d < s.depEnd; ++d) {
       uint32_t dep = plan->deps[d];
-      if (dep >= i) return makeError(Code::kInternalError, "schedule step %zu depends on later step %u", i, dep);
+      if (dep >= i) return makeError(Code::kInternalError, "plan step %zu depends on later step %u", i, dep);
       ++succBegin_[dep + 1];
     }
   }
@@ -109,7 +98,7 @@ Status Executor::start(Comm* comm, const ExecPlan* plan) {
     const ExecStep& s = plan->steps[i];
     if (s.kind == StepKind::kSend || s.kind == StepKind::kRecv || s.kind == StepKind::kRecvReduce) {
       if (s.peer < 0 || s.peer >= comm->nranks || s.peer == comm->rank)
-        return makeError(Code::kInternalError, "schedule step %zu has invalid peer %d", i, s.peer);
+        return makeError(Code::kInternalError, "plan step %zu has invalid peer %d", i, s.peer);
       int32_t& slot = peerSlot_[static_cast<size_t>(s.peer)];
       if (slot < 0) {
         slot = static_cast<int32_t>(peers_.size());
@@ -120,21 +109,42 @@ Status Executor::start(Comm* comm, const ExecPlan* plan) {
       }
       auto& q = peers_[static_cast<size_t>(slot)];
       (s.kind == StepKind::kSend ? q.sends : q.recvs).push_back(static_cast<uint32_t>(i));
-    } else if (remaining_[i] == 0) {
-      localReady_.push_back(static_cast<uint32_t>(i));
+    } else if (initialRemaining_[i] == 0) {
+      initialLocal_.push_back(static_cast<uint32_t>(i));
     }
   }
+  remaining_.resize(n);
+  reqs_.resize(n);
+  inflight_.reserve(n);
+  localReady_.reserve(n);
+  return Status::ok();
+}
+
+Status Executor::start(const void* const bases[kNumBufBases]) {
+  for (int b = 0; b < kNumBufBases; ++b) bases_[b] = bases[b];
+  bases_[static_cast<int>(BufBase::kAbsolute)] = nullptr;
+  std::copy(initialRemaining_.begin(), initialRemaining_.end(), remaining_.begin());
+  for (transport::Request& r : reqs_) {
+    r.state = transport::Request::kPending;
+    if (!r.error.isOk()) r.error = Status::ok();
+  }
+  inflight_.clear();
+  localReady_.assign(initialLocal_.begin(), initialLocal_.end());
+  for (PeerQueue& q : peers_) q.nextSend = q.nextRecv = 0;
+  completed_ = 0;
   lastProgressNs_ = nowNs();
   return postReady();
 }
 
 Status Executor::runLocal(uint32_t idx) {
   const ExecStep& s = plan_->steps[idx];
+  void* dst = addr(s.dst);
+  const void* src = addr(s.src);
   if (s.kind == StepKind::kCopy) {
-    if (s.dst != s.src && s.bytes) kernels::copy(s.dst, s.src, s.bytes);
+    if (dst != src && s.bytes) kernels::copy(dst, src, s.bytes);
   } else {
     size_t esize = dataTypeSize(plan_->dtype);
-    kernels::reduce(s.dst, s.src, s.src2, s.bytes / esize, plan_->dtype, plan_->op);
+    kernels::reduce(dst, src, addr(s.src2), s.bytes / esize, plan_->dtype, plan_->op);
   }
   return complete(idx);
 }
@@ -163,7 +173,7 @@ Status Executor::postReady() {
     while (q.nextSend < q.sends.size() && remaining_[q.sends[q.nextSend]] == 0) {
       uint32_t idx = q.sends[q.nextSend++];
       const ExecStep& s = plan_->steps[idx];
-      C4_CHECK(q.conn->isend(s.src, s.bytes, plan_->sigOf(s), &reqs_[idx]));
+      C4_CHECK(q.conn->isend(addr(s.src), s.bytes, plan_->sigOf(s), &reqs_[idx]));
       inflight_.push_back(idx);
       progressed_ = true;
     }
@@ -172,12 +182,12 @@ Status Executor::postReady() {
       const ExecStep& s = plan_->steps[idx];
       if (s.kind == StepKind::kRecvReduce) {
         transport::ReduceSpec red;
-        red.local = s.src;
+        red.local = addr(s.src);
         red.dtype = plan_->dtype;
         red.op = plan_->op;
-        C4_CHECK(q.conn->irecv(s.dst, s.bytes, plan_->sigOf(s), &red, &reqs_[idx]));
+        C4_CHECK(q.conn->irecv(addr(s.dst), s.bytes, plan_->sigOf(s), &red, &reqs_[idx]));
       } else {
-        C4_CHECK(q.conn->irecv(s.dst, s.bytes, plan_->sigOf(s), nullptr, &reqs_[idx]));
+        C4_CHECK(q.conn->irecv(addr(s.dst), s.bytes, plan_->sigOf(s), nullptr, &reqs_[idx]));
       }
       inflight_.push_back(idx);
       progressed_ = true;

@@ -18,19 +18,27 @@ namespace c4 {
 
 struct Comm;
 
-/// A step with its buffers resolved to addresses.
+/// Where a step's bytes live: one of the call's buffers (bases are bound per call, so a plan is
+/// built once and reused) or an absolute address (kAbsolute, base 0: point-to-point batches).
+enum class BufBase : uint8_t { kInput = 0, kOutput = 1, kScratch = 2, kAbsolute = 3 };
+constexpr int kNumBufBases = 4;
+
+struct BufRef {
+  BufBase base = BufBase::kAbsolute;
+  uintptr_t offset = 0;
+};
+
+/// A step of a plan.
 struct ExecStep {
   sched::StepKind kind = sched::StepKind::kCopy;
   int32_t peer = -1;
-  const void* src = nullptr;
-  const void* src2 = nullptr;
-  void* dst = nullptr;
+  BufRef src, src2, dst;
   size_t bytes = 0;
   uint32_t depBegin = 0, depEnd = 0;  // range in ExecPlan::deps (indices of earlier steps)
   uint32_t sigIdx = UINT32_MAX;       // index in ExecPlan::sigs, or the plan's sig
 };
 
-/// A resolved, ready-to-run schedule: steps plus successor lists and per-peer post order.
+/// A ready-to-run plan: steps plus dependencies. Built once per distinct operation and reused.
 struct ExecPlan {
   std::vector<ExecStep> steps;
   std::vector<uint32_t> deps;
@@ -44,16 +52,18 @@ struct ExecPlan {
   const OpSig& sigOf(const ExecStep& s) const { return s.sigIdx < sigs.size() ? sigs[s.sigIdx] : sig; }
 };
 
-/// Resolves a generated schedule against concrete buffers.
-void buildPlan(const sched::Schedule& s, const void* input, void* output, void* scratch, ExecPlan* plan);
+/// Translates a generated schedule into a plan (buffer-relative; no addresses yet).
+void buildPlan(const sched::Schedule& s, ExecPlan* plan);
 
 class Executor {
  public:
-  /// Binds to `comm` (for connections, timeout and back-off); `plan` must outlive the run.
-  Status start(Comm* comm, const ExecPlan* plan);
-  /// Advances; sets *done when every step completed. On failure the run is over (no request of
-  /// this run is left pending in a way that could touch the caller's buffers later, because the
-  /// communicator aborts its transports).
+  /// Prepares to run `plan` on `comm` (successor lists, per-peer post order, connections). Done
+  /// once per plan; `plan` must outlive the executor and not change after bind.
+  Status bind(Comm* comm, const ExecPlan* plan);
+  /// Starts a run with the call's buffers (indexed by BufBase; kAbsolute is ignored).
+  Status start(const void* const bases[kNumBufBases]);
+  /// Advances; sets *done when every step completed. On failure the run is over (the caller
+  /// fails the communicator, which aborts its transports so no request touches the buffers later).
   Status poll(bool* done);
   /// True if the last poll() made progress (used for back-off by the driver loop).
   bool madeProgress() const { return progressed_; }
@@ -70,8 +80,15 @@ class Executor {
   Status runLocal(uint32_t idx);
   std::string pendingSummary() const;
 
+  void* addr(const BufRef& r) const {
+    return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(bases_[static_cast<int>(r.base)]) + r.offset);
+  }
+
   Comm* comm_ = nullptr;
   const ExecPlan* plan_ = nullptr;
+  const void* bases_[kNumBufBases] = {nullptr, nullptr, nullptr, nullptr};
+  std::vector<uint32_t> initialRemaining_;
+  std::vector<uint32_t> initialLocal_;
   std::vector<uint32_t> remaining_;    // unfinished deps per step
   std::vector<uint32_t> succBegin_, succ_;
   std::vector<transport::Request> reqs_;

@@ -15,7 +15,7 @@ struct Lane {
   std::vector<OpDesc> p2p;
   size_t nextColl = 0;
   bool p2pStarted = false;
-  std::unique_ptr<Comm::Prepared> cur;
+  std::unique_ptr<Comm::Prepared> cur;  // null when idle
 
   bool finished() const { return !cur && nextColl == colls.size() && (p2p.empty() || p2pStarted); }
 
@@ -35,7 +35,7 @@ struct Lane {
         comm->finish(p.get());
         continue;
       }
-      C4_CHECK(p->exec.start(comm, &p->plan));
+      C4_CHECK(p->exec->start(p->bases));
       cur = std::move(p);
     }
     return Status::ok();
@@ -81,9 +81,9 @@ Status runGroupItems(std::vector<GroupItem>& items) {
       if (!l.cur) continue;
       allDone = false;
       bool done = false;
-      Status st = l.cur->exec.poll(&done);
+      Status st = l.cur->exec->poll(&done);
       if (!st.isOk()) return failAll(st);
-      progressed |= l.cur->exec.madeProgress();
+      progressed |= l.cur->exec->madeProgress();
       if (done) {
         l.comm->finish(l.cur.get());
         l.cur.reset();

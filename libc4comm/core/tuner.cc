@@ -73,41 +73,58 @@ Status Tuner::init(int nranks, int nhosts, const transport::Caps& caps) {
 }
 
 double Tuner::estimateUs(sched::Algo algo, Coll coll, size_t bytes) const {
-  // Alpha-beta model per algorithm: hops on the critical path x latency + bytes moved through
-  // the busiest rank / bandwidth. Pipelined chains (ring, tree) pay the hop latency once per chunk
-  // stage rather than once per byte; direct sends everything at once.
+  // Alpha-beta-gamma model: hops on the critical path x latency, bytes through the busiest rank /
+  // transport bandwidth, and bytes that rank reduces / reduction bandwidth. Pipelined chains pay
+  // the hop latency once per stage, not per chunk. Reduction runs at about memory speed: two
+  // streams in, one out.
   const double n = nranks_;
   const double lat = caps_.latencyUs;
-  const double bwBytesPerUs = caps_.bwGBps * 1e3;
+  const double net = caps_.bwGBps * 1e3;  // bytes per us
+  const double red = kReduceGBps * 1e3;
   const double b = static_cast<double>(bytes);
   const double lg = std::ceil(std::log2(std::max(2.0, n)));
+  const bool pow2 = (nranks_ & (nranks_ - 1)) == 0;
+  const double part = (n - 1) / n * b;  // what a rank sends (or reduces) in one reduce-scatter
   switch (coll) {
     case Coll::kAllReduce:
       switch (algo) {
-        case sched::Algo::kRing: return 2 * (n - 1) * lat + 2 * (n - 1) / n * b / bwBytesPerUs;
-        case sched::Algo::kRhd: return 2 * lg * lat + 2 * (n - 1) / n * b / bwBytesPerUs * 1.1;
-        case sched::Algo::kTree: return 2 * lg * lat + 2 * b / bwBytesPerUs;
-        case sched::Algo::kDirect: return lat + (n - 1) * b / bwBytesPerUs;
+        case sched::Algo::kRing: return 2 * (n - 1) * lat + 2 * part / net + part / red;
+        case sched::Algo::kRhd: return (2 * lg + (pow2 ? 0 : 2)) * lat + 2 * part / net + part / red;
+        case sched::Algo::kTree: return 2 * lg * lat + 2 * b / net + b / red;
+        // Every rank receives and reduces the whole vector from every peer.
+        case sched::Algo::kDirect: return lat + (n - 1) * b / net + (n - 1) * b / red;
       }
       break;
-    case Coll::kAllGather:
     case Coll::kReduceScatter:
       switch (algo) {
-        case sched::Algo::kRing: return (n - 1) * lat + (n - 1) / n * b / bwBytesPerUs;
-        case sched::Algo::kRhd: return lg * lat + (n - 1) / n * b / bwBytesPerUs * 1.05;
-        case sched::Algo::kDirect: return lat + (n - 1) / n * b / bwBytesPerUs * 1.2;
+        case sched::Algo::kRing: return (n - 1) * lat + part / net + part / red;
+        case sched::Algo::kRhd: return (lg + (pow2 ? 0 : 2)) * lat + part / net + part / red;
+        case sched::Algo::kDirect: return lat + part / net + part / red;
+        default: return 1e30;
+      }
+    case Coll::kAllGather:
+      switch (algo) {
+        case sched::Algo::kRing: return (n - 1) * lat + part / net;
+        case sched::Algo::kRhd: return (lg + (pow2 ? 0 : 2)) * lat + part / net;
+        case sched::Algo::kDirect: return lat + part / net;
         default: return 1e30;
       }
     case Coll::kBroadcast:
+      switch (algo) {
+        case sched::Algo::kRing: return (n - 1) * lat + b / net;
+        case sched::Algo::kTree: return lg * lat + 2 * b / net;  // inner nodes forward to two children
+        case sched::Algo::kDirect: return lat + (n - 1) * b / net;
+        default: return 1e30;
+      }
     case Coll::kReduce:
       switch (algo) {
-        case sched::Algo::kRing: return (n - 1) * lat + b / bwBytesPerUs * 1.1;
-        case sched::Algo::kTree: return lg * lat + lg * b / bwBytesPerUs;
-        case sched::Algo::kDirect: return lat + (n - 1) * b / bwBytesPerUs;
+        case sched::Algo::kRing: return (n - 1) * lat + b / net + b / red;
+        case sched::Algo::kTree: return lg * lat + 2 * b / net + 2 * b / red;
+        case sched::Algo::kDirect: return lat + (n - 1) * b / net + (n - 1) * b / red;
         default: return 1e30;
       }
     default:
-      return algo == sched::Algo::kDirect ? lat + b / bwBytesPerUs : 1e30;
+      return algo == sched::Algo::kDirect ? lat + b / net : 1e30;
   }
   return 1e30;
 }

@@ -30,6 +30,7 @@ class Tuner {
   double estimateUs(sched::Algo algo, Coll coll, size_t bytes) const;
 
  private:
+  static constexpr double kReduceGBps = 10.0;
   int nranks_ = 1;
   int nhosts_ = 1;
   transport::Caps caps_;
