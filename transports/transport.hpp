@@ -93,6 +93,15 @@ class Transport {
   /// Tells every connected peer that this rank is aborting (best effort, never blocks), and fails
   /// all pending requests with `reason`.
   virtual void abort(const std::string& reason) = 0;
+
+  /// Optional: a shared arena of hostArenaBytes() per rank, readable and writable by every rank
+  /// of this host and zeroed at setup (one-shot small collectives use it). nullptr when the
+  /// transport has none or `rank` is not on this host.
+  virtual char* hostArena(int rank) { return nullptr; }
+  virtual size_t hostArenaBytes() const { return 0; }
+  /// Ok while `peer` is alive and has not aborted or closed; else an error naming it. May make a
+  /// system call: callers rate-limit it.
+  virtual Status peerHealth(int peer) { return Status::ok(); }
 };
 
 }  // namespace c4::transport

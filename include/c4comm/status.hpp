@@ -21,24 +21,45 @@ enum class Code : int {
 /// Short name of a code ("invalid argument", ...). Never null.
 const char* codeName(Code code);
 
-/// An outcome: a code plus, on failure, a human-readable reason. Cheap to copy when ok.
+/// An outcome: a code plus, on failure, a human-readable reason. An ok Status is two words and
+/// costs nothing to create, copy or destroy (the reason lives on the heap only on failure).
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(Code code, std::string msg) : code_(code), msg_(std::move(msg)) {}
+  Status(Code code, std::string msg)
+      : code_(code), msg_(code == Code::kSuccess ? nullptr : new std::string(std::move(msg))) {}
+  Status(const Status& o) : code_(o.code_), msg_(o.msg_ ? new std::string(*o.msg_) : nullptr) {}
+  Status(Status&& o) noexcept : code_(o.code_), msg_(o.msg_) {
+    o.code_ = Code::kSuccess;
+    o.msg_ = nullptr;
+  }
+  Status& operator=(const Status& o) {
+    if (this != &o) *this = Status(o);
+    return *this;
+  }
+  Status& operator=(Status&& o) noexcept {
+    std::swap(code_, o.code_);
+    std::swap(msg_, o.msg_);
+    return *this;
+  }
+  ~Status() { delete msg_; }
   static Status ok() { return Status(); }
 
   bool isOk() const { return code_ == Code::kSuccess; }
   explicit operator bool() const { return isOk(); }
   Code code() const { return code_; }
   /// The reason; empty when ok.
-  const std::string& message() const { return msg_; }
+  const std::string& message() const { return msg_ ? *msg_ : emptyString(); }
   /// "code name: reason".
   std::string toString() const;
 
  private:
+  static const std::string& emptyString() {
+    static const std::string empty;
+    return empty;
+  }
   Code code_ = Code::kSuccess;
-  std::string msg_;
+  std::string* msg_ = nullptr;
 };
 
 /// A value or the Status that explains why there is none.

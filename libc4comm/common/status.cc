@@ -21,7 +21,7 @@ const char* codeName(Code code) {
 
 std::string Status::toString() const {
   if (isOk()) return "ok";
-  return std::string(codeName(code_)) + ": " + msg_;
+  return std::string(codeName(code_)) + ": " + message();
 }
 
 std::string strFormatV(const char* fmt, va_list ap) {

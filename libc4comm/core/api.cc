@@ -37,13 +37,20 @@ struct GroupState {
 thread_local GroupState tGroup;
 
 /// Records a failure as the thread's last error (and the group's, inside a group).
-Status record(Status st) {
+Status record(Status&& st) {
   if (!st.isOk()) {
     tLastError = st.message();
     if (tGroup.depth > 0 && tGroup.error.isOk()) tGroup.error = st;
   }
   return st;
 }
+
+/// Like C4_CHECK, recording the failure as the last error.
+#define C4_CHECK_RECORD(expr)                      \
+  do {                                             \
+    ::c4::Status c4_st_ = (expr);                  \
+    if (!c4_st_.isOk()) return record(std::move(c4_st_)); \
+  } while (0)
 
 Status checkComm(const Comm* c) {
   if (!c) return makeError(Code::kInvalidArgument, "comm is NULL");
@@ -90,8 +97,8 @@ Status checkRoot(const Comm* c, int root, const char* what) {
 
 /// count * mult elements of dt must fit in size_t bytes.
 Status checkCount(size_t count, size_t mult, DataType dt) {
-  size_t es = dataTypeSize(dt);
-  if (count != 0 && (mult > SIZE_MAX / es || count > SIZE_MAX / (es * mult)))
+  size_t es = dataTypeSize(dt), elems = 0, bytes = 0;
+  if (__builtin_mul_overflow(count, mult, &elems) || __builtin_mul_overflow(elems, es, &bytes))
     return makeError(Code::kInvalidArgument, "count %zu x %zu x %zu bytes overflows the address space", count, mult,
                      es);
   return Status::ok();
@@ -150,7 +157,7 @@ Status getUniqueId(UniqueId* id) {
 }
 
 Status commInitRank(Comm** comm, int nranks, const UniqueId& id, int rank, const Config& config) {
-  C4_CHECK(record(checkInitArgs(comm, nranks, rank)));
+  C4_CHECK_RECORD(checkInitArgs(comm, nranks, rank));
   auto* c = new Comm();
   registerComm(c);
   if (tGroup.depth > 0) {
@@ -163,7 +170,7 @@ Status commInitRank(Comm** comm, int nranks, const UniqueId& id, int rank, const
   if (!st.isOk()) {
     unregisterComm(c);
     delete c;
-    return record(st);
+    return record(std::move(st));
   }
   *comm = c;
   return Status::ok();
@@ -173,7 +180,7 @@ Status commInitAll(Comm** comms, int n, const Config& config) {
   if (!comms) return record(makeError(Code::kInvalidArgument, "comms array is NULL"));
   if (n < 1) return record(makeError(Code::kInvalidArgument, "ndev %d must be at least 1", n));
   UniqueId id;  // in-process ranks: never the fixed C4_COMM_ID port
-  C4_CHECK(record(detail::bootstrapEphemeralUniqueId("", &id)));
+  C4_CHECK_RECORD(detail::bootstrapEphemeralUniqueId("", &id));
   std::vector<Comm*> out(static_cast<size_t>(n), nullptr);
   std::vector<Status> res(static_cast<size_t>(n));
   std::vector<std::thread> threads;
@@ -190,7 +197,7 @@ Status commInitAll(Comm** comms, int n, const Config& config) {
     if (!res[static_cast<size_t>(r)].isOk() && first.isOk()) first = res[static_cast<size_t>(r)];
   if (!first.isOk()) {
     for (Comm* c : out) delete c;
-    return record(first);
+    return record(std::move(first));
   }
   for (int r = 0; r < n; ++r) {
     registerComm(out[static_cast<size_t>(r)]);
@@ -202,15 +209,15 @@ Status commInitAll(Comm** comms, int n, const Config& config) {
 Status commInitFromEnv(Comm** comm, const Config& config) {
   if (!comm) return record(makeError(Code::kInvalidArgument, "comm output pointer is NULL"));
   LaunchInfo info;
-  C4_CHECK(record(readLaunchInfo(&info)));
+  C4_CHECK_RECORD(readLaunchInfo(&info));
   UniqueId id;
   int64_t timeoutMs = 300000;
-  C4_CHECK(record(uniqueIdFromLaunch(info, timeoutMs, &id)));
+  C4_CHECK_RECORD(uniqueIdFromLaunch(info, timeoutMs, &id));
   return commInitRank(comm, info.nranks, id, info.rank, config);
 }
 
 Status commSplit(Comm* comm, int color, int key, Comm** newcomm, const Config* config) {
-  C4_CHECK(record(checkUsable(comm)));
+  C4_CHECK_RECORD(checkUsable(comm));
   if (!newcomm) return record(makeError(Code::kInvalidArgument, "newcomm is NULL"));
   if (color < -1) return record(makeError(Code::kInvalidArgument, "color %d is negative (use -1 for no color)", color));
   struct Entry {
@@ -218,7 +225,7 @@ Status commSplit(Comm* comm, int color, int key, Comm** newcomm, const Config* c
   };
   std::vector<Entry> all(static_cast<size_t>(comm->nranks));
   all[static_cast<size_t>(comm->rank)] = Entry{color, key};
-  C4_CHECK(record(comm->bootstrap->allGather(all.data(), sizeof(Entry))));
+  C4_CHECK_RECORD(comm->bootstrap->allGather(all.data(), sizeof(Entry)));
   std::vector<int> members;
   for (int r = 0; r < comm->nranks; ++r)
     if (color >= 0 && all[static_cast<size_t>(r)].color == color) members.push_back(r);
@@ -229,8 +236,8 @@ Status commSplit(Comm* comm, int color, int key, Comm** newcomm, const Config* c
   std::vector<UniqueId> ids(static_cast<size_t>(comm->nranks));
   memset(ids.data(), 0, ids.size() * sizeof(UniqueId));
   bool leader = !members.empty() && members[0] == comm->rank;
-  if (leader) C4_CHECK(record(detail::bootstrapEphemeralUniqueId("", &ids[static_cast<size_t>(comm->rank)])));
-  C4_CHECK(record(comm->bootstrap->allGather(ids.data(), sizeof(UniqueId))));
+  if (leader) C4_CHECK_RECORD(detail::bootstrapEphemeralUniqueId("", &ids[static_cast<size_t>(comm->rank)]));
+  C4_CHECK_RECORD(comm->bootstrap->allGather(ids.data(), sizeof(UniqueId)));
   if (color == -1) {
     *newcomm = nullptr;
     return Status::ok();
@@ -241,7 +248,7 @@ Status commSplit(Comm* comm, int color, int key, Comm** newcomm, const Config* c
 }
 
 Status commFinalize(Comm* comm) {
-  C4_CHECK(record(checkComm(comm)));
+  C4_CHECK_RECORD(checkComm(comm));
   // Host collectives complete before they return, so nothing is outstanding.
   comm->finalized = true;
   return Status::ok();
@@ -249,7 +256,7 @@ Status commFinalize(Comm* comm) {
 
 Status commDestroy(Comm* comm) {
   if (!comm) return Status::ok();  // like NCCL: destroying NULL is a no-op
-  C4_CHECK(record(checkComm(comm)));
+  C4_CHECK_RECORD(checkComm(comm));
   unregisterComm(comm);
   delete comm;
   return Status::ok();
@@ -257,7 +264,7 @@ Status commDestroy(Comm* comm) {
 
 Status commAbort(Comm* comm) {
   if (!comm) return Status::ok();
-  C4_CHECK(record(checkComm(comm)));
+  C4_CHECK_RECORD(checkComm(comm));
   unregisterComm(comm);
   comm->fail(makeError(Code::kRemoteError, "rank %d aborted the communicator", comm->rank));
   delete comm;
@@ -265,37 +272,37 @@ Status commAbort(Comm* comm) {
 }
 
 Status commCount(const Comm* comm, int* count) {
-  C4_CHECK(record(checkComm(comm)));
+  C4_CHECK_RECORD(checkComm(comm));
   if (!count) return record(makeError(Code::kInvalidArgument, "count is NULL"));
   *count = comm->nranks;
   return Status::ok();
 }
 
 Status commUserRank(const Comm* comm, int* rank) {
-  C4_CHECK(record(checkComm(comm)));
+  C4_CHECK_RECORD(checkComm(comm));
   if (!rank) return record(makeError(Code::kInvalidArgument, "rank is NULL"));
   *rank = comm->rank;
   return Status::ok();
 }
 
 Status commCuDevice(const Comm* comm, int* device) {
-  C4_CHECK(record(checkComm(comm)));
+  C4_CHECK_RECORD(checkComm(comm));
   if (!device) return record(makeError(Code::kInvalidArgument, "device is NULL"));
   *device = -1;
   return Status::ok();
 }
 
 Status commGetAsyncError(Comm* comm) {
-  C4_CHECK(record(checkComm(comm)));
+  C4_CHECK_RECORD(checkComm(comm));
   std::lock_guard<std::mutex> g(comm->errMu);
   return comm->asyncError;
 }
 
 Status redOpCreatePreMulSum(RedOp* op, const void* scalar, DataType dt, ScalarResidence residence, Comm* comm) {
-  C4_CHECK(record(checkUsable(comm)));
+  C4_CHECK_RECORD(checkUsable(comm));
   if (!op) return record(makeError(Code::kInvalidArgument, "op is NULL"));
   if (!scalar) return record(makeError(Code::kInvalidArgument, "scalar is NULL"));
-  C4_CHECK(record(checkType(dt)));
+  C4_CHECK_RECORD(checkType(dt));
   if (residence != ScalarResidence::kDevice && residence != ScalarResidence::kHostImmediate)
     return record(makeError(Code::kInvalidArgument, "invalid scalar residence %d", static_cast<int>(residence)));
   UserOp u;
@@ -313,7 +320,7 @@ Status redOpCreatePreMulSum(RedOp* op, const void* scalar, DataType dt, ScalarRe
 }
 
 Status redOpDestroy(RedOp op, Comm* comm) {
-  C4_CHECK(record(checkComm(comm)));
+  C4_CHECK_RECORD(checkComm(comm));
   int v = static_cast<int>(op);
   size_t idx = static_cast<size_t>(v - kNumBuiltinOps);
   if (v < kNumBuiltinOps || idx >= comm->userOps.size() || !comm->userOps[idx].live)
@@ -324,79 +331,89 @@ Status redOpDestroy(RedOp op, Comm* comm) {
 
 Status allReduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt, RedOp op, Comm* comm, void*) {
   OpDesc d{Coll::kAllReduce, sendbuff, recvbuff, count, dt, op, 0};
-  C4_CHECK(record(validate(comm, d, 1, 1, true, true)));
-  C4_CHECK(record(checkOp(comm, op, dt)));
-  return record(enqueue(comm, d));
+  C4_CHECK_RECORD(validate(comm, d, 1, 1, true, true));
+  C4_CHECK_RECORD(checkOp(comm, op, dt));
+  C4_CHECK_RECORD(enqueue(comm, d));
+  return Status::ok();
 }
 
 Status allGather(const void* sendbuff, void* recvbuff, size_t sendcount, DataType dt, Comm* comm, void*) {
   OpDesc d{Coll::kAllGather, sendbuff, recvbuff, sendcount, dt, RedOp::kSum, 0};
-  C4_CHECK(record(validate(comm, d, 1, static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1), true, true)));
-  return record(enqueue(comm, d));
+  C4_CHECK_RECORD(validate(comm, d, 1, static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1), true, true));
+  C4_CHECK_RECORD(enqueue(comm, d));
+  return Status::ok();
 }
 
 Status broadcast(const void* sendbuff, void* recvbuff, size_t count, DataType dt, int root, Comm* comm, void*) {
   OpDesc d{Coll::kBroadcast, sendbuff, recvbuff, count, dt, RedOp::kSum, root};
-  C4_CHECK(record(validate(comm, d, 1, 1, false, true)));
-  C4_CHECK(record(checkRoot(comm, root, "root")));
-  if (comm->rank == root) C4_CHECK(record(checkPtr(sendbuff, count, "sendbuff (at root)")));
-  return record(enqueue(comm, d));
+  C4_CHECK_RECORD(validate(comm, d, 1, 1, false, true));
+  C4_CHECK_RECORD(checkRoot(comm, root, "root"));
+  if (comm->rank == root) C4_CHECK_RECORD(checkPtr(sendbuff, count, "sendbuff (at root)"));
+  C4_CHECK_RECORD(enqueue(comm, d));
+  return Status::ok();
 }
 
 Status reduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, DataType dt, RedOp op, Comm* comm,
                      void*) {
   OpDesc d{Coll::kReduceScatter, sendbuff, recvbuff, recvcount, dt, op, 0};
-  C4_CHECK(record(validate(comm, d, static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1), 1, true, true)));
-  C4_CHECK(record(checkOp(comm, op, dt)));
-  return record(enqueue(comm, d));
+  C4_CHECK_RECORD(validate(comm, d, static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1), 1, true, true));
+  C4_CHECK_RECORD(checkOp(comm, op, dt));
+  C4_CHECK_RECORD(enqueue(comm, d));
+  return Status::ok();
 }
 
 Status reduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt, RedOp op, int root, Comm* comm, void*) {
   OpDesc d{Coll::kReduce, sendbuff, recvbuff, count, dt, op, root};
-  C4_CHECK(record(validate(comm, d, 1, 1, true, false)));
-  C4_CHECK(record(checkRoot(comm, root, "root")));
-  C4_CHECK(record(checkOp(comm, op, dt)));
-  if (comm->rank == root) C4_CHECK(record(checkPtr(recvbuff, count, "recvbuff (at root)")));
-  return record(enqueue(comm, d));
+  C4_CHECK_RECORD(validate(comm, d, 1, 1, true, false));
+  C4_CHECK_RECORD(checkRoot(comm, root, "root"));
+  C4_CHECK_RECORD(checkOp(comm, op, dt));
+  if (comm->rank == root) C4_CHECK_RECORD(checkPtr(recvbuff, count, "recvbuff (at root)"));
+  C4_CHECK_RECORD(enqueue(comm, d));
+  return Status::ok();
 }
 
 Status alltoAll(const void* sendbuff, void* recvbuff, size_t count, DataType dt, Comm* comm, void*) {
   OpDesc d{Coll::kAlltoAll, sendbuff, recvbuff, count, dt, RedOp::kSum, 0};
   size_t n = static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1);
-  C4_CHECK(record(validate(comm, d, n, n, true, true)));
-  return record(enqueue(comm, d));
+  C4_CHECK_RECORD(validate(comm, d, n, n, true, true));
+  C4_CHECK_RECORD(enqueue(comm, d));
+  return Status::ok();
 }
 
 Status gather(const void* sendbuff, void* recvbuff, size_t count, DataType dt, int root, Comm* comm, void*) {
   OpDesc d{Coll::kGather, sendbuff, recvbuff, count, dt, RedOp::kSum, root};
   size_t n = static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1);
-  C4_CHECK(record(validate(comm, d, 1, n, true, false)));
-  C4_CHECK(record(checkRoot(comm, root, "root")));
-  if (comm->rank == root) C4_CHECK(record(checkPtr(recvbuff, count, "recvbuff (at root)")));
-  return record(enqueue(comm, d));
+  C4_CHECK_RECORD(validate(comm, d, 1, n, true, false));
+  C4_CHECK_RECORD(checkRoot(comm, root, "root"));
+  if (comm->rank == root) C4_CHECK_RECORD(checkPtr(recvbuff, count, "recvbuff (at root)"));
+  C4_CHECK_RECORD(enqueue(comm, d));
+  return Status::ok();
 }
 
 Status scatter(const void* sendbuff, void* recvbuff, size_t count, DataType dt, int root, Comm* comm, void*) {
   OpDesc d{Coll::kScatter, sendbuff, recvbuff, count, dt, RedOp::kSum, root};
   size_t n = static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1);
-  C4_CHECK(record(validate(comm, d, n, 1, false, true)));
-  C4_CHECK(record(checkRoot(comm, root, "root")));
-  if (comm->rank == root) C4_CHECK(record(checkPtr(sendbuff, count, "sendbuff (at root)")));
-  return record(enqueue(comm, d));
+  C4_CHECK_RECORD(validate(comm, d, n, 1, false, true));
+  C4_CHECK_RECORD(checkRoot(comm, root, "root"));
+  if (comm->rank == root) C4_CHECK_RECORD(checkPtr(sendbuff, count, "sendbuff (at root)"));
+  C4_CHECK_RECORD(enqueue(comm, d));
+  return Status::ok();
 }
 
 Status send(const void* sendbuff, size_t count, DataType dt, int peer, Comm* comm, void*) {
   OpDesc d{Coll::kSend, sendbuff, nullptr, count, dt, RedOp::kSum, peer};
-  C4_CHECK(record(validate(comm, d, 1, 1, true, false)));
-  C4_CHECK(record(checkRoot(comm, peer, "peer")));
-  return record(enqueue(comm, d));
+  C4_CHECK_RECORD(validate(comm, d, 1, 1, true, false));
+  C4_CHECK_RECORD(checkRoot(comm, peer, "peer"));
+  C4_CHECK_RECORD(enqueue(comm, d));
+  return Status::ok();
 }
 
 Status recv(void* recvbuff, size_t count, DataType dt, int peer, Comm* comm, void*) {
   OpDesc d{Coll::kRecv, nullptr, recvbuff, count, dt, RedOp::kSum, peer};
-  C4_CHECK(record(validate(comm, d, 1, 1, false, true)));
-  C4_CHECK(record(checkRoot(comm, peer, "peer")));
-  return record(enqueue(comm, d));
+  C4_CHECK_RECORD(validate(comm, d, 1, 1, false, true));
+  C4_CHECK_RECORD(checkRoot(comm, peer, "peer"));
+  C4_CHECK_RECORD(enqueue(comm, d));
+  return Status::ok();
 }
 
 Status groupStart() {

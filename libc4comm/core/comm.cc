@@ -62,6 +62,11 @@ BufRef absolute(const void* p) { return BufRef{BufBase::kAbsolute, reinterpret_c
 size_t alignUp(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
+// Destroying a communicator bumps the generation, which invalidates every thread's cached answer.
+std::atomic<uint64_t> gCommGeneration{1};
+thread_local const Comm* tLiveComm = nullptr;
+thread_local uint64_t tLiveGeneration = 0;
+
 void registerComm(Comm* c) {
   std::lock_guard<std::mutex> g(registryMu());
   registry().insert(c);
@@ -69,10 +74,17 @@ void registerComm(Comm* c) {
 void unregisterComm(Comm* c) {
   std::lock_guard<std::mutex> g(registryMu());
   registry().erase(c);
+  gCommGeneration.fetch_add(1, std::memory_order_release);
 }
 bool isLiveComm(const Comm* c) {
+  // Fast path: this thread already saw `c` alive and no communicator was destroyed since.
+  uint64_t gen = gCommGeneration.load(std::memory_order_acquire);
+  if (c == tLiveComm && gen == tLiveGeneration) return true;
   std::lock_guard<std::mutex> g(registryMu());
-  return registry().count(c) != 0;
+  if (registry().count(c) == 0) return false;
+  tLiveComm = c;
+  tLiveGeneration = gCommGeneration.load(std::memory_order_relaxed);
+  return true;
 }
 
 Comm::Comm() = default;
@@ -132,6 +144,7 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
       }
     }
   }
+  oneShot.init(this, transports.front().get());
   p2pSendSeq.assign(static_cast<size_t>(n), 0);
   p2pRecvSeq.assign(static_cast<size_t>(n), 0);
   C4_CHECK(tuner.init(n, static_cast<int>(hosts.size()), caps));
@@ -256,6 +269,10 @@ Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
   bool reduces = collReduces(op.coll);
   int opv = static_cast<int>(op.op);
   sig.op = reduces ? (opv >= kNumBuiltinOps ? 0xff : static_cast<uint8_t>(opv)) : 0;
+  p->sig = sig;
+  p->collective = true;
+  const bool viaArena = oneShot.eligible(op);
+  oneShot.announce(sig, viaArena);
   if (op.count == 0) {
     p->noop = true;
     return Status::ok();
@@ -269,7 +286,11 @@ Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
   args.dtype = op.dtype;
   args.root = op.root;
   args.reduces = reduces;
-  C4_ASSIGN_OR_RETURN(CachedPlan * cp, cachedPlan(args, nominalBytes(op, nranks)));
+  CachedPlan* cp = nullptr;
+  if (!viaArena) {
+    C4_ASSIGN_OR_RETURN(cp, cachedPlan(args, nominalBytes(op, nranks)));
+  }
+  const size_t schedScratch = cp ? cp->schedScratch : 0;
 
   // PreMulSum and floating-point Avg scale each rank's input first (as NCCL does); integer Avg
   // sums and divides the result.
@@ -296,27 +317,32 @@ Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
   // In-place AlltoAll overwrites blocks it still has to send: work from a copy of the input.
   bool copyInput = op.coll == Coll::kAlltoAll && op.sendbuff == op.recvbuff && nranks > 1;
   size_t inBytes = (prescale || copyInput) ? sched::inputBytes(args) : 0;
-  size_t need = cp->schedScratch + inBytes;
+  size_t need = schedScratch + inBytes;
   char* scr = nullptr;
   if (need > 0) {
     scr = static_cast<char*>(scratch(need));
     if (!scr) return makeError(Code::kSystemError, "rank %d: cannot allocate %zu bytes of scratch", rank, need);
   }
   if (prescale && input != nullptr) {
-    char* scaled = scr + cp->schedScratch;
+    char* scaled = scr + schedScratch;
     kernels::scale(scaled, input, scalar, inBytes / dataTypeSize(op.dtype), op.dtype);
     input = scaled;
   } else if (copyInput) {
-    kernels::copy(scr + cp->schedScratch, input, inBytes);
-    input = scr + cp->schedScratch;
+    kernels::copy(scr + schedScratch, input, inBytes);
+    input = scr + schedScratch;
+  }
+  p->kop = kop;
+  p->bases[static_cast<int>(BufBase::kInput)] = input;
+  p->bases[static_cast<int>(BufBase::kOutput)] = op.recvbuff;
+  p->bases[static_cast<int>(BufBase::kScratch)] = scr;
+  if (viaArena) {
+    p->oneShot = true;
+    return Status::ok();
   }
   cp->plan.sig = sig;
   cp->plan.dtype = op.dtype;
   cp->plan.op = kop;
   p->exec = &cp->exec;
-  p->bases[static_cast<int>(BufBase::kInput)] = input;
-  p->bases[static_cast<int>(BufBase::kOutput)] = op.recvbuff;
-  p->bases[static_cast<int>(BufBase::kScratch)] = scr;
   return Status::ok();
 }
 
@@ -409,7 +435,26 @@ Status Comm::prepareP2p(const std::vector<OpDesc>& ops, Prepared* p) {
   return Status::ok();
 }
 
+Status Comm::startPrepared(Prepared* p) {
+  if (p->noop) return Status::ok();
+  if (p->oneShot)
+    return oneShot.start(p->op, p->sig, p->bases[static_cast<int>(BufBase::kInput)],
+                         const_cast<void*>(p->bases[static_cast<int>(BufBase::kOutput)]), p->kop);
+  return p->exec->start(p->bases);
+}
+
+Status Comm::pollPrepared(Prepared* p, bool* done, bool* progressed) {
+  if (p->noop) {
+    *done = *progressed = true;
+    return Status::ok();
+  }
+  Status st = p->oneShot ? oneShot.poll(done) : p->exec->poll(done);
+  *progressed = p->oneShot ? oneShot.madeProgress() : p->exec->madeProgress();
+  return st;
+}
+
 void Comm::finish(Prepared* p) {
+  if (p->collective) oneShot.markDone(p->sig.seq);
   if (!p->postDivide) return;
   const OpDesc& op = p->op;
   if (op.coll == Coll::kReduce && rank != op.root) return;
@@ -424,13 +469,13 @@ Status Comm::runCollective(const OpDesc& op) {
   }
   Prepared p;
   Status st = prepareCollective(op, &p);
-  if (st.isOk() && !p.noop) st = p.exec->start(p.bases);
+  if (st.isOk()) st = startPrepared(&p);
   int idle = 0;
-  bool done = p.noop;
-  while (st.isOk() && !done) {
-    st = p.exec->poll(&done);
+  bool done = false, progressed = false;
+  while (st.isOk()) {
+    st = pollPrepared(&p, &done, &progressed);
     if (!st.isOk() || done) break;
-    if (p.exec->madeProgress()) {
+    if (progressed) {
       idle = 0;
     } else {
       transport::waitHint(++idle);

@@ -14,6 +14,7 @@
 #include "c4comm/c4comm.hpp"
 #include "core/bootstrap.hpp"
 #include "core/executor.hpp"
+#include "core/oneshot.hpp"
 #include "core/tuner.hpp"
 #include "sched/schedule.hpp"
 #include "transports/transport.hpp"
@@ -62,15 +63,22 @@ struct Comm {
   };
   /// What runs one call: an executor (cached or owned) plus the call's buffers.
   struct Prepared {
-    Executor* exec = nullptr;
+    Executor* exec = nullptr;      // message path; null for one-shot and no-op calls
+    bool oneShot = false;          // runs through the shared arena (see OneShot)
     const void* bases[kNumBufBases] = {nullptr, nullptr, nullptr, nullptr};
     OpDesc op;
+    OpSig sig;
+    kernels::KOp kop = kernels::KOp::kSum;
+    bool collective = false;
     bool noop = false;
     bool postDivide = false;       // integer Avg: divide the result by nranks afterwards
     std::unique_ptr<CachedPlan> owned;  // point-to-point batches are built per call
   };
   Status prepareCollective(const OpDesc& op, Prepared* out);
   Status prepareP2p(const std::vector<OpDesc>& ops, Prepared* out);
+  /// Starts / advances a prepared call on whichever path it takes.
+  Status startPrepared(Prepared* p);
+  Status pollPrepared(Prepared* p, bool* done, bool* progressed);
   /// After a prepared op completes: epilogue (integer Avg division).
   void finish(Prepared* p);
 
@@ -107,6 +115,7 @@ struct Comm {
   bool finalized = false;
 
   Tuner tuner;
+  OneShot oneShot;
 
  private:
   struct CacheKey {

@@ -35,7 +35,7 @@ struct Lane {
         comm->finish(p.get());
         continue;
       }
-      C4_CHECK(p->exec->start(p->bases));
+      C4_CHECK(comm->startPrepared(p.get()));
       cur = std::move(p);
     }
     return Status::ok();
@@ -80,10 +80,10 @@ Status runGroupItems(std::vector<GroupItem>& items) {
     for (Lane& l : lanes) {
       if (!l.cur) continue;
       allDone = false;
-      bool done = false;
-      Status st = l.cur->exec->poll(&done);
+      bool done = false, moved = false;
+      Status st = l.comm->pollPrepared(l.cur.get(), &done, &moved);
       if (!st.isOk()) return failAll(st);
-      progressed |= l.cur->exec->madeProgress();
+      progressed |= moved;
       if (done) {
         l.comm->finish(l.cur.get());
         l.cur.reset();

@@ -102,37 +102,45 @@ TEST(Api, FinalizedCommunicatorRejectsWork) {
 }
 
 /// Runs one mismatching call pair on 2 ranks; both must fail quickly, one naming the difference.
-void expectMismatch(const std::function<c4::Status(int rank, c4::Comm*)>& call, const std::string& mustMention) {
+/// Runs twice: through the one-shot arena (small calls, the default) and through messages
+/// (C4_ONESHOT_BYTES=0), since each path detects the mismatch on its own.
+void expectMismatch(const std::function<c4::Status(int rank, c4::Comm*)>& call, const std::string& oneShotText,
+                    const std::string& messageText) {
   ScopedEnv timeout("C4_TIMEOUT", "20");
-  int64_t t0 = monoMs();
-  auto outs = runForked(2, [&](int rank, int n, const c4::UniqueId& id) -> Failures {
-    c4::Comm* comm = nullptr;
-    c4::Status st = c4::commInitRank(&comm, n, id, rank);
-    if (!st.isOk()) return {"init: " + st.toString()};
-    st = call(rank, comm);
-    Failures f;
-    // Report the error text through the failure channel; "ok" would be a bug.
-    f.push_back(st.isOk() ? std::string("UNEXPECTED-OK") : st.message());
-    (void)c4::commAbort(comm);
-    return f;
-  }, 60);
-  int64_t ms = monoMs() - t0;
-  if (getenv("C4_TEST_VERBOSE")) printf("%s", summarize(outs).c_str());
-  bool mentioned = false;
-  for (auto& o : outs) {
-    EXPECT_FALSE(o.detail.find("UNEXPECTED-OK") != std::string::npos) << "rank " << o.rank << " succeeded";
-    EXPECT_FALSE(o.detail.find("hung") != std::string::npos) << o.detail;
-    mentioned |= o.detail.find(mustMention) != std::string::npos;
+  for (bool messages : {false, true}) {
+    ScopedEnv path("C4_ONESHOT_BYTES", messages ? "0" : "8192");
+    const std::string& mustMention = messages ? messageText : oneShotText;
+    int64_t t0 = monoMs();
+    auto outs = runForked(2, [&](int rank, int n, const c4::UniqueId& id) -> Failures {
+      c4::Comm* comm = nullptr;
+      c4::Status st = c4::commInitRank(&comm, n, id, rank);
+      if (!st.isOk()) return {"init: " + st.toString()};
+      st = call(rank, comm);
+      Failures f;
+      // Report the error text through the failure channel; "ok" would be a bug.
+      f.push_back(st.isOk() ? std::string("UNEXPECTED-OK") : st.message());
+      (void)c4::commAbort(comm);
+      return f;
+    }, 60);
+    int64_t ms = monoMs() - t0;
+    if (getenv("C4_TEST_VERBOSE")) printf("%s", summarize(outs).c_str());
+    bool mentioned = false;
+    for (auto& o : outs) {
+      EXPECT_FALSE(o.detail.find("UNEXPECTED-OK") != std::string::npos) << "rank " << o.rank << " succeeded";
+      EXPECT_FALSE(o.detail.find("hung") != std::string::npos) << o.detail;
+      mentioned |= o.detail.find(mustMention) != std::string::npos;
+    }
+    EXPECT_TRUE(mentioned) << (messages ? "message path" : "one-shot path") << ": no rank named the mismatch '"
+                           << mustMention << "':\n" << summarize(outs);
+    EXPECT_LT(ms, 20000) << "mismatch detection waited for the timeout instead of failing fast";
   }
-  EXPECT_TRUE(mentioned) << "no rank named the mismatch '" << mustMention << "':\n" << summarize(outs);
-  EXPECT_LT(ms, 20000) << "mismatch detection waited for the timeout instead of failing fast";
 }
 
 TEST(Mismatch, Count) {
   expectMismatch([](int rank, c4::Comm* c) {
     std::vector<float> b(4096, 1.0f);
     return c4::allReduce(b.data(), b.data(), rank == 0 ? 1024 : 2048, c4::DataType::kFloat32, c4::RedOp::kSum, c);
-  }, "count 1024 vs 2048");
+  }, "count 1024 vs 2048", "count 1024 vs 2048");
 }
 
 TEST(Mismatch, Datatype) {
@@ -140,7 +148,7 @@ TEST(Mismatch, Datatype) {
     std::vector<float> b(4096, 1.0f);
     return c4::allReduce(b.data(), b.data(), 1024, rank == 0 ? c4::DataType::kFloat32 : c4::DataType::kInt32,
                          c4::RedOp::kSum, c);
-  }, "datatype");
+  }, "datatype", "datatype");
 }
 
 TEST(Mismatch, Op) {
@@ -148,18 +156,19 @@ TEST(Mismatch, Op) {
     std::vector<float> b(4096, 1.0f);
     return c4::allReduce(b.data(), b.data(), 1024, c4::DataType::kFloat32, rank == 0 ? c4::RedOp::kSum : c4::RedOp::kMax,
                          c);
-  }, "op sum vs max");
+  }, "op sum vs max", "op sum vs max");
 }
 
 TEST(Mismatch, Root) {
-  // Both ranks believe they are the root, so both only send and neither call can notice; the
-  // stale message is caught by the next operation between them, and the error names the root.
+  // Both ranks believe they are the root. The one-shot path sees it at once; on the message path
+  // both only send and neither call can notice, so the stale message is caught by the next
+  // operation between them, and the error names the root.
   expectMismatch([](int rank, c4::Comm* c) {
     std::vector<float> b(4096, 1.0f);
     c4::Status st = c4::broadcast(b.data(), b.data(), 1024, c4::DataType::kFloat32, rank, c);
     if (!st.isOk()) return st;
     return c4::allReduce(b.data(), b.data(), 1024, c4::DataType::kFloat32, c4::RedOp::kSum, c);
-  }, "root 0 vs -1");
+  }, "root 1 vs 0", "root 0 vs -1");
 }
 
 TEST(Mismatch, Collective) {
@@ -167,7 +176,31 @@ TEST(Mismatch, Collective) {
     std::vector<float> b(8192, 1.0f);
     if (rank == 0) return c4::allReduce(b.data(), b.data(), 1024, c4::DataType::kFloat32, c4::RedOp::kSum, c);
     return c4::allGather(b.data(), b.data() + 2048, 512, c4::DataType::kFloat32, c);
-  }, "collective");
+  }, "collective", "collective");
+}
+
+TEST(Mismatch, CountAcrossPathsAndDifferentThresholds) {
+  // Rank 0's call is small enough for the one-shot arena, rank 1's is not.
+  expectMismatch([](int rank, c4::Comm* c) {
+    std::vector<float> b(1 << 20, 1.0f);
+    return c4::allReduce(b.data(), b.data(), rank == 0 ? 16 : (1 << 20), c4::DataType::kFloat32, c4::RedOp::kSum, c);
+  }, "count 1048576 vs 16", "count");
+  // Same call, but the ranks were configured with different one-shot limits.
+  ScopedEnv timeout("C4_TIMEOUT", "20");
+  auto outs = runForked(2, [](int rank, int n, const c4::UniqueId& id) -> Failures {
+    setenv("C4_ONESHOT_BYTES", rank == 0 ? "8192" : "0", 1);
+    c4::Comm* comm = nullptr;
+    c4::Status st = c4::commInitRank(&comm, n, id, rank);
+    if (!st.isOk()) return {"init: " + st.toString()};
+    std::vector<float> b(64, 1.0f);
+    st = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+    Failures f{st.isOk() ? std::string("UNEXPECTED-OK") : st.message()};
+    (void)c4::commAbort(comm);
+    return f;
+  }, 60);
+  std::string all = summarize(outs);
+  EXPECT_EQ(all.find("UNEXPECTED-OK"), std::string::npos) << all;
+  EXPECT_NE(all.find("C4_ONESHOT_BYTES"), std::string::npos) << all;
 }
 
 TEST(Failure, DeadPeerIsNamedNotAHang) {

@@ -1,6 +1,9 @@
 // The collective matrix over real processes (fork per rank) and over threads (ranks in one
 // process), for 1, 2, 3, 4 and 8 ranks.
 #include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <tuple>
 
 #include "tests/coll/coll_matrix.hpp"
 
@@ -34,6 +37,40 @@ TEST_P(ForkedMatrix, AllCollectivesTypesOpsCounts) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, ForkedMatrix, ::testing::Values(1, 2, 3, 4, 8),
                          [](const ::testing::TestParamInfo<int>& i) { return "np" + std::to_string(i.param); });
+
+/// The matrix on each execution path: messages only (no one-shot arena), and every algorithm
+/// forced, so small counts also run through each generator and the executor.
+struct PathConfig {
+  const char* name;
+  const char* algo;  // C4_ALGO, or "" for the tuner's choice
+};
+class PathMatrix : public ::testing::TestWithParam<std::tuple<int, PathConfig>> {};
+
+TEST_P(PathMatrix, AllCollectivesTypesOpsCounts) {
+  int n = std::get<0>(GetParam());
+  const PathConfig& cfg = std::get<1>(GetParam());
+  setenv("C4_ONESHOT_BYTES", "0", 1);
+  if (*cfg.algo) setenv("C4_ALGO", cfg.algo, 1);
+  MatrixOptions opt;
+  opt.counts = {1, 1009, 70001};
+  opt.bigBytes = 1u << 20;
+  opt.allTypesForMovement = false;
+  auto outs = runForked(n, [&](int r, int nr, const c4::UniqueId& id) { return matrixBody(r, nr, id, opt); });
+  unsetenv("C4_ONESHOT_BYTES");
+  unsetenv("C4_ALGO");
+  std::string s = summarize(outs);
+  EXPECT_TRUE(s.empty()) << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Paths, PathMatrix,
+    ::testing::Combine(::testing::Values(3, 4),
+                       ::testing::Values(PathConfig{"messages", ""}, PathConfig{"ring", "ring"},
+                                         PathConfig{"tree", "tree"}, PathConfig{"rhd", "rhd"},
+                                         PathConfig{"direct", "direct"})),
+    [](const ::testing::TestParamInfo<std::tuple<int, PathConfig>>& i) {
+      return std::string(std::get<1>(i.param).name) + "_np" + std::to_string(std::get<0>(i.param));
+    });
 
 class ThreadMatrix : public ::testing::TestWithParam<int> {};
 

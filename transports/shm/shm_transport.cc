@@ -33,6 +33,9 @@ namespace {
 constexpr uint64_t kSegmentMagic = 0x63346d68735f7631ull;  // "c4shm_v1"
 constexpr uint64_t kProbeMagic = 0x70726f6265636d61ull;
 constexpr size_t kHeaderBytes = 4096;
+// Shared arena for one-shot small collectives (see Transport::hostArena), between the header
+// page and the channels.
+constexpr size_t kArenaBytes = 40960;
 constexpr size_t kReasonBytes = 1024;
 constexpr size_t kSlotHeaderBytes = 64;
 // A channel starts with the receiver's control line, then a spare line so that the adjacent-line
@@ -114,7 +117,7 @@ struct Mapping {
   }
   SegmentHeader* header() const { return static_cast<SegmentHeader*>(base); }
   char* channel(int sender, size_t channelBytes) const {
-    return static_cast<char*>(base) + kHeaderBytes + static_cast<size_t>(sender) * channelBytes;
+    return static_cast<char*>(base) + kHeaderBytes + kArenaBytes + static_cast<size_t>(sender) * channelBytes;
   }
 };
 
@@ -192,6 +195,8 @@ void failRequest(Request* r, const Status& st) {
 
 class ShmConnection final : public Connection {
  public:
+  /// Ok unless the peer aborted, closed its transport or exited.
+  Status health();
   ShmConnection(ShmTransport* t, int peer, int peerPid, std::shared_ptr<Mapping> peerSeg, char* out, char* in);
   ~ShmConnection() override {
     if (pidfd_ >= 0) close(pidfd_);
@@ -260,6 +265,12 @@ class ShmTransport final : public Transport {
   Status connect(int peer, Connection** out) override;
   Status progress() override;
   void abort(const std::string& reason) override;
+  char* hostArena(int rank) override {
+    if (rank < 0 || rank >= nranks_ || segs_.size() != static_cast<size_t>(nranks_) || !segs_[rank]) return nullptr;
+    return static_cast<char*>(segs_[rank]->base) + kHeaderBytes;
+  }
+  size_t hostArenaBytes() const override { return kArenaBytes; }
+  Status peerHealth(int peer) override;
 
   Status setup();
 
@@ -612,6 +623,24 @@ bool ShmConnection::peerExited() {
   return paren && (paren[2] == 'Z' || paren[2] == 'X');
 }
 
+Status ShmConnection::health() {
+  if (loadAcquire(&peerHdr_->aborted)) {
+    char reason[kReasonBytes];
+    memcpy(reason, peerHdr_->reason, sizeof(reason));
+    reason[sizeof(reason) - 1] = 0;
+    return makeError(Code::kRemoteError, "shm: %s aborted (%s)", peerText().c_str(), reason);
+  }
+  if (loadAcquire(&peerHdr_->closed)) return makeError(Code::kRemoteError, "shm: %s closed its transport", peerText().c_str());
+  if (peerExited()) return makeError(Code::kRemoteError, "shm: %s exited", peerText().c_str());
+  return Status::ok();
+}
+
+Status ShmTransport::peerHealth(int peer) {
+  Connection* c = nullptr;
+  C4_CHECK(connect(peer, &c));
+  return static_cast<ShmConnection*>(c)->health();
+}
+
 void ShmConnection::checkStalled(int64_t now) {
   if (!broken_.isOk() || !pending()) return;
   if (stallSinceMs_ == 0) {
@@ -735,7 +764,7 @@ Status ShmTransport::setup() {
     return makeError(Code::kInvalidArgument, "shm: C4_SHM_SLOTS=%llu must be in [2, 4096]",
                      static_cast<unsigned long long>(numSlots_));
   channelBytes_ = (kSlotsOffset + numSlots_ * slotBytes_ + kPageBytes - 1) / kPageBytes * kPageBytes;
-  segmentBytes_ = kHeaderBytes + static_cast<size_t>(nranks_) * channelBytes_;
+  segmentBytes_ = kHeaderBytes + kArenaBytes + static_cast<size_t>(nranks_) * channelBytes_;
   name_ = segmentName(tag_, rank_);
 
   // 1. Create our segment. Pages stay untouched (sparse) until a channel is used.

@@ -1,0 +1,305 @@
+#include "core/oneshot.hpp"
+
+#include <time.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/logging.hpp"
+#include "common/params.hpp"
+#include "common/status.hpp"
+#include "core/comm.hpp"
+
+namespace c4 {
+
+C4_PARAM_INT(OneShotBytes, "C4_ONESHOT_BYTES", nullptr, 8192,
+             "Largest per-rank payload of a one-shot collective (all ranks on one host; 0 disables the path)")
+C4_PARAM_INT(OneShotMaxRanks, "C4_ONESHOT_MAX_RANKS", nullptr, 8, "Most ranks for which one-shot collectives are used")
+
+namespace {
+constexpr size_t kLine = 64;
+constexpr uint32_t kModeOneShot = 1, kModeMessages = 2;
+constexpr int64_t kHealthEveryNs = 100 * 1000000LL;
+
+int64_t nowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+uint64_t loadAcq(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+void storeRel(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+}  // namespace
+
+struct OneShot::Announce {
+  uint64_t seq;
+  uint32_t mode;
+  uint32_t pad;
+  OpSig sig;
+  uint64_t pad2[3];
+};
+static_assert(sizeof(OneShot::Announce) == kLine, "one line");
+
+// The payload starts right after this header, inside the same cache line: a reader of a tiny
+// payload takes one line from the writer's cache.
+struct OneShot::DataHdr {
+  uint64_t seq;  // written last (release)
+  uint32_t mode;
+  uint32_t pad;
+  OpSig sig;
+  uint64_t bytes;
+};
+static_assert(sizeof(OneShot::DataHdr) == 48, "header then payload in the first line");
+constexpr size_t kPayloadOff = sizeof(OneShot::DataHdr);
+
+// Arena layout (offsets): done line, two announce lines, then two data slots.
+namespace {
+constexpr size_t kAnnounceOff = kLine;
+constexpr size_t kDataOff = 3 * kLine;
+}  // namespace
+
+void OneShot::init(Comm* comm, transport::Transport* t) {
+  comm_ = comm;
+  t_ = t;
+  rank_ = comm->rank;
+  nranks_ = comm->nranks;
+  enabled_ = arenas_ready_ = false;
+  int64_t maxBytes = std::max<int64_t>(0, paramOneShotBytes());
+  // The arenas are used whenever all ranks share the host, even with the one-shot path off, so
+  // that every call is announced: a peer configured differently then gets a clear error.
+  if (!t || nranks_ < 2 || comm->localRanks != nranks_) return;
+  size_t arena = t->hostArenaBytes();
+  if (arena < kDataOff + 2 * (kLine + kLine)) return;
+  size_t slot = (arena - kDataOff) / 2 / kLine * kLine;
+  capacity_ = slot - kPayloadOff;
+  maxBytes_ = std::min<size_t>(static_cast<size_t>(maxBytes), capacity_);
+  arenas_.assign(static_cast<size_t>(nranks_), nullptr);
+  for (int r = 0; r < nranks_; ++r) {
+    arenas_[static_cast<size_t>(r)] = t->hostArena(r);
+    if (!arenas_[static_cast<size_t>(r)]) return;
+  }
+  knownDone_.assign(static_cast<size_t>(nranks_), 0);
+  announced_.assign(static_cast<size_t>(nranks_), 0);
+  arenas_ready_ = true;
+  enabled_ = maxBytes_ > 0 && nranks_ <= paramOneShotMaxRanks();
+  if (enabled_)
+    C4_INFO(kLogInit, "rank %d: one-shot collectives up to %zu bytes per rank over the shared arena", rank_, maxBytes_);
+}
+
+OneShot::Announce* OneShot::announceOf(int rank, uint64_t seq) const {
+  return reinterpret_cast<Announce*>(arenas_[static_cast<size_t>(rank)] + kAnnounceOff + (seq % 2) * kLine);
+}
+
+OneShot::DataHdr* OneShot::dataOf(int rank, uint64_t seq) const {
+  size_t slot = kPayloadOff + capacity_;
+  return reinterpret_cast<DataHdr*>(arenas_[static_cast<size_t>(rank)] + kDataOff + (seq % 2) * slot);
+}
+
+uint64_t* OneShot::doneOf(int rank) const { return reinterpret_cast<uint64_t*>(arenas_[static_cast<size_t>(rank)]); }
+
+size_t OneShot::publishedBytes(const OpDesc& op) const {
+  size_t es = dataTypeSize(op.dtype);
+  switch (op.coll) {
+    case Coll::kReduceScatter: return op.count * es * static_cast<size_t>(nranks_);
+    default: return op.count * es;
+  }
+}
+
+bool OneShot::eligible(const OpDesc& op) const {
+  if (!enabled_ || op.count == 0) return false;
+  switch (op.coll) {
+    case Coll::kAllReduce:
+    case Coll::kAllGather:
+    case Coll::kBroadcast:
+    case Coll::kReduceScatter:
+    case Coll::kReduce:
+      return publishedBytes(op) <= maxBytes_;
+    default:
+      return false;
+  }
+}
+
+void OneShot::announce(const OpSig& sig, bool oneShot) {
+  if (!arenas_ready_) return;
+  uint64_t seq = sig.seq + 1;
+  Announce* a = announceOf(rank_, seq);
+  // Seqlock write: readers check seq before and after reading the fields.
+  storeRel(&a->seq, 0);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  a->mode = oneShot ? kModeOneShot : kModeMessages;
+  a->sig = sig;
+  storeRel(&a->seq, seq);
+}
+
+void OneShot::markDone(uint64_t seq) {
+  if (arenas_ready_) storeRel(doneOf(rank_), seq + 1);
+}
+
+Status OneShot::start(const OpDesc& op, const OpSig& sig, const void* input, void* output, kernels::KOp kop) {
+  seq_ = sig.seq + 1;
+  sig_ = sig;
+  coll_ = op.coll;
+  count_ = op.count;
+  dtype_ = op.dtype;
+  root_ = op.root;
+  kop_ = kop;
+  input_ = input;
+  output_ = output;
+  std::fill(announced_.begin(), announced_.end(), 0);
+  announced_[static_cast<size_t>(rank_)] = 1;
+  phase_ = Phase::kWaitReuse;
+  sinceNs_ = lastHealthNs_ = 0;
+  idlePolls_ = 0;
+  bool done = false;
+  return poll(&done);
+}
+
+Status OneShot::checkAnnounce(int peer, bool* passed) {
+  *passed = false;
+  Announce* a = announceOf(peer, seq_);
+  uint64_t q = loadAcq(&a->seq);
+  if (q == 0 || q < seq_) {
+    // The other parity slot may show that the peer is already past this call.
+    *passed = loadAcq(&announceOf(peer, seq_ + 1)->seq) > seq_;
+    return Status::ok();
+  }
+  if (q > seq_) {
+    *passed = true;
+    return Status::ok();
+  }
+  uint32_t mode = a->mode;
+  OpSig sig = a->sig;
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  if (loadAcq(&a->seq) != q) return Status::ok();  // rewritten while we read: look again later
+  if (!sigMatches(sig, sig_))
+    return makeError(Code::kInvalidUsage,
+                     "rank %d and rank %d disagree on collective %llu: rank %d called %s but rank %d called %s (%s)",
+                     rank_, peer, static_cast<unsigned long long>(sig_.seq), peer, describeSig(sig).c_str(), rank_,
+                     describeSig(sig_).c_str(), diffSigs(sig, sig_).c_str());
+  if (mode != kModeOneShot)
+    return makeError(Code::kInvalidUsage,
+                     "rank %d runs %s through messages while rank %d uses the one-shot path: C4_ONESHOT_BYTES or "
+                     "C4_ONESHOT_MAX_RANKS differ between ranks",
+                     peer, describeSig(sig_).c_str(), rank_);
+  return Status::ok();  // announced this very call; its data is on the way
+}
+
+Status OneShot::idleChecks() {
+  // The clock is read every 64 idle polls only: a cheap wait is the point of this path.
+  if ((++idlePolls_ & 63) != 1) return Status::ok();
+  int64_t now = nowNs();
+  if (sinceNs_ == 0) {
+    sinceNs_ = lastHealthNs_ = now;
+    return Status::ok();
+  }
+  if (waitingFor_ >= 0 && now - lastHealthNs_ > kHealthEveryNs) {
+    lastHealthNs_ = now;
+    C4_CHECK(t_->peerHealth(waitingFor_));
+  }
+  if (now - sinceNs_ > comm_->timeoutMs * 1000000LL)
+    return makeError(Code::kRemoteError, "rank %d: %s made no progress for %lld ms (C4_TIMEOUT); waiting on rank %d",
+                     rank_, describeSig(sig_).c_str(), static_cast<long long>(comm_->timeoutMs), waitingFor_);
+  return Status::ok();
+}
+
+Status OneShot::poll(bool* done) {
+  progressed_ = false;
+  *done = false;
+  if (phase_ == Phase::kWaitReuse) {
+    // Data slot seq_ % 2 was last read at seq_ - 2: every peer must have finished that.
+    uint64_t need = seq_ > 2 ? seq_ - 2 : 0;
+    for (int r = 0; r < nranks_; ++r) {
+      if (r == rank_ || knownDone_[static_cast<size_t>(r)] >= need) continue;
+      knownDone_[static_cast<size_t>(r)] = loadAcq(doneOf(r));
+      if (knownDone_[static_cast<size_t>(r)] < need) {
+        waitingFor_ = r;
+        return idleChecks();
+      }
+    }
+    DataHdr* d = dataOf(rank_, seq_);
+    size_t bytes = publishedBytes(OpDesc{coll_, nullptr, nullptr, count_, dtype_, RedOp::kSum, root_});
+    bool publishes = coll_ != Coll::kBroadcast || rank_ == root_;
+    if (publishes && bytes) memcpy(reinterpret_cast<char*>(d) + kPayloadOff, input_, bytes);
+    d->bytes = publishes ? bytes : 0;
+    d->mode = kModeOneShot;
+    d->sig = sig_;
+    storeRel(&d->seq, seq_);
+    phase_ = Phase::kWaitPeers;
+    progressed_ = true;
+    sinceNs_ = 0;
+  }
+  if (phase_ == Phase::kWaitPeers) {
+    for (int r = 0; r < nranks_; ++r) {
+      if (announced_[static_cast<size_t>(r)]) continue;
+      // Fast path: the peer's data slot for this call (one line for tiny payloads).
+      DataHdr* d = dataOf(r, seq_);
+      if (loadAcq(&d->seq) == seq_) {
+        if (!sigMatches(d->sig, sig_))
+          return makeError(Code::kInvalidUsage,
+                           "rank %d and rank %d disagree on collective %llu: rank %d called %s but rank %d called %s (%s)",
+                           rank_, r, static_cast<unsigned long long>(sig_.seq), r, describeSig(d->sig).c_str(), rank_,
+                           describeSig(sig_).c_str(), diffSigs(d->sig, sig_).c_str());
+        announced_[static_cast<size_t>(r)] = 1;
+        progressed_ = true;
+        continue;
+      }
+      // Not there: is the peer behind, or running something else?
+      bool passed = false;
+      C4_CHECK(checkAnnounce(r, &passed));
+      if (passed && loadAcq(&dataOf(r, seq_)->seq) != seq_)
+        return makeError(Code::kInvalidUsage,
+                         "rank %d finished %s without publishing it for the one-shot path of rank %d: the ranks "
+                         "disagree on this call",
+                         r, describeSig(sig_).c_str(), rank_);
+      waitingFor_ = r;
+      return idleChecks();
+    }
+    compute();
+    // Every peer announced seq_, so each finished seq_ - 1.
+    for (int r = 0; r < nranks_; ++r)
+      knownDone_[static_cast<size_t>(r)] = std::max(knownDone_[static_cast<size_t>(r)], seq_ - 1);
+    phase_ = Phase::kDone;
+    progressed_ = true;
+  }
+  *done = phase_ == Phase::kDone;
+  return Status::ok();
+}
+
+void OneShot::compute() {
+  const size_t es = dataTypeSize(dtype_);
+  const size_t bytes = count_ * es;
+  auto payload = [this](int r) -> const char* { return reinterpret_cast<const char*>(dataOf(r, seq_)) + kPayloadOff; };
+  char* out = static_cast<char*>(output_);
+  switch (coll_) {
+    case Coll::kAllReduce:
+    case Coll::kReduce:
+    case Coll::kReduceScatter: {
+      if (coll_ == Coll::kReduce && rank_ != root_) return;
+      // Reduce in rank order from the published copies (never from recvbuff, which may alias
+      // this rank's input), so every rank computes the same bits.
+      size_t off = coll_ == Coll::kReduceScatter ? static_cast<size_t>(rank_) * bytes : 0;
+      if (nranks_ == 1) {
+        memcpy(out, payload(0) + off, bytes);
+        return;
+      }
+      kernels::reduce(out, payload(0) + off, payload(1) + off, count_, dtype_, kop_);
+      for (int r = 2; r < nranks_; ++r) kernels::reduce(out, out, payload(r) + off, count_, dtype_, kop_);
+      return;
+    }
+    case Coll::kAllGather:
+      for (int r = 0; r < nranks_; ++r) {
+        char* dst = out + static_cast<size_t>(r) * bytes;
+        const char* src = r == rank_ ? static_cast<const char*>(input_) : payload(r);
+        if (dst != src) memcpy(dst, src, bytes);
+      }
+      return;
+    case Coll::kBroadcast: {
+      const char* src = rank_ == root_ ? static_cast<const char*>(input_) : payload(root_);
+      if (out != src) memcpy(out, src, bytes);
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+}  // namespace c4

@@ -1,0 +1,95 @@
+// One-shot small collectives for communicators whose ranks all share one host.
+//
+// Each rank owns an arena in shared memory (Transport::hostArena) that every rank maps. A one-shot
+// collective publishes this rank's input into its arena with one release store, waits for every
+// peer's publication of the same sequence number, and computes its result straight from the
+// peers' arenas (reductions in rank order, so every rank gets bitwise-identical results). One
+// hand-off of cache lines instead of a message exchange through the executor: this is the
+// latency path (8-byte AllReduce).
+//
+// Arena of one rank:
+//   [0, 64)        doneSeq: the last sequence number this rank finished (every collective)
+//   announce[2]    {seq, mode, sig}: written by every collective at its start, slot seq % 2, so a
+//                  one-shot rank detects a peer that is running a different call at once
+//   data[2]        {seq, bytes, payload}: written by one-shot collectives only, slot seq % 2
+// Reuse rule: a rank rewrites data slot s % 2 only after every peer finished s - 2 (doneSeq),
+// because a peer may still be reading it. Announcements are read seqlock-style (seq, fields, seq)
+// and a peer whose announcement is already past s has finished s, so it matched.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "c4comm/status.hpp"
+#include "common/opsig.hpp"
+#include "kernels/host/reduce.hpp"
+#include "transports/transport.hpp"
+
+namespace c4 {
+
+struct Comm;
+struct OpDesc;
+
+class OneShot {
+ public:
+  /// Enables the path if every rank is on this host and `t` offers arenas. Reads C4_ONESHOT_BYTES.
+  void init(Comm* comm, transport::Transport* t);
+  bool enabled() const { return enabled_; }
+  /// True if this call runs one-shot. Depends only on the call's arguments (same on every rank).
+  bool eligible(const OpDesc& op) const;
+  /// Every collective announces itself (also those that run elsewhere, and count 0).
+  void announce(const OpSig& sig, bool oneShot);
+  /// Starts a one-shot collective: `input` is what this rank publishes (already scaled for
+  /// PreMulSum/Avg), `output` its recvbuff.
+  Status start(const OpDesc& op, const OpSig& sig, const void* input, void* output, kernels::KOp kop);
+  /// Advances; sets *done when the result is in the output.
+  Status poll(bool* done);
+  bool madeProgress() const { return progressed_; }
+  /// Records that this rank finished `seq` (every collective, after its result is complete).
+  void markDone(uint64_t seq);
+
+  /// Arena records (layout in the file comment).
+  struct Announce;
+  struct DataHdr;
+
+ private:
+  Announce* announceOf(int rank, uint64_t seq) const;
+  DataHdr* dataOf(int rank, uint64_t seq) const;
+  uint64_t* doneOf(int rank) const;
+  size_t publishedBytes(const OpDesc& op) const;
+  /// Mismatch check against the peer's announcement; *passed if it is already past this call.
+  Status checkAnnounce(int peer, bool* passed);
+  void compute();
+  Status idleChecks();
+
+  Comm* comm_ = nullptr;
+  transport::Transport* t_ = nullptr;
+  bool arenas_ready_ = false;  // every rank's arena is mapped: calls are announced
+  bool enabled_ = false;       // ... and small calls run one-shot
+  int rank_ = 0, nranks_ = 1;
+  size_t maxBytes_ = 0;
+  size_t capacity_ = 0;
+  std::vector<char*> arenas_;
+  std::vector<uint64_t> knownDone_;  // lower bound of each peer's doneSeq
+
+  // The running call.
+  enum class Phase { kIdle, kWaitReuse, kWaitPeers, kDone };
+  Phase phase_ = Phase::kIdle;
+  uint64_t seq_ = 0;  // sig.seq + 1 (0 means never)
+  OpSig sig_;
+  Coll coll_ = Coll::kAllReduce;
+  size_t count_ = 0;
+  DataType dtype_ = DataType::kFloat32;
+  int root_ = 0;
+  kernels::KOp kop_ = kernels::KOp::kSum;
+  const void* input_ = nullptr;
+  void* output_ = nullptr;
+  std::vector<uint8_t> announced_;  // peer's data slot for this call seen
+  int waitingFor_ = -1;
+  bool progressed_ = false;
+  int64_t sinceNs_ = 0, lastHealthNs_ = 0;
+  uint32_t idlePolls_ = 0;
+};
+
+}  // namespace c4
