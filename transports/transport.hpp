@@ -71,11 +71,11 @@ struct Caps {
 struct Context {
   int rank = 0;
   int nranks = 1;
-  std::string commTag;             // unique per communicator (hex); use it to name OS objects
-  std::vector<uint64_t> hostIds;   // same host id => same host
+  std::string commTag;            // unique per communicator (hex); use it to name OS objects
+  std::vector<uint64_t> hostIds;  // same host id => same host
   std::vector<int32_t> pids;
-  Oob* oob = nullptr;              // collective over all ranks during setup (allGather, barrier)
-  int64_t timeoutMs = 300000;      // give up on a silent peer after this long (C4_TIMEOUT)
+  Oob* oob = nullptr;          // collective over all ranks during setup (allGather, barrier)
+  int64_t timeoutMs = 300000;  // give up on a silent peer after this long (C4_TIMEOUT)
 };
 
 class Transport {

@@ -50,11 +50,11 @@ namespace c4 {
 namespace perf {
 namespace {
 
-constexpr const char *kProgram = "c4-peer-gloo";
+constexpr const char* kProgram = "c4-peer-gloo";
 constexpr uint64_t kSendRecvSlot = 0x4334;
 
-using ReduceFn = std::function<void(void *, const void *, const void *, size_t)>;
-using RawReduceFn = void (*)(void *, const void *, const void *, size_t);
+using ReduceFn = std::function<void(void*, const void*, const void*, size_t)>;
+using RawReduceFn = void (*)(void*, const void*, const void*, size_t);
 
 template <typename T>
 ReduceFn glooNativeFn(RedOp op) {
@@ -72,7 +72,7 @@ ReduceFn glooNativeFn(RedOp op) {
 
 // c = a op b for n elements, in the element types Gloo has no kernels for.
 ReduceFn referenceFn(DataType dt, RedOp op) {
-  return [dt, op](void *c, const void *a, const void *b, size_t n) {
+  return [dt, op](void* c, const void* a, const void* b, size_t n) {
     const size_t bytes = n * dataTypeSize(dt);
     if (c == b) {
       reduceInto(dt, op, c, a, n);  // every op here commutes
@@ -130,23 +130,23 @@ struct Elem<8> {
 };
 
 template <typename F>
-Status bySize(size_t ts, F &&f) {
+Status bySize(size_t ts, F&& f) {
   switch (ts) {
     case 1:
-      return f(static_cast<Elem<1>::T *>(nullptr));
+      return f(static_cast<Elem<1>::T*>(nullptr));
     case 2:
-      return f(static_cast<Elem<2>::T *>(nullptr));
+      return f(static_cast<Elem<2>::T*>(nullptr));
     case 4:
-      return f(static_cast<Elem<4>::T *>(nullptr));
+      return f(static_cast<Elem<4>::T*>(nullptr));
     default:
-      return f(static_cast<Elem<8>::T *>(nullptr));
+      return f(static_cast<Elem<8>::T*>(nullptr));
   }
 }
 
 // The old-style reduce-scatter is an object bound to one buffer; it is rebuilt
 // when the buffer, count, type or op change.
 struct ReduceScatterCache {
-  void *ptr = nullptr;
+  void* ptr = nullptr;
   size_t count = 0;
   DataType dt = DataType::kFloat32;
   RedOp op = RedOp::kSum;
@@ -154,13 +154,13 @@ struct ReduceScatterCache {
 };
 
 template <typename T>
-std::unique_ptr<gloo::Algorithm> makeReduceScatter(const std::shared_ptr<gloo::Context> &ctx, void *ptr, size_t perRank,
+std::unique_ptr<gloo::Algorithm> makeReduceScatter(const std::shared_ptr<gloo::Context>& ctx, void* ptr, size_t perRank,
                                                    int n, RedOp op) {
-  const gloo::ReductionFunction<T> *fn = op == RedOp::kProd  ? gloo::ReductionFunction<T>::product
+  const gloo::ReductionFunction<T>* fn = op == RedOp::kProd  ? gloo::ReductionFunction<T>::product
                                          : op == RedOp::kMax ? gloo::ReductionFunction<T>::max
                                          : op == RedOp::kMin ? gloo::ReductionFunction<T>::min
                                                              : gloo::ReductionFunction<T>::sum;
-  std::vector<T *> ptrs{static_cast<T *>(ptr)};
+  std::vector<T*> ptrs{static_cast<T*>(ptr)};
   std::vector<int> recvElems(static_cast<size_t>(n), static_cast<int>(perRank));
   return std::make_unique<gloo::ReduceScatterHalvingDoubling<T>>(ctx, ptrs, static_cast<int>(perRank * n), recvElems,
                                                                  fn);
@@ -168,7 +168,7 @@ std::unique_ptr<gloo::Algorithm> makeReduceScatter(const std::shared_ptr<gloo::C
 
 class GlooBackend : public Backend {
  public:
-  GlooBackend(std::shared_ptr<gloo::Context> ctx, const std::string &algo) : ctx_(std::move(ctx)) {
+  GlooBackend(std::shared_ptr<gloo::Context> ctx, const std::string& algo) : ctx_(std::move(ctx)) {
     algo_ = algo == "ring"    ? gloo::AllreduceOptions::Algorithm::RING
             : algo == "bcube" ? gloo::AllreduceOptions::Algorithm::BCUBE
                               : gloo::AllreduceOptions::Algorithm::UNSPECIFIED;
@@ -184,15 +184,15 @@ class GlooBackend : public Backend {
     return "";
   }
 
-  Status run(Coll coll, const void *send, void *recv, size_t count, DataType dt, RedOp op, int root) override {
+  Status run(Coll coll, const void* send, void* recv, size_t count, DataType dt, RedOp op, int root) override {
     try {
-      return runImpl(coll, const_cast<void *>(send), static_cast<char *>(recv), count, dt, op, root);
-    } catch (const std::exception &e) {
+      return runImpl(coll, const_cast<void*>(send), static_cast<char*>(recv), count, dt, op, root);
+    } catch (const std::exception& e) {
       return Status(Code::kRemoteError, std::string("gloo ") + collFlagName(coll) + ": " + e.what());
     }
   }
 
-  Status allReduceDouble(double *v, ReduceMode mode) override {
+  Status allReduceDouble(double* v, ReduceMode mode) override {
     try {
       gloo::AllreduceOptions o(ctx_);
       o.setOutput(v, 1);
@@ -201,117 +201,117 @@ class GlooBackend : public Backend {
                                                                           : RedOp::kSum));
       gloo::allreduce(o);
       return Status();
-    } catch (const std::exception &e) {
+    } catch (const std::exception& e) {
       return Status(Code::kRemoteError, std::string("gloo allreduce(double): ") + e.what());
     }
   }
 
-  Status allGatherBytes(const void *mine, void *all, size_t bytes) override {
+  Status allGatherBytes(const void* mine, void* all, size_t bytes) override {
     try {
       gloo::AllgatherOptions o(ctx_);
-      o.setInput(static_cast<uint8_t *>(const_cast<void *>(mine)), bytes);
-      o.setOutput(static_cast<uint8_t *>(all), bytes * static_cast<size_t>(ctx_->size));
+      o.setInput(static_cast<uint8_t*>(const_cast<void*>(mine)), bytes);
+      o.setOutput(static_cast<uint8_t*>(all), bytes * static_cast<size_t>(ctx_->size));
       gloo::allgather(o);
       return Status();
-    } catch (const std::exception &e) {
+    } catch (const std::exception& e) {
       return Status(Code::kRemoteError, std::string("gloo allgather(bytes): ") + e.what());
     }
   }
 
  private:
-  char *scratch(size_t bytes) {
+  char* scratch(size_t bytes) {
     if (scratch_.size() < bytes) scratch_.resize(bytes);
     return scratch_.data();
   }
 
-  Status runImpl(Coll coll, void *send, char *recv, size_t count, DataType dt, RedOp op, int root) {
+  Status runImpl(Coll coll, void* send, char* recv, size_t count, DataType dt, RedOp op, int root) {
     const size_t ts = dataTypeSize(dt);
     const size_t bytes = count * ts;
     const int me = ctx_->rank, n = ctx_->size;
     const bool inPlace = send == recv;
-    char *sb = static_cast<char *>(send);
+    char* sb = static_cast<char*>(send);
     switch (coll) {
       case Coll::kAllReduce:
-        return bySize(ts, [&](auto *tag) {
+        return bySize(ts, [&](auto* tag) {
           using T = std::remove_pointer_t<decltype(tag)>;
           gloo::AllreduceOptions o(ctx_);
           o.setAlgorithm(algo_);
-          if (!inPlace) o.setInput(reinterpret_cast<T *>(sb), count);
-          o.setOutput(reinterpret_cast<T *>(recv), count);
+          if (!inPlace) o.setInput(reinterpret_cast<T*>(sb), count);
+          o.setOutput(reinterpret_cast<T*>(recv), count);
           o.setReduceFunction(reduceFn(dt, op));
           gloo::allreduce(o);
           if (op == RedOp::kAvg) divideInPlace(dt, recv, count, n);
           return Status();
         });
       case Coll::kAllGather:
-        return bySize(ts, [&](auto *tag) {
+        return bySize(ts, [&](auto* tag) {
           using T = std::remove_pointer_t<decltype(tag)>;
           gloo::AllgatherOptions o(ctx_);
-          o.setInput(reinterpret_cast<T *>(sb), count);
-          o.setOutput(reinterpret_cast<T *>(recv), count * n);
+          o.setInput(reinterpret_cast<T*>(sb), count);
+          o.setOutput(reinterpret_cast<T*>(recv), count * n);
           gloo::allgather(o);
           return Status();
         });
       case Coll::kBroadcast:
-        return bySize(ts, [&](auto *tag) {
+        return bySize(ts, [&](auto* tag) {
           using T = std::remove_pointer_t<decltype(tag)>;
           gloo::BroadcastOptions o(ctx_);
           o.setRoot(root);
-          if (me == root && !inPlace) o.setInput(reinterpret_cast<T *>(sb), count);
-          o.setOutput(reinterpret_cast<T *>(recv), count);
+          if (me == root && !inPlace) o.setInput(reinterpret_cast<T*>(sb), count);
+          o.setOutput(reinterpret_cast<T*>(recv), count);
           gloo::broadcast(o);
           return Status();
         });
       case Coll::kReduce:
-        return bySize(ts, [&](auto *tag) {
+        return bySize(ts, [&](auto* tag) {
           using T = std::remove_pointer_t<decltype(tag)>;
           gloo::ReduceOptions o(ctx_);
           o.setRoot(root);
-          if (!inPlace) o.setInput(reinterpret_cast<T *>(sb), count);
-          o.setOutput(reinterpret_cast<T *>(recv), count);
+          if (!inPlace) o.setInput(reinterpret_cast<T*>(sb), count);
+          o.setOutput(reinterpret_cast<T*>(recv), count);
           o.setReduceFunction(reduceFn(dt, op));
           gloo::reduce(o);
           if (op == RedOp::kAvg && me == root) divideInPlace(dt, recv, count, n);
           return Status();
         });
       case Coll::kAlltoAll:
-        return bySize(ts, [&](auto *tag) {
+        return bySize(ts, [&](auto* tag) {
           using T = std::remove_pointer_t<decltype(tag)>;
-          char *in = sb;
-          if (inPlace) in = static_cast<char *>(memcpy(scratch(bytes * n), sb, bytes * n));
+          char* in = sb;
+          if (inPlace) in = static_cast<char*>(memcpy(scratch(bytes * n), sb, bytes * n));
           gloo::AlltoallOptions o(ctx_);
-          o.setInput(reinterpret_cast<T *>(in), count * n);
-          o.setOutput(reinterpret_cast<T *>(recv), count * n);
+          o.setInput(reinterpret_cast<T*>(in), count * n);
+          o.setOutput(reinterpret_cast<T*>(recv), count * n);
           gloo::alltoall(o);
           return Status();
         });
       case Coll::kGather:
-        return bySize(ts, [&](auto *tag) {
+        return bySize(ts, [&](auto* tag) {
           using T = std::remove_pointer_t<decltype(tag)>;
           gloo::GatherOptions o(ctx_);
           o.setRoot(root);
-          o.setInput(reinterpret_cast<T *>(sb), count);
-          if (me == root) o.setOutput(reinterpret_cast<T *>(recv), count * n);
+          o.setInput(reinterpret_cast<T*>(sb), count);
+          if (me == root) o.setOutput(reinterpret_cast<T*>(recv), count * n);
           gloo::gather(o);
           return Status();
         });
       case Coll::kScatter:
-        return bySize(ts, [&](auto *tag) {
+        return bySize(ts, [&](auto* tag) {
           using T = std::remove_pointer_t<decltype(tag)>;
           gloo::ScatterOptions o(ctx_);
           o.setRoot(root);
           if (me == root) {
-            std::vector<T *> ins;
-            for (int r = 0; r < n; ++r) ins.push_back(reinterpret_cast<T *>(sb + r * bytes));
+            std::vector<T*> ins;
+            for (int r = 0; r < n; ++r) ins.push_back(reinterpret_cast<T*>(sb + r * bytes));
             o.setInputs(ins, count);
           }
-          o.setOutput(reinterpret_cast<T *>(recv), count);
+          o.setOutput(reinterpret_cast<T*>(recv), count);
           gloo::scatter(o);
           return Status();
         });
       case Coll::kSend: {
         const int next = (me + 1) % n, prev = (me + n - 1) % n;
-        char *out = inPlace ? static_cast<char *>(memcpy(scratch(bytes), sb, bytes)) : sb;
+        char* out = inPlace ? static_cast<char*>(memcpy(scratch(bytes), sb, bytes)) : sb;
         if (bytes == 0) return Status();
         auto sbuf = ctx_->createUnboundBuffer(out, bytes);
         auto rbuf = ctx_->createUnboundBuffer(recv, bytes);
@@ -324,11 +324,11 @@ class GlooBackend : public Backend {
       case Coll::kReduceScatter: {
         // In place the full buffer is `send` and the result belongs at this
         // rank's block of it.
-        char *work = inPlace || recv == sb + me * bytes ? sb : scratch(bytes * n);
+        char* work = inPlace || recv == sb + me * bytes ? sb : scratch(bytes * n);
         if (work != sb) memcpy(work, sb, bytes * n);
         Status s = reduceScatter(work, count, dt, op);
         if (!s.isOk()) return s;
-        char *dst = recv;
+        char* dst = recv;
         if (dst != work) memmove(dst, work, bytes);
         if (op == RedOp::kAvg) divideInPlace(dt, dst, count, n);
         return Status();
@@ -338,9 +338,9 @@ class GlooBackend : public Backend {
     }
   }
 
-  Status reduceScatter(void *work, size_t perRank, DataType dt, RedOp op) {
+  Status reduceScatter(void* work, size_t perRank, DataType dt, RedOp op) {
     if (perRank == 0) return Status();
-    ReduceScatterCache &c = rsCache_;
+    ReduceScatterCache& c = rsCache_;
     if (!c.alg || c.ptr != work || c.count != perRank || c.dt != dt || c.op != op) {
       c.alg.reset();
       const int n = ctx_->size;
@@ -390,9 +390,9 @@ class GlooBackend : public Backend {
   ReduceScatterCache rsCache_;
 };
 
-void removeDir(const std::string &dir) {
-  if (DIR *d = opendir(dir.c_str())) {
-    while (dirent *e = readdir(d)) {
+void removeDir(const std::string& dir) {
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
       std::string name = e->d_name;
       if (name != "." && name != "..") unlink((dir + "/" + name).c_str());
     }
@@ -401,7 +401,7 @@ void removeDir(const std::string &dir) {
   rmdir(dir.c_str());
 }
 
-int runRank(const Options &opts, int rank, int nranks, const std::string &storeDir, double spawnStart) {
+int runRank(const Options& opts, int rank, int nranks, const std::string& storeDir, double spawnStart) {
   try {
     const double t0 = nowSeconds();
     gloo::rendezvous::FileStore fileStore(storeDir);
@@ -426,13 +426,13 @@ int runRank(const Options &opts, int rank, int nranks, const std::string &storeD
     info.initMs = initMs;
     info.spawnMs = spawnMs;
     return runBenchmark(opts, info, backend, stdout);
-  } catch (const std::exception &e) {
+  } catch (const std::exception& e) {
     fprintf(stderr, "%s: rank %d: %s\n", kProgram, rank, e.what());
     return 1;
   }
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   Options opts;
   bool help = false;
   std::string err;
@@ -445,7 +445,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s: --list-params belongs to c4-perf\n", kProgram);
     return 1;
   }
-  const char *tmp = getenv("TMPDIR");
+  const char* tmp = getenv("TMPDIR");
   std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/c4-peer-gloo-XXXXXX";
   if (!mkdtemp(&templ[0])) {
     fprintf(stderr, "%s: mkdtemp %s: %s\n", kProgram, templ.c_str(), strerror(errno));
@@ -463,4 +463,4 @@ int main(int argc, char **argv) {
 }  // namespace perf
 }  // namespace c4
 
-int main(int argc, char **argv) { return c4::perf::main(argc, argv); }
+int main(int argc, char** argv) { return c4::perf::main(argc, argv); }

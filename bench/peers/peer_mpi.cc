@@ -33,7 +33,7 @@ namespace c4 {
 namespace perf {
 namespace {
 
-constexpr const char *kProgram = "c4-peer-mpi";
+constexpr const char* kProgram = "c4-peer-mpi";
 
 bool nativeMpiType(DataType dt) {
   return !(dt == DataType::kFloat16 || dt == DataType::kBfloat16 || dt == DataType::kFloat8e4m3 ||
@@ -68,7 +68,7 @@ MPI_Datatype mpiType(DataType dt) {
 
 // User reductions for the types MPI lacks, one function per (type, op).
 template <int kDt, int kOp>
-void userReduce(void *in, void *inout, int *len, MPI_Datatype *) {
+void userReduce(void* in, void* inout, int* len, MPI_Datatype*) {
   reduceInto(static_cast<DataType>(kDt), static_cast<RedOp>(kOp), inout, in, static_cast<size_t>(*len));
 }
 
@@ -81,7 +81,7 @@ void createUserOps(MPI_Op ops[kNumBuiltinOps]) {
   ops[4] = ops[0];  // avg: sum, then divide
 }
 
-std::string mpiError(int rc, const char *what) {
+std::string mpiError(int rc, const char* what) {
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, msg, &len);
@@ -104,7 +104,7 @@ class MpiBackend : public Backend {
     createUserOps<static_cast<int>(DataType::kFloat8e5m2)>(userOps_[static_cast<int>(DataType::kFloat8e5m2)]);
   }
   ~MpiBackend() override {
-    for (auto &row : userOps_)
+    for (auto& row : userOps_)
       for (int o = 0; o < 4; ++o)
         if (row[o] != MPI_OP_NULL) MPI_Op_free(&row[o]);
   }
@@ -113,7 +113,7 @@ class MpiBackend : public Backend {
 
   std::string unsupported(Coll coll, DataType dt, RedOp op) const override { return ""; }
 
-  Status run(Coll coll, const void *send, void *recv, size_t count, DataType dt, RedOp op, int root) override {
+  Status run(Coll coll, const void* send, void* recv, size_t count, DataType dt, RedOp op, int root) override {
     if (count > static_cast<size_t>(INT32_MAX) / static_cast<size_t>(nranks_))
       return Status(Code::kInvalidArgument, "count exceeds MPI's int counts");
     const int n = static_cast<int>(count);
@@ -121,8 +121,8 @@ class MpiBackend : public Backend {
     const MPI_Op mop = mpiOp(dt, op);
     const size_t bytes = count * dataTypeSize(dt);
     const bool inPlace = send == recv;
-    void *sb = const_cast<void *>(send);
-    char *rb = static_cast<char *>(recv);
+    void* sb = const_cast<void*>(send);
+    char* rb = static_cast<char*>(recv);
     int rc = MPI_SUCCESS;
     switch (coll) {
       case Coll::kAllReduce:
@@ -138,7 +138,7 @@ class MpiBackend : public Backend {
         rc = MPI_Bcast(rb, n, t, root, MPI_COMM_WORLD);
         break;
       case Coll::kReduceScatter: {
-        char *mine = static_cast<char *>(sb) + rank_ * bytes;
+        char* mine = static_cast<char*>(sb) + rank_ * bytes;
         if (mine == rb) {
           // NCCL leaves the result at the rank's offset of the full buffer; MPI
           // at its start.
@@ -162,8 +162,8 @@ class MpiBackend : public Backend {
                         MPI_COMM_WORLD);
         break;
       case Coll::kScatter:
-        rc = MPI_Scatter(sb, n, t, rank_ == root && rb == static_cast<char *>(sb) + rank_ * bytes ? MPI_IN_PLACE : rb,
-                         n, t, root, MPI_COMM_WORLD);
+        rc = MPI_Scatter(sb, n, t, rank_ == root && rb == static_cast<char*>(sb) + rank_ * bytes ? MPI_IN_PLACE : rb, n,
+                         t, root, MPI_COMM_WORLD);
         break;
       case Coll::kSend: {
         const int next = (rank_ + 1) % nranks_, prev = (rank_ + nranks_ - 1) % nranks_;
@@ -180,13 +180,13 @@ class MpiBackend : public Backend {
     return Status();
   }
 
-  Status allReduceDouble(double *v, ReduceMode mode) override {
+  Status allReduceDouble(double* v, ReduceMode mode) override {
     MPI_Op op = mode == ReduceMode::kMin ? MPI_MIN : mode == ReduceMode::kMax ? MPI_MAX : MPI_SUM;
     int rc = MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_DOUBLE, op, MPI_COMM_WORLD);
     return rc == MPI_SUCCESS ? Status() : Status(Code::kRemoteError, mpiError(rc, "MPI_Allreduce(double)"));
   }
 
-  Status allGatherBytes(const void *mine, void *all, size_t bytes) override {
+  Status allGatherBytes(const void* mine, void* all, size_t bytes) override {
     int rc =
         MPI_Allgather(mine, static_cast<int>(bytes), MPI_BYTE, all, static_cast<int>(bytes), MPI_BYTE, MPI_COMM_WORLD);
     return rc == MPI_SUCCESS ? Status() : Status(Code::kRemoteError, mpiError(rc, "MPI_Allgather(bytes)"));
@@ -214,16 +214,16 @@ class MpiBackend : public Backend {
 
 // -np N outside a launcher: run again as `mpirun -np N <this binary> <the other
 // flags>`.
-int reexecUnderMpirun(int argc, char **argv, int np) {
+int reexecUnderMpirun(int argc, char** argv, int np) {
   std::vector<std::string> args = {"mpirun", "-np", std::to_string(np), "--oversubscribe", "--bind-to", "none"};
   if (geteuid() == 0) args.push_back("--allow-run-as-root");
-  // Containers often forbid the cross-memory-attach single copy; MPI then falls
-  // back to copies through shared memory instead of failing. C4_MPIRUN_ARGS
-  // adds more (e.g. "--mca btl self,tcp").
-  if (!getenv("C4_MPI_KEEP_CMA")) {
+  // Open MPI runs as shipped (vader with its CMA single copy), so the comparison is against its
+  // best shared-memory path. Where the machine forbids CMA, C4_MPI_NO_CMA=1 makes vader copy
+  // through shared memory instead. C4_MPIRUN_ARGS adds more (e.g. "--mca btl self,tcp").
+  if (getenv("C4_MPI_NO_CMA")) {
     args.insert(args.end(), {"--mca", "btl_vader_single_copy_mechanism", "none"});
   }
-  if (const char *extra = getenv("C4_MPIRUN_ARGS")) {
+  if (const char* extra = getenv("C4_MPIRUN_ARGS")) {
     std::string e = extra, w;
     for (size_t i = 0; i <= e.size(); ++i) {
       if (i == e.size() || e[i] == ' ') {
@@ -246,8 +246,8 @@ int reexecUnderMpirun(int argc, char **argv, int np) {
     if (a.rfind("--np=", 0) == 0) continue;
     args.push_back(a);
   }
-  std::vector<char *> cargs;
-  for (std::string &a : args) cargs.push_back(&a[0]);
+  std::vector<char*> cargs;
+  for (std::string& a : args) cargs.push_back(&a[0]);
   cargs.push_back(nullptr);
   fflush(stdout);
   execvp("mpirun", cargs.data());
@@ -255,7 +255,7 @@ int reexecUnderMpirun(int argc, char **argv, int np) {
   return 1;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   Options opts;
   bool help = false;
   std::string err;
@@ -297,4 +297,4 @@ int main(int argc, char **argv) {
 }  // namespace perf
 }  // namespace c4
 
-int main(int argc, char **argv) { return c4::perf::main(argc, argv); }
+int main(int argc, char** argv) { return c4::perf::main(argc, argv); }

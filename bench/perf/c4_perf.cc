@@ -21,23 +21,23 @@ namespace c4 {
 namespace perf {
 namespace {
 
-constexpr const char *kProgram = "c4-perf";
+constexpr const char* kProgram = "c4-perf";
 
-Status withContext(const Status &s, const char *what) {
+Status withContext(const Status& s, const char* what) {
   if (s.isOk()) return s;
   return Status(s.code(), std::string(what) + ": " + s.toString());
 }
 
 class C4Backend : public Backend {
  public:
-  explicit C4Backend(Comm *comm) : comm_(comm) {
+  explicit C4Backend(Comm* comm) : comm_(comm) {
     (void)commUserRank(comm, &rank_);
     (void)commCount(comm, &nranks_);
   }
   int rank() const override { return rank_; }
   int nranks() const override { return nranks_; }
 
-  Status run(Coll coll, const void *send, void *recv, size_t count, DataType dt, RedOp op, int root) override {
+  Status run(Coll coll, const void* send, void* recv, size_t count, DataType dt, RedOp op, int root) override {
     switch (coll) {
       case Coll::kAllReduce:
         return withContext(allReduce(send, recv, count, dt, op, comm_), "allReduce");
@@ -71,26 +71,26 @@ class C4Backend : public Backend {
     }
   }
 
-  Status allReduceDouble(double *v, ReduceMode mode) override {
+  Status allReduceDouble(double* v, ReduceMode mode) override {
     RedOp op = mode == ReduceMode::kMin ? RedOp::kMin : mode == ReduceMode::kMax ? RedOp::kMax : RedOp::kSum;
     return withContext(allReduce(v, v, 1, DataType::kFloat64, op, comm_), "allReduce(double)");
   }
 
-  Status allGatherBytes(const void *mine, void *all, size_t bytes) override {
+  Status allGatherBytes(const void* mine, void* all, size_t bytes) override {
     return withContext(allGather(mine, all, bytes, DataType::kUint8, comm_), "allGather(bytes)");
   }
 
  private:
-  Comm *comm_;
+  Comm* comm_;
   int rank_ = 0;
   int nranks_ = 1;
 };
 
 int listParams() {
-  std::vector<const ParamInfo *> params = allParams();
+  std::vector<const ParamInfo*> params = allParams();
   printf("# %zu c4comm parameters (the C4_ name wins over the NCCL_ alias)\n", params.size());
   printf("%-34s %-30s %-14s %s\n", "# env", "NCCL alias", "default", "help");
-  for (const ParamInfo *p : params) {
+  for (const ParamInfo* p : params) {
     std::string def = p->isString ? std::string("\"") + p->defaultText + "\"" : p->defaultText;
     printf("%-34s %-30s %-14s %s\n", p->env, p->ncclEnv ? p->ncclEnv : "-", def.c_str(), p->help);
   }
@@ -105,7 +105,7 @@ std::string libraryName() {
 }
 
 // Runs the sweep on an initialized communicator and destroys it.
-int benchAndDestroy(const Options &opts, RunInfo info, Comm *comm, double initMs, double spawnMs) {
+int benchAndDestroy(const Options& opts, RunInfo info, Comm* comm, double initMs, double spawnMs) {
   C4Backend backend(comm);
   // The slowest rank's init time is the communicator's.
   double t = initMs, s = spawnMs;
@@ -125,8 +125,8 @@ int benchAndDestroy(const Options &opts, RunInfo info, Comm *comm, double initMs
   return rc;
 }
 
-bool writeAll(int fd, const void *p, size_t n) {
-  const char *c = static_cast<const char *>(p);
+bool writeAll(int fd, const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
   while (n > 0) {
     ssize_t w = write(fd, c, n);
     if (w < 0 && errno == EINTR) continue;
@@ -137,8 +137,8 @@ bool writeAll(int fd, const void *p, size_t n) {
   return true;
 }
 
-bool readAll(int fd, void *p, size_t n) {
-  char *c = static_cast<char *>(p);
+bool readAll(int fd, void* p, size_t n) {
+  char* c = static_cast<char*>(p);
   while (n > 0) {
     ssize_t r = read(fd, c, n);
     if (r < 0 && errno == EINTR) continue;
@@ -157,7 +157,7 @@ struct Handoff {
   double start;
 };
 
-int runSpawned(const Options &opts, const RunInfo &info) {
+int runSpawned(const Options& opts, const RunInfo& info) {
   const int n = opts.np;
   std::vector<int> readFd(n, -1), writeFd(n, -1);
   for (int r = 1; r < n; ++r) {
@@ -200,7 +200,7 @@ int runSpawned(const Options &opts, const RunInfo &info) {
       }
       close(readFd[rank]);
     }
-    Comm *comm = nullptr;
+    Comm* comm = nullptr;
     Status s = commInitRank(&comm, n, h.id, rank);
     if (!s.isOk()) {
       fprintf(stderr, "%s: rank %d: commInitRank failed: %s\n", kProgram, rank, s.toString().c_str());
@@ -213,12 +213,12 @@ int runSpawned(const Options &opts, const RunInfo &info) {
 }
 
 bool underLauncher() {
-  for (const char *v : {"OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "RANK", "PMI_RANK"})
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "RANK", "PMI_RANK"})
     if (getenv(v) && *getenv(v)) return true;
   return false;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   Options opts;
   bool help = false;
   std::string err;
@@ -235,7 +235,7 @@ int main(int argc, char **argv) {
   if (underLauncher()) {
     if (opts.np > 0) fprintf(stderr, "%s: ignoring -np %d: ranks come from the launcher\n", kProgram, opts.np);
     double t0 = nowSeconds();
-    Comm *comm = nullptr;
+    Comm* comm = nullptr;
     Status s = commInitFromEnv(&comm);
     if (!s.isOk()) {
       fprintf(stderr, "%s: commInitFromEnv failed: %s\n", kProgram, s.toString().c_str());
@@ -248,7 +248,7 @@ int main(int argc, char **argv) {
   // One rank in this process.
   double t0 = nowSeconds();
   UniqueId id;
-  Comm *comm = nullptr;
+  Comm* comm = nullptr;
   Status s = getUniqueId(&id);
   if (s.isOk()) s = commInitRank(&comm, 1, id, 0);
   if (!s.isOk()) {
@@ -262,4 +262,4 @@ int main(int argc, char **argv) {
 }  // namespace perf
 }  // namespace c4
 
-int main(int argc, char **argv) { return c4::perf::main(argc, argv); }
+int main(int argc, char** argv) { return c4::perf::main(argc, argv); }

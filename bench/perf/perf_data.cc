@@ -26,7 +26,7 @@ constexpr SmallFloat kBf16{8, 7, true, 3.3895313892515355e38};
 constexpr SmallFloat kE4m3{4, 3, false, 448.0};
 constexpr SmallFloat kE5m2{5, 2, true, 57344.0};
 
-uint32_t encodeSmall(const SmallFloat &f, double v) {
+uint32_t encodeSmall(const SmallFloat& f, double v) {
   const int bias = (1 << (f.ebits - 1)) - 1;
   const uint32_t signBit = 1u << (f.ebits + f.mbits);
   const uint32_t expAllOnes = (1u << f.ebits) - 1;
@@ -57,7 +57,7 @@ uint32_t encodeSmall(const SmallFloat &f, double v) {
   return sign | (static_cast<uint32_t>(exp + bias) << f.mbits) | static_cast<uint32_t>(m);
 }
 
-double decodeSmall(const SmallFloat &f, uint32_t bits) {
+double decodeSmall(const SmallFloat& f, uint32_t bits) {
   const int bias = (1 << (f.ebits - 1)) - 1;
   const uint32_t expAllOnes = (1u << f.ebits) - 1;
   bool neg = (bits >> (f.ebits + f.mbits)) & 1;
@@ -77,14 +77,14 @@ double decodeSmall(const SmallFloat &f, uint32_t bits) {
 }
 
 template <typename T>
-T loadAs(const void *p) {
+T loadAs(const void* p) {
   T v;
   memcpy(&v, p, sizeof(T));
   return v;
 }
 
 template <typename T>
-void storeAs(void *p, T v) {
+void storeAs(void* p, T v) {
   memcpy(p, &v, sizeof(T));
 }
 
@@ -125,9 +125,9 @@ T applyOp(RedOp op, T a, T b) {
 }
 
 template <typename T>
-void reduceTyped(RedOp op, void *inout, const void *in, size_t n) {
-  T *o = static_cast<T *>(inout);
-  const T *x = static_cast<const T *>(in);
+void reduceTyped(RedOp op, void* inout, const void* in, size_t n) {
+  T* o = static_cast<T*>(inout);
+  const T* x = static_cast<const T*>(in);
   // Separate loops per op so the compiler vectorizes them.
   switch (op) {
     case RedOp::kProd:
@@ -145,10 +145,10 @@ void reduceTyped(RedOp op, void *inout, const void *in, size_t n) {
   }
 }
 
-void reduceGeneric(DataType dt, RedOp op, void *inout, const void *in, size_t n) {
+void reduceGeneric(DataType dt, RedOp op, void* inout, const void* in, size_t n) {
   const size_t ts = dataTypeSize(dt);
-  char *o = static_cast<char *>(inout);
-  const char *x = static_cast<const char *>(in);
+  char* o = static_cast<char*>(inout);
+  const char* x = static_cast<const char*>(in);
   for (size_t i = 0; i < n; ++i) {
     // Reduce in float, round once to the element type (what a host kernel
     // does).
@@ -276,7 +276,7 @@ Expected expectedReduced(DataType dt, RedOp op, int nranks, size_t index) {
 
 }  // namespace
 
-double loadElement(DataType dt, const void *p) {
+double loadElement(DataType dt, const void* p) {
   switch (dt) {
     case DataType::kInt8:
       return loadAs<int8_t>(p);
@@ -306,7 +306,7 @@ double loadElement(DataType dt, const void *p) {
   return 0.0;
 }
 
-void storeElement(DataType dt, void *p, double v) {
+void storeElement(DataType dt, void* p, double v) {
   switch (dt) {
     case DataType::kInt8:
       storeAs(p, wrapFromDouble<int8_t>(v));
@@ -347,7 +347,7 @@ void storeElement(DataType dt, void *p, double v) {
   }
 }
 
-void reduceInto(DataType dt, RedOp op, void *inout, const void *in, size_t n) {
+void reduceInto(DataType dt, RedOp op, void* inout, const void* in, size_t n) {
   switch (dt) {
     case DataType::kInt8:
       return reduceTyped<int8_t>(op, inout, in, n);
@@ -370,16 +370,16 @@ void reduceInto(DataType dt, RedOp op, void *inout, const void *in, size_t n) {
   }
 }
 
-void divideInPlace(DataType dt, void *buf, size_t n, int divisor) {
+void divideInPlace(DataType dt, void* buf, size_t n, int divisor) {
   const size_t ts = dataTypeSize(dt);
-  char *b = static_cast<char *>(buf);
+  char* b = static_cast<char*>(buf);
   if (dt == DataType::kFloat32) {
-    float *f = static_cast<float *>(buf);
+    float* f = static_cast<float*>(buf);
     for (size_t i = 0; i < n; ++i) f[i] /= divisor;
     return;
   }
   if (dt == DataType::kFloat64) {
-    double *d = static_cast<double *>(buf);
+    double* d = static_cast<double*>(buf);
     for (size_t i = 0; i < n; ++i) d[i] /= divisor;
     return;
   }
@@ -410,12 +410,12 @@ double inputValue(DataType dt, RedOp op, bool reducing, int rank, size_t index, 
   return sgn ? v - 4.0 : v;
 }
 
-void fillInput(DataType dt, RedOp op, bool reducing, int rank, size_t firstIndex, int nranks, void *buf, size_t n) {
+void fillInput(DataType dt, RedOp op, bool reducing, int rank, size_t firstIndex, int nranks, void* buf, size_t n) {
   const size_t ts = dataTypeSize(dt);
   const size_t period = valuePeriod(dt, op, reducing, nranks);
   std::vector<unsigned char> table(period * ts);
   for (size_t k = 0; k < period; ++k) storeElement(dt, &table[k * ts], inputValue(dt, op, reducing, rank, k, nranks));
-  char *b = static_cast<char *>(buf);
+  char* b = static_cast<char*>(buf);
   size_t k = firstIndex % period;
   for (size_t i = 0; i < n; ++i) {
     memcpy(b + i * ts, &table[k * ts], ts);
@@ -423,17 +423,17 @@ void fillInput(DataType dt, RedOp op, bool reducing, int rank, size_t firstIndex
   }
 }
 
-int64_t countWrongReduced(DataType dt, RedOp op, int nranks, size_t firstIndex, const void *got, size_t n) {
+int64_t countWrongReduced(DataType dt, RedOp op, int nranks, size_t firstIndex, const void* got, size_t n) {
   const size_t ts = dataTypeSize(dt);
   const size_t period = valuePeriod(dt, op, true, nranks);
   std::vector<Expected> table(period);
   for (size_t k = 0; k < period; ++k) table[k] = expectedReduced(dt, op, nranks, k);
-  const char *g = static_cast<const char *>(got);
+  const char* g = static_cast<const char*>(got);
   int64_t wrong = 0;
   size_t k = firstIndex % period;
   for (size_t i = 0; i < n; ++i) {
-    const Expected &e = table[k];
-    const char *p = g + i * ts;
+    const Expected& e = table[k];
+    const char* p = g + i * ts;
     if (e.exact) {
       wrong += (memcmp(p, e.bits, ts) != 0 && memcmp(p, e.altBits, ts) != 0) ? 1 : 0;
     } else {
@@ -445,13 +445,13 @@ int64_t countWrongReduced(DataType dt, RedOp op, int nranks, size_t firstIndex, 
   return wrong;
 }
 
-int64_t countWrongCopied(DataType dt, int srcRank, size_t firstIndex, int nranks, const void *got, size_t n) {
+int64_t countWrongCopied(DataType dt, int srcRank, size_t firstIndex, int nranks, const void* got, size_t n) {
   const size_t ts = dataTypeSize(dt);
   const size_t period = valuePeriod(dt, RedOp::kSum, false, nranks);
   std::vector<unsigned char> table(period * ts);
   for (size_t k = 0; k < period; ++k)
     storeElement(dt, &table[k * ts], inputValue(dt, RedOp::kSum, false, srcRank, k, nranks));
-  const char *g = static_cast<const char *>(got);
+  const char* g = static_cast<const char*>(got);
   int64_t wrong = 0;
   size_t k = firstIndex % period;
   for (size_t i = 0; i < n; ++i) {

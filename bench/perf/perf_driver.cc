@@ -27,8 +27,8 @@ constexpr Coll kAllColls[] = {Coll::kAllReduce, Coll::kAllGather, Coll::kBroadca
                               Coll::kAlltoAll,  Coll::kGather,    Coll::kScatter,   Coll::kSend};
 
 // A size with an optional binary suffix (K, M, G), as nccl-tests parses it.
-bool parseSize(const std::string &s, size_t *out) {
-  char *end = nullptr;
+bool parseSize(const std::string& s, size_t* out) {
+  char* end = nullptr;
   errno = 0;
   double v = strtod(s.c_str(), &end);
   if (errno != 0 || end == s.c_str() || v < 0) return false;
@@ -45,8 +45,8 @@ bool parseSize(const std::string &s, size_t *out) {
   return true;
 }
 
-bool parseInt(const std::string &s, int *out) {
-  char *end = nullptr;
+bool parseInt(const std::string& s, int* out) {
+  char* end = nullptr;
   errno = 0;
   long v = strtol(s.c_str(), &end, 0);
   if (errno != 0 || end == s.c_str() || *end != '\0') return false;
@@ -54,7 +54,7 @@ bool parseInt(const std::string &s, int *out) {
   return true;
 }
 
-bool parseTypeName(const std::string &s, DataType *dt) {
+bool parseTypeName(const std::string& s, DataType* dt) {
   for (DataType t : kAllTypes)
     if (s == typeName(t)) return *dt = t, true;
   // nccl-tests aliases.
@@ -110,7 +110,7 @@ Counts countsFor(Coll coll, size_t count, int n) {
 
 // algbw counts the bytes of the whole result; busbw scales it to what one link
 // carries.
-void bandwidth(Coll coll, size_t param, size_t ts, int n, double sec, double *algBw, double *busBw) {
+void bandwidth(Coll coll, size_t param, size_t ts, int n, double sec, double* algBw, double* busBw) {
   double bytes = static_cast<double>(param) * ts;
   double factor = 1;
   switch (coll) {
@@ -137,48 +137,48 @@ bool hasRoot(Coll coll) {
 }
 
 struct AlignedFree {
-  void operator()(void *p) const { free(p); }
+  void operator()(void* p) const { free(p); }
 };
 using Buffer = std::unique_ptr<char, AlignedFree>;
 
 Buffer allocBuffer(size_t bytes) {
-  void *p = nullptr;
+  void* p = nullptr;
   if (posix_memalign(&p, 4096, std::max<size_t>(bytes, 64)) != 0) return Buffer();
   memset(p, 0, std::max<size_t>(bytes, 64));  // fault the pages in before timing
-  return Buffer(static_cast<char *>(p));
+  return Buffer(static_cast<char*>(p));
 }
 
 // Where one call reads and writes, out of place or in place (nccl-tests'
 // in-place layouts).
 struct Layout {
-  char *send;
-  char *recv;
+  char* send;
+  char* recv;
 };
 
 class Sweep {
  public:
-  Sweep(const Options &o, const RunInfo &info, Backend &b, FILE *out)
+  Sweep(const Options& o, const RunInfo& info, Backend& b, FILE* out)
       : opts_(o), info_(info), be_(b), out_(out), rank_(b.rank()), n_(b.nranks()) {}
 
   int run();
 
  private:
-  Layout layout(bool inPlace, const Counts &c, size_t ts) const;
-  void initData(bool inPlace, const Counts &c, DataType dt, RedOp op, const Layout &l);
-  int64_t checkData(const Counts &c, DataType dt, RedOp op, const Layout &l);
-  Status runOnce(const Counts &c, DataType dt, RedOp op, const Layout &l);
+  Layout layout(bool inPlace, const Counts& c, size_t ts) const;
+  void initData(bool inPlace, const Counts& c, DataType dt, RedOp op, const Layout& l);
+  int64_t checkData(const Counts& c, DataType dt, RedOp op, const Layout& l);
+  Status runOnce(const Counts& c, DataType dt, RedOp op, const Layout& l);
   // Times one size and place; false on a failed call (already reported).
-  bool benchOne(bool inPlace, const Counts &c, DataType dt, RedOp op, double *usec, int64_t *wrong);
+  bool benchOne(bool inPlace, const Counts& c, DataType dt, RedOp op, double* usec, int64_t* wrong);
   bool testType(DataType dt, RedOp op);
   void printHeader();
-  void fail(const char *what, const Status &s) {
+  void fail(const char* what, const Status& s) {
     fprintf(stderr, "%s: rank %d: %s failed: %s\n", info_.program.c_str(), rank_, what, s.message().c_str());
   }
 
-  const Options &opts_;
-  const RunInfo &info_;
-  Backend &be_;
-  FILE *out_;
+  const Options& opts_;
+  const RunInfo& info_;
+  Backend& be_;
+  FILE* out_;
   int rank_;
   int n_;
   int root_ = 0;
@@ -188,10 +188,10 @@ class Sweep {
   int failedTests_ = 0;
 };
 
-Layout Sweep::layout(bool inPlace, const Counts &c, size_t ts) const {
+Layout Sweep::layout(bool inPlace, const Counts& c, size_t ts) const {
   if (!inPlace) return {sendBuf_.get(), recvBuf_.get()};
-  char *buf = recvBuf_.get();
-  char *mine = buf + static_cast<size_t>(rank_) * c.param * ts;
+  char* buf = recvBuf_.get();
+  char* mine = buf + static_cast<size_t>(rank_) * c.param * ts;
   switch (opts_.coll) {
     case Coll::kAllGather:
     case Coll::kGather:
@@ -204,7 +204,7 @@ Layout Sweep::layout(bool inPlace, const Counts &c, size_t ts) const {
   }
 }
 
-void Sweep::initData(bool inPlace, const Counts &c, DataType dt, RedOp op, const Layout &l) {
+void Sweep::initData(bool inPlace, const Counts& c, DataType dt, RedOp op, const Layout& l) {
   const size_t ts = dataTypeSize(dt);
   const bool red = collReduces(opts_.coll);
   // A pattern no input produces, so output that was never written is counted as
@@ -214,7 +214,7 @@ void Sweep::initData(bool inPlace, const Counts &c, DataType dt, RedOp op, const
   fillInput(dt, op, red, rank_, 0, n_, l.send, c.send);
 }
 
-int64_t Sweep::checkData(const Counts &c, DataType dt, RedOp op, const Layout &l) {
+int64_t Sweep::checkData(const Counts& c, DataType dt, RedOp op, const Layout& l) {
   const size_t ts = dataTypeSize(dt);
   const size_t p = c.param;
   const int prev = (rank_ + n_ - 1) % n_;
@@ -247,11 +247,11 @@ int64_t Sweep::checkData(const Counts &c, DataType dt, RedOp op, const Layout &l
   }
 }
 
-Status Sweep::runOnce(const Counts &c, DataType dt, RedOp op, const Layout &l) {
+Status Sweep::runOnce(const Counts& c, DataType dt, RedOp op, const Layout& l) {
   return be_.run(opts_.coll, l.send, l.recv, c.param, dt, op, root_);
 }
 
-bool Sweep::benchOne(bool inPlace, const Counts &c, DataType dt, RedOp op, double *usec, int64_t *wrong) {
+bool Sweep::benchOne(bool inPlace, const Counts& c, DataType dt, RedOp op, double* usec, int64_t* wrong) {
   const Layout l = layout(inPlace, c, dataTypeSize(dt));
   initData(inPlace, c, dt, op, l);
   for (int i = 0; i < opts_.warmup; ++i) {
@@ -302,7 +302,7 @@ bool Sweep::benchOne(bool inPlace, const Counts &c, DataType dt, RedOp op, doubl
 bool Sweep::testType(DataType dt, RedOp op) {
   const size_t ts = dataTypeSize(dt);
   const bool red = collReduces(opts_.coll);
-  const char *opLabel = red ? opName(op) : "none";
+  const char* opLabel = red ? opName(op) : "none";
   const int rootLabel = hasRoot(opts_.coll) ? root_ : -1;
   for (size_t size = opts_.minBytes; size <= opts_.maxBytes;
        size = opts_.stepFactor > 1 ? size * opts_.stepFactor : size + opts_.stepBytes) {
@@ -425,7 +425,7 @@ int Sweep::run() {
 
 }  // namespace
 
-const char *typeName(DataType dt) {
+const char* typeName(DataType dt) {
   switch (dt) {
     case DataType::kInt8:
       return "int8";
@@ -455,7 +455,7 @@ const char *typeName(DataType dt) {
   return "unknown";
 }
 
-const char *opName(RedOp op) {
+const char* opName(RedOp op) {
   switch (op) {
     case RedOp::kSum:
       return "sum";
@@ -471,7 +471,7 @@ const char *opName(RedOp op) {
   return "unknown";
 }
 
-const char *collFlagName(Coll coll) {
+const char* collFlagName(Coll coll) {
   switch (coll) {
     case Coll::kAllReduce:
       return "allreduce";
@@ -496,7 +496,7 @@ const char *collFlagName(Coll coll) {
   }
 }
 
-bool parseColl(const std::string &s, Coll *coll) {
+bool parseColl(const std::string& s, Coll* coll) {
   std::string k;
   for (char ch : s)
     if (ch != '_' && ch != '-') k += static_cast<char>(tolower(static_cast<unsigned char>(ch)));
@@ -511,7 +511,7 @@ double nowSeconds() {
   return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
 }
 
-void printUsage(FILE *out, const char *prog) {
+void printUsage(FILE* out, const char* prog) {
   fprintf(out,
           "usage: %s [flags]   (nccl-tests flags; sizes take K/M/G suffixes)\n"
           "  -C, --collective <name>   "
@@ -547,7 +547,7 @@ void printUsage(FILE *out, const char *prog) {
           prog);
 }
 
-bool parseOptions(int argc, char **argv, Options *o, bool *help, std::string *err) {
+bool parseOptions(int argc, char** argv, Options* o, bool* help, std::string* err) {
   *help = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -567,14 +567,14 @@ bool parseOptions(int argc, char **argv, Options *o, bool *help, std::string *er
       o->listParams = true;
       continue;
     }
-    auto need = [&](std::string *v) {
+    auto need = [&](std::string* v) {
       if (hasVal) return *v = val, true;
       if (i + 1 >= argc) return *err = "missing value for " + a, false;
       *v = argv[++i];
       return true;
     };
     std::string v;
-    auto is = [&](const char *s, const char *l) { return a == s || (l && a == l); };
+    auto is = [&](const char* s, const char* l) { return a == s || (l && a == l); };
     if (is("-b", "--minbytes") || is("-e", "--maxbytes") || is("-i", "--stepbytes")) {
       size_t sz;
       if (!need(&v)) return false;
@@ -583,9 +583,9 @@ bool parseOptions(int argc, char **argv, Options *o, bool *help, std::string *er
       continue;
     }
     struct IntFlag {
-      const char *s;
-      const char *l;
-      int *dst;
+      const char* s;
+      const char* l;
+      int* dst;
     };
     int stepFactor = -1, nthreads = 1, ngpus = 1, ignored = 0;
     const IntFlag ints[] = {
@@ -595,7 +595,7 @@ bool parseOptions(int argc, char **argv, Options *o, bool *help, std::string *er
         {"-g", "--ngpus", &ngpus},           {"-np", "--np", &o->np},          {"-m", "--agg_iters", &ignored},
         {"-p", "--parallel_init", &ignored}, {"-T", "--timeout", &ignored}};
     bool matched = false;
-    for (const IntFlag &f : ints) {
+    for (const IntFlag& f : ints) {
       if (!is(f.s, f.l)) continue;
       matched = true;
       if (!need(&v)) return false;
@@ -652,7 +652,7 @@ bool parseOptions(int argc, char **argv, Options *o, bool *help, std::string *er
   return true;
 }
 
-int spawnRanks(int n, const std::function<int(int rank)> &body, const std::function<void()> &afterFork) {
+int spawnRanks(int n, const std::function<int(int rank)>& body, const std::function<void()>& afterFork) {
   fflush(stdout);
   fflush(stderr);
   std::vector<pid_t> pids;
@@ -701,7 +701,7 @@ int spawnRanks(int n, const std::function<int(int rank)> &body, const std::funct
   return result;
 }
 
-int runBenchmark(const Options &opts, const RunInfo &info, Backend &backend, FILE *out) {
+int runBenchmark(const Options& opts, const RunInfo& info, Backend& backend, FILE* out) {
   Sweep sweep(opts, info, backend, out);
   return sweep.run();
 }

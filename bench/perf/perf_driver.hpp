@@ -42,17 +42,17 @@ struct Options {
 
 /// Parses argv into *opts. Unknown flags and bad values fail with a message in
 /// *err. `--help` sets *help.
-bool parseOptions(int argc, char **argv, Options *opts, bool *help, std::string *err);
+bool parseOptions(int argc, char** argv, Options* opts, bool* help, std::string* err);
 /// The flag reference printed by --help.
-void printUsage(FILE *out, const char *prog);
+void printUsage(FILE* out, const char* prog);
 
 /// The collective named as -C accepts it ("allreduce", ...), and back.
-bool parseColl(const std::string &s, Coll *coll);
-const char *collFlagName(Coll coll);
+bool parseColl(const std::string& s, Coll* coll);
+const char* collFlagName(Coll coll);
 /// nccl-tests names ("float", "half", ..., "sum", ...), independent of
 /// libc4comm.
-const char *typeName(DataType dt);
-const char *opName(RedOp op);
+const char* typeName(DataType dt);
+const char* opName(RedOp op);
 
 /// Reduction of one double over all ranks (used for times and error counts).
 enum class ReduceMode { kSum, kMin, kMax };
@@ -71,11 +71,11 @@ class Backend {
   /// count (elements per rank for allgather/gather/scatter/alltoall blocks and
   /// reducescatter results). For sendrecv each rank sends to rank+1 and
   /// receives from rank-1. Blocks until done.
-  virtual Status run(Coll coll, const void *send, void *recv, size_t count, DataType dt, RedOp op, int root) = 0;
+  virtual Status run(Coll coll, const void* send, void* recv, size_t count, DataType dt, RedOp op, int root) = 0;
   /// *v = reduction of *v over all ranks.
-  virtual Status allReduceDouble(double *v, ReduceMode mode) = 0;
+  virtual Status allReduceDouble(double* v, ReduceMode mode) = 0;
   /// Concatenates `bytes` from every rank into `all` (rank order).
-  virtual Status allGatherBytes(const void *mine, void *all, size_t bytes) = 0;
+  virtual Status allGatherBytes(const void* mine, void* all, size_t bytes) = 0;
 };
 
 /// Describes the run in the header (e.g. "c4comm 2.28.0", "Open MPI 4.1.4",
@@ -91,7 +91,7 @@ struct RunInfo {
 /// Runs the sweep and prints the nccl-tests table on rank 0 to `out`. Returns
 /// the process exit code: kExitOk, kExitFailed on a failed call (reported on
 /// stderr), kExitWrong if any element was wrong.
-int runBenchmark(const Options &opts, const RunInfo &info, Backend &backend, FILE *out);
+int runBenchmark(const Options& opts, const RunInfo& info, Backend& backend, FILE* out);
 
 /// Exit codes of the benchmarks.
 constexpr int kExitOk = 0;
@@ -104,7 +104,7 @@ constexpr int kExitWrong = 2;   // completed, but some results were wrong
 /// rest hanging. `afterFork` runs in the parent once all children exist (e.g.
 /// to close pipe ends). Returns 0 when every child exited 0, else the first
 /// failing child's code (128+signal if killed).
-int spawnRanks(int n, const std::function<int(int rank)> &body, const std::function<void()> &afterFork = {});
+int spawnRanks(int n, const std::function<int(int rank)>& body, const std::function<void()>& afterFork = {});
 
 /// Seconds from a monotonic clock.
 double nowSeconds();

@@ -41,9 +41,9 @@ uint32_t parseSubsys(const std::string& spec) {
   static const struct {
     const char* name;
     uint32_t bit;
-  } kNames[] = {{"INIT", kLogInit}, {"COLL", kLogColl},   {"P2P", kLogP2p},         {"SHM", kLogShm},
-                {"NET", kLogNet},   {"BOOTSTRAP", kLogBootstrap}, {"TUNING", kLogTuning}, {"ENV", kLogEnv},
-                {"ALLOC", kLogAlloc}, {"CALL", kLogCall}, {"SCHED", kLogSched},     {"ALL", kLogAll}};
+  } kNames[] = {{"INIT", kLogInit},   {"COLL", kLogColl},           {"P2P", kLogP2p},       {"SHM", kLogShm},
+                {"NET", kLogNet},     {"BOOTSTRAP", kLogBootstrap}, {"TUNING", kLogTuning}, {"ENV", kLogEnv},
+                {"ALLOC", kLogAlloc}, {"CALL", kLogCall},           {"SCHED", kLogSched},   {"ALL", kLogAll}};
   bool invert = !spec.empty() && spec[0] == '^';
   uint32_t mask = 0;
   size_t pos = invert ? 1 : 0;
@@ -61,11 +61,16 @@ uint32_t parseSubsys(const std::string& spec) {
 void init(LogState& s) {
   std::string lv = paramDebug();
   int level = 0;
-  if (strcasecmp(lv.c_str(), "VERSION") == 0) level = 1;
-  else if (strcasecmp(lv.c_str(), "WARN") == 0) level = 2;
-  else if (strcasecmp(lv.c_str(), "INFO") == 0) level = 3;
-  else if (strcasecmp(lv.c_str(), "ABORT") == 0) level = 4;
-  else if (strcasecmp(lv.c_str(), "TRACE") == 0) level = 5;
+  if (strcasecmp(lv.c_str(), "VERSION") == 0)
+    level = 1;
+  else if (strcasecmp(lv.c_str(), "WARN") == 0)
+    level = 2;
+  else if (strcasecmp(lv.c_str(), "INFO") == 0)
+    level = 3;
+  else if (strcasecmp(lv.c_str(), "ABORT") == 0)
+    level = 4;
+  else if (strcasecmp(lv.c_str(), "TRACE") == 0)
+    level = 5;
   gethostname(s.host, sizeof(s.host) - 1);
   if (char* dot = strchr(s.host, '.')) *dot = 0;
   s.mask.store(parseSubsys(paramDebugSubsys()));

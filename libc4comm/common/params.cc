@@ -56,9 +56,12 @@ int64_t IntParam::get() const {
   errno = 0;
   long long x = strtoll(v, &end, 0);
   // Accept size suffixes K, M, G (powers of 1024) for convenience.
-  if (end && (*end == 'K' || *end == 'k')) x <<= 10, ++end;
-  else if (end && (*end == 'M' || *end == 'm')) x <<= 20, ++end;
-  else if (end && (*end == 'G' || *end == 'g')) x <<= 30, ++end;
+  if (end && (*end == 'K' || *end == 'k'))
+    x <<= 10, ++end;
+  else if (end && (*end == 'M' || *end == 'm'))
+    x <<= 20, ++end;
+  else if (end && (*end == 'G' || *end == 'g'))
+    x <<= 30, ++end;
   if (errno != 0 || end == v || *end != '\0') {
     C4_WARN(kLogEnv, "ignoring %s=%s: not an integer; using default %lld", info_.env, v,
             static_cast<long long>(default_));

@@ -48,9 +48,9 @@ class StrParam {
 
 }  // namespace c4
 
-#define C4_PARAM_INT(Name, env, ncclEnv, def, help)                              \
+#define C4_PARAM_INT(Name, env, ncclEnv, def, help)                                 \
   inline const ::c4::IntParam kC4Param##Name{#Name, env, ncclEnv, def, #def, help}; \
   inline int64_t param##Name() { return kC4Param##Name.get(); }
-#define C4_PARAM_STR(Name, env, ncclEnv, def, help)                         \
+#define C4_PARAM_STR(Name, env, ncclEnv, def, help)                           \
   inline const ::c4::StrParam kC4Param##Name{#Name, env, ncclEnv, def, help}; \
   inline std::string param##Name() { return kC4Param##Name.get(); }

@@ -7,14 +7,22 @@ namespace c4 {
 
 const char* codeName(Code code) {
   switch (code) {
-    case Code::kSuccess: return "no error";
-    case Code::kUnhandledCudaError: return "unhandled cuda error";
-    case Code::kSystemError: return "unhandled system error";
-    case Code::kInternalError: return "internal error";
-    case Code::kInvalidArgument: return "invalid argument";
-    case Code::kInvalidUsage: return "invalid usage";
-    case Code::kRemoteError: return "remote process exited or there was a network error";
-    case Code::kInProgress: return "operation in progress";
+    case Code::kSuccess:
+      return "no error";
+    case Code::kUnhandledCudaError:
+      return "unhandled cuda error";
+    case Code::kSystemError:
+      return "unhandled system error";
+    case Code::kInternalError:
+      return "internal error";
+    case Code::kInvalidArgument:
+      return "invalid argument";
+    case Code::kInvalidUsage:
+      return "invalid usage";
+    case Code::kRemoteError:
+      return "remote process exited or there was a network error";
+    case Code::kInProgress:
+      return "operation in progress";
   }
   return "unknown result code";
 }

@@ -21,15 +21,14 @@ Status sysError(const char* what, int err);
 }  // namespace c4
 
 /// Propagates a failed Status to the caller.
-#define C4_CHECK(expr)                       \
-  do {                                       \
-    ::c4::Status c4_status_ = (expr);        \
+#define C4_CHECK(expr)                         \
+  do {                                         \
+    ::c4::Status c4_status_ = (expr);          \
     if (!c4_status_.isOk()) return c4_status_; \
   } while (0)
 
 /// Evaluates a Result<T>; on failure returns its Status, else moves the value into `lhs`.
-#define C4_ASSIGN_OR_RETURN(lhs, expr)                 \
-  C4_ASSIGN_OR_RETURN_IMPL_(C4_CONCAT_(c4_res_, __LINE__), lhs, expr)
+#define C4_ASSIGN_OR_RETURN(lhs, expr) C4_ASSIGN_OR_RETURN_IMPL_(C4_CONCAT_(c4_res_, __LINE__), lhs, expr)
 #define C4_CONCAT_INNER_(a, b) a##b
 #define C4_CONCAT_(a, b) C4_CONCAT_INNER_(a, b)
 #define C4_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
@@ -38,11 +37,11 @@ Status sysError(const char* what, int err);
   lhs = tmp.take()
 
 /// Retries a system call while it fails with EINTR.
-#define C4_SYSCALL_RETRY(call)                          \
-  ({                                                    \
-    decltype(call) c4_rc_;                              \
-    do {                                                \
-      c4_rc_ = (call);                                  \
-    } while (c4_rc_ == -1 && errno == EINTR);           \
-    c4_rc_;                                             \
+#define C4_SYSCALL_RETRY(call)                \
+  ({                                          \
+    decltype(call) c4_rc_;                    \
+    do {                                      \
+      c4_rc_ = (call);                        \
+    } while (c4_rc_ == -1 && errno == EINTR); \
+    c4_rc_;                                   \
   })

@@ -46,9 +46,9 @@ Status record(Status&& st) {
 }
 
 /// Like C4_CHECK, recording the failure as the last error.
-#define C4_CHECK_RECORD(expr)                      \
-  do {                                             \
-    ::c4::Status c4_st_ = (expr);                  \
+#define C4_CHECK_RECORD(expr)                             \
+  do {                                                    \
+    ::c4::Status c4_st_ = (expr);                         \
     if (!c4_st_.isOk()) return record(std::move(c4_st_)); \
   } while (0)
 
@@ -141,7 +141,8 @@ Status initComm(Comm* c, int nranks, const UniqueId& id, int rank, const Config&
 Status checkInitArgs(Comm** comm, int nranks, int rank) {
   if (!comm) return makeError(Code::kInvalidArgument, "comm output pointer is NULL");
   if (nranks < 1) return makeError(Code::kInvalidArgument, "nranks %d must be at least 1", nranks);
-  if (rank < 0 || rank >= nranks) return makeError(Code::kInvalidArgument, "rank %d out of range [0, %d)", rank, nranks);
+  if (rank < 0 || rank >= nranks)
+    return makeError(Code::kInvalidArgument, "rank %d out of range [0, %d)", rank, nranks);
   return Status::ok();
 }
 
@@ -229,9 +230,8 @@ Status commSplit(Comm* comm, int color, int key, Comm** newcomm, const Config* c
   std::vector<int> members;
   for (int r = 0; r < comm->nranks; ++r)
     if (color >= 0 && all[static_cast<size_t>(r)].color == color) members.push_back(r);
-  std::stable_sort(members.begin(), members.end(), [&all](int a, int b) {
-    return all[static_cast<size_t>(a)].key < all[static_cast<size_t>(b)].key;
-  });
+  std::stable_sort(members.begin(), members.end(),
+                   [&all](int a, int b) { return all[static_cast<size_t>(a)].key < all[static_cast<size_t>(b)].key; });
   // The first member of each color creates the id; everyone learns it through the parent.
   std::vector<UniqueId> ids(static_cast<size_t>(comm->nranks));
   memset(ids.data(), 0, ids.size() * sizeof(UniqueId));
@@ -309,12 +309,16 @@ Status redOpCreatePreMulSum(RedOp* op, const void* scalar, DataType dt, ScalarRe
   u.live = true;
   u.dtype = dt;
   u.residence = residence;
-  if (residence == ScalarResidence::kHostImmediate) memcpy(u.value, scalar, dataTypeSize(dt));
-  else u.pointer = scalar;
+  if (residence == ScalarResidence::kHostImmediate)
+    memcpy(u.value, scalar, dataTypeSize(dt));
+  else
+    u.pointer = scalar;
   size_t idx = 0;
   while (idx < comm->userOps.size() && comm->userOps[idx].live) ++idx;
-  if (idx == comm->userOps.size()) comm->userOps.push_back(u);
-  else comm->userOps[idx] = u;
+  if (idx == comm->userOps.size())
+    comm->userOps.push_back(u);
+  else
+    comm->userOps[idx] = u;
   *op = static_cast<RedOp>(kNumBuiltinOps + static_cast<int>(idx));
   return Status::ok();
 }
@@ -353,8 +357,7 @@ Status broadcast(const void* sendbuff, void* recvbuff, size_t count, DataType dt
   return Status::ok();
 }
 
-Status reduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, DataType dt, RedOp op, Comm* comm,
-                     void*) {
+Status reduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, DataType dt, RedOp op, Comm* comm, void*) {
   OpDesc d{Coll::kReduceScatter, sendbuff, recvbuff, recvcount, dt, op, 0};
   C4_CHECK_RECORD(validate(comm, d, static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1), 1, true, true));
   C4_CHECK_RECORD(checkOp(comm, op, dt));
@@ -444,7 +447,8 @@ Status groupEnd() {
     std::vector<Status> res(inits.size());
     std::vector<std::thread> threads;
     for (size_t i = 0; i < inits.size(); ++i)
-      threads.emplace_back([&, i] { res[i] = initComm(inits[i].comm, inits[i].nranks, inits[i].id, inits[i].rank, inits[i].config); });
+      threads.emplace_back(
+          [&, i] { res[i] = initComm(inits[i].comm, inits[i].nranks, inits[i].id, inits[i].rank, inits[i].config); });
     for (auto& t : threads) t.join();
     for (const Status& s : res)
       if (!s.isOk() && first.isOk()) first = s;

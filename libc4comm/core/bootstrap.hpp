@@ -83,10 +83,10 @@ struct LaunchInfo {
   int rank = -1;
   int nranks = -1;
   int localRank = -1;
-  std::string launcher;    // "torchrun", "mpirun", "slurm"
+  std::string launcher;      // "torchrun", "mpirun", "slurm"
   std::string rootHostPort;  // where rank 0 serves the bootstrap root, if the launcher tells us
-  std::string jobKey;      // a string identifying this job (used to derive the shared secret / file)
-  int localSize = -1;      // ranks on this host per the launcher (-1: unknown)
+  std::string jobKey;        // a string identifying this job (used to derive the shared secret / file)
+  int localSize = -1;        // ranks on this host per the launcher (-1: unknown)
 };
 
 /// Reads torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT -> root at

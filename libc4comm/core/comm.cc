@@ -45,15 +45,22 @@ void storeScalar(double v, DataType dt, void* out) {
       memcpy(out, &b, 2);
       break;
     }
-    case DataType::kFloat8e4m3: *static_cast<unsigned char*>(out) = kernels::floatToFp8e4m3(static_cast<float>(v)); break;
-    case DataType::kFloat8e5m2: *static_cast<unsigned char*>(out) = kernels::floatToFp8e5m2(static_cast<float>(v)); break;
+    case DataType::kFloat8e4m3:
+      *static_cast<unsigned char*>(out) = kernels::floatToFp8e4m3(static_cast<float>(v));
+      break;
+    case DataType::kFloat8e5m2:
+      *static_cast<unsigned char*>(out) = kernels::floatToFp8e5m2(static_cast<float>(v));
+      break;
     case DataType::kFloat32: {
       float f = static_cast<float>(v);
       memcpy(out, &f, 4);
       break;
     }
-    case DataType::kFloat64: memcpy(out, &v, 8); break;
-    default: break;  // integer types never get a fractional scale
+    case DataType::kFloat64:
+      memcpy(out, &v, 8);
+      break;
+    default:
+      break;  // integer types never get a fractional scale
   }
 }
 
@@ -148,8 +155,8 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   p2pSendSeq.assign(static_cast<size_t>(n), 0);
   p2pRecvSeq.assign(static_cast<size_t>(n), 0);
   C4_CHECK(tuner.init(n, static_cast<int>(hosts.size()), caps));
-  C4_INFO(kLogInit, "comm %s rank %d/%d pid %d: %zu host(s), %d rank(s) on this host%s, transports: %s",
-          tag.c_str(), r, n, mine.pid, hosts.size(), localRanks, oversubscribed ? " (more ranks than cores)" : "",
+  C4_INFO(kLogInit, "comm %s rank %d/%d pid %d: %zu host(s), %d rank(s) on this host%s, transports: %s", tag.c_str(), r,
+          n, mine.pid, hosts.size(), localRanks, oversubscribed ? " (more ranks than cores)" : "",
           transports.front()->name());
   return Status::ok();
 }
@@ -260,10 +267,10 @@ Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
   OpSig sig;
   sig.seq = collSeq++;
   sig.count = op.count;
-  sig.root = (op.coll == Coll::kBroadcast || op.coll == Coll::kReduce || op.coll == Coll::kGather ||
-              op.coll == Coll::kScatter)
-                 ? op.root
-                 : -1;
+  sig.root =
+      (op.coll == Coll::kBroadcast || op.coll == Coll::kReduce || op.coll == Coll::kGather || op.coll == Coll::kScatter)
+          ? op.root
+          : -1;
   sig.coll = static_cast<uint8_t>(op.coll);
   sig.dtype = static_cast<uint8_t>(op.dtype);
   bool reduces = collReduces(op.coll);

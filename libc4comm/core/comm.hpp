@@ -63,15 +63,15 @@ struct Comm {
   };
   /// What runs one call: an executor (cached or owned) plus the call's buffers.
   struct Prepared {
-    Executor* exec = nullptr;      // message path; null for one-shot and no-op calls
-    bool oneShot = false;          // runs through the shared arena (see OneShot)
+    Executor* exec = nullptr;  // message path; null for one-shot and no-op calls
+    bool oneShot = false;      // runs through the shared arena (see OneShot)
     const void* bases[kNumBufBases] = {nullptr, nullptr, nullptr, nullptr};
     OpDesc op;
     OpSig sig;
     kernels::KOp kop = kernels::KOp::kSum;
     bool collective = false;
     bool noop = false;
-    bool postDivide = false;       // integer Avg: divide the result by nranks afterwards
+    bool postDivide = false;            // integer Avg: divide the result by nranks afterwards
     std::unique_ptr<CachedPlan> owned;  // point-to-point batches are built per call
   };
   Status prepareCollective(const OpDesc& op, Prepared* out);
@@ -96,7 +96,7 @@ struct Comm {
   int nranks = 0;
   Config config;
   std::string tag;
-  int localRanks = 1;   // ranks on this host
+  int localRanks = 1;  // ranks on this host
   bool oversubscribed = false;
   int64_t timeoutMs = 0;
 

@@ -89,13 +89,13 @@ class Executor {
   const void* bases_[kNumBufBases] = {nullptr, nullptr, nullptr, nullptr};
   std::vector<uint32_t> initialRemaining_;
   std::vector<uint32_t> initialLocal_;
-  std::vector<uint32_t> remaining_;    // unfinished deps per step
+  std::vector<uint32_t> remaining_;  // unfinished deps per step
   std::vector<uint32_t> succBegin_, succ_;
   std::vector<transport::Request> reqs_;
-  std::vector<uint32_t> inflight_;     // posted, not yet complete
+  std::vector<uint32_t> inflight_;  // posted, not yet complete
   std::vector<uint32_t> localReady_;
   std::vector<PeerQueue> peers_;
-  std::vector<int32_t> peerSlot_;      // rank -> index in peers_ or -1
+  std::vector<int32_t> peerSlot_;  // rank -> index in peers_ or -1
   size_t completed_ = 0;
   bool progressed_ = false;
   int64_t lastProgressNs_ = 0;

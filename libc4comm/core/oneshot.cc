@@ -99,8 +99,10 @@ uint64_t* OneShot::doneOf(int rank) const { return reinterpret_cast<uint64_t*>(a
 size_t OneShot::publishedBytes(const OpDesc& op) const {
   size_t es = dataTypeSize(op.dtype);
   switch (op.coll) {
-    case Coll::kReduceScatter: return op.count * es * static_cast<size_t>(nranks_);
-    default: return op.count * es;
+    case Coll::kReduceScatter:
+      return op.count * es * static_cast<size_t>(nranks_);
+    default:
+      return op.count * es;
   }
 }
 
@@ -234,10 +236,11 @@ Status OneShot::poll(bool* done) {
       DataHdr* d = dataOf(r, seq_);
       if (loadAcq(&d->seq) == seq_) {
         if (!sigMatches(d->sig, sig_))
-          return makeError(Code::kInvalidUsage,
-                           "rank %d and rank %d disagree on collective %llu: rank %d called %s but rank %d called %s (%s)",
-                           rank_, r, static_cast<unsigned long long>(sig_.seq), r, describeSig(d->sig).c_str(), rank_,
-                           describeSig(sig_).c_str(), diffSigs(d->sig, sig_).c_str());
+          return makeError(
+              Code::kInvalidUsage,
+              "rank %d and rank %d disagree on collective %llu: rank %d called %s but rank %d called %s (%s)", rank_, r,
+              static_cast<unsigned long long>(sig_.seq), r, describeSig(d->sig).c_str(), rank_,
+              describeSig(sig_).c_str(), diffSigs(d->sig, sig_).c_str());
         announced_[static_cast<size_t>(r)] = 1;
         progressed_ = true;
         continue;

@@ -1,7 +1,8 @@
 #include "core/tuner.hpp"
 
-#include <cmath>
 #include <strings.h>
+
+#include <cmath>
 
 #include "common/logging.hpp"
 #include "common/params.hpp"
@@ -54,8 +55,7 @@ Status Tuner::init(int nranks, int nhosts, const transport::Caps& caps) {
     std::string algoName = colon == std::string::npos ? item : trim(item.substr(colon + 1));
     sched::Algo a;
     if (!sched::parseAlgo(algoName, &a)) {
-      C4_WARN(kLogTuning, "C4_ALGO: unknown algorithm '%s' ignored (known: ring, tree, rhd, direct)",
-              algoName.c_str());
+      C4_WARN(kLogTuning, "C4_ALGO: unknown algorithm '%s' ignored (known: ring, tree, rhd, direct)", algoName.c_str());
       continue;
     }
     if (colon == std::string::npos) {
@@ -88,40 +88,60 @@ double Tuner::estimateUs(sched::Algo algo, Coll coll, size_t bytes) const {
   switch (coll) {
     case Coll::kAllReduce:
       switch (algo) {
-        case sched::Algo::kRing: return 2 * (n - 1) * lat + 2 * part / net + part / red;
-        case sched::Algo::kRhd: return (2 * lg + (pow2 ? 0 : 2)) * lat + 2 * part / net + part / red;
-        case sched::Algo::kTree: return 2 * lg * lat + 2 * b / net + b / red;
+        case sched::Algo::kRing:
+          return 2 * (n - 1) * lat + 2 * part / net + part / red;
+        case sched::Algo::kRhd:
+          return (2 * lg + (pow2 ? 0 : 2)) * lat + 2 * part / net + part / red;
+        case sched::Algo::kTree:
+          return 2 * lg * lat + 2 * b / net + b / red;
         // Every rank receives and reduces the whole vector from every peer.
-        case sched::Algo::kDirect: return lat + (n - 1) * b / net + (n - 1) * b / red;
+        case sched::Algo::kDirect:
+          return lat + (n - 1) * b / net + (n - 1) * b / red;
       }
       break;
     case Coll::kReduceScatter:
       switch (algo) {
-        case sched::Algo::kRing: return (n - 1) * lat + part / net + part / red;
-        case sched::Algo::kRhd: return (lg + (pow2 ? 0 : 2)) * lat + part / net + part / red;
-        case sched::Algo::kDirect: return lat + part / net + part / red;
-        default: return 1e30;
+        case sched::Algo::kRing:
+          return (n - 1) * lat + part / net + part / red;
+        case sched::Algo::kRhd:
+          return (lg + (pow2 ? 0 : 2)) * lat + part / net + part / red;
+        case sched::Algo::kDirect:
+          return lat + part / net + part / red;
+        default:
+          return 1e30;
       }
     case Coll::kAllGather:
       switch (algo) {
-        case sched::Algo::kRing: return (n - 1) * lat + part / net;
-        case sched::Algo::kRhd: return (lg + (pow2 ? 0 : 2)) * lat + part / net;
-        case sched::Algo::kDirect: return lat + part / net;
-        default: return 1e30;
+        case sched::Algo::kRing:
+          return (n - 1) * lat + part / net;
+        case sched::Algo::kRhd:
+          return (lg + (pow2 ? 0 : 2)) * lat + part / net;
+        case sched::Algo::kDirect:
+          return lat + part / net;
+        default:
+          return 1e30;
       }
     case Coll::kBroadcast:
       switch (algo) {
-        case sched::Algo::kRing: return (n - 1) * lat + b / net;
-        case sched::Algo::kTree: return lg * lat + 2 * b / net;  // inner nodes forward to two children
-        case sched::Algo::kDirect: return lat + (n - 1) * b / net;
-        default: return 1e30;
+        case sched::Algo::kRing:
+          return (n - 1) * lat + b / net;
+        case sched::Algo::kTree:
+          return lg * lat + 2 * b / net;  // inner nodes forward to two children
+        case sched::Algo::kDirect:
+          return lat + (n - 1) * b / net;
+        default:
+          return 1e30;
       }
     case Coll::kReduce:
       switch (algo) {
-        case sched::Algo::kRing: return (n - 1) * lat + b / net + b / red;
-        case sched::Algo::kTree: return lg * lat + 2 * b / net + 2 * b / red;
-        case sched::Algo::kDirect: return lat + (n - 1) * b / net + (n - 1) * b / red;
-        default: return 1e30;
+        case sched::Algo::kRing:
+          return (n - 1) * lat + b / net + b / red;
+        case sched::Algo::kTree:
+          return lg * lat + 2 * b / net + 2 * b / red;
+        case sched::Algo::kDirect:
+          return lat + (n - 1) * b / net + (n - 1) * b / red;
+        default:
+          return 1e30;
       }
     default:
       return algo == sched::Algo::kDirect ? lat + b / net : 1e30;

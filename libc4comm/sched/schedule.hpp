@@ -71,7 +71,7 @@ struct CollArgs {
   size_t count = 0;  // per NCCL's argument: AllGather sendcount, ReduceScatter recvcount, AlltoAll per-peer
   DataType dtype = DataType::kFloat32;
   int root = 0;
-  bool reduces = false;     // true for AllReduce, ReduceScatter, Reduce
+  bool reduces = false;         // true for AllReduce, ReduceScatter, Reduce
   size_t chunkBytes = 1 << 20;  // pipelining granularity chosen by the tuner (rounded to elements)
 };
 

@@ -15,11 +15,13 @@ namespace {
 
 using c4::Code;
 
-#define EXPECT_CODE(expr, want)                                           \
-  do {                                                                    \
-    c4::Status s_ = (expr);                                               \
-    EXPECT_EQ(s_.code(), want) << #expr << " -> " << s_.toString();       \
-    if (!s_.isOk()) { EXPECT_STRNE(c4::lastError(nullptr), "") << #expr; } \
+#define EXPECT_CODE(expr, want)                                     \
+  do {                                                              \
+    c4::Status s_ = (expr);                                         \
+    EXPECT_EQ(s_.code(), want) << #expr << " -> " << s_.toString(); \
+    if (!s_.isOk()) {                                               \
+      EXPECT_STRNE(c4::lastError(nullptr), "") << #expr;            \
+    }                                                               \
   } while (0)
 
 /// Sets an environment variable for the lifetime of the object (forked children inherit it).
@@ -60,7 +62,8 @@ TEST(Api, BadArgumentsAreRejectedBeforeAnythingIsTouched) {
   // PreMulSum created for float cannot be used with double.
   c4::RedOp op;
   float two = 2;
-  ASSERT_TRUE(c4::redOpCreatePreMulSum(&op, &two, c4::DataType::kFloat32, c4::ScalarResidence::kHostImmediate, comm).isOk());
+  ASSERT_TRUE(
+      c4::redOpCreatePreMulSum(&op, &two, c4::DataType::kFloat32, c4::ScalarResidence::kHostImmediate, comm).isOk());
   double d[2] = {1, 2};
   EXPECT_CODE(c4::allReduce(d, d, 2, c4::DataType::kFloat64, op, comm), Code::kInvalidArgument);
   EXPECT_TRUE(c4::allReduce(buf, buf, 4, c4::DataType::kFloat32, op, comm).isOk());
@@ -111,17 +114,20 @@ void expectMismatch(const std::function<c4::Status(int rank, c4::Comm*)>& call, 
     ScopedEnv path("C4_ONESHOT_BYTES", messages ? "0" : "8192");
     const std::string& mustMention = messages ? messageText : oneShotText;
     int64_t t0 = monoMs();
-    auto outs = runForked(2, [&](int rank, int n, const c4::UniqueId& id) -> Failures {
-      c4::Comm* comm = nullptr;
-      c4::Status st = c4::commInitRank(&comm, n, id, rank);
-      if (!st.isOk()) return {"init: " + st.toString()};
-      st = call(rank, comm);
-      Failures f;
-      // Report the error text through the failure channel; "ok" would be a bug.
-      f.push_back(st.isOk() ? std::string("UNEXPECTED-OK") : st.message());
-      (void)c4::commAbort(comm);
-      return f;
-    }, 60);
+    auto outs = runForked(
+        2,
+        [&](int rank, int n, const c4::UniqueId& id) -> Failures {
+          c4::Comm* comm = nullptr;
+          c4::Status st = c4::commInitRank(&comm, n, id, rank);
+          if (!st.isOk()) return {"init: " + st.toString()};
+          st = call(rank, comm);
+          Failures f;
+          // Report the error text through the failure channel; "ok" would be a bug.
+          f.push_back(st.isOk() ? std::string("UNEXPECTED-OK") : st.message());
+          (void)c4::commAbort(comm);
+          return f;
+        },
+        60);
     int64_t ms = monoMs() - t0;
     if (getenv("C4_TEST_VERBOSE")) printf("%s", summarize(outs).c_str());
     bool mentioned = false;
@@ -131,73 +137,90 @@ void expectMismatch(const std::function<c4::Status(int rank, c4::Comm*)>& call, 
       mentioned |= o.detail.find(mustMention) != std::string::npos;
     }
     EXPECT_TRUE(mentioned) << (messages ? "message path" : "one-shot path") << ": no rank named the mismatch '"
-                           << mustMention << "':\n" << summarize(outs);
+                           << mustMention << "':\n"
+                           << summarize(outs);
     EXPECT_LT(ms, 20000) << "mismatch detection waited for the timeout instead of failing fast";
   }
 }
 
 TEST(Mismatch, Count) {
-  expectMismatch([](int rank, c4::Comm* c) {
-    std::vector<float> b(4096, 1.0f);
-    return c4::allReduce(b.data(), b.data(), rank == 0 ? 1024 : 2048, c4::DataType::kFloat32, c4::RedOp::kSum, c);
-  }, "count 1024 vs 2048", "count 1024 vs 2048");
+  expectMismatch(
+      [](int rank, c4::Comm* c) {
+        std::vector<float> b(4096, 1.0f);
+        return c4::allReduce(b.data(), b.data(), rank == 0 ? 1024 : 2048, c4::DataType::kFloat32, c4::RedOp::kSum, c);
+      },
+      "count 1024 vs 2048", "count 1024 vs 2048");
 }
 
 TEST(Mismatch, Datatype) {
-  expectMismatch([](int rank, c4::Comm* c) {
-    std::vector<float> b(4096, 1.0f);
-    return c4::allReduce(b.data(), b.data(), 1024, rank == 0 ? c4::DataType::kFloat32 : c4::DataType::kInt32,
-                         c4::RedOp::kSum, c);
-  }, "datatype", "datatype");
+  expectMismatch(
+      [](int rank, c4::Comm* c) {
+        std::vector<float> b(4096, 1.0f);
+        return c4::allReduce(b.data(), b.data(), 1024, rank == 0 ? c4::DataType::kFloat32 : c4::DataType::kInt32,
+                             c4::RedOp::kSum, c);
+      },
+      "datatype", "datatype");
 }
 
 TEST(Mismatch, Op) {
-  expectMismatch([](int rank, c4::Comm* c) {
-    std::vector<float> b(4096, 1.0f);
-    return c4::allReduce(b.data(), b.data(), 1024, c4::DataType::kFloat32, rank == 0 ? c4::RedOp::kSum : c4::RedOp::kMax,
-                         c);
-  }, "op sum vs max", "op sum vs max");
+  expectMismatch(
+      [](int rank, c4::Comm* c) {
+        std::vector<float> b(4096, 1.0f);
+        return c4::allReduce(b.data(), b.data(), 1024, c4::DataType::kFloat32,
+                             rank == 0 ? c4::RedOp::kSum : c4::RedOp::kMax, c);
+      },
+      "op sum vs max", "op sum vs max");
 }
 
 TEST(Mismatch, Root) {
   // Both ranks believe they are the root. The one-shot path sees it at once; on the message path
   // both only send and neither call can notice, so the stale message is caught by the next
   // operation between them, and the error names the root.
-  expectMismatch([](int rank, c4::Comm* c) {
-    std::vector<float> b(4096, 1.0f);
-    c4::Status st = c4::broadcast(b.data(), b.data(), 1024, c4::DataType::kFloat32, rank, c);
-    if (!st.isOk()) return st;
-    return c4::allReduce(b.data(), b.data(), 1024, c4::DataType::kFloat32, c4::RedOp::kSum, c);
-  }, "root 1 vs 0", "root 0 vs -1");
+  expectMismatch(
+      [](int rank, c4::Comm* c) {
+        std::vector<float> b(4096, 1.0f);
+        c4::Status st = c4::broadcast(b.data(), b.data(), 1024, c4::DataType::kFloat32, rank, c);
+        if (!st.isOk()) return st;
+        return c4::allReduce(b.data(), b.data(), 1024, c4::DataType::kFloat32, c4::RedOp::kSum, c);
+      },
+      "root 1 vs 0", "root 0 vs -1");
 }
 
 TEST(Mismatch, Collective) {
-  expectMismatch([](int rank, c4::Comm* c) {
-    std::vector<float> b(8192, 1.0f);
-    if (rank == 0) return c4::allReduce(b.data(), b.data(), 1024, c4::DataType::kFloat32, c4::RedOp::kSum, c);
-    return c4::allGather(b.data(), b.data() + 2048, 512, c4::DataType::kFloat32, c);
-  }, "collective", "collective");
+  expectMismatch(
+      [](int rank, c4::Comm* c) {
+        std::vector<float> b(8192, 1.0f);
+        if (rank == 0) return c4::allReduce(b.data(), b.data(), 1024, c4::DataType::kFloat32, c4::RedOp::kSum, c);
+        return c4::allGather(b.data(), b.data() + 2048, 512, c4::DataType::kFloat32, c);
+      },
+      "collective", "collective");
 }
 
 TEST(Mismatch, CountAcrossPathsAndDifferentThresholds) {
   // Rank 0's call is small enough for the one-shot arena, rank 1's is not.
-  expectMismatch([](int rank, c4::Comm* c) {
-    std::vector<float> b(1 << 20, 1.0f);
-    return c4::allReduce(b.data(), b.data(), rank == 0 ? 16 : (1 << 20), c4::DataType::kFloat32, c4::RedOp::kSum, c);
-  }, "count 1048576 vs 16", "count");
+  expectMismatch(
+      [](int rank, c4::Comm* c) {
+        std::vector<float> b(1 << 20, 1.0f);
+        return c4::allReduce(b.data(), b.data(), rank == 0 ? 16 : (1 << 20), c4::DataType::kFloat32, c4::RedOp::kSum,
+                             c);
+      },
+      "count 1048576 vs 16", "count");
   // Same call, but the ranks were configured with different one-shot limits.
   ScopedEnv timeout("C4_TIMEOUT", "20");
-  auto outs = runForked(2, [](int rank, int n, const c4::UniqueId& id) -> Failures {
-    setenv("C4_ONESHOT_BYTES", rank == 0 ? "8192" : "0", 1);
-    c4::Comm* comm = nullptr;
-    c4::Status st = c4::commInitRank(&comm, n, id, rank);
-    if (!st.isOk()) return {"init: " + st.toString()};
-    std::vector<float> b(64, 1.0f);
-    st = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
-    Failures f{st.isOk() ? std::string("UNEXPECTED-OK") : st.message()};
-    (void)c4::commAbort(comm);
-    return f;
-  }, 60);
+  auto outs = runForked(
+      2,
+      [](int rank, int n, const c4::UniqueId& id) -> Failures {
+        setenv("C4_ONESHOT_BYTES", rank == 0 ? "8192" : "0", 1);
+        c4::Comm* comm = nullptr;
+        c4::Status st = c4::commInitRank(&comm, n, id, rank);
+        if (!st.isOk()) return {"init: " + st.toString()};
+        std::vector<float> b(64, 1.0f);
+        st = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+        Failures f{st.isOk() ? std::string("UNEXPECTED-OK") : st.message()};
+        (void)c4::commAbort(comm);
+        return f;
+      },
+      60);
   std::string all = summarize(outs);
   EXPECT_EQ(all.find("UNEXPECTED-OK"), std::string::npos) << all;
   EXPECT_NE(all.find("C4_ONESHOT_BYTES"), std::string::npos) << all;
@@ -206,17 +229,20 @@ TEST(Mismatch, CountAcrossPathsAndDifferentThresholds) {
 TEST(Failure, DeadPeerIsNamedNotAHang) {
   ScopedEnv timeout("C4_TIMEOUT", "15");
   int64_t t0 = monoMs();
-  auto outs = runForked(3, [](int rank, int n, const c4::UniqueId& id) -> Failures {
-    c4::Comm* comm = nullptr;
-    c4::Status st = c4::commInitRank(&comm, n, id, rank);
-    if (!st.isOk()) return {"init: " + st.toString()};
-    if (rank == 2) _exit(0);  // dies without a word
-    std::vector<float> b(1 << 20, 1.0f);
-    st = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
-    Failures f{st.isOk() ? std::string("UNEXPECTED-OK") : st.message()};
-    (void)c4::commAbort(comm);
-    return f;
-  }, 60);
+  auto outs = runForked(
+      3,
+      [](int rank, int n, const c4::UniqueId& id) -> Failures {
+        c4::Comm* comm = nullptr;
+        c4::Status st = c4::commInitRank(&comm, n, id, rank);
+        if (!st.isOk()) return {"init: " + st.toString()};
+        if (rank == 2) _exit(0);  // dies without a word
+        std::vector<float> b(1 << 20, 1.0f);
+        st = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+        Failures f{st.isOk() ? std::string("UNEXPECTED-OK") : st.message()};
+        (void)c4::commAbort(comm);
+        return f;
+      },
+      60);
   EXPECT_LT(monoMs() - t0, 40000);
   for (int r = 0; r < 2; ++r) {
     const std::string& d = outs[static_cast<size_t>(r)].detail;
@@ -230,22 +256,25 @@ TEST(Failure, DeadPeerIsNamedNotAHang) {
 TEST(Failure, AbortByOneRankFailsTheOthersFast) {
   ScopedEnv timeout("C4_TIMEOUT", "30");
   int64_t t0 = monoMs();
-  auto outs = runForked(2, [](int rank, int n, const c4::UniqueId& id) -> Failures {
-    c4::Comm* comm = nullptr;
-    c4::Status st = c4::commInitRank(&comm, n, id, rank);
-    if (!st.isOk()) return {"init: " + st.toString()};
-    if (rank == 1) {
-      (void)c4::commAbort(comm);
-      sleep(2);  // stay alive: the peer must learn of the abort, not of a death
-      return {};
-    }
-    std::vector<float> b(1 << 16, 1.0f);
-    st = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
-    Failures f;
-    if (st.isOk()) f.push_back("UNEXPECTED-OK");
-    (void)c4::commAbort(comm);
-    return f;
-  }, 60);
+  auto outs = runForked(
+      2,
+      [](int rank, int n, const c4::UniqueId& id) -> Failures {
+        c4::Comm* comm = nullptr;
+        c4::Status st = c4::commInitRank(&comm, n, id, rank);
+        if (!st.isOk()) return {"init: " + st.toString()};
+        if (rank == 1) {
+          (void)c4::commAbort(comm);
+          sleep(2);  // stay alive: the peer must learn of the abort, not of a death
+          return {};
+        }
+        std::vector<float> b(1 << 16, 1.0f);
+        st = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+        Failures f;
+        if (st.isOk()) f.push_back("UNEXPECTED-OK");
+        (void)c4::commAbort(comm);
+        return f;
+      },
+      60);
   EXPECT_LT(monoMs() - t0, 25000);
   EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
 }
@@ -266,8 +295,8 @@ TEST(Lifecycle, SplitByColorAndKey) {
       int sr = -1, sn = -1;
       (void)c4::commUserRank(sub, &sr);
       (void)c4::commCount(sub, &sn);
-      int expN = rank % 2 == 0 ? 2 : 1;           // color 0: ranks 0, 2; color 1: rank 1 (3 opted out)
-      int expR = rank == 0 ? 1 : 0;               // key -rank: rank 2 comes first
+      int expN = rank % 2 == 0 ? 2 : 1;  // color 0: ranks 0, 2; color 1: rank 1 (3 opted out)
+      int expR = rank == 0 ? 1 : 0;      // key -rank: rank 2 comes first
       if (sn != expN || sr != expR) f.push_back("split rank/size " + std::to_string(sr) + "/" + std::to_string(sn));
       float x = static_cast<float>(rank + 1);
       st = c4::allReduce(&x, &x, 1, c4::DataType::kFloat32, c4::RedOp::kSum, sub);
@@ -295,8 +324,9 @@ TEST(Lifecycle, InitAllAndGroupAcrossCommunicatorsOfOneThread) {
   // One thread drives all ranks: only a group can complete this.
   ASSERT_TRUE(c4::groupStart().isOk());
   for (int r = 0; r < n; ++r)
-    ASSERT_TRUE(c4::allReduce(bufs[r].data(), bufs[r].data(), bufs[r].size(), c4::DataType::kInt32, c4::RedOp::kSum,
-                              comms[r]).isOk());
+    ASSERT_TRUE(
+        c4::allReduce(bufs[r].data(), bufs[r].data(), bufs[r].size(), c4::DataType::kInt32, c4::RedOp::kSum, comms[r])
+            .isOk());
   ASSERT_TRUE(c4::groupEnd().isOk());
   for (int r = 0; r < n; ++r)
     for (size_t i = 0; i < bufs[r].size(); i += 997) ASSERT_EQ(bufs[r][i], static_cast<int32_t>(i % 100) * 6);

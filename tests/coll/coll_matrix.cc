@@ -60,12 +60,23 @@ bool MatrixRunner::runCase(Coll coll, DataType dt, RedOp op, size_t count, bool 
 
   size_t inElems = count, outElems = count;
   switch (coll) {
-    case Coll::kAllGather: outElems = n * count; break;
-    case Coll::kReduceScatter: inElems = n * count; break;
-    case Coll::kAlltoAll: inElems = outElems = n * count; break;
-    case Coll::kGather: outElems = n * count; break;
-    case Coll::kScatter: inElems = n * count; break;
-    default: break;
+    case Coll::kAllGather:
+      outElems = n * count;
+      break;
+    case Coll::kReduceScatter:
+      inElems = n * count;
+      break;
+    case Coll::kAlltoAll:
+      inElems = outElems = n * count;
+      break;
+    case Coll::kGather:
+      outElems = n * count;
+      break;
+    case Coll::kScatter:
+      inElems = n * count;
+      break;
+    default:
+      break;
   }
   Guarded in(inElems * es), out(outElems * es);
   // Fill this rank's input.
@@ -109,7 +120,8 @@ bool MatrixRunner::runCase(Coll coll, DataType dt, RedOp op, size_t count, bool 
       case Coll::kScatter:
         if (rank_ == root) recvp = in.data() + r * count * es;
         break;
-      default: break;
+      default:
+        break;
     }
   }
   if (rooted && rank_ != root) {
@@ -120,14 +132,30 @@ bool MatrixRunner::runCase(Coll coll, DataType dt, RedOp op, size_t count, bool 
 
   c4::Status st;
   switch (coll) {
-    case Coll::kAllReduce: st = c4::allReduce(sendp, recvp, count, dt, callOp, comm_); break;
-    case Coll::kAllGather: st = c4::allGather(sendp, recvp, count, dt, comm_); break;
-    case Coll::kBroadcast: st = c4::broadcast(sendp, recvp, count, dt, root, comm_); break;
-    case Coll::kReduceScatter: st = c4::reduceScatter(sendp, recvp, count, dt, callOp, comm_); break;
-    case Coll::kReduce: st = c4::reduce(sendp, recvp, count, dt, callOp, root, comm_); break;
-    case Coll::kAlltoAll: st = c4::alltoAll(sendp, recvp, count, dt, comm_); break;
-    case Coll::kGather: st = c4::gather(sendp, recvp, count, dt, root, comm_); break;
-    case Coll::kScatter: st = c4::scatter(sendp, recvp, count, dt, root, comm_); break;
+    case Coll::kAllReduce:
+      st = c4::allReduce(sendp, recvp, count, dt, callOp, comm_);
+      break;
+    case Coll::kAllGather:
+      st = c4::allGather(sendp, recvp, count, dt, comm_);
+      break;
+    case Coll::kBroadcast:
+      st = c4::broadcast(sendp, recvp, count, dt, root, comm_);
+      break;
+    case Coll::kReduceScatter:
+      st = c4::reduceScatter(sendp, recvp, count, dt, callOp, comm_);
+      break;
+    case Coll::kReduce:
+      st = c4::reduce(sendp, recvp, count, dt, callOp, root, comm_);
+      break;
+    case Coll::kAlltoAll:
+      st = c4::alltoAll(sendp, recvp, count, dt, comm_);
+      break;
+    case Coll::kGather:
+      st = c4::gather(sendp, recvp, count, dt, root, comm_);
+      break;
+    case Coll::kScatter:
+      st = c4::scatter(sendp, recvp, count, dt, root, comm_);
+      break;
     case Coll::kSend: {
       // Ring exchange plus a message to self, all in one group.
       int next = (rank_ + 1) % n_, prev = (rank_ - 1 + n_) % n_;
@@ -149,7 +177,8 @@ bool MatrixRunner::runCase(Coll coll, DataType dt, RedOp op, size_t count, bool 
       if (!st.isOk()) fail(name + ": " + st.toString());
       return st.isOk();
     }
-    default: break;
+    default:
+      break;
   }
   if (premul) {
     c4::Status d = c4::redOpDestroy(callOp, comm_);
@@ -187,7 +216,9 @@ bool MatrixRunner::runCase(Coll coll, DataType dt, RedOp op, size_t count, bool 
       }
   };
   switch (coll) {
-    case Coll::kAllReduce: checkReduced(res, count, 0); break;
+    case Coll::kAllReduce:
+      checkReduced(res, count, 0);
+      break;
     case Coll::kReduceScatter: {
       // Element i of my block is element r*count+i of every rank's input.
       double tol = (op == RedOp::kAvg || premul) ? tolerance(dt) : 0.0;
@@ -210,7 +241,9 @@ bool MatrixRunner::runCase(Coll coll, DataType dt, RedOp op, size_t count, bool 
     case Coll::kAllGather:
       for (int s = 0; s < n_; ++s) checkBytes(res + static_cast<size_t>(s) * count * es, count * es, s, 0, "block");
       break;
-    case Coll::kBroadcast: checkBytes(res, count * es, root, 0, "data"); break;
+    case Coll::kBroadcast:
+      checkBytes(res, count * es, root, 0, "data");
+      break;
     case Coll::kAlltoAll:
       for (int s = 0; s < n_; ++s)
         checkBytes(res + static_cast<size_t>(s) * count * es, count * es, s, r * count * es, "block");
@@ -219,8 +252,11 @@ bool MatrixRunner::runCase(Coll coll, DataType dt, RedOp op, size_t count, bool 
       if (rank_ == root)
         for (int s = 0; s < n_; ++s) checkBytes(res + static_cast<size_t>(s) * count * es, count * es, s, 0, "block");
       break;
-    case Coll::kScatter: checkBytes(res, count * es, root, r * count * es, "block"); break;
-    default: break;
+    case Coll::kScatter:
+      checkBytes(res, count * es, root, r * count * es, "block");
+      break;
+    default:
+      break;
   }
   return failCount_ == before;
 }
@@ -229,8 +265,9 @@ Failures MatrixRunner::run(const MatrixOptions& opt) {
   const Coll kReducing[] = {Coll::kAllReduce, Coll::kReduceScatter, Coll::kReduce};
   const Coll kMoving[] = {Coll::kAllGather, Coll::kBroadcast, Coll::kAlltoAll,
                           Coll::kGather,    Coll::kScatter,   Coll::kSend};
-  const RedOp kOps[] = {RedOp::kSum, RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kAvg,
-                        static_cast<RedOp>(c4::kNumBuiltinOps)};  // the last stands for "a PreMulSum op"
+  const RedOp kOps[] = {RedOp::kSum, RedOp::kProd,
+                        RedOp::kMax, RedOp::kMin,
+                        RedOp::kAvg, static_cast<RedOp>(c4::kNumBuiltinOps)};  // the last stands for "a PreMulSum op"
   std::vector<int> roots{0};
   if (n_ > 1) roots.push_back(n_ - 1);
   if (n_ > 2) roots.push_back(n_ / 2);

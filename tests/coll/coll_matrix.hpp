@@ -20,9 +20,10 @@ using c4::Coll;
 using c4::DataType;
 using c4::RedOp;
 
-constexpr DataType kAllTypes[] = {DataType::kInt8,    DataType::kUint8,    DataType::kInt32,     DataType::kUint32,
-                                  DataType::kInt64,   DataType::kUint64,   DataType::kFloat16,   DataType::kFloat32,
-                                  DataType::kFloat64, DataType::kBfloat16, DataType::kFloat8e4m3, DataType::kFloat8e5m2};
+constexpr DataType kAllTypes[] = {DataType::kInt8,     DataType::kUint8,      DataType::kInt32,
+                                  DataType::kUint32,   DataType::kInt64,      DataType::kUint64,
+                                  DataType::kFloat16,  DataType::kFloat32,    DataType::kFloat64,
+                                  DataType::kBfloat16, DataType::kFloat8e4m3, DataType::kFloat8e5m2};
 
 inline bool isUnsigned(DataType dt) {
   return dt == DataType::kUint8 || dt == DataType::kUint32 || dt == DataType::kUint64;
@@ -31,35 +32,71 @@ inline bool isUnsigned(DataType dt) {
 /// Stores a (small, integer-valued or scaled) number as one element of dt.
 inline void storeValue(DataType dt, void* p, double v) {
   switch (dt) {
-    case DataType::kInt8: *static_cast<int8_t*>(p) = static_cast<int8_t>(static_cast<int64_t>(v)); break;
-    case DataType::kUint8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(static_cast<int64_t>(v)); break;
-    case DataType::kInt32: *static_cast<int32_t*>(p) = static_cast<int32_t>(static_cast<int64_t>(v)); break;
-    case DataType::kUint32: *static_cast<uint32_t*>(p) = static_cast<uint32_t>(static_cast<int64_t>(v)); break;
-    case DataType::kInt64: *static_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
-    case DataType::kUint64: *static_cast<uint64_t*>(p) = static_cast<uint64_t>(static_cast<int64_t>(v)); break;
-    case DataType::kFloat16: *static_cast<uint16_t*>(p) = c4::kernels::floatToHalf(static_cast<float>(v)); break;
-    case DataType::kBfloat16: *static_cast<uint16_t*>(p) = c4::kernels::floatToBf16(static_cast<float>(v)); break;
-    case DataType::kFloat32: *static_cast<float*>(p) = static_cast<float>(v); break;
-    case DataType::kFloat64: *static_cast<double*>(p) = v; break;
-    case DataType::kFloat8e4m3: *static_cast<uint8_t*>(p) = c4::kernels::floatToFp8e4m3(static_cast<float>(v)); break;
-    case DataType::kFloat8e5m2: *static_cast<uint8_t*>(p) = c4::kernels::floatToFp8e5m2(static_cast<float>(v)); break;
+    case DataType::kInt8:
+      *static_cast<int8_t*>(p) = static_cast<int8_t>(static_cast<int64_t>(v));
+      break;
+    case DataType::kUint8:
+      *static_cast<uint8_t*>(p) = static_cast<uint8_t>(static_cast<int64_t>(v));
+      break;
+    case DataType::kInt32:
+      *static_cast<int32_t*>(p) = static_cast<int32_t>(static_cast<int64_t>(v));
+      break;
+    case DataType::kUint32:
+      *static_cast<uint32_t*>(p) = static_cast<uint32_t>(static_cast<int64_t>(v));
+      break;
+    case DataType::kInt64:
+      *static_cast<int64_t*>(p) = static_cast<int64_t>(v);
+      break;
+    case DataType::kUint64:
+      *static_cast<uint64_t*>(p) = static_cast<uint64_t>(static_cast<int64_t>(v));
+      break;
+    case DataType::kFloat16:
+      *static_cast<uint16_t*>(p) = c4::kernels::floatToHalf(static_cast<float>(v));
+      break;
+    case DataType::kBfloat16:
+      *static_cast<uint16_t*>(p) = c4::kernels::floatToBf16(static_cast<float>(v));
+      break;
+    case DataType::kFloat32:
+      *static_cast<float*>(p) = static_cast<float>(v);
+      break;
+    case DataType::kFloat64:
+      *static_cast<double*>(p) = v;
+      break;
+    case DataType::kFloat8e4m3:
+      *static_cast<uint8_t*>(p) = c4::kernels::floatToFp8e4m3(static_cast<float>(v));
+      break;
+    case DataType::kFloat8e5m2:
+      *static_cast<uint8_t*>(p) = c4::kernels::floatToFp8e5m2(static_cast<float>(v));
+      break;
   }
 }
 
 inline double loadValue(DataType dt, const void* p) {
   switch (dt) {
-    case DataType::kInt8: return *static_cast<const int8_t*>(p);
-    case DataType::kUint8: return *static_cast<const uint8_t*>(p);
-    case DataType::kInt32: return *static_cast<const int32_t*>(p);
-    case DataType::kUint32: return *static_cast<const uint32_t*>(p);
-    case DataType::kInt64: return static_cast<double>(*static_cast<const int64_t*>(p));
-    case DataType::kUint64: return static_cast<double>(*static_cast<const uint64_t*>(p));
-    case DataType::kFloat16: return c4::kernels::halfToFloat(*static_cast<const uint16_t*>(p));
-    case DataType::kBfloat16: return c4::kernels::bf16ToFloat(*static_cast<const uint16_t*>(p));
-    case DataType::kFloat32: return *static_cast<const float*>(p);
-    case DataType::kFloat64: return *static_cast<const double*>(p);
-    case DataType::kFloat8e4m3: return c4::kernels::fp8e4m3ToFloat(*static_cast<const uint8_t*>(p));
-    case DataType::kFloat8e5m2: return c4::kernels::fp8e5m2ToFloat(*static_cast<const uint8_t*>(p));
+    case DataType::kInt8:
+      return *static_cast<const int8_t*>(p);
+    case DataType::kUint8:
+      return *static_cast<const uint8_t*>(p);
+    case DataType::kInt32:
+      return *static_cast<const int32_t*>(p);
+    case DataType::kUint32:
+      return *static_cast<const uint32_t*>(p);
+    case DataType::kInt64:
+      return static_cast<double>(*static_cast<const int64_t*>(p));
+    case DataType::kUint64:
+      return static_cast<double>(*static_cast<const uint64_t*>(p));
+    case DataType::kFloat16:
+      return c4::kernels::halfToFloat(*static_cast<const uint16_t*>(p));
+    case DataType::kBfloat16:
+      return c4::kernels::bf16ToFloat(*static_cast<const uint16_t*>(p));
+    case DataType::kFloat32:
+      return *static_cast<const float*>(p);
+    case DataType::kFloat64:
+      return *static_cast<const double*>(p);
+    case DataType::kFloat8e4m3:
+      return c4::kernels::fp8e4m3ToFloat(*static_cast<const uint8_t*>(p));
+    case DataType::kFloat8e5m2:
+      return c4::kernels::fp8e5m2ToFloat(*static_cast<const uint8_t*>(p));
   }
   return 0;
 }
@@ -67,13 +104,20 @@ inline double loadValue(DataType dt, const void* p) {
 /// Relative tolerance for results that are not exact (Avg, PreMulSum).
 inline double tolerance(DataType dt) {
   switch (dt) {
-    case DataType::kFloat64: return 1e-12;
-    case DataType::kFloat32: return 1e-6;
-    case DataType::kFloat16: return 2e-3;
-    case DataType::kBfloat16: return 1.6e-2;
-    case DataType::kFloat8e4m3: return 0.13;
-    case DataType::kFloat8e5m2: return 0.26;
-    default: return 0;  // integers: exact
+    case DataType::kFloat64:
+      return 1e-12;
+    case DataType::kFloat32:
+      return 1e-6;
+    case DataType::kFloat16:
+      return 2e-3;
+    case DataType::kBfloat16:
+      return 1.6e-2;
+    case DataType::kFloat8e4m3:
+      return 0.13;
+    case DataType::kFloat8e5m2:
+      return 0.26;
+    default:
+      return 0;  // integers: exact
   }
 }
 
@@ -109,10 +153,18 @@ inline double reference(RedOp op, DataType dt, int nranks, size_t i, const std::
       continue;
     }
     switch (op) {
-      case RedOp::kProd: acc *= v; break;
-      case RedOp::kMax: acc = std::max(acc, v); break;
-      case RedOp::kMin: acc = std::min(acc, v); break;
-      default: acc += v; break;
+      case RedOp::kProd:
+        acc *= v;
+        break;
+      case RedOp::kMax:
+        acc = std::max(acc, v);
+        break;
+      case RedOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      default:
+        acc += v;
+        break;
     }
   }
   if (op == RedOp::kAvg) acc = c4::isFloatType(dt) ? acc / nranks : std::trunc(acc / nranks);
@@ -129,7 +181,7 @@ inline unsigned char patternByte(int r, size_t j) {
 
 struct MatrixOptions {
   std::vector<size_t> counts{0, 1, 1009, 70001};
-  size_t bigBytes = 3u << 20;   // one large size, run for a subset (see runMatrix)
+  size_t bigBytes = 3u << 20;  // one large size, run for a subset (see runMatrix)
   bool allTypesForMovement = true;
 };
 

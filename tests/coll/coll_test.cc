@@ -62,15 +62,14 @@ TEST_P(PathMatrix, AllCollectivesTypesOpsCounts) {
   EXPECT_TRUE(s.empty()) << s;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Paths, PathMatrix,
-    ::testing::Combine(::testing::Values(3, 4),
-                       ::testing::Values(PathConfig{"messages", ""}, PathConfig{"ring", "ring"},
-                                         PathConfig{"tree", "tree"}, PathConfig{"rhd", "rhd"},
-                                         PathConfig{"direct", "direct"})),
-    [](const ::testing::TestParamInfo<std::tuple<int, PathConfig>>& i) {
-      return std::string(std::get<1>(i.param).name) + "_np" + std::to_string(std::get<0>(i.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Paths, PathMatrix,
+                         ::testing::Combine(::testing::Values(3, 4),
+                                            ::testing::Values(PathConfig{"messages", ""}, PathConfig{"ring", "ring"},
+                                                              PathConfig{"tree", "tree"}, PathConfig{"rhd", "rhd"},
+                                                              PathConfig{"direct", "direct"})),
+                         [](const ::testing::TestParamInfo<std::tuple<int, PathConfig>>& i) {
+                           return std::string(std::get<1>(i.param).name) + "_np" + std::to_string(std::get<0>(i.param));
+                         });
 
 class ThreadMatrix : public ::testing::TestWithParam<int> {};
 

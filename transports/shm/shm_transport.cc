@@ -630,7 +630,8 @@ Status ShmConnection::health() {
     reason[sizeof(reason) - 1] = 0;
     return makeError(Code::kRemoteError, "shm: %s aborted (%s)", peerText().c_str(), reason);
   }
-  if (loadAcquire(&peerHdr_->closed)) return makeError(Code::kRemoteError, "shm: %s closed its transport", peerText().c_str());
+  if (loadAcquire(&peerHdr_->closed))
+    return makeError(Code::kRemoteError, "shm: %s closed its transport", peerText().c_str());
   if (peerExited()) return makeError(Code::kRemoteError, "shm: %s exited", peerText().c_str());
   return Status::ok();
 }
