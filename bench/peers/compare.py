@@ -108,6 +108,30 @@ def run_one(lib, binary, args, index, total, timeout):
     return rows, meta
 
 
+def merge_runs(runs):
+    """Median over repeated runs, per row and per placement (by time; algbw/busbw of that run)."""
+    runs = [r for r in runs if r]
+    if not runs:
+        return None
+    if len(runs) == 1:
+        return runs[0]
+    rows0, meta = runs[0]
+    merged = {}
+    for key, row in rows0.items():
+        out = dict(row)
+        for place in ("oop", "ip"):
+            samples = sorted((r[0][key][place] for r in runs if key in r[0]), key=lambda x: x["time"])
+            med = dict(samples[len(samples) // 2])
+            med["wrong"] = max((x["wrong"] or 0) for x in samples) if any(x["wrong"] is not None for x in samples) \
+                else None
+            out[place] = med
+        merged[key] = out
+    meta = dict(meta)
+    meta["returncode"] = max(r[1]["returncode"] for r in runs)
+    meta["repeats"] = len(runs)
+    return merged, meta
+
+
 def ratio(a, b):
     if a is None or b is None or b == 0:
         return None
@@ -276,6 +300,8 @@ def main():
     ap.add_argument("--plot", metavar="OUT.svg", help="write an SVG chart of out-of-place busbw vs size")
     ap.add_argument("--latency-max", default="64K", help="largest size shown in the latency rows (default 64K)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per benchmark run (default 1800)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run the libraries in turn this many times and report each size's median (default 1)")
     opts, bench_args = ap.parse_known_args()
 
     lat = opts.latency_max.upper().rstrip("B")
@@ -298,9 +324,15 @@ def main():
         sys.stderr.write("error: no benchmark binary found\n")
         return 1
 
-    results = {}
-    for i, (lib, binary) in enumerate(plan, 1):
-        results[lib] = run_one(lib, binary, bench_args, i, len(plan), opts.timeout)
+    # Libraries take turns, so a machine that changes speed over time affects them alike.
+    runs = {lib: [] for lib, _ in plan}
+    total = len(plan) * max(1, opts.repeat)
+    i = 0
+    for _ in range(max(1, opts.repeat)):
+        for lib, binary in plan:
+            i += 1
+            runs[lib].append(run_one(lib, binary, bench_args, i, total, opts.timeout))
+    results = {lib: merge_runs(runs[lib]) for lib, _ in plan}
     ran = [lib for lib, _ in plan if results.get(lib)]
     recs = build_records(results, ran)
 

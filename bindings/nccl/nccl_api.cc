@@ -133,18 +133,29 @@ ncclResult_t checkBuf(const char* fn, const char* what, const void* p, size_t co
   return ncclSuccess;
 }
 
-ncclResult_t checkType(const char* fn, ncclDataType_t dt) {
-  if (!c4::isValidDataType(static_cast<int>(dt))) {
-    return fail(ncclInvalidArgument, "%s: invalid data type %d (expected 0..%d)", fn, static_cast<int>(dt),
-                c4::kNumDataTypes - 1);
+/// The integer a caller passed for an enum argument. Read through memcpy: a garbage value (say -1
+/// for ncclRedOp_t) is outside the enum's range and must be rejected, not loaded as the enum.
+template <typename E>
+int rawEnum(const E* e) {
+  static_assert(sizeof(E) == sizeof(int), "NCCL enums are int-sized");
+  int v = 0;
+  memcpy(&v, e, sizeof(v));
+  return v;
+}
+
+ncclResult_t checkType(const char* fn, const ncclDataType_t* dt) {
+  int v = rawEnum(dt);
+  if (!c4::isValidDataType(v)) {
+    return fail(ncclInvalidArgument, "%s: invalid data type %d (expected 0..%d)", fn, v, c4::kNumDataTypes - 1);
   }
   return ncclSuccess;
 }
 
 /// Built-in operators are checked here; user operators (>= ncclNumOps) by the core against comm.
-ncclResult_t checkOp(const char* fn, ncclRedOp_t op) {
-  if (static_cast<int>(op) < 0) {
-    return fail(ncclInvalidArgument, "%s: invalid reduction operator %d", fn, static_cast<int>(op));
+ncclResult_t checkOp(const char* fn, const ncclRedOp_t* op) {
+  int v = rawEnum(op);
+  if (v < 0) {
+    return fail(ncclInvalidArgument, "%s: invalid reduction operator %d", fn, v);
   }
   return ncclSuccess;
 }
@@ -169,10 +180,10 @@ ncclResult_t checkRank(const char* fn, const char* what, int r, const CommShape&
 }
 
 /// Common checks of a collective: comm, type and (for reductions) operator.
-ncclResult_t checkColl(const char* fn, ncclComm_t comm, ncclDataType_t dt, const ncclRedOp_t* op) {
+ncclResult_t checkColl(const char* fn, ncclComm_t comm, const ncclDataType_t* dt, const ncclRedOp_t* op) {
   C4_NCCL_CHECK(checkComm(fn, comm));
   C4_NCCL_CHECK(checkType(fn, dt));
-  if (op != nullptr) C4_NCCL_CHECK(checkOp(fn, *op));
+  if (op != nullptr) C4_NCCL_CHECK(checkOp(fn, op));
   return ncclSuccess;
 }
 
@@ -522,7 +533,7 @@ ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataTy
   C4_NCCL_CHECK(checkPtr(fn, "op", op));
   C4_NCCL_CHECK(checkPtr(fn, "scalar", scalar));
   C4_NCCL_CHECK(checkComm(fn, comm));
-  C4_NCCL_CHECK(checkType(fn, datatype));
+  C4_NCCL_CHECK(checkType(fn, &datatype));
   if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate) {
     return fail(ncclInvalidArgument, "%s: residence %d is invalid", fn, static_cast<int>(residence));
   }
@@ -548,7 +559,7 @@ ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
 ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                             ncclComm_t comm, cudaStream_t stream) {
   const char* fn = "ncclAllReduce";
-  C4_NCCL_CHECK(checkColl(fn, comm, datatype, &op));
+  C4_NCCL_CHECK(checkColl(fn, comm, &datatype, &op));
   C4_NCCL_CHECK(checkBuf(fn, "sendbuff", sendbuff, count));
   C4_NCCL_CHECK(checkBuf(fn, "recvbuff", recvbuff, count));
   return fromStatus(c4::allReduce(sendbuff, recvbuff, count, toC4(datatype), toC4(op), toC4(comm), stream));
@@ -557,7 +568,7 @@ ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, 
 ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
                             ncclComm_t comm, cudaStream_t stream) {
   const char* fn = "ncclAllGather";
-  C4_NCCL_CHECK(checkColl(fn, comm, datatype, nullptr));
+  C4_NCCL_CHECK(checkColl(fn, comm, &datatype, nullptr));
   C4_NCCL_CHECK(checkBuf(fn, "sendbuff", sendbuff, sendcount));
   C4_NCCL_CHECK(checkBuf(fn, "recvbuff", recvbuff, sendcount));
   return fromStatus(c4::allGather(sendbuff, recvbuff, sendcount, toC4(datatype), toC4(comm), stream));
@@ -566,7 +577,7 @@ ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcou
 ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                             ncclComm_t comm, cudaStream_t stream) {
   const char* fn = "ncclBroadcast";
-  C4_NCCL_CHECK(checkColl(fn, comm, datatype, nullptr));
+  C4_NCCL_CHECK(checkColl(fn, comm, &datatype, nullptr));
   CommShape shape;
   C4_NCCL_CHECK(commShape(comm, &shape));
   C4_NCCL_CHECK(checkRank(fn, "root", root, shape));
@@ -579,7 +590,7 @@ ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, 
 ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
                         cudaStream_t stream) {
   const char* fn = "ncclBcast";
-  C4_NCCL_CHECK(checkColl(fn, comm, datatype, nullptr));
+  C4_NCCL_CHECK(checkColl(fn, comm, &datatype, nullptr));
   CommShape shape;
   C4_NCCL_CHECK(commShape(comm, &shape));
   C4_NCCL_CHECK(checkRank(fn, "root", root, shape));
@@ -590,7 +601,7 @@ ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t datatype, int r
 ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                          int root, ncclComm_t comm, cudaStream_t stream) {
   const char* fn = "ncclReduce";
-  C4_NCCL_CHECK(checkColl(fn, comm, datatype, &op));
+  C4_NCCL_CHECK(checkColl(fn, comm, &datatype, &op));
   CommShape shape;
   C4_NCCL_CHECK(commShape(comm, &shape));
   C4_NCCL_CHECK(checkRank(fn, "root", root, shape));
@@ -602,7 +613,7 @@ ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncc
 ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
                                 ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   const char* fn = "ncclReduceScatter";
-  C4_NCCL_CHECK(checkColl(fn, comm, datatype, &op));
+  C4_NCCL_CHECK(checkColl(fn, comm, &datatype, &op));
   C4_NCCL_CHECK(checkBuf(fn, "sendbuff", sendbuff, recvcount));
   C4_NCCL_CHECK(checkBuf(fn, "recvbuff", recvbuff, recvcount));
   return fromStatus(c4::reduceScatter(sendbuff, recvbuff, recvcount, toC4(datatype), toC4(op), toC4(comm), stream));
@@ -611,7 +622,7 @@ ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t rec
 ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,
                            cudaStream_t stream) {
   const char* fn = "ncclAlltoAll";
-  C4_NCCL_CHECK(checkColl(fn, comm, datatype, nullptr));
+  C4_NCCL_CHECK(checkColl(fn, comm, &datatype, nullptr));
   C4_NCCL_CHECK(checkBuf(fn, "sendbuff", sendbuff, count));
   C4_NCCL_CHECK(checkBuf(fn, "recvbuff", recvbuff, count));
   return fromStatus(c4::alltoAll(sendbuff, recvbuff, count, toC4(datatype), toC4(comm), stream));
@@ -620,7 +631,7 @@ ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, n
 ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                          ncclComm_t comm, cudaStream_t stream) {
   const char* fn = "ncclGather";
-  C4_NCCL_CHECK(checkColl(fn, comm, datatype, nullptr));
+  C4_NCCL_CHECK(checkColl(fn, comm, &datatype, nullptr));
   CommShape shape;
   C4_NCCL_CHECK(commShape(comm, &shape));
   C4_NCCL_CHECK(checkRank(fn, "root", root, shape));
@@ -632,7 +643,7 @@ ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count, ncc
 ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                           ncclComm_t comm, cudaStream_t stream) {
   const char* fn = "ncclScatter";
-  C4_NCCL_CHECK(checkColl(fn, comm, datatype, nullptr));
+  C4_NCCL_CHECK(checkColl(fn, comm, &datatype, nullptr));
   CommShape shape;
   C4_NCCL_CHECK(commShape(comm, &shape));
   C4_NCCL_CHECK(checkRank(fn, "root", root, shape));
@@ -646,7 +657,7 @@ ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count, nc
 ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                        cudaStream_t stream) {
   const char* fn = "ncclSend";
-  C4_NCCL_CHECK(checkColl(fn, comm, datatype, nullptr));
+  C4_NCCL_CHECK(checkColl(fn, comm, &datatype, nullptr));
   CommShape shape;
   C4_NCCL_CHECK(commShape(comm, &shape));
   C4_NCCL_CHECK(checkRank(fn, "peer", peer, shape));
@@ -657,7 +668,7 @@ ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t dataty
 ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                        cudaStream_t stream) {
   const char* fn = "ncclRecv";
-  C4_NCCL_CHECK(checkColl(fn, comm, datatype, nullptr));
+  C4_NCCL_CHECK(checkColl(fn, comm, &datatype, nullptr));
   CommShape shape;
   C4_NCCL_CHECK(commShape(comm, &shape));
   C4_NCCL_CHECK(checkRank(fn, "peer", peer, shape));

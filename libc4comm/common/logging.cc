@@ -96,6 +96,13 @@ void init(LogState& s) {
   s.level.store(level);
 }
 
+// Read the settings when the library loads, before the program starts threads: a process that
+// forks while another thread is inside a lazy first initialization would otherwise hand its child
+// a lock nobody will ever release.
+struct EagerInit {
+  EagerInit() { (void)logEnabled(LogLevel::kNone, 0); }
+} gEagerInit;
+
 }  // namespace
 
 bool logEnabled(LogLevel level, uint32_t subsys) {

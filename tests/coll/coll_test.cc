@@ -44,6 +44,7 @@ struct PathConfig {
   const char* name;
   const char* algo;  // C4_ALGO, or "" for the tuner's choice
 };
+void PrintTo(const PathConfig& c, std::ostream* os) { *os << c.name; }
 class PathMatrix : public ::testing::TestWithParam<std::tuple<int, PathConfig>> {};
 
 TEST_P(PathMatrix, AllCollectivesTypesOpsCounts) {

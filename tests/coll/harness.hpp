@@ -35,25 +35,57 @@ inline int64_t monoMs() {
   return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
 
-/// Runs `body` in `n` forked processes. A rank that has not exited after `timeoutSec` is killed
-/// and reported as hung (a test must never hang the suite).
+/// Runs `body` in `n` forked processes. Rank 0 creates the unique id (so its process hosts the
+/// bootstrap root, as under a real launcher) and hands it to the others through pipes: the test
+/// process itself starts no thread before it forks. A rank that has not exited after
+/// `timeoutSec` is killed and reported as hung (a test must never hang the suite).
 inline std::vector<RankOutcome> runForked(int n, const RankBody& body, int timeoutSec = 240) {
-  c4::UniqueId id;
   std::vector<RankOutcome> out(static_cast<size_t>(n));
-  if (!c4::getUniqueId(&id).isOk()) {
-    out[0].crashed = true;
-    out[0].detail = "getUniqueId failed";
-    return out;
-  }
   std::vector<pid_t> pids(static_cast<size_t>(n));
   std::vector<int> fds(static_cast<size_t>(n));
+  std::vector<int> idRead(static_cast<size_t>(n), -1), idWrite(static_cast<size_t>(n), -1);
+  for (int r = 1; r < n; ++r) {
+    int q[2];
+    if (pipe(q) != 0) abort();
+    idRead[static_cast<size_t>(r)] = q[0];
+    idWrite[static_cast<size_t>(r)] = q[1];
+  }
   for (int r = 0; r < n; ++r) {
     int p[2];
     if (pipe(p) != 0) abort();
     pid_t pid = fork();
     if (pid == 0) {
       close(p[0]);
-      Failures f = body(r, n, id);
+      c4::UniqueId id;
+      Failures f;
+      bool haveId = true;
+      if (r == 0) {
+        c4::Status st = c4::getUniqueId(&id);
+        if (!st.isOk()) {
+          f.push_back("getUniqueId: " + st.toString());
+          haveId = false;
+        }
+        for (int k = 1; k < n; ++k) {
+          // An all-zero id tells the others that rank 0 failed.
+          c4::UniqueId sendId = id;
+          if (!haveId) memset(&sendId, 0, sizeof(sendId));
+          ssize_t w = write(idWrite[static_cast<size_t>(k)], &sendId, sizeof(sendId));
+          (void)w;
+        }
+      } else {
+        size_t got = 0;
+        while (got < sizeof(id)) {
+          ssize_t k = read(idRead[static_cast<size_t>(r)], reinterpret_cast<char*>(&id) + got, sizeof(id) - got);
+          if (k <= 0) break;
+          got += static_cast<size_t>(k);
+        }
+        static const c4::UniqueId kZero{};
+        if (got != sizeof(id) || memcmp(&id, &kZero, sizeof(id)) == 0) {
+          f.push_back("no unique id from rank 0");
+          haveId = false;
+        }
+      }
+      if (haveId) f = body(r, n, id);
       std::string text;
       for (const auto& s : f) text += s + "\n";
       size_t off = 0;
@@ -68,6 +100,10 @@ inline std::vector<RankOutcome> runForked(int n, const RankBody& body, int timeo
     close(p[1]);
     pids[static_cast<size_t>(r)] = pid;
     fds[static_cast<size_t>(r)] = p[0];
+  }
+  for (int r = 1; r < n; ++r) {
+    close(idRead[static_cast<size_t>(r)]);
+    close(idWrite[static_cast<size_t>(r)]);
   }
   // Drain the pipes while waiting so a chatty rank never blocks on a full pipe.
   int64_t deadline = monoMs() + static_cast<int64_t>(timeoutSec) * 1000;
