@@ -180,10 +180,14 @@ void registerAll() {
     benchmark::RegisterBenchmark(("stream_triad/float/" + sz).c_str(), bmStreamTriad, bytes);
     benchmark::RegisterBenchmark(("memcpy/" + sz).c_str(), bmMemcpy, bytes);
     for (DataType dt : kTypes) {
-      const bool allOps = dt == DataType::kFloat32 || dt == DataType::kInt32;
+      const bool fp8 = dt == DataType::kFloat8e4m3 || dt == DataType::kFloat8e5m2;
+      const bool allOps = dt == DataType::kFloat32 || dt == DataType::kInt32 || fp8;
       for (KOp op : {KOp::kSum, KOp::kProd, KOp::kMax, KOp::kMin}) {
         if (op != KOp::kSum && !allOps) continue;
-        for (const char* isa : {"auto", "scalar"}) {
+        // fp8 has its own code per ISA level (and a VBMI-only decode); the others show the best.
+        for (const char* isa : {"auto", "scalar", "avx2", "avx512novbmi"}) {
+          if (!fp8 && std::strcmp(isa, "auto") != 0 && std::strcmp(isa, "scalar") != 0) continue;
+          if (fp8 && op != KOp::kSum && std::strcmp(isa, "auto") != 0) continue;
           const std::string name = std::string("reduce/") + c4::dataTypeName(dt) + "/" + opName(op) + "/" +
                                    (std::strcmp(isa, "auto") == 0 ? "c4" : isa) + "/" + sz;
           benchmark::RegisterBenchmark(name.c_str(), bmReduce, dt, op, isa, bytes);

@@ -56,7 +56,7 @@ bool parseInt(const std::string& s, int* out) {
 
 bool parseTypeName(const std::string& s, DataType* dt) {
   for (DataType t : kAllTypes)
-    if (s == typeName(t)) return *dt = t, true;
+    if (s == c4::dataTypeName(t)) return *dt = t, true;
   // nccl-tests aliases.
   if (s == "fp16" || s == "float16") return *dt = DataType::kFloat16, true;
   if (s == "fp32" || s == "float32") return *dt = DataType::kFloat32, true;
@@ -302,13 +302,13 @@ bool Sweep::benchOne(bool inPlace, const Counts& c, DataType dt, RedOp op, doubl
 bool Sweep::testType(DataType dt, RedOp op) {
   const size_t ts = dataTypeSize(dt);
   const bool red = collReduces(opts_.coll);
-  const char* opLabel = red ? opName(op) : "none";
+  const char* opLabel = red ? c4::redOpName(op) : "none";
   const int rootLabel = hasRoot(opts_.coll) ? root_ : -1;
   for (size_t size = opts_.minBytes; size <= opts_.maxBytes;
        size = opts_.stepFactor > 1 ? size * opts_.stepFactor : size + opts_.stepBytes) {
     Counts c = countsFor(opts_.coll, size / ts, n_);
     if (rank_ == 0)
-      fprintf(out_, "%12zu  %12zu  %8s  %6s  %6d", std::max(c.send, c.recv) * ts, c.param, typeName(dt), opLabel,
+      fprintf(out_, "%12zu  %12zu  %8s  %6s  %6d", std::max(c.send, c.recv) * ts, c.param, c4::dataTypeName(dt), opLabel,
               rootLabel);
     for (int inPlace = 0; inPlace < 2; ++inPlace) {
       double usec = 0;
@@ -408,7 +408,7 @@ int Sweep::run() {
     for (RedOp op : ops) {
       std::string why = be_.unsupported(opts_.coll, dt, op);
       if (!why.empty()) {
-        if (rank_ == 0) fprintf(out_, "# skipped %s %s: %s\n", typeName(dt), red ? opName(op) : "none", why.c_str());
+        if (rank_ == 0) fprintf(out_, "# skipped %s %s: %s\n", c4::dataTypeName(dt), red ? c4::redOpName(op) : "none", why.c_str());
         continue;
       }
       if (!testType(dt, op)) return kExitFailed;
@@ -424,52 +424,6 @@ int Sweep::run() {
 }
 
 }  // namespace
-
-const char* typeName(DataType dt) {
-  switch (dt) {
-    case DataType::kInt8:
-      return "int8";
-    case DataType::kUint8:
-      return "uint8";
-    case DataType::kInt32:
-      return "int32";
-    case DataType::kUint32:
-      return "uint32";
-    case DataType::kInt64:
-      return "int64";
-    case DataType::kUint64:
-      return "uint64";
-    case DataType::kFloat16:
-      return "half";
-    case DataType::kFloat32:
-      return "float";
-    case DataType::kFloat64:
-      return "double";
-    case DataType::kBfloat16:
-      return "bfloat16";
-    case DataType::kFloat8e4m3:
-      return "f8e4m3";
-    case DataType::kFloat8e5m2:
-      return "f8e5m2";
-  }
-  return "unknown";
-}
-
-const char* opName(RedOp op) {
-  switch (op) {
-    case RedOp::kSum:
-      return "sum";
-    case RedOp::kProd:
-      return "prod";
-    case RedOp::kMax:
-      return "max";
-    case RedOp::kMin:
-      return "min";
-    case RedOp::kAvg:
-      return "avg";
-  }
-  return "unknown";
-}
 
 const char* collFlagName(Coll coll) {
   switch (coll) {
@@ -614,7 +568,7 @@ bool parseOptions(int argc, char** argv, Options* o, bool* help, std::string* er
         continue;
       }
       for (RedOp op : kAllOps)
-        if (v == opName(op)) o->ops.push_back(op);
+        if (v == c4::redOpName(op)) o->ops.push_back(op);
       if (o->ops.empty()) return *err = "unknown op '" + v + "'", false;
       continue;
     }

@@ -51,8 +51,6 @@ bool parseColl(const std::string& s, Coll* coll);
 const char* collFlagName(Coll coll);
 /// nccl-tests names ("float", "half", ..., "sum", ...), independent of
 /// libc4comm.
-const char* typeName(DataType dt);
-const char* opName(RedOp op);
 
 /// Reduction of one double over all ranks (used for times and error counts).
 enum class ReduceMode { kSum, kMin, kMax };

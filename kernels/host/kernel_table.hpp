@@ -30,6 +30,7 @@ struct KernelTable {
 void fillScalarTable(KernelTable* table);
 /// Overrides the entries this ISA implements; false (table untouched) if the build has no such code.
 bool fillAvx2Table(KernelTable* table);
-bool fillAvx512Table(KernelTable* table);
+/// allowVbmi: use AVX512-VBMI where the CPU has it (false: as on a CPU without it, for tests).
+bool fillAvx512Table(KernelTable* table, bool allowVbmi);
 
 }  // namespace c4::kernels::detail

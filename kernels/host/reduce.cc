@@ -183,6 +183,7 @@ struct Tables {
   KernelTable scalar{};
   KernelTable avx2{};
   KernelTable avx512{};
+  KernelTable avx512NoVbmi{};  // tests: the AVX-512 table as a CPU without AVX512-VBMI gets it
   bool haveAvx2 = false;
   bool haveAvx512 = false;
 };
@@ -195,7 +196,10 @@ const Tables& tables() {
     r.haveAvx2 = cpuHasAvx2() && detail::fillAvx2Table(&r.avx2);
     // AVX-512 starts from the AVX2 table so that anything it leaves out still runs vectorized.
     r.avx512 = r.haveAvx2 ? r.avx2 : r.scalar;
-    r.haveAvx512 = r.haveAvx2 && cpuHasAvx512() && detail::fillAvx512Table(&r.avx512);
+    r.avx512NoVbmi = r.avx512;
+    r.haveAvx512 = r.haveAvx2 && cpuHasAvx512() && detail::fillAvx512Table(&r.avx512, true) &&
+                   detail::fillAvx512Table(&r.avx512NoVbmi, false);
+    r.avx512NoVbmi.name = "avx512novbmi";
     return r;
   }();
   return t;
@@ -208,6 +212,7 @@ const KernelTable* tableFor(const char* isa) {
   if (std::strcmp(isa, "scalar") == 0) return &t.scalar;
   if (std::strcmp(isa, "avx2") == 0) return t.haveAvx2 ? &t.avx2 : nullptr;
   if (std::strcmp(isa, "avx512") == 0) return t.haveAvx512 ? &t.avx512 : nullptr;
+  if (std::strcmp(isa, "avx512novbmi") == 0) return t.haveAvx512 ? &t.avx512NoVbmi : nullptr;
   return nullptr;
 }
 

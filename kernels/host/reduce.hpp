@@ -38,9 +38,9 @@ void copy(void* dst, const void* src, size_t bytes);
 /// scalar; a choice the CPU cannot run falls back to the best it can, with a warning).
 const char* isaName();
 
-/// Forces the instruction set for every later call ("scalar", "avx2", "avx512", or "auto" for the
-/// CPU's best). Returns false, changing nothing, if this build or CPU cannot run it. For tests and
-/// benchmarks: not synchronized with calls running on other threads.
+/// Forces the instruction set for every later call ("scalar", "avx2", "avx512", "avx512novbmi" (the
+/// AVX-512 kernels a CPU without AVX512-VBMI runs), or "auto" for the CPU's best). Returns false, changing nothing, if
+/// this build or CPU cannot run it. For tests and benchmarks: not synchronized with calls running on other threads.
 bool setIsaForTesting(const char* isa);
 
 /// copy() switches to non-temporal stores at or above this many bytes (C4_COPY_NT_THRESHOLD; the

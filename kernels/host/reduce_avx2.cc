@@ -10,7 +10,7 @@
 
 namespace c4::kernels::detail {
 bool fillAvx2Table(KernelTable* table) {
-  avx2::fill(table);
+  avx2::fill(table, false);
   table->name = "avx2";
   return true;
 }

@@ -9,8 +9,9 @@
 #include "kernels/host/reduce_simd.inc"
 
 namespace c4::kernels::detail {
-bool fillAvx512Table(KernelTable* table) {
-  avx512::fill(table);
+bool fillAvx512Table(KernelTable* table, bool allowVbmi) {
+  // Only the e4m3 decode uses VBMI; CPUs with AVX-512 but without it (Skylake-SP) keep the rest.
+  avx512::fill(table, allowVbmi && __builtin_cpu_supports("avx512vbmi"));
   table->name = "avx512";
   return true;
 }
@@ -19,7 +20,7 @@ bool fillAvx512Table(KernelTable* table) {
 #else
 
 namespace c4::kernels::detail {
-bool fillAvx512Table(KernelTable*) { return false; }
+bool fillAvx512Table(KernelTable*, bool) { return false; }
 }  // namespace c4::kernels::detail
 
 #endif

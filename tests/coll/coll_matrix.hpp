@@ -4,6 +4,9 @@
 // compared with a per-type tolerance (see tolerance()). Data-movement collectives compare bytes.
 #pragma once
 
+#include <stdlib.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -179,10 +182,26 @@ inline unsigned char patternByte(int r, size_t j) {
   return static_cast<unsigned char>((static_cast<size_t>(r) * 131 + j * 7 + (j >> 8) * 3 + 1) & 0xff);
 }
 
+/// C4_TEST_QUICK=1 (the sanitizer pass of scripts/test.sh): the same cases, with the counts
+/// trimmed to {0, 1, 1009} plus one 256 KiB size, enough to cross every protocol threshold.
+inline bool quickMatrix() {
+  const char* q = getenv("C4_TEST_QUICK");
+  return q && *q && *q != '0';
+}
+
 struct MatrixOptions {
-  std::vector<size_t> counts{0, 1, 1009, 70001};
-  size_t bigBytes = 3u << 20;  // one large size, run for a subset (see runMatrix)
+  std::vector<size_t> counts = quickMatrix() ? std::vector<size_t>{0, 1, 1009} : std::vector<size_t>{0, 1, 1009, 70001};
+  size_t bigBytes = quickMatrix() ? (256u << 10) : (3u << 20);  // one large size, for a subset (see run())
   bool allTypesForMovement = true;
+
+  /// Applies the quick trim to options a test set itself.
+  MatrixOptions& trimmedIfQuick() {
+    if (quickMatrix()) {
+      counts.erase(std::remove_if(counts.begin(), counts.end(), [](size_t c) { return c > 1009; }), counts.end());
+      bigBytes = std::min<size_t>(bigBytes, 256u << 10);
+    }
+    return *this;
+  }
 };
 
 class MatrixRunner {

@@ -56,6 +56,7 @@ TEST_P(PathMatrix, AllCollectivesTypesOpsCounts) {
   opt.counts = {1, 1009, 70001};
   opt.bigBytes = 1u << 20;
   opt.allTypesForMovement = false;
+  opt.trimmedIfQuick();
   auto outs = runForked(n, [&](int r, int nr, const c4::UniqueId& id) { return matrixBody(r, nr, id, opt); });
   unsetenv("C4_ONESHOT_BYTES");
   unsetenv("C4_ALGO");
@@ -79,6 +80,7 @@ TEST_P(ThreadMatrix, AllCollectivesTypesOpsCounts) {
   MatrixOptions opt;
   opt.counts = {0, 1, 1009, 70001};
   opt.bigBytes = 1u << 20;
+  opt.trimmedIfQuick();
   auto outs = runThreads(n, [&](int r, int nr, const c4::UniqueId& id) { return matrixBody(r, nr, id, opt); });
   std::string s = summarize(outs);
   EXPECT_TRUE(s.empty()) << s;

@@ -21,7 +21,8 @@
 namespace c4::kernels {
 namespace {
 
-constexpr const char* kIsas[] = {"scalar", "avx2", "avx512"};
+// avx512novbmi: the AVX-512 table without its AVX512-VBMI kernels (what Skylake-SP runs).
+constexpr const char* kIsas[] = {"scalar", "avx2", "avx512", "avx512novbmi"};
 constexpr size_t kCounts[] = {0, 1, 7, 31, 33, 1000, 4099};
 constexpr size_t kByteOffsets[] = {0, 1, 4, 12};
 constexpr DataType kAllTypes[] = {DataType::kInt8,     DataType::kUint8,      DataType::kInt32,
@@ -315,6 +316,21 @@ TEST_P(IsaTest, Fp8AllPairs) {
       reduce(d.data(), a.data(), b.data(), a.size(), dt, op);
       for (size_t i = 0; i < 65536; ++i) {
         ASSERT_TRUE(sameElement(dt, d[i], refReduce(dt, op, a[i], b[i]), i)) << opName(op);
+      }
+    }
+  }
+}
+
+// fp8 scale: every code times every scalar (the vector kernels broadcast the scalar separately).
+TEST_P(IsaTest, Fp8ScaleAllPairs) {
+  for (DataType dt : {DataType::kFloat8e4m3, DataType::kFloat8e5m2}) {
+    std::vector<uint8_t> src(256 + 37), dst(src.size());  // + a tail shorter than a vector
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + 3);
+    for (uint32_t s = 0; s < 256; ++s) {
+      const uint8_t scalar = static_cast<uint8_t>(s);
+      scale(dst.data(), src.data(), &scalar, src.size(), dt);
+      for (size_t i = 0; i < src.size(); ++i) {
+        ASSERT_TRUE(sameElement(dt, dst[i], refReduce(dt, KOp::kProd, src[i], scalar), i)) << "scalar " << s;
       }
     }
   }
