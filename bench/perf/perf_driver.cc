@@ -308,8 +308,8 @@ bool Sweep::testType(DataType dt, RedOp op) {
        size = opts_.stepFactor > 1 ? size * opts_.stepFactor : size + opts_.stepBytes) {
     Counts c = countsFor(opts_.coll, size / ts, n_);
     if (rank_ == 0)
-      fprintf(out_, "%12zu  %12zu  %8s  %6s  %6d", std::max(c.send, c.recv) * ts, c.param, c4::dataTypeName(dt), opLabel,
-              rootLabel);
+      fprintf(out_, "%12zu  %12zu  %8s  %6s  %6d", std::max(c.send, c.recv) * ts, c.param, c4::dataTypeName(dt),
+              opLabel, rootLabel);
     for (int inPlace = 0; inPlace < 2; ++inPlace) {
       double usec = 0;
       int64_t wrong = 0;
@@ -408,7 +408,8 @@ int Sweep::run() {
     for (RedOp op : ops) {
       std::string why = be_.unsupported(opts_.coll, dt, op);
       if (!why.empty()) {
-        if (rank_ == 0) fprintf(out_, "# skipped %s %s: %s\n", c4::dataTypeName(dt), red ? c4::redOpName(op) : "none", why.c_str());
+        if (rank_ == 0)
+          fprintf(out_, "# skipped %s %s: %s\n", c4::dataTypeName(dt), red ? c4::redOpName(op) : "none", why.c_str());
         continue;
       }
       if (!testType(dt, op)) return kExitFailed;
