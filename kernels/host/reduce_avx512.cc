@@ -10,8 +10,8 @@
 
 namespace c4::kernels::detail {
 bool fillAvx512Table(KernelTable* table, bool allowVbmi) {
-  // Only the e4m3 decode uses VBMI; CPUs with AVX-512 but without it (Skylake-SP) keep the rest.
-  avx512::fill(table, allowVbmi && __builtin_cpu_supports("avx512vbmi"));
+  // Only e4m3 uses VBMI and BF16 (Zen 4, Sapphire Rapids); other AVX-512 CPUs keep the rest.
+  avx512::fill(table, allowVbmi && __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bf16"));
   table->name = "avx512";
   return true;
 }
