@@ -104,12 +104,17 @@ class ShmModes : public ::testing::TestWithParam<ModeParam> {
  protected:
   void SetUp() override {
     env_ = std::make_unique<ScopedEnv>("C4_SHM_CMA", GetParam().singleCopy ? "1" : "0");
+    // Fixed protocol sizes, so the boundary cases below (slot size, single-copy threshold) are
+    // exercised on both sides whatever the defaults are.
+    slotEnv_ = std::make_unique<ScopedEnv>("C4_SHM_SLOT_BYTES", "32768");
+    cmaEnv_ = std::make_unique<ScopedEnv>("C4_SHM_CMA_THRESHOLD", "32768");
+    localEnv_ = std::make_unique<ScopedEnv>("C4_SHM_LOCAL_COPY_THRESHOLD", "32768");
     tag_ = testing::freshTag();
   }
   void TearDown() override {
     EXPECT_TRUE(testing::shmLeftovers(tag_).empty()) << "segments left in /dev/shm for tag " << tag_;
   }
-  std::unique_ptr<ScopedEnv> env_;
+  std::unique_ptr<ScopedEnv> env_, slotEnv_, cmaEnv_, localEnv_;
   std::string tag_;
 };
 
@@ -400,6 +405,7 @@ TEST(ShmTransport, AbortPropagatesToPeers) {
 // A peer process killed with SIGKILL while streaming a message through the ring.
 TEST(ShmTransport, PeerKilledMidStreamIsReported) {
   ScopedEnv env("C4_SHM_CMA", "0");
+  ScopedEnv slots("C4_SHM_SLOT_BYTES", "32768");
   std::string tag = testing::freshTag();
   auto st = testing::runForked(2, [&](int r, Oob& oob) -> int {
     Status s;

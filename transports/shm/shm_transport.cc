@@ -280,7 +280,7 @@ class ShmTransport final : public Transport {
   uint64_t numSlots() const { return numSlots_; }
   size_t payloadBytes() const { return slotBytes_ - kSlotHeaderBytes; }
   bool singleCopyTo(bool samePid) const { return singleCopy_ && (samePid || cmaOk_); }
-  size_t singleThreshold() const { return singleThreshold_; }
+  size_t singleThreshold(bool samePid) const { return samePid ? localCopyThreshold_ : singleThreshold_; }
   size_t cmaPiece() const { return cmaPiece_; }
   size_t cmaChunk() const { return cmaChunk_; }
   int64_t timeoutMs() const { return timeoutMs_; }
@@ -317,6 +317,7 @@ class ShmTransport final : public Transport {
   bool singleCopy_;
   bool cmaOk_ = false;
   size_t singleThreshold_;
+  size_t localCopyThreshold_;
   size_t cmaPiece_;
   size_t cmaChunk_;
   int64_t livenessMs_;
@@ -376,7 +377,7 @@ Status ShmConnection::isend(const void* buf, size_t bytes, const OpSig& sig, Req
     failRequest(req, e);
     return e;
   }
-  bool single = bytes > t_->singleThreshold() && t_->singleCopyTo(samePid_);
+  bool single = bytes > t_->singleThreshold(samePid_) && t_->singleCopyTo(samePid_);
   sends_.push_back(SendOp{static_cast<const char*>(buf), bytes, sig, req, 0, false, single});
   t_->activate(this);
   return Status::ok();
@@ -710,7 +711,8 @@ ShmTransport::ShmTransport(const Context& ctx)
       slotBytes_(static_cast<uint64_t>(paramShmSlotBytes())),
       numSlots_(static_cast<uint64_t>(paramShmSlots())),
       singleCopy_(paramShmCma() != 0),
-      singleThreshold_(static_cast<size_t>(std::max<int64_t>(0, paramShmCmaThreshold()))),
+      singleThreshold_(paramShmCmaThreshold() < 0 ? SIZE_MAX : static_cast<size_t>(paramShmCmaThreshold())),
+      localCopyThreshold_(static_cast<size_t>(std::max<int64_t>(0, paramShmLocalCopyThreshold()))),
       cmaPiece_(static_cast<size_t>(std::max<int64_t>(4096, paramShmCmaPiece())) & ~size_t{63}),
       cmaChunk_(static_cast<size_t>(std::max<int64_t>(65536, paramShmCmaChunk())) & ~size_t{63}),
       livenessMs_(std::max<int64_t>(1, paramShmLivenessMs())),
@@ -758,6 +760,14 @@ char* ShmTransport::staging() {
 }
 
 Status ShmTransport::setup() {
+  if (slotBytes_ == 0) {
+    // Every channel may be used (AlltoAll): n^2 rings on the host must fit the budget.
+    const uint64_t n = static_cast<uint64_t>(std::max(1, localRanks()));
+    const uint64_t budget = uint64_t{2} << 30;
+    uint64_t fit = budget / (n * n * std::max<uint64_t>(1, numSlots_));
+    slotBytes_ = 512u << 10;
+    while (slotBytes_ > (32u << 10) && slotBytes_ > fit) slotBytes_ /= 2;
+  }
   if (slotBytes_ < 2 * kSlotHeaderBytes || slotBytes_ % 64 != 0 || slotBytes_ > (64u << 20))
     return makeError(Code::kInvalidArgument, "shm: C4_SHM_SLOT_BYTES=%llu must be a multiple of 64 in [128, 64M]",
                      static_cast<unsigned long long>(slotBytes_));
@@ -921,10 +931,13 @@ Status ShmTransport::setup() {
   if (spin < 0) spin = local_ > cpus ? 0 : 1000;
   gSpinRounds.store(static_cast<int>(spin), std::memory_order_relaxed);
   gMaxSleepUs.store(static_cast<int>(std::max<int64_t>(1, paramShmSleepUs())), std::memory_order_relaxed);
-  C4_INFO(
-      kLogShm, "shm: rank %d ready: %d local ranks, %llu slots x %llu B, single copy %s (threshold %zu B), spin %lld",
-      rank_, local_, static_cast<unsigned long long>(numSlots_), static_cast<unsigned long long>(slotBytes_),
-      !singleCopy_ ? "off" : (cmaOk_ ? "cma" : "same-process only"), singleThreshold_, static_cast<long long>(spin));
+  C4_INFO(kLogShm,
+          "shm: rank %d ready: %d local ranks, %llu slots x %llu B, single copy %s (between processes above %s B, "
+          "within a process above %zu B), spin %lld",
+          rank_, local_, static_cast<unsigned long long>(numSlots_), static_cast<unsigned long long>(slotBytes_),
+          !singleCopy_ ? "off" : (cmaOk_ ? "cma" : "same-process only"),
+          singleThreshold_ == SIZE_MAX ? "never" : std::to_string(singleThreshold_).c_str(), localCopyThreshold_,
+          static_cast<long long>(spin));
   return Status::ok();
 }
 

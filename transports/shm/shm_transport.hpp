@@ -16,14 +16,18 @@
 namespace c4::transport {
 
 // Parameters (read once per createShmTransport; documented in docs/shm-transport.md).
-C4_PARAM_INT(ShmSlotBytes, "C4_SHM_SLOT_BYTES", nullptr, 32768,
-             "shm: bytes per ring slot including its 64-byte header (multiple of 64; same on all ranks)")
+C4_PARAM_INT(ShmSlotBytes, "C4_SHM_SLOT_BYTES", nullptr, 0,
+             "shm: bytes per ring slot including its 64-byte header (multiple of 64; same on all ranks); 0 = by "
+             "ranks on the host: 512 KiB, less above 16 ranks so that every channel fits a 2 GiB host budget")
 C4_PARAM_INT(ShmSlots, "C4_SHM_SLOTS", nullptr, 8, "shm: slots per channel ring (same on all ranks)")
 C4_PARAM_INT(ShmCma, "C4_SHM_CMA", nullptr, 1,
-             "shm: 1 = single-copy large messages (CMA, or memcpy between ranks of one process); "
-             "0 = stream everything through the ring")
-C4_PARAM_INT(ShmCmaThreshold, "C4_SHM_CMA_THRESHOLD", nullptr, 32768,
-             "shm: messages larger than this many bytes use single copy")
+             "shm: 1 = single-copy large messages allowed (CMA between processes, memcpy between ranks of one "
+             "process); 0 = stream everything through the ring")
+C4_PARAM_INT(ShmCmaThreshold, "C4_SHM_CMA_THRESHOLD", nullptr, -1,
+             "shm: messages between processes larger than this many bytes use CMA single copy; -1 = never (the "
+             "ring of shared slots measured faster at every size, see docs/shm-transport.md)")
+C4_PARAM_INT(ShmLocalCopyThreshold, "C4_SHM_LOCAL_COPY_THRESHOLD", nullptr, 32768,
+             "shm: messages between ranks of one process larger than this use a direct memcpy from the sender")
 C4_PARAM_INT(ShmCmaPiece, "C4_SHM_CMA_PIECE", nullptr, 262144,
              "shm: bytes pulled per staging piece when a single-copy receive reduces")
 C4_PARAM_INT(ShmCmaChunk, "C4_SHM_CMA_CHUNK", nullptr, 4194304,
