@@ -12,8 +12,14 @@ REP=${REP:-5}; ITERS=20
 cmp() { python3 bench/peers/compare.py --repeat "$REP" "$@"; }
 step() { echo; echo "=== $*"; }
 
+# Sizes that take microseconds need many iterations to rise above scheduling noise: each sweep is
+# split, small sizes with 10x the iterations (the same flags go to every library).
+SMALL_ITERS=$((ITERS * 10))
+
 step "AllReduce float sum, 2 ranks, 1 MiB .. 64 MiB (busbw, c4 vs Open MPI and Gloo)"
-cmp -C allreduce -np 2 -b 1M -e 64M -f 2 -d float -o sum -n $ITERS -w 3 --peers mpi,gloo \
+cmp -C allreduce -np 2 -b 1M -e 4M -f 2 -d float -o sum -n $SMALL_ITERS -w 20 --peers mpi,gloo \
+  --csv "$OUT/allreduce_np2_small.csv" | tee "$OUT/allreduce_np2_small.txt"
+cmp -C allreduce -np 2 -b 8M -e 64M -f 2 -d float -o sum -n $ITERS -w 3 --peers mpi,gloo \
   --plot "$OUT/allreduce_np2.svg" --csv "$OUT/allreduce_np2.csv" | tee "$OUT/allreduce_np2.txt"
 
 step "AllReduce 8 B latency, 2 ranks"
@@ -22,7 +28,9 @@ cmp -C allreduce -np 2 -b 8 -e 8 -d float -o sum -n 20000 -w 1000 --peers mpi | 
 for np in 2 4; do
   for c in allgather broadcast reducescatter; do
     step "$c float, $np ranks, 64 KiB .. 64 MiB"
-    cmp -C $c -np $np -b 64K -e 64M -f 4 -d float -o sum -n $ITERS -w 3 --peers mpi \
+    cmp -C $c -np $np -b 64K -e 1M -f 4 -d float -o sum -n $SMALL_ITERS -w 20 --peers mpi \
+      --csv "$OUT/${c}_np${np}_small.csv" | tee "$OUT/${c}_np${np}_small.txt"
+    cmp -C $c -np $np -b 4M -e 64M -f 4 -d float -o sum -n $ITERS -w 3 --peers mpi \
       --plot "$OUT/${c}_np$np.svg" --csv "$OUT/${c}_np$np.csv" | tee "$OUT/${c}_np$np.txt"
   done
 done

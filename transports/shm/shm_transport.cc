@@ -947,8 +947,17 @@ Status ShmTransport::connect(int peer, Connection** out) {
                      rank_, peer);
   if (!conns_[peer]) {
     std::shared_ptr<Mapping> seg = segs_[peer];
-    conns_[peer] = std::make_unique<ShmConnection>(this, peer, pids_[peer], seg, seg->channel(rank_, channelBytes_),
-                                                   own_->channel(peer, channelBytes_));
+    char* out = seg->channel(rank_, channelBytes_);
+    char* in = own_->channel(peer, channelBytes_);
+    // Fault both rings in now (the first call with this peer is the warm-up), not one page at a
+    // time inside the first large transfers. MADV_POPULATE_WRITE allocates without writing, so it
+    // is safe while the peer already uses the ring. Best effort: older kernels lack it.
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+    (void)madvise(out, channelBytes_, MADV_POPULATE_WRITE);
+    (void)madvise(in, channelBytes_, MADV_POPULATE_WRITE);
+    conns_[peer] = std::make_unique<ShmConnection>(this, peer, pids_[peer], seg, out, in);
   }
   *out = conns_[peer].get();
   return Status::ok();
