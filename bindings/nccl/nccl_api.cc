@@ -102,10 +102,22 @@ ncclResult_t notImplemented(const char* fn, const char* why) {
   return fail(ncclInvalidUsage, "%s is not implemented by c4comm yet: %s (see docs/api-coverage.md)", fn, why);
 }
 
+/// The integer a caller passed for an enum argument. Read through memcpy: a garbage value (say -1
+/// for ncclRedOp_t) is outside the enum's range and must be rejected, not loaded as the enum.
+template <typename E>
+int rawEnum(const E* e) {
+  static_assert(sizeof(E) == sizeof(int), "NCCL enums are int-sized");
+  int v = 0;
+  memcpy(&v, e, sizeof(v));
+  return v;
+}
+
 c4::Comm* toC4(ncclComm_t comm) { return reinterpret_cast<c4::Comm*>(comm); }
 ncclComm_t toNccl(c4::Comm* comm) { return reinterpret_cast<ncclComm_t>(comm); }
-c4::DataType toC4(ncclDataType_t dt) { return static_cast<c4::DataType>(dt); }
-c4::RedOp toC4(ncclRedOp_t op) { return static_cast<c4::RedOp>(op); }
+// Enum arguments are read as the raw int the caller passed (c4's enums have a fixed int type, so
+// any value is representable); the core validates them with the other arguments.
+c4::DataType toC4(const ncclDataType_t& dt) { return static_cast<c4::DataType>(rawEnum(&dt)); }
+c4::RedOp toC4(const ncclRedOp_t& op) { return static_cast<c4::RedOp>(rawEnum(&op)); }
 c4::UniqueId toC4(const ncclUniqueId& id) {
   c4::UniqueId out;
   memcpy(out.bytes, id.internal, sizeof(out.bytes));
@@ -125,65 +137,11 @@ ncclResult_t checkPtr(const char* fn, const char* what, const void* p) {
 
 ncclResult_t checkComm(const char* fn, ncclComm_t comm) { return checkPtr(fn, "comm", comm); }
 
-/// A buffer may be null only when it holds no elements.
-ncclResult_t checkBuf(const char* fn, const char* what, const void* p, size_t count) {
-  if (p == nullptr && count > 0) {
-    return fail(ncclInvalidArgument, "%s: %s is NULL but count is %zu", fn, what, count);
-  }
-  return ncclSuccess;
-}
-
-/// The integer a caller passed for an enum argument. Read through memcpy: a garbage value (say -1
-/// for ncclRedOp_t) is outside the enum's range and must be rejected, not loaded as the enum.
-template <typename E>
-int rawEnum(const E* e) {
-  static_assert(sizeof(E) == sizeof(int), "NCCL enums are int-sized");
-  int v = 0;
-  memcpy(&v, e, sizeof(v));
-  return v;
-}
-
 ncclResult_t checkType(const char* fn, const ncclDataType_t* dt) {
   int v = rawEnum(dt);
   if (!c4::isValidDataType(v)) {
     return fail(ncclInvalidArgument, "%s: invalid data type %d (expected 0..%d)", fn, v, c4::kNumDataTypes - 1);
   }
-  return ncclSuccess;
-}
-
-/// Built-in operators are checked here; user operators (>= ncclNumOps) by the core against comm.
-ncclResult_t checkOp(const char* fn, const ncclRedOp_t* op) {
-  int v = rawEnum(op);
-  if (v < 0) {
-    return fail(ncclInvalidArgument, "%s: invalid reduction operator %d", fn, v);
-  }
-  return ncclSuccess;
-}
-
-struct CommShape {
-  int rank = 0;
-  int nranks = 0;
-};
-
-ncclResult_t commShape(ncclComm_t comm, CommShape* shape) {
-  C4_NCCL_CHECK(fromStatus(c4::commCount(toC4(comm), &shape->nranks)));
-  return fromStatus(c4::commUserRank(toC4(comm), &shape->rank));
-}
-
-/// `what` (root or peer) must name a rank of the communicator.
-ncclResult_t checkRank(const char* fn, const char* what, int r, const CommShape& shape) {
-  if (r < 0 || r >= shape.nranks) {
-    return fail(ncclInvalidArgument, "%s: %s %d is out of range (communicator has %d ranks)", fn, what, r,
-                shape.nranks);
-  }
-  return ncclSuccess;
-}
-
-/// Common checks of a collective: comm, type and (for reductions) operator.
-ncclResult_t checkColl(const char* fn, ncclComm_t comm, const ncclDataType_t* dt, const ncclRedOp_t* op) {
-  C4_NCCL_CHECK(checkComm(fn, comm));
-  C4_NCCL_CHECK(checkType(fn, dt));
-  if (op != nullptr) C4_NCCL_CHECK(checkOp(fn, op));
   return ncclSuccess;
 }
 
@@ -558,97 +516,47 @@ ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
 
 ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                             ncclComm_t comm, cudaStream_t stream) {
-  const char* fn = "ncclAllReduce";
-  C4_NCCL_CHECK(checkColl(fn, comm, &datatype, &op));
-  C4_NCCL_CHECK(checkBuf(fn, "sendbuff", sendbuff, count));
-  C4_NCCL_CHECK(checkBuf(fn, "recvbuff", recvbuff, count));
   return fromStatus(c4::allReduce(sendbuff, recvbuff, count, toC4(datatype), toC4(op), toC4(comm), stream));
 }
 
 ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
                             ncclComm_t comm, cudaStream_t stream) {
-  const char* fn = "ncclAllGather";
-  C4_NCCL_CHECK(checkColl(fn, comm, &datatype, nullptr));
-  C4_NCCL_CHECK(checkBuf(fn, "sendbuff", sendbuff, sendcount));
-  C4_NCCL_CHECK(checkBuf(fn, "recvbuff", recvbuff, sendcount));
   return fromStatus(c4::allGather(sendbuff, recvbuff, sendcount, toC4(datatype), toC4(comm), stream));
 }
 
 ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                             ncclComm_t comm, cudaStream_t stream) {
-  const char* fn = "ncclBroadcast";
-  C4_NCCL_CHECK(checkColl(fn, comm, &datatype, nullptr));
-  CommShape shape;
-  C4_NCCL_CHECK(commShape(comm, &shape));
-  C4_NCCL_CHECK(checkRank(fn, "root", root, shape));
-  if (shape.rank == root) C4_NCCL_CHECK(checkBuf(fn, "sendbuff (on root)", sendbuff, count));
-  C4_NCCL_CHECK(checkBuf(fn, "recvbuff", recvbuff, count));
   return fromStatus(c4::broadcast(sendbuff, recvbuff, count, toC4(datatype), root, toC4(comm), stream));
 }
 
 // The deprecated in-place form: buff is both the source (on root) and the destination.
 ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
                         cudaStream_t stream) {
-  const char* fn = "ncclBcast";
-  C4_NCCL_CHECK(checkColl(fn, comm, &datatype, nullptr));
-  CommShape shape;
-  C4_NCCL_CHECK(commShape(comm, &shape));
-  C4_NCCL_CHECK(checkRank(fn, "root", root, shape));
-  C4_NCCL_CHECK(checkBuf(fn, "buff", buff, count));
   return fromStatus(c4::broadcast(buff, buff, count, toC4(datatype), root, toC4(comm), stream));
 }
 
 ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                          int root, ncclComm_t comm, cudaStream_t stream) {
-  const char* fn = "ncclReduce";
-  C4_NCCL_CHECK(checkColl(fn, comm, &datatype, &op));
-  CommShape shape;
-  C4_NCCL_CHECK(commShape(comm, &shape));
-  C4_NCCL_CHECK(checkRank(fn, "root", root, shape));
-  C4_NCCL_CHECK(checkBuf(fn, "sendbuff", sendbuff, count));
-  if (shape.rank == root) C4_NCCL_CHECK(checkBuf(fn, "recvbuff (on root)", recvbuff, count));
   return fromStatus(c4::reduce(sendbuff, recvbuff, count, toC4(datatype), toC4(op), root, toC4(comm), stream));
 }
 
 ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
                                 ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  const char* fn = "ncclReduceScatter";
-  C4_NCCL_CHECK(checkColl(fn, comm, &datatype, &op));
-  C4_NCCL_CHECK(checkBuf(fn, "sendbuff", sendbuff, recvcount));
-  C4_NCCL_CHECK(checkBuf(fn, "recvbuff", recvbuff, recvcount));
   return fromStatus(c4::reduceScatter(sendbuff, recvbuff, recvcount, toC4(datatype), toC4(op), toC4(comm), stream));
 }
 
 ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,
                            cudaStream_t stream) {
-  const char* fn = "ncclAlltoAll";
-  C4_NCCL_CHECK(checkColl(fn, comm, &datatype, nullptr));
-  C4_NCCL_CHECK(checkBuf(fn, "sendbuff", sendbuff, count));
-  C4_NCCL_CHECK(checkBuf(fn, "recvbuff", recvbuff, count));
   return fromStatus(c4::alltoAll(sendbuff, recvbuff, count, toC4(datatype), toC4(comm), stream));
 }
 
 ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                          ncclComm_t comm, cudaStream_t stream) {
-  const char* fn = "ncclGather";
-  C4_NCCL_CHECK(checkColl(fn, comm, &datatype, nullptr));
-  CommShape shape;
-  C4_NCCL_CHECK(commShape(comm, &shape));
-  C4_NCCL_CHECK(checkRank(fn, "root", root, shape));
-  C4_NCCL_CHECK(checkBuf(fn, "sendbuff", sendbuff, count));
-  if (shape.rank == root) C4_NCCL_CHECK(checkBuf(fn, "recvbuff (on root)", recvbuff, count));
   return fromStatus(c4::gather(sendbuff, recvbuff, count, toC4(datatype), root, toC4(comm), stream));
 }
 
 ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                           ncclComm_t comm, cudaStream_t stream) {
-  const char* fn = "ncclScatter";
-  C4_NCCL_CHECK(checkColl(fn, comm, &datatype, nullptr));
-  CommShape shape;
-  C4_NCCL_CHECK(commShape(comm, &shape));
-  C4_NCCL_CHECK(checkRank(fn, "root", root, shape));
-  if (shape.rank == root) C4_NCCL_CHECK(checkBuf(fn, "sendbuff (on root)", sendbuff, count));
-  C4_NCCL_CHECK(checkBuf(fn, "recvbuff", recvbuff, count));
   return fromStatus(c4::scatter(sendbuff, recvbuff, count, toC4(datatype), root, toC4(comm), stream));
 }
 
@@ -656,23 +564,11 @@ ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count, nc
 
 ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                        cudaStream_t stream) {
-  const char* fn = "ncclSend";
-  C4_NCCL_CHECK(checkColl(fn, comm, &datatype, nullptr));
-  CommShape shape;
-  C4_NCCL_CHECK(commShape(comm, &shape));
-  C4_NCCL_CHECK(checkRank(fn, "peer", peer, shape));
-  C4_NCCL_CHECK(checkBuf(fn, "sendbuff", sendbuff, count));
   return fromStatus(c4::send(sendbuff, count, toC4(datatype), peer, toC4(comm), stream));
 }
 
 ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                        cudaStream_t stream) {
-  const char* fn = "ncclRecv";
-  C4_NCCL_CHECK(checkColl(fn, comm, &datatype, nullptr));
-  CommShape shape;
-  C4_NCCL_CHECK(commShape(comm, &shape));
-  C4_NCCL_CHECK(checkRank(fn, "peer", peer, shape));
-  C4_NCCL_CHECK(checkBuf(fn, "recvbuff", recvbuff, count));
   return fromStatus(c4::recv(recvbuff, count, toC4(datatype), peer, toC4(comm), stream));
 }
 

@@ -212,8 +212,7 @@ Status commInitFromEnv(Comm** comm, const Config& config) {
   LaunchInfo info;
   C4_CHECK_RECORD(readLaunchInfo(&info));
   UniqueId id;
-  int64_t timeoutMs = 300000;
-  C4_CHECK_RECORD(uniqueIdFromLaunch(info, timeoutMs, &id));
+  C4_CHECK_RECORD(uniqueIdFromLaunch(info, commTimeoutMs(), &id));
   return commInitRank(comm, info.nranks, id, info.rank, config);
 }
 

@@ -22,6 +22,8 @@ C4_PARAM_INT(Timeout, "C4_TIMEOUT", nullptr, 300,
              "error naming whom it waited for")
 C4_PARAM_INT(ScheduleCache, "C4_SCHEDULE_CACHE", nullptr, 64, "Generated schedules kept per communicator (LRU)")
 
+int64_t commTimeoutMs() { return std::max<int64_t>(1, paramTimeout()) * 1000; }
+
 namespace {
 std::mutex& registryMu() {
   static auto* m = new std::mutex();
@@ -108,7 +110,7 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   nranks = n;
   config = cfg;
   tag = commTagOf(id);
-  timeoutMs = std::max<int64_t>(1, paramTimeout()) * 1000;
+  timeoutMs = commTimeoutMs();
 
   RankInfo mine;
   mine.hostId = localHostId();
@@ -166,10 +168,10 @@ Status Comm::connection(int peer, transport::Connection** out) {
   if (!t) {
     const RankInfo& p = peers[static_cast<size_t>(peer)];
     return makeError(Code::kInvalidUsage,
-                     "rank %d: no transport reaches rank %d on host %s (%d host(s) in the communicator): only the "
-                     "shared-memory transport is available in this build; network transports are not implemented "
-                     "yet",
-                     rank, peer, p.hostname, 0);
+                     "rank %d: no transport reaches rank %d on host %s (host id %016llx; this rank is on another "
+                     "host): only the shared-memory transport is available in this build, network transports are "
+                     "not implemented yet",
+                     rank, peer, p.hostname, static_cast<unsigned long long>(p.hostId));
   }
   return t->connect(peer, out);
 }

@@ -134,6 +134,9 @@ struct Comm {
   size_t scratchBytes_ = 0;
 };
 
+/// C4_TIMEOUT in milliseconds: how long any wait (bootstrap, a peer, a collective) may see no progress.
+int64_t commTimeoutMs();
+
 /// Live-communicator registry, so a destroyed or bogus pointer is an error, not a crash.
 void registerComm(Comm* c);
 void unregisterComm(Comm* c);
