@@ -39,6 +39,8 @@ thread_local GroupState tGroup;
 /// Records a failure as the thread's last error (and the group's, inside a group).
 Status record(Status&& st) {
   if (!st.isOk()) {
+    // A rejected argument is first understood here; failures from below were logged where they arose.
+    if (st.code() == Code::kInvalidArgument) C4_WARN(kLogCall, "%s", st.message().c_str());
     tLastError = st.message();
     if (tGroup.depth > 0 && tGroup.error.isOk()) tGroup.error = st;
   }
