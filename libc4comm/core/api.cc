@@ -65,11 +65,7 @@ Status checkComm(const Comm* c) {
 Status checkUsable(Comm* c) {
   C4_CHECK(checkComm(c));
   if (c->finalized) return makeError(Code::kInvalidUsage, "rank %d: communicator was finalized", c->rank);
-  if (c->failed.load()) {
-    std::lock_guard<std::mutex> g(c->errMu);
-    return Status(c->asyncError.code(), "communicator failed earlier: " + c->asyncError.message());
-  }
-  return Status::ok();
+  return c->failure();
 }
 
 Status checkType(DataType dt) {

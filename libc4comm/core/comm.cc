@@ -200,6 +200,12 @@ void Comm::fail(const Status& st) {
   if (bootstrap) bootstrap->abort();
 }
 
+Status Comm::failure() {
+  if (!failed.load(std::memory_order_acquire)) return Status::ok();
+  std::lock_guard<std::mutex> g(errMu);
+  return Status(asyncError.code(), "communicator failed earlier: " + asyncError.message());
+}
+
 void* Comm::scratch(size_t bytes) {
   if (bytes > scratchBytes_) {
     free(scratch_);
@@ -471,11 +477,7 @@ void Comm::finish(Prepared* p) {
 }
 
 Status Comm::runCollective(const OpDesc& op) {
-  // The common case (one blocking call) without the group machinery.
-  if (failed.load(std::memory_order_relaxed)) {
-    std::lock_guard<std::mutex> g(errMu);
-    return Status(asyncError.code(), "communicator failed earlier: " + asyncError.message());
-  }
+  // The common case (one blocking call) without the group machinery. The API checked failure().
   Prepared p;
   Status st = prepareCollective(op, &p);
   if (st.isOk()) st = startPrepared(&p);

@@ -88,6 +88,8 @@ struct Comm {
   Status progressTransports();
   /// Records the first asynchronous error, tells peers (abort of transports).
   void fail(const Status& st);
+  /// Ok, or the error every call on a failed communicator returns.
+  Status failure();
 
   void* scratch(size_t bytes);
 

@@ -42,19 +42,12 @@ struct Lane {
   }
 };
 
-Status communicatorState(Comm* c) {
-  if (c->failed.load()) {
-    std::lock_guard<std::mutex> g(c->errMu);
-    return Status(c->asyncError.code(), "communicator failed earlier: " + c->asyncError.message());
-  }
-  return Status::ok();
-}
 }  // namespace
 
 Status runGroupItems(std::vector<GroupItem>& items) {
   std::vector<Lane> lanes;
   for (GroupItem& it : items) {
-    C4_CHECK(communicatorState(it.comm));
+    C4_CHECK(it.comm->failure());
     Lane* lane = nullptr;
     for (Lane& l : lanes)
       if (l.comm == it.comm) lane = &l;

@@ -249,6 +249,10 @@ TEST(Failure, DeadPeerIsNamedNotAHang) {
         std::vector<float> b(1 << 20, 1.0f);
         st = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
         Failures f{st.isOk() ? std::string("UNEXPECTED-OK") : st.message()};
+        // Every later call on the failed communicator returns the recorded error at once.
+        c4::Status again = c4::allReduce(b.data(), b.data(), 1, c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+        if (again.isOk() || again.message().find("failed earlier") == std::string::npos)
+          f.push_back("UNEXPECTED-OK: later call on a failed communicator: " + again.toString());
         (void)c4::commAbort(comm);
         return f;
       },
