@@ -48,12 +48,20 @@ struct ReduceSpec {
   kernels::KOp op = kernels::KOp::kSum;
 };
 
+/// What the sender knows about the matching receive; a transport may choose its protocol by it.
+struct SendHint {
+  // The receive is a plain copy and the plan prefers it done in one copy from the sender's buffer
+  // where the transport can. False for data the receiver reduces and where streaming measured
+  // faster (the planner decides; see TuneResult::singleCopy).
+  bool singleCopy = true;
+};
+
 class Connection {
  public:
   virtual ~Connection() = default;
   virtual int peer() const = 0;
   /// Queues `bytes` from buf to the peer. buf must stay valid and unmodified until req is done.
-  virtual Status isend(const void* buf, size_t bytes, const OpSig& sig, Request* req) = 0;
+  virtual Status isend(const void* buf, size_t bytes, const OpSig& sig, Request* req, SendHint hint = {}) = 0;
   /// Queues a receive of exactly `bytes` into dst (or, with red, reduced into dst as data arrives,
   /// in pieces, in order). dst must stay valid until req is done.
   virtual Status irecv(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) = 0;
@@ -63,6 +71,9 @@ class Connection {
 struct Caps {
   double latencyUs = 10.0;
   double bwGBps = 1.0;
+  // Plain (non-reducing) messages above this size go in one copy straight from the sender's buffer,
+  // so cutting them into pipeline chunks only adds handshakes (SIZE_MAX: never).
+  size_t singleCopyBytes = SIZE_MAX;
   bool sameHostOnly = false;
   bool deviceMemory = false;
 };

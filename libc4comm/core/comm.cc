@@ -233,12 +233,13 @@ Result<Comm::CachedPlan*> Comm::cachedPlan(const sched::CollArgs& args, size_t n
   C4_ASSIGN_OR_RETURN(sched::Schedule s, sched::generate(tr.algo, a));
   auto entry = std::make_unique<CachedPlan>();
   buildPlan(s, &entry->plan);
+  entry->plan.singleCopy = tr.singleCopy;
   entry->schedScratch = alignUp(s.scratchBytes);
   entry->algo = tr.algo;
   C4_CHECK(entry->exec.bind(this, &entry->plan));
-  C4_INFO(kLogTuning, "rank %d: %s %zu bytes (%s): algorithm %s, chunk %zu bytes, %zu steps: %s", rank,
+  C4_INFO(kLogTuning, "rank %d: %s %zu bytes (%s): algorithm %s, chunk %zu bytes, %zu steps%s: %s", rank,
           collName(args.coll), nominalBytes, dataTypeName(args.dtype), sched::algoName(tr.algo), tr.chunkBytes,
-          s.steps.size(), tr.why.c_str());
+          s.steps.size(), tr.singleCopy ? ", single copy allowed" : "", tr.why.c_str());
   size_t limit = static_cast<size_t>(std::max<int64_t>(1, paramScheduleCache()));
   while (cache_.size() >= limit) {
     cache_.erase(lru_.back());

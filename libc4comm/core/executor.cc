@@ -44,6 +44,7 @@ void buildPlan(const sched::Schedule& s, ExecPlan* plan) {
       case StepKind::kSend:
         e.src = ref(st.src);
         e.bytes = st.src.bytes;
+        e.peerReduces = st.peerReduces;
         break;
       case StepKind::kRecv:
         e.dst = ref(st.dst);
@@ -173,7 +174,8 @@ Status Executor::postReady() {
     while (q.nextSend < q.sends.size() && remaining_[q.sends[q.nextSend]] == 0) {
       uint32_t idx = q.sends[q.nextSend++];
       const ExecStep& s = plan_->steps[idx];
-      C4_CHECK(q.conn->isend(addr(s.src), s.bytes, plan_->sigOf(s), &reqs_[idx]));
+      C4_CHECK(q.conn->isend(addr(s.src), s.bytes, plan_->sigOf(s), &reqs_[idx],
+                             transport::SendHint{plan_->singleCopy && !s.peerReduces}));
       inflight_.push_back(idx);
       progressed_ = true;
     }

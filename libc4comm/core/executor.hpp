@@ -34,6 +34,7 @@ struct ExecStep {
   int32_t peer = -1;
   BufRef src, src2, dst;
   size_t bytes = 0;
+  bool peerReduces = false;           // kSend: the peer reduces what it receives (transport protocol hint)
   uint32_t depBegin = 0, depEnd = 0;  // range in ExecPlan::deps (indices of earlier steps)
   uint32_t sigIdx = UINT32_MAX;       // index in ExecPlan::sigs, or the plan's sig
 };
@@ -46,6 +47,7 @@ struct ExecPlan {
   std::vector<OpSig> sigs;  // per-step signatures (point-to-point batches)
   DataType dtype = DataType::kFloat32;
   kernels::KOp op = kernels::KOp::kSum;
+  bool singleCopy = true;  // plain receives may read the sender's buffer (see TuneResult)
 
   /// Appends a step; `deps` are indices of earlier steps.
   void add(const ExecStep& s, const int32_t* depList, size_t ndeps);

@@ -180,6 +180,17 @@ TuneResult Tuner::choose(Coll coll, size_t bytes) const {
     size_t per = bytes / static_cast<size_t>(std::max(1, nranks_));
     r.chunkBytes = std::min<size_t>(std::max<size_t>(per / 4, 128 << 10), 1 << 20);
   }
+  // Single copy (the receiver reads the sender's buffer) where it measured faster than streaming
+  // through the transport's buffers: data movement that is not forwarded down a chain. Broadcast
+  // pipelines through a chain, where the sender's half of a streamed copy overlaps the receiver's,
+  // and reductions stream so that the receiver reduces straight out of shared memory
+  // (docs/shm-transport.md has the measurements).
+  r.singleCopy = coll == Coll::kAllGather || coll == Coll::kAlltoAll || coll == Coll::kGather || coll == Coll::kScatter;
+  if (r.singleCopy && chunkOverride_ == 0 && r.chunkBytes > caps_.singleCopyBytes) {
+    // Each chunk then costs a handshake and stages nothing: send whole blocks. (2 ranks, 64 MiB
+    // AllGather: 1 MiB chunks took 1.4x as long as whole blocks.)
+    r.chunkBytes = std::max<size_t>(bytes / static_cast<size_t>(std::max(1, nranks_)), r.chunkBytes);
+  }
   return r;
 }
 

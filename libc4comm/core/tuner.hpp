@@ -17,6 +17,8 @@ namespace c4 {
 struct TuneResult {
   sched::Algo algo = sched::Algo::kRing;
   size_t chunkBytes = 0;
+  // Plain receives may be served in one copy from the sender's buffer (SendHint::singleCopy).
+  bool singleCopy = false;
   std::string why;  // one line for C4_DEBUG=INFO
 };
 

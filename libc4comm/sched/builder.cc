@@ -140,12 +140,13 @@ int Builder::add(Step step, const Span* reads, int nreads, const Span* write) {
   return idx;
 }
 
-int Builder::send(int peer, Span src) {
+int Builder::send(int peer, Span src, bool peerReduces) {
   if (src.bytes == 0) return -1;
   Step s;
   s.kind = StepKind::kSend;
   s.peer = peer;
   s.src = src;
+  s.peerReduces = peerReduces;
   return add(std::move(s), &src, 1, nullptr);
 }
 

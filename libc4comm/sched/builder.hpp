@@ -67,7 +67,9 @@ class Builder {
 
   /// Each returns the new step's index, or -1 when nothing was emitted (empty span; a copy onto
   /// itself is still emitted because the executor treats it as a no-op).
-  int send(int peer, Span src);
+  /// `peerReduces`: the peer receives this with recvReduce (see Step::peerReduces).
+  int send(int peer, Span src, bool peerReduces = false);
+  int sendToReduce(int peer, Span src) { return send(peer, src, true); }
   int recv(int peer, Span dst);
   int recvReduce(int peer, Span src, Span dst);
   int copy(Span src, Span dst);

@@ -38,7 +38,7 @@ void rhdAllReduce(Builder& b) {
   const size_t count = b.count();
   const Range all{0, count};
   if (f.nr < 0) {
-    for (Range p : b.piecesOf(all)) b.send(r + 1, b.in(p));
+    for (Range p : b.piecesOf(all)) b.sendToReduce(r + 1, b.in(p));
     for (Range p : b.piecesOf(all)) b.recv(r + 1, b.out(p));
     return;
   }
@@ -59,7 +59,7 @@ void rhdAllReduce(Builder& b) {
     const Range give = upper ? elems(lo, mid) : elems(mid, hi);
     const Range keep = upper ? elems(mid, hi) : elems(lo, mid);
     interleave(
-        b.piecesOf(give), b.piecesOf(keep), [&](Range p) { b.send(partner, inOut ? b.out(p) : b.in(p)); },
+        b.piecesOf(give), b.piecesOf(keep), [&](Range p) { b.sendToReduce(partner, inOut ? b.out(p) : b.in(p)); },
         [&](Range p) { b.recvReduce(partner, inOut ? b.out(p) : b.in(p), b.out(p)); });
     inOut = true;
     if (upper) {
@@ -122,7 +122,7 @@ void rhdReduceScatter(Builder& b) {
   const size_t count = b.count();
   auto blocks = [&](int a, int c) { return Range{static_cast<size_t>(a) * count, static_cast<size_t>(c - a) * count}; };
   if (f.nr < 0) {
-    for (Range p : b.piecesOf(blocks(0, n))) b.send(r + 1, b.in(p));
+    for (Range p : b.piecesOf(blocks(0, n))) b.sendToReduce(r + 1, b.in(p));
     for (Range p : b.piecesOf(Range{0, count})) b.recv(r + 1, b.out(p));
     return;
   }
@@ -147,7 +147,7 @@ void rhdReduceScatter(Builder& b) {
     const bool last = mask == 1 && !f.folded;
     const size_t ownOff = static_cast<size_t>(r) * count;
     interleave(
-        b.piecesOf(give), b.piecesOf(keep), [&](Range p) { b.send(partner, inWork ? work(p) : b.in(p)); },
+        b.piecesOf(give), b.piecesOf(keep), [&](Range p) { b.sendToReduce(partner, inWork ? work(p) : b.in(p)); },
         [&](Range p) {
           const Span src = inWork ? work(p) : b.in(p);
           b.recvReduce(partner, src, last ? b.out(Range{p.off - ownOff, p.len}) : work(p));

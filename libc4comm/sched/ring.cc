@@ -13,7 +13,8 @@ void ringAllReduce(Builder& b) {
   // hop computing out = in op incoming, so every element is reduced in one order.
   for (int k = 0; k < n - 1; ++k) {
     interleave(
-        b.piecesOf(seg(r - k)), b.piecesOf(seg(r - k - 1)), [&](Range p) { b.send(next, k == 0 ? b.in(p) : b.out(p)); },
+        b.piecesOf(seg(r - k)), b.piecesOf(seg(r - k - 1)),
+        [&](Range p) { b.sendToReduce(next, k == 0 ? b.in(p) : b.out(p)); },
         [&](Range p) { b.recvReduce(prev, b.in(p), b.out(p)); });
   }
   // Allgather: rank r owns segment r+1 and forwards what it received one hop earlier.
@@ -50,7 +51,7 @@ void ringReduceScatter(Builder& b) {
   for (int k = 0; k < n - 1; ++k) {
     const int sb = mod(r - 1 - k, n), rb = mod(r - 2 - k, n);
     interleave(
-        ps, ps, [&](Range p) { b.send(next, k == 0 ? b.in(blk(sb, p)) : b.scratch(slot(sb, p))); },
+        ps, ps, [&](Range p) { b.sendToReduce(next, k == 0 ? b.in(blk(sb, p)) : b.scratch(slot(sb, p))); },
         [&](Range p) {
           if (rb == r) {
             b.recvReduce(prev, b.in(blk(rb, p)), b.out(p));
@@ -84,12 +85,12 @@ void ringReduce(Builder& b) {
   // Chain root+1 -> root+2 -> ... -> root-1 -> root; intermediate ranks accumulate in scratch.
   for (Range p : b.piecesOf(Range{0, b.count()})) {
     if (v == 1) {
-      b.send(next, b.in(p));
+      b.sendToReduce(next, b.in(p));
     } else if (v == 0) {
       b.recvReduce(prev, b.in(p), b.out(p));
     } else {
       b.recvReduce(prev, b.in(p), b.scratch(p));
-      b.send(next, b.scratch(p));
+      b.sendToReduce(next, b.scratch(p));
     }
   }
 }

@@ -8,7 +8,8 @@
 //    including sends still reading it (write-after-read).
 //  * Send and receive steps to/from one peer are posted in index order; the k-th send this rank
 //    posts to P matches the k-th receive P posts from this rank, and both have the same byte count.
-//    Zero-byte sends/receives are never emitted (both sides skip them consistently).
+//    Zero-byte sends/receives are never emitted (both sides skip them consistently). A send's
+//    peerReduces says whether that matching receive is a kRecvReduce.
 //  * Buffers: kInput is the caller's sendbuff, kOutput its recvbuff, kScratch a communicator-owned
 //    area of `scratchBytes`. In-place calls alias kInput and kOutput as NCCL defines (AllReduce,
 //    Broadcast, Reduce: same pointer; AllGather: input == output + rank*count; ReduceScatter:
@@ -54,6 +55,10 @@ struct Step {
   Span src2;
   Span dst;
   std::vector<int32_t> deps;
+  // kSend only: the matching receive is a kRecvReduce. Transports pick their protocol by it (shm
+  // reads a plain receive straight from the sender's buffer, but streams a reduced one through its
+  // ring so the receiver reduces out of shared slots). The simulator checks it against the peer.
+  bool peerReduces = false;
 };
 
 enum class Algo : uint8_t { kRing = 0, kTree = 1, kRhd = 2, kDirect = 3 };

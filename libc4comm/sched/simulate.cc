@@ -311,6 +311,12 @@ class Simulator {
             return usage(strFormat("size mismatch: %s sends %zu bytes; the matching receive %s expects %zu bytes",
                                    where(a, s[k], ss).c_str(), msgBytes(ss), where(b, v[k], rs).c_str(), msgBytes(rs)));
           }
+          if (ss.peerReduces != (rs.kind == StepKind::kRecvReduce)) {
+            return usage(strFormat("protocol hint wrong: %s is marked %s but the matching receive %s %s",
+                                   where(a, s[k], ss).c_str(), ss.peerReduces ? "peerReduces" : "plain",
+                                   where(b, v[k], rs).c_str(),
+                                   rs.kind == StepKind::kRecvReduce ? "reduces" : "does not reduce"));
+          }
         }
         if (s.size() > v.size()) {
           const int i = s[v.size()];

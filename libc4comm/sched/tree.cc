@@ -74,7 +74,7 @@ void treeAllReduce(Builder& b) {
         started[e.piece] = 1;
         break;
       case 1:
-        b.send(e.peer, started[e.piece] ? b.out(p) : b.in(p));
+        b.sendToReduce(e.peer, started[e.piece] ? b.out(p) : b.in(p));
         break;
       case 2:
         b.recv(e.peer, b.out(p));
@@ -109,7 +109,7 @@ void treeReduce(Builder& b) {
       b.recvReduce(c, first ? b.in(p) : acc, acc);
       first = false;
     }
-    if (t.parent >= 0) b.send(t.parent, first ? b.in(p) : acc);
+    if (t.parent >= 0) b.sendToReduce(t.parent, first ? b.in(p) : acc);
   }
 }
 

@@ -213,6 +213,13 @@ TEST(SimulateTest, RecvReduceAndLocalSteps) {
   red.deps = {0};
   w.scheds[0].steps = {send(1, sp(BufId::kInput, 0, 8))};
   w.scheds[1].steps = {rr, red};
+  // The send must say its receiver reduces (transports choose their protocol by it).
+  Status st = w.run(3);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("protocol hint wrong"), std::string::npos) << st.message();
+  w.scheds[0].steps[0].peerReduces = true;
+  std::memcpy(w.mem[0].data(), v0, 8);
+  std::memcpy(w.mem[1].data(), v1, 8);
   ASSERT_TRUE(w.run(3).isOk());
   int32_t out[4];
   std::memcpy(out, w.mem[1].data() + 32, 16);

@@ -203,7 +203,7 @@ class ShmConnection final : public Connection {
   }
 
   int peer() const override { return peer_; }
-  Status isend(const void* buf, size_t bytes, const OpSig& sig, Request* req) override;
+  Status isend(const void* buf, size_t bytes, const OpSig& sig, Request* req, SendHint hint = {}) override;
   Status irecv(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) override;
 
   bool pending() const { return !sends_.empty() || !acks_.empty() || !recvs_.empty(); }
@@ -363,7 +363,7 @@ char* ShmConnection::slotAt(char* channel, uint64_t n) const {
   return channel + kSlotsOffset + (n % t_->numSlots()) * t_->slotBytes();
 }
 
-Status ShmConnection::isend(const void* buf, size_t bytes, const OpSig& sig, Request* req) {
+Status ShmConnection::isend(const void* buf, size_t bytes, const OpSig& sig, Request* req, SendHint hint) {
   req->state = Request::kPending;
   req->error = Status();
   const Status& ab = t_->abortStatus();
@@ -377,7 +377,11 @@ Status ShmConnection::isend(const void* buf, size_t bytes, const OpSig& sig, Req
     failRequest(req, e);
     return e;
   }
-  bool single = bytes > t_->singleThreshold(samePid_) && t_->singleCopyTo(samePid_);
+  // Single copy: the receiver reads straight from buf. Between processes only where the plan asks
+  // for it: a receive that reduces would need CMA into staging and a second pass, slower than
+  // reducing out of the ring's shared slots (docs/shm-transport.md). Within a process the reader
+  // reduces straight from buf, which always wins.
+  bool single = bytes > t_->singleThreshold(samePid_) && t_->singleCopyTo(samePid_) && (samePid_ || hint.singleCopy);
   sends_.push_back(SendOp{static_cast<const char*>(buf), bytes, sig, req, 0, false, single});
   t_->activate(this);
   return Status::ok();
@@ -749,6 +753,17 @@ Caps ShmTransport::caps() const {
   // DRAM-bound at 7-8 GB/s with single copy and ~5-7 GB/s through the ring.
   c.latencyUs = 0.3;
   c.bwGBps = singleCopy_ && cmaOk_ ? 8.0 : 5.0;
+  if (singleCopy_) {
+    bool allSamePid = true;
+    for (int r = 0; r < nranks_; ++r)
+      if (hostIds_[r] == hostIds_[rank_] && (r >= static_cast<int>(pids_.size()) || pids_[r] != pid_))
+        allSamePid = false;
+    if (allSamePid) {
+      c.singleCopyBytes = localCopyThreshold_;
+    } else if (cmaOk_) {
+      c.singleCopyBytes = singleThreshold_;
+    }
+  }
   c.sameHostOnly = true;
   c.deviceMemory = false;
   return c;

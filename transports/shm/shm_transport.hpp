@@ -23,9 +23,10 @@ C4_PARAM_INT(ShmSlots, "C4_SHM_SLOTS", nullptr, 8, "shm: slots per channel ring 
 C4_PARAM_INT(ShmCma, "C4_SHM_CMA", nullptr, 1,
              "shm: 1 = single-copy large messages allowed (CMA between processes, memcpy between ranks of one "
              "process); 0 = stream everything through the ring")
-C4_PARAM_INT(ShmCmaThreshold, "C4_SHM_CMA_THRESHOLD", nullptr, -1,
-             "shm: messages between processes larger than this many bytes use CMA single copy; -1 = never (the "
-             "ring of shared slots measured faster at every size, see docs/shm-transport.md)")
+C4_PARAM_INT(ShmCmaThreshold, "C4_SHM_CMA_THRESHOLD", nullptr, 65536,
+             "shm: messages between processes larger than this many bytes use CMA single copy where the plan "
+             "allows it (AllGather, AlltoAll, Gather, Scatter, Send/Recv; the rest stream through the ring); -1 = "
+             "never (see docs/shm-transport.md)")
 C4_PARAM_INT(ShmLocalCopyThreshold, "C4_SHM_LOCAL_COPY_THRESHOLD", nullptr, 32768,
              "shm: messages between ranks of one process larger than this use a direct memcpy from the sender")
 C4_PARAM_INT(ShmCmaPiece, "C4_SHM_CMA_PIECE", nullptr, 262144,
