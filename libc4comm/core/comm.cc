@@ -230,6 +230,7 @@ Result<Comm::CachedPlan*> Comm::cachedPlan(const sched::CollArgs& args, size_t n
   TuneResult tr = tuner.choose(args.coll, nominalBytes);
   sched::CollArgs a = args;
   a.chunkBytes = tr.chunkBytes;
+  a.hostOf = tuner.hostOf();
   C4_ASSIGN_OR_RETURN(sched::Schedule s, sched::generate(tr.algo, a));
   auto entry = std::make_unique<CachedPlan>();
   buildPlan(s, &entry->plan);

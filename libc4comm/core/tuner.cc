@@ -2,7 +2,9 @@
 
 #include <strings.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "common/logging.hpp"
 #include "common/params.hpp"
@@ -11,7 +13,7 @@
 namespace c4 {
 
 C4_PARAM_STR(Algo, "C4_ALGO", "NCCL_ALGO", "",
-             "Force the algorithm: ring, tree, rhd or direct, for all collectives or per collective "
+             "Force the algorithm: ring, tree, rhd, direct or hier, for all collectives or per collective "
              "(\"allreduce:rhd,broadcast:tree\"); unsupported choices fall back to the tuner's")
 C4_PARAM_INT(ChunkSize, "C4_CHUNK_SIZE", nullptr, 0, "Pipelining chunk size in bytes (0: chosen by the tuner)")
 
@@ -55,7 +57,8 @@ Status Tuner::init(int nranks, int nhosts, const transport::Caps& caps) {
     std::string algoName = colon == std::string::npos ? item : trim(item.substr(colon + 1));
     sched::Algo a;
     if (!sched::parseAlgo(algoName, &a)) {
-      C4_WARN(kLogTuning, "C4_ALGO: unknown algorithm '%s' ignored (known: ring, tree, rhd, direct)", algoName.c_str());
+      C4_WARN(kLogTuning, "C4_ALGO: unknown algorithm '%s' ignored (known: ring, tree, rhd, direct, hier)",
+              algoName.c_str());
       continue;
     }
     if (colon == std::string::npos) {
@@ -70,6 +73,41 @@ Status Tuner::init(int nranks, int nhosts, const transport::Caps& caps) {
     }
   }
   return Status::ok();
+}
+
+void Tuner::setHosts(const std::vector<int32_t>& hostOf, const transport::Caps& intra, const transport::Caps& inter) {
+  hostOf_ = hostOf;
+  intra_ = intra;
+  inter_ = inter;
+  std::map<int32_t, int> sizes;
+  for (int32_t h : hostOf) ++sizes[h];
+  nhosts_ = static_cast<int>(sizes.size());
+  ranksPerHost_ = sizes.empty() ? 0 : sizes.begin()->second;
+  for (const auto& kv : sizes)
+    if (kv.second != ranksPerHost_) ranksPerHost_ = 0;
+}
+
+double Tuner::hierAllReduceUs(size_t bytes) const {
+  // Phases run one after the other. Between hosts a host's ranks share its NIC(s), so the
+  // network term is what one host sends: 2 (H-1)/H of the vector with L equal ranks per host
+  // (each of L rings carries 1/L), or the whole leader ring's share otherwise.
+  const double b = static_cast<double>(bytes);
+  const double H = nhosts_;
+  const double red = kReduceGBps * 1e3;
+  const double bi = intra_.bwGBps * 1e3, bn = inter_.bwGBps * 1e3;
+  const double net = 2 * (H - 1) * inter_.latencyUs + 2 * (H - 1) / H * b / bn;
+  if (ranksPerHost_ > 0) {
+    // Reduce-scatter + allgather inside the host, then each rank reduces 1/L of the vector's share.
+    const double L = ranksPerHost_;
+    return 2 * (L - 1) * intra_.latencyUs + 2 * (L - 1) / L * b / bi + (L - 1) / L * b / red + net +
+           (H - 1) / H * b / L / red;
+  }
+  // Chain reduce and chain broadcast inside the largest host (pipelined), the leaders' ring.
+  int most = 0;
+  std::map<int32_t, int> sizes;
+  for (int32_t h : hostOf_) most = std::max(most, ++sizes[h]);
+  const double L = most;
+  return 2 * (L - 1) * intra_.latencyUs + 2 * b / bi + b / red + net + (H - 1) / H * b / red;
 }
 
 double Tuner::estimateUs(sched::Algo algo, Coll coll, size_t bytes) const {
@@ -97,6 +135,8 @@ double Tuner::estimateUs(sched::Algo algo, Coll coll, size_t bytes) const {
         // Every rank receives and reduces the whole vector from every peer.
         case sched::Algo::kDirect:
           return lat + (n - 1) * b / net + (n - 1) * b / red;
+        case sched::Algo::kHier:
+          return nhosts_ > 1 && !hostOf_.empty() ? hierAllReduceUs(bytes) : 1e30;
       }
       break;
     case Coll::kReduceScatter:

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "c4comm/status.hpp"
 #include "c4comm/types.hpp"
@@ -26,16 +27,27 @@ class Tuner {
  public:
   /// Reads the overrides; `caps` is the cost model of the slowest transport in use.
   Status init(int nranks, int nhosts, const transport::Caps& caps);
+  /// For ranks on several hosts: the host index of every rank and the cost models inside a host
+  /// (`intra`) and between hosts (`inter`). Makes the hierarchical algorithms candidates; without
+  /// it every rank pair is modelled with init's caps.
+  void setHosts(const std::vector<int32_t>& hostOf, const transport::Caps& intra, const transport::Caps& inter);
+  /// The host map given to setHosts (empty if none), for the generators.
+  const std::vector<int32_t>& hostOf() const { return hostOf_; }
   /// `bytes` is the collective's size as nccl-tests counts it (the larger of input and output).
   TuneResult choose(Coll coll, size_t bytes) const;
   /// Estimated time in microseconds of `algo` for this size (the cost model the choice uses).
   double estimateUs(sched::Algo algo, Coll coll, size_t bytes) const;
 
  private:
+  double hierAllReduceUs(size_t bytes) const;
+
   static constexpr double kReduceGBps = 10.0;
   int nranks_ = 1;
   int nhosts_ = 1;
   transport::Caps caps_;
+  std::vector<int32_t> hostOf_;
+  transport::Caps intra_, inter_;
+  int ranksPerHost_ = 0;                 // when every host has the same number of ranks, else 0
   std::array<int, kNumColls> forced_{};  // -1: no override, else an Algo
   size_t chunkOverride_ = 0;
 };

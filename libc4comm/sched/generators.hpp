@@ -33,4 +33,7 @@ void directAlltoAll(Builder& b);
 void directGather(Builder& b);
 void directScatter(Builder& b);
 
+// hier.cc (reads CollArgs::hostOf)
+void hierAllReduce(Builder& b);
+
 }  // namespace c4::sched::detail

@@ -15,15 +15,17 @@ using Generator = void (*)(detail::Builder&);
 /// kGenerators[coll][algo]; nullptr where the pair has no generator.
 constexpr int kNumGenColls = static_cast<int>(Coll::kScatter) + 1;
 const Generator kGenerators[kNumGenColls][kNumAlgos] = {
-    // ring, tree, rhd, direct
-    {detail::ringAllReduce, detail::treeAllReduce, detail::rhdAllReduce, detail::directAllReduce},  // AllReduce
-    {detail::ringAllGather, nullptr, detail::rhdAllGather, detail::directAllGather},                // AllGather
-    {detail::ringBroadcast, detail::treeBroadcast, nullptr, detail::directBroadcast},               // Broadcast
-    {detail::ringReduceScatter, nullptr, detail::rhdReduceScatter, detail::directReduceScatter},    // ReduceScatter
-    {detail::ringReduce, detail::treeReduce, nullptr, detail::directReduce},                        // Reduce
-    {nullptr, nullptr, nullptr, detail::directAlltoAll},                                            // AlltoAll
-    {nullptr, nullptr, nullptr, detail::directGather},                                              // Gather
-    {nullptr, nullptr, nullptr, detail::directScatter},                                             // Scatter
+    // ring, tree, rhd, direct, hier
+    {detail::ringAllReduce, detail::treeAllReduce, detail::rhdAllReduce, detail::directAllReduce,
+     detail::hierAllReduce},                                                                    // AllReduce
+    {detail::ringAllGather, nullptr, detail::rhdAllGather, detail::directAllGather, nullptr},   // AllGather
+    {detail::ringBroadcast, detail::treeBroadcast, nullptr, detail::directBroadcast, nullptr},  // Broadcast
+    {detail::ringReduceScatter, nullptr, detail::rhdReduceScatter, detail::directReduceScatter,
+     nullptr},                                                                         // ReduceScatter
+    {detail::ringReduce, detail::treeReduce, nullptr, detail::directReduce, nullptr},  // Reduce
+    {nullptr, nullptr, nullptr, detail::directAlltoAll, nullptr},                      // AlltoAll
+    {nullptr, nullptr, nullptr, detail::directGather, nullptr},                        // Gather
+    {nullptr, nullptr, nullptr, detail::directScatter, nullptr},                       // Scatter
 };
 
 Generator generatorFor(Algo algo, Coll coll) {
@@ -48,6 +50,8 @@ const char* algoName(Algo a) {
       return "rhd";
     case Algo::kDirect:
       return "direct";
+    case Algo::kHier:
+      return "hier";
   }
   return "unknown-algo";
 }
@@ -64,6 +68,8 @@ bool parseAlgo(const std::string& name, Algo* out) {
     a = Algo::kRhd;
   } else if (s == "direct" || s == "pat") {
     a = Algo::kDirect;
+  } else if (s == "hier" || s == "hierarchical") {
+    a = Algo::kHier;
   } else {
     return false;
   }
@@ -87,6 +93,9 @@ Result<Schedule> generate(Algo algo, const CollArgs& args) {
   Generator gen = generatorFor(algo, args.coll);
   if (gen == nullptr) {
     return makeError(Code::kInvalidArgument, "schedule: no %s algorithm for %s", algoName(algo), collName(args.coll));
+  }
+  if (!args.hostOf.empty() && args.hostOf.size() != static_cast<size_t>(n)) {
+    return makeError(Code::kInvalidArgument, "schedule: host map has %zu entries for %d ranks", args.hostOf.size(), n);
   }
   if (args.count > SIZE_MAX / esz / static_cast<size_t>(n)) {
     return makeError(Code::kInvalidArgument, "schedule: count %zu of %zu-byte elements overflows for %d ranks",

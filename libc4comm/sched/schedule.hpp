@@ -61,11 +61,12 @@ struct Step {
   bool peerReduces = false;
 };
 
-enum class Algo : uint8_t { kRing = 0, kTree = 1, kRhd = 2, kDirect = 3 };
-constexpr int kNumAlgos = 4;
-/// "ring", "tree", "rhd", "direct".
+enum class Algo : uint8_t { kRing = 0, kTree = 1, kRhd = 2, kDirect = 3, kHier = 4 };
+constexpr int kNumAlgos = 5;
+/// "ring", "tree", "rhd", "direct", "hier".
 const char* algoName(Algo a);
-/// Parses a name (case-insensitive; "RING", "Tree", "rhd"/"halvingdoubling", "direct"/"pat").
+/// Parses a name (case-insensitive; "RING", "Tree", "rhd"/"halvingdoubling", "direct"/"pat",
+/// "hier"/"hierarchical").
 bool parseAlgo(const std::string& name, Algo* out);
 
 /// Everything a generator needs. Counts are elements.
@@ -78,6 +79,9 @@ struct CollArgs {
   int root = 0;
   bool reduces = false;         // true for AllReduce, ReduceScatter, Reduce
   size_t chunkBytes = 1 << 20;  // pipelining granularity chosen by the tuner (rounded to elements)
+  // Host index of every rank (same value = same host); empty: all on one host. Only the
+  // hierarchical generators read it.
+  std::vector<int32_t> hostOf;
 };
 
 struct Schedule {

@@ -16,7 +16,7 @@ namespace {
 
 constexpr Coll kColls[] = {Coll::kAllReduce, Coll::kAllGather, Coll::kBroadcast, Coll::kReduceScatter,
                            Coll::kReduce,    Coll::kAlltoAll,  Coll::kGather,    Coll::kScatter};
-constexpr Algo kAlgos[] = {Algo::kRing, Algo::kTree, Algo::kRhd, Algo::kDirect};
+constexpr Algo kAlgos[] = {Algo::kRing, Algo::kTree, Algo::kRhd, Algo::kDirect, Algo::kHier};
 constexpr int kRankCounts[] = {1, 2, 3, 4, 5, 7, 8, 9, 16};
 
 struct CountCase {
@@ -130,6 +130,73 @@ TEST(AllReduceTest, FloatResultsBitwiseIdenticalOnAllRanks) {
   }
 }
 
+// The hierarchical AllReduce over host layouts: equal hosts (the 2D scheme, ranks contiguous or
+// interleaved across hosts), hosts of different sizes (leaders), one rank per host, one host.
+TEST(HierTest, AllReduceOverHostLayouts) {
+  const std::vector<std::vector<int32_t>> layouts = {
+      {0, 0, 1, 1},       {0, 1, 0, 1},          {0, 0, 0, 1, 1, 1},
+      {7, 7, 3, 3, 9, 9}, {0, 1, 2, 3},          {0, 0, 0, 1},
+      {0, 1, 1, 2, 2, 2}, {5, 5, 5, 5},          {0, 0, 1, 1, 2, 2, 3, 3},
+      {0, 1, 0, 1, 0, 1}, {0, 0, 1, 1, 1, 2, 3}, {0, 1}};
+  int cases = 0;
+  for (const auto& hosts : layouts) {
+    for (const CountCase& cc : kCounts) {
+      for (bool inPlace : {false, true}) {
+        for (bool exact : {true, false}) {
+          CaseSpec c;
+          c.coll = Coll::kAllReduce;
+          c.algo = Algo::kHier;
+          c.nranks = static_cast<int>(hosts.size());
+          c.hostOf = hosts;
+          c.count = cc.count;
+          c.chunkBytes = cc.chunkBytes;
+          c.inPlace = inPlace;
+          c.dtype = exact ? DataType::kInt32 : DataType::kFloat32;
+          c.op = RedOp::kSum;
+          c.exactValues = exact;  // floats: also checks bitwise identical results on all ranks
+          c.seed = static_cast<uint64_t>(cases) * 77 + 5;
+          ++cases;
+          ASSERT_TRUE(runCase(c)) << "hosts of size " << hosts.size();
+        }
+      }
+    }
+  }
+}
+
+// Network hops: on 2 hosts x 4 ranks the hierarchical AllReduce crosses hosts with 1/4 of the
+// vector per rank, a flat ring with (n-1)/n of it through the rank at each host boundary.
+TEST(HierTest, CrossesHostsWithLessData) {
+  const std::vector<int32_t> hosts = {0, 0, 0, 0, 1, 1, 1, 1};
+  CollArgs a;
+  a.coll = Coll::kAllReduce;
+  a.nranks = 8;
+  a.count = 8000;
+  a.dtype = DataType::kFloat32;
+  a.reduces = true;
+  a.chunkBytes = 0;
+  a.hostOf = hosts;
+  auto crossBytes = [&](Algo algo) {
+    size_t most = 0;
+    for (int r = 0; r < 8; ++r) {
+      a.rank = r;
+      Result<Schedule> s = generate(algo, a);
+      EXPECT_TRUE(s.isOk());
+      size_t bytes = 0;
+      for (const Step& st : s.value().steps)
+        if (st.kind == StepKind::kSend && hosts[static_cast<size_t>(st.peer)] != hosts[static_cast<size_t>(r)])
+          bytes += st.src.bytes;
+      most = std::max(most, bytes);
+    }
+    return most;
+  };
+  const size_t vec = a.count * 4;
+  EXPECT_EQ(crossBytes(Algo::kHier), vec / 4);          // 2 (H-1)/H of a quarter
+  EXPECT_EQ(crossBytes(Algo::kRing), 2 * vec * 7 / 8);  // the flat ring's boundary ranks
+  a.hostOf = {0, 0, 0, 0, 1, 1, 1};                     // a bad host map is an error
+  a.rank = 0;
+  EXPECT_FALSE(generate(Algo::kHier, a).isOk());
+}
+
 // Pieces never exceed chunkBytes rounded down to whole elements.
 TEST(ScheduleTest, MessagesRespectChunkSize) {
   for (const Pair& p : supportedPairs()) {
@@ -218,6 +285,8 @@ TEST(ScheduleTest, AlgoNames) {
   EXPECT_EQ(a, Algo::kRhd);
   ASSERT_TRUE(parseAlgo("PAT", &a));
   EXPECT_EQ(a, Algo::kDirect);
+  ASSERT_TRUE(parseAlgo("Hierarchical", &a));
+  EXPECT_EQ(a, Algo::kHier);
   EXPECT_FALSE(parseAlgo("nvls", &a));
   EXPECT_FALSE(parseAlgo("", &a));
 }

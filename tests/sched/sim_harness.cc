@@ -130,6 +130,7 @@ bool isReducing(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduceScat
     a.root = c.root;
     a.reduces = isReducing(c.coll);
     a.chunkBytes = c.chunkBytes;
+    a.hostOf = c.hostOf;
     Result<Schedule> s = generate(c.algo, a);
     if (!s.isOk())
       return ::testing::AssertionFailure() << describe(c) << ": generate failed: " << s.status().toString();

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "c4comm/types.hpp"
 #include "sched/schedule.hpp"
@@ -28,6 +29,8 @@ struct CaseSpec {
   /// Inputs are small integers (exact in every order); false: random reals in (-1, 1) for floats,
   /// compared with a tolerance (AllReduce is still checked bitwise identical across ranks).
   bool exactValues = true;
+  /// Host of every rank for the hierarchical generators (empty: one host).
+  std::vector<int32_t> hostOf;
 };
 
 std::string describe(const CaseSpec& c);
