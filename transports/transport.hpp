@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,6 +79,12 @@ struct Caps {
   bool deviceMemory = false;
 };
 
+/// Where one lane of a network connection goes out (C4P's hook; see Context::lanePlan).
+struct LanePlan {
+  int localPort = -1;       // index into this rank's NIC ports (-1: lane mod ports)
+  uint16_t sourcePort = 0;  // local TCP/UDP source port to bind (0: the kernel chooses)
+};
+
 /// Facts every transport needs at setup. Vectors are indexed by rank.
 struct Context {
   int rank = 0;
@@ -87,6 +94,11 @@ struct Context {
   std::vector<int32_t> pids;
   Oob* oob = nullptr;          // collective over all ranks during setup (allGather, barrier)
   int64_t timeoutMs = 300000;  // give up on a silent peer after this long (C4_TIMEOUT)
+  // 128-bit key derived from the UniqueId secret; network transports prove it on every connection.
+  uint64_t authKey[2] = {0, 0};
+  // Optional: the plan for lane `lane` to `peer` (called once per lane when it is opened, on the
+  // thread that drives the transport). Unset: the transport's default (lane mod ports, port 0).
+  std::function<LanePlan(int peer, int lane)> lanePlan;
 };
 
 class Transport {

@@ -47,15 +47,13 @@
 
 #include "common/logging.hpp"
 #include "common/params.hpp"
+#include "common/siphash.hpp"
+#include "common/socket.hpp"
 #include "common/status.hpp"
-#include "core/siphash.hpp"
-#include "core/socket.hpp"
 
 namespace c4 {
 
-C4_PARAM_STR(SocketIfname, "C4_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "",
-             "Interfaces for bootstrap sockets: comma list of name prefixes; leading ^ excludes, leading = "
-             "requires exact names (default: first up non-loopback non-docker interface, else loopback)")
+// C4_SOCKET_IFNAME (paramSocketIfname) lives in common/socket.hpp: the tcp transport reads it too.
 C4_PARAM_STR(CommId, "C4_COMM_ID", "NCCL_COMM_ID", "",
              "host:port of the bootstrap root; fixes the root address instead of an ephemeral port")
 C4_PARAM_STR(Secret, "C4_SECRET", nullptr, "",

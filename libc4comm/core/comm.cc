@@ -5,21 +5,28 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <set>
 #include <unordered_set>
 
 #include "common/logging.hpp"
 #include "common/params.hpp"
+#include "common/siphash.hpp"
 #include "common/status.hpp"
 #include "core/group.hpp"
 #include "kernels/host/reduce.hpp"
 #include "transports/shm/shm_transport.hpp"
+#include "transports/tcp/tcp_transport.hpp"
 
 namespace c4 {
 
 C4_PARAM_INT(Timeout, "C4_TIMEOUT", nullptr, 300,
              "Seconds a rank waits without any progress (bootstrap, a peer, a collective) before failing with an "
              "error naming whom it waited for")
+C4_PARAM_STR(Transport, "C4_TRANSPORT", nullptr, "auto",
+             "Which transport carries messages: auto (shm between ranks of one host, tcp between hosts), shm (shm "
+             "only; ranks on other hosts are unreachable), tcp (tcp for every peer, also on one host); same on all "
+             "ranks")
 C4_PARAM_INT(ScheduleCache, "C4_SCHEDULE_CACHE", nullptr, 64, "Generated schedules kept per communicator (LRU)")
 
 int64_t commTimeoutMs() { return std::max<int64_t>(1, paramTimeout()) * 1000; }
@@ -64,6 +71,15 @@ void storeScalar(double v, DataType dt, void* out) {
     default:
       break;  // integer types never get a fractional scale
   }
+}
+
+/// The network transports' 128-bit key: SipHash of the whole UniqueId (which carries the root's
+/// random secret) under two fixed domain keys. Every rank holding the id derives the same key.
+void deriveAuthKey(const UniqueId& id, uint64_t key[2]) {
+  static const uint8_t k0[16] = {'c', '4', 'c', 'o', 'm', 'm', '-', 'n', 'e', 't', '-', 'k', 'e', 'y', '-', '0'};
+  static const uint8_t k1[16] = {'c', '4', 'c', 'o', 'm', 'm', '-', 'n', 'e', 't', '-', 'k', 'e', 'y', '-', '1'};
+  key[0] = sipHash24(k0, id.bytes, sizeof(id.bytes));
+  key[1] = sipHash24(k1, id.bytes, sizeof(id.bytes));
 }
 
 constexpr size_t kAlign = 4096;
@@ -138,28 +154,74 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
     ctx.hostIds.push_back(p.hostId);
     ctx.pids.push_back(p.pid);
   }
-  std::unique_ptr<transport::Transport> shm;
-  C4_CHECK(transport::createShmTransport(ctx, &shm));
-  transports.push_back(std::move(shm));
+  deriveAuthKey(id, ctx.authKey);
 
+  // C4_TRANSPORT must agree (transport setup is collective): one allGather, then a clear error.
+  const std::string mode = paramTransport();
+  const int32_t modeCode = mode == "auto" ? 0 : mode == "shm" ? 1 : mode == "tcp" ? 2 : -1;
+  std::vector<int32_t> modes(static_cast<size_t>(n), 0);
+  modes[static_cast<size_t>(r)] = modeCode;
+  C4_CHECK(bootstrap->allGather(modes.data(), sizeof(int32_t)));
+  for (int p = 0; p < n; ++p) {
+    if (modes[static_cast<size_t>(p)] == modeCode && modeCode >= 0) continue;
+    if (modeCode < 0)
+      return makeError(Code::kInvalidArgument, "rank %d: C4_TRANSPORT='%s': expected auto, shm or tcp", r,
+                       mode.c_str());
+    return makeError(Code::kInvalidUsage,
+                     "rank %d: C4_TRANSPORT differs between ranks (rank %d has '%s', rank %d another or an invalid "
+                     "value); set it alike on all ranks",
+                     r, r, mode.c_str(), p);
+  }
+  const bool useTcp = n > 1 && (modeCode == 2 || (modeCode == 0 && hosts.size() > 1));
+  transport::Transport* shmT = nullptr;
+  transport::Transport* tcpT = nullptr;
+  if (modeCode != 2) {
+    std::unique_ptr<transport::Transport> shm;
+    C4_CHECK(transport::createShmTransport(ctx, &shm));
+    shmT = shm.get();
+    transports.push_back(std::move(shm));
+  }
+  if (useTcp) {
+    std::unique_ptr<transport::Transport> tcp;
+    C4_CHECK(transport::createTcpTransport(ctx, &tcp));
+    tcpT = tcp.get();
+    transports.push_back(std::move(tcp));
+  }
+
+  // Same-host peers go over shm (unless C4_TRANSPORT=tcp), the rest over tcp.
   peerTransport.assign(static_cast<size_t>(n), nullptr);
-  transport::Caps caps = transports.front()->caps();
   for (int p = 0; p < n; ++p) {
     if (p == r) continue;
-    for (auto& t : transports) {
-      if (t->canConnect(p)) {
-        peerTransport[static_cast<size_t>(p)] = t.get();
-        break;
-      }
-    }
+    transport::Transport* t = shmT && shmT->canConnect(p) ? shmT : (tcpT && tcpT->canConnect(p) ? tcpT : nullptr);
+    peerTransport[static_cast<size_t>(p)] = t;
   }
-  oneShot.init(this, transports.front().get());
+  // The tuner plans for the slowest transport in use.
+  transport::Caps caps;
+  bool haveCaps = false;
+  std::string names;
+  for (auto& t : transports) {
+    if (std::find(peerTransport.begin(), peerTransport.end(), t.get()) == peerTransport.end() && n > 1) continue;
+    transport::Caps c = t->caps();
+    if (!haveCaps || c.bwGBps < caps.bwGBps) caps = c;
+    haveCaps = true;
+    names += (names.empty() ? "" : "+") + std::string(t->name());
+  }
+  // One-shot collectives run through the shm arenas: never when tcp carries everything.
+  oneShot.init(this, shmT);
   p2pSendSeq.assign(static_cast<size_t>(n), 0);
   p2pRecvSeq.assign(static_cast<size_t>(n), 0);
   C4_CHECK(tuner.init(n, static_cast<int>(hosts.size()), caps));
+  if (hosts.size() > 1 && tcpT != nullptr) {
+    // Several hosts: the hierarchical schedules become candidates, priced with both cost models.
+    std::vector<int32_t> hostOf;
+    std::map<uint64_t, int32_t> index;
+    for (const RankInfo& p : peers)
+      hostOf.push_back(index.emplace(p.hostId, static_cast<int32_t>(index.size())).first->second);
+    tuner.setHosts(hostOf, shmT != nullptr ? shmT->caps() : tcpT->caps(), tcpT->caps());
+  }
   C4_INFO(kLogInit, "comm %s rank %d/%d pid %d: %zu host(s), %d rank(s) on this host%s, transports: %s", tag.c_str(), r,
           n, mine.pid, hosts.size(), localRanks, oversubscribed ? " (more ranks than cores)" : "",
-          transports.front()->name());
+          names.empty() ? "none" : names.c_str());
   return Status::ok();
 }
 
@@ -169,9 +231,9 @@ Status Comm::connection(int peer, transport::Connection** out) {
     const RankInfo& p = peers[static_cast<size_t>(peer)];
     return makeError(Code::kInvalidUsage,
                      "rank %d: no transport reaches rank %d on host %s (host id %016llx; this rank is on another "
-                     "host): only the shared-memory transport is available in this build, network transports are "
-                     "not implemented yet",
-                     rank, peer, p.hostname, static_cast<unsigned long long>(p.hostId));
+                     "host) with C4_TRANSPORT=%s: shm only reaches ranks of the same host; use C4_TRANSPORT=auto "
+                     "or tcp",
+                     rank, peer, p.hostname, static_cast<unsigned long long>(p.hostId), paramTransport().c_str());
   }
   return t->connect(peer, out);
 }

@@ -10,8 +10,8 @@
 #include <string>
 
 #include "common/params.hpp"
+#include "common/siphash.hpp"
 #include "core/bootstrap.hpp"
-#include "core/siphash.hpp"
 
 namespace c4 {
 

@@ -32,10 +32,10 @@
 #include <string>
 
 #include "common/logging.hpp"
+#include "common/siphash.hpp"
+#include "common/socket.hpp"
 #include "common/status.hpp"
 #include "core/bootstrap.hpp"
-#include "core/siphash.hpp"
-#include "core/socket.hpp"
 
 namespace c4 {
 namespace {

@@ -9,9 +9,9 @@
 #include <thread>
 
 #include "common/logging.hpp"
+#include "common/siphash.hpp"
+#include "common/socket.hpp"
 #include "common/status.hpp"
-#include "core/siphash.hpp"
-#include "core/socket.hpp"
 #include "test_util.hpp"
 
 namespace c4 {

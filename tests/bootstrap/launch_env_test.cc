@@ -6,8 +6,8 @@
 #include <fstream>
 #include <string>
 
+#include "common/socket.hpp"
 #include "core/bootstrap.hpp"
-#include "core/socket.hpp"
 #include "test_util.hpp"
 
 namespace c4 {

@@ -1,4 +1,4 @@
-#include "core/socket.hpp"
+#include "common/socket.hpp"
 
 #include <gtest/gtest.h>
 

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "common/logging.hpp"
-#include "core/socket.hpp"
+#include "common/socket.hpp"
 
 namespace c4::test {
 

@@ -73,6 +73,48 @@ INSTANTIATE_TEST_SUITE_P(Paths, PathMatrix,
                            return std::string(std::get<1>(i.param).name) + "_np" + std::to_string(std::get<0>(i.param));
                          });
 
+/// The matrix over tcp with two lanes per peer: every peer over tcp (C4_TRANSPORT=tcp, also on one
+/// host), and "mixed": ranks split over two fake hosts (C4_HOSTID per rank), so that shm carries
+/// the pairs within a host and tcp the pairs across, in one communicator; "hier" forces the
+/// hierarchical AllReduce on that layout (2D on 2+2 ranks, host leaders on 2+1).
+struct TcpConfig {
+  const char* name;
+  bool mixed;
+  const char* algo;  // C4_ALGO, or "" for the tuner's choice
+};
+void PrintTo(const TcpConfig& c, std::ostream* os) { *os << c.name; }
+class TcpMatrix : public ::testing::TestWithParam<std::tuple<int, TcpConfig>> {};
+
+TEST_P(TcpMatrix, AllCollectivesTypesOpsCounts) {
+  int n = std::get<0>(GetParam());
+  const TcpConfig& cfg = std::get<1>(GetParam());
+  setenv("C4_LANES", "2", 1);
+  setenv("C4_TRANSPORT", cfg.mixed ? "auto" : "tcp", 1);
+  if (*cfg.algo) setenv("C4_ALGO", cfg.algo, 1);
+  MatrixOptions opt;
+  opt.counts = {0, 1, 1009, 70001};
+  opt.bigBytes = 1u << 20;
+  opt.allTypesForMovement = false;
+  opt.trimmedIfQuick();
+  auto outs = runForked(n, [&](int r, int nr, const c4::UniqueId& id) {
+    if (cfg.mixed) setenv("C4_HOSTID", r < (nr + 1) / 2 ? "0x7c4a" : "0x7c4b", 1);
+    return matrixBody(r, nr, id, opt);
+  });
+  unsetenv("C4_LANES");
+  unsetenv("C4_TRANSPORT");
+  unsetenv("C4_ALGO");
+  std::string s = summarize(outs);
+  EXPECT_TRUE(s.empty()) << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Tcp, TcpMatrix,
+                         ::testing::Combine(::testing::Values(2, 3, 4),
+                                            ::testing::Values(TcpConfig{"tcp", false, ""}, TcpConfig{"mixed", true, ""},
+                                                              TcpConfig{"hier", true, "hier"})),
+                         [](const ::testing::TestParamInfo<std::tuple<int, TcpConfig>>& i) {
+                           return std::string(std::get<1>(i.param).name) + "_np" + std::to_string(std::get<0>(i.param));
+                         });
+
 class ThreadMatrix : public ::testing::TestWithParam<int> {};
 
 TEST_P(ThreadMatrix, AllCollectivesTypesOpsCounts) {

@@ -1,4 +1,4 @@
-#include "core/siphash.hpp"
+#include "common/siphash.hpp"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-// Small TCP socket helpers for the bootstrap: address parsing and formatting, interface selection
+// Small TCP socket helpers for the bootstrap and the tcp transport: address parsing and formatting, interface selection
 // (C4_SOCKET_IFNAME semantics), listen/connect/accept, and send/recv of whole buffers with a
 // deadline and an abort descriptor. Every socket is non-blocking and close-on-exec; every wait is a
 // poll() with a timeout; system calls retry EINTR; writes never raise SIGPIPE.
@@ -13,6 +13,16 @@
 #include <vector>
 
 #include "c4comm/status.hpp"
+#include "common/params.hpp"
+
+namespace c4 {
+
+// Shared by the bootstrap and the tcp transport (which default to the same interface).
+C4_PARAM_STR(SocketIfname, "C4_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "",
+             "Interfaces for bootstrap sockets: comma list of name prefixes; leading ^ excludes, leading = "
+             "requires exact names (default: first up non-loopback non-docker interface, else loopback)")
+
+}  // namespace c4
 
 namespace c4::detail {
 

@@ -1,4 +1,4 @@
-#include "core/socket.hpp"
+#include "common/socket.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

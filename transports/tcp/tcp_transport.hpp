@@ -1,0 +1,77 @@
+// TCP transport: ranks on different hosts, or every rank with C4_TRANSPORT=tcp (see
+// docs/tcp-transport.md).
+//
+// Every peer connection is carried on C4_LANES sockets (lanes). Lane i is bound to one of this
+// rank's NIC ports (C4_TCP_PORTS) and a chosen source port (Context::lanePlan, C4_TCP_SPORT_BASE)
+// and connects to the peer's port of the same index. The lower rank opens the lanes and proves the
+// communicator key (SipHash challenge-response in both directions). Messages are cut into pieces
+// striped over the lanes by weight; each piece carries a small header (message number, offset,
+// size, OpSig) so the receiver places it at its offset, straight into the posted buffer. Sockets are
+// non-blocking and driven by progress() through epoll; nothing blocks after setup.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "c4comm/status.hpp"
+#include "common/params.hpp"
+#include "transports/transport.hpp"
+
+namespace c4::transport {
+
+// Parameters (read once per createTcpTransport; documented in docs/tcp-transport.md).
+C4_PARAM_INT(Lanes, "C4_LANES", nullptr, 2,
+             "tcp: sockets (lanes) per peer connection; large messages are striped over them (same on all ranks)")
+C4_PARAM_STR(TcpPorts, "C4_TCP_PORTS", nullptr, "",
+             "tcp: comma list of this host's NIC ports to use (interface name prefixes or IP addresses, e.g. "
+             "\"p0,p1\"); lane i uses port i mod count; default: the interface C4_SOCKET_IFNAME chooses")
+C4_PARAM_INT(TcpSportBase, "C4_TCP_SPORT_BASE", nullptr, 0,
+             "tcp: if > 0, lane l from rank r to peer p binds source port base + (r * nranks + p) * lanes + l "
+             "(deterministic ports for tests and ECMP experiments); 0 = kernel-chosen")
+C4_PARAM_INT(TcpPieceBytes, "C4_TCP_PIECE_BYTES", nullptr, 524288,
+             "tcp: largest piece (frame payload) a message is cut into for striping over lanes (rounded to 4 KiB)")
+C4_PARAM_INT(TcpBufBytes, "C4_TCP_BUF_BYTES", nullptr, 0,
+             "tcp: SO_SNDBUF/SO_RCVBUF per socket in bytes; 0 = kernel autotuning")
+C4_PARAM_INT(TcpUnexpectedBytes, "C4_TCP_UNEXPECTED_BYTES", nullptr, 67108864,
+             "tcp: bytes per peer buffered for messages whose receive is not posted yet; beyond it the lane stops "
+             "reading (TCP back-pressure)")
+C4_PARAM_INT(TcpHandshakeMs, "C4_TCP_HANDSHAKE_MS", nullptr, 10000,
+             "tcp: milliseconds an incoming connection has to prove the communicator key before it is dropped")
+
+/// Counters of one lane (for C4P/C4D): monotonically increasing since the lane opened.
+struct TcpLaneStats {
+  int lane = 0;
+  int localPort = 0;        // index into this rank's NIC ports
+  std::string localAddr;    // "ip:port" of this end ("" before the lane is up)
+  std::string remoteAddr;   // "ip:port" of the peer's end
+  bool up = false;          // authenticated and carrying data
+  double weight = 1.0;      // share of the pieces striped onto this lane
+  uint64_t bytesSent = 0;   // payload + headers written to the kernel
+  uint64_t bytesRecv = 0;   // payload + headers read from the kernel
+  uint64_t busyNs = 0;      // time this lane had data queued to send
+  uint64_t piecesSent = 0;  // frames written
+};
+
+/// The tcp transport's own interface beyond Transport (C4P, C4D and tests reach it by
+/// dynamic_cast). Same threading as Transport: the thread that drives progress().
+class TcpTransport : public Transport {
+ public:
+  /// Lanes per peer connection (C4_LANES).
+  virtual int lanes() const = 0;
+  /// The addresses this rank listens on, one per NIC port ("ip:port").
+  virtual std::vector<std::string> listenAddresses() const = 0;
+  /// Per-lane counters of the connection to `peer` (empty if not connected).
+  virtual Status laneStats(int peer, std::vector<TcpLaneStats>* out) const = 0;
+  /// Re-weights striping to `peer`: pieces of later messages go to lane i in proportion to
+  /// weights[i] (>= 0, not all 0; one weight per lane). Takes effect for the next isend.
+  virtual Status setLaneWeights(int peer, const std::vector<double>& weights) = 0;
+};
+
+/// Creates the tcp transport for ctx.rank. Collective: every rank of the communicator must call it
+/// (one allGather over ctx.oob of each rank's listen addresses). Listens on every chosen NIC port;
+/// connections open lazily on connect(). Blocking (setup only). ctx.authKey must be the same on
+/// every rank (derived from the UniqueId secret).
+Status createTcpTransport(const Context& ctx, std::unique_ptr<Transport>* out);
+
+}  // namespace c4::transport

@@ -1,0 +1,69 @@
+// Wire format of the tcp transport (see docs/tcp-transport.md). Shared with its tests, which
+// impersonate peers. Fields are in host byte order: every rank of a communicator must share the
+// byte order (checked by the magic numbers).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/opsig.hpp"
+
+namespace c4::transport::tcpwire {
+
+constexpr uint32_t kHelloMagic = 0x70743463u;      // "c4tp"
+constexpr uint32_t kChallengeMagic = 0x68633463u;  // "c4ch"
+constexpr uint32_t kProofMagic = 0x72703463u;      // "c4pr"
+constexpr uint32_t kVersion = 1;
+
+/// Initiator (lower rank) -> acceptor, first bytes on a new lane.
+struct Hello {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t tagHash;  // SipHash(key, commTag)
+  int32_t from;      // initiator's rank
+  int32_t to;        // acceptor's rank
+  int32_t lane;
+  int32_t nlanes;
+  uint64_t nonce;  // initiator's fresh nonce
+};
+static_assert(sizeof(Hello) == 40, "wire layout");
+
+/// Acceptor -> initiator: its nonce and its proof of the key over (hello, nonce).
+struct Challenge {
+  uint32_t magic;
+  uint32_t pad;
+  uint64_t nonce;
+  uint64_t mac;
+};
+static_assert(sizeof(Challenge) == 24, "wire layout");
+
+/// Initiator -> acceptor: its proof of the key over (hello, acceptor's nonce).
+struct Proof {
+  uint32_t magic;
+  uint32_t pad;
+  uint64_t mac;
+};
+static_assert(sizeof(Proof) == 16, "wire layout");
+
+enum FrameType : uint32_t {
+  kData = 0x61746164u,   // "data": a piece of message `seq`
+  kAbort = 0x74726261u,  // "abrt": the sender aborts; payload: reason text
+};
+
+/// Header of every frame after the handshake; `bytes` of payload follow it.
+struct FrameHdr {
+  uint32_t type;
+  uint32_t bytes;   // payload bytes of this piece
+  uint64_t seq;     // message number in this direction of the connection (0, 1, ...)
+  uint64_t offset;  // where the piece goes in the message
+  uint64_t total;   // message size
+  OpSig sig;        // the sender's signature of the message (every piece)
+};
+static_assert(sizeof(FrameHdr) == 56, "wire layout");
+
+/// The proofs: SipHash-2-4 under the 128-bit key of (role, hello, acceptor nonce).
+uint64_t handshakeMac(const uint64_t key[2], bool acceptor, const Hello& hello, uint64_t acceptorNonce);
+/// SipHash-2-4 of the communicator tag under the key (the hello's tagHash).
+uint64_t tagHash(const uint64_t key[2], const char* tag, size_t len);
+
+}  // namespace c4::transport::tcpwire
