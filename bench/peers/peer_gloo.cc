@@ -6,7 +6,10 @@
 //
 // Ranks are forked locally and meet through a gloo::rendezvous::FileStore in a
 // fresh temporary directory (under a PrefixStore); the transport is Gloo's TCP
-// device on 127.0.0.1. Mapping (nccl-tests semantics on top of Gloo):
+// device on 127.0.0.1. Launched mode (one process per rank, e.g. across netlab
+// hosts): RANK and WORLD_SIZE from the environment, C4_GLOO_STORE names a
+// directory every rank can reach (an empty one per run), C4_GLOO_HOSTNAME the
+// local address Gloo binds (default 127.0.0.1). Mapping (nccl-tests semantics on top of Gloo):
 //   allreduce gloo::allreduce (algorithm from --gloo-algo), allgather
 //   gloo::allgather, broadcast gloo::broadcast, reduce gloo::reduce, alltoall
 //   gloo::alltoall (in place: through a scratch copy), gather gloo::gather,
@@ -401,13 +404,14 @@ void removeDir(const std::string& dir) {
   rmdir(dir.c_str());
 }
 
-int runRank(const Options& opts, int rank, int nranks, const std::string& storeDir, double spawnStart) {
+int runRank(const Options& opts, int rank, int nranks, const std::string& storeDir, double spawnStart,
+            const std::string& hostname = "127.0.0.1") {
   try {
     const double t0 = nowSeconds();
     gloo::rendezvous::FileStore fileStore(storeDir);
     gloo::rendezvous::PrefixStore store("c4-peer-gloo", fileStore);
     gloo::transport::tcp::attr attr;
-    attr.hostname = "127.0.0.1";
+    attr.hostname = hostname;
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, nranks);
     ctx->setTimeout(std::chrono::seconds(600));
@@ -417,8 +421,8 @@ int runRank(const Options& opts, int rank, int nranks, const std::string& storeD
     RunInfo info;
     info.program = kProgram;
     info.library = std::string("gloo ") + std::to_string(GLOO_VERSION_MAJOR) + "." +
-                   std::to_string(GLOO_VERSION_MINOR) + "." + std::to_string(GLOO_VERSION_PATCH) +
-                   " (tcp on 127.0.0.1, allreduce algorithm: " + opts.glooAlgo + ")";
+                   std::to_string(GLOO_VERSION_MINOR) + "." + std::to_string(GLOO_VERSION_PATCH) + " (tcp on " +
+                   hostname + ", allreduce algorithm: " + opts.glooAlgo + ")";
     double initMs = (ready - t0) * 1e3, spawnMs = spawnStart >= 0 ? (ready - spawnStart) * 1e3 : -1;
     if (!backend.allReduceDouble(&initMs, ReduceMode::kMax).isOk() ||
         !backend.allReduceDouble(&spawnMs, ReduceMode::kMax).isOk())
@@ -444,6 +448,17 @@ int main(int argc, char** argv) {
   if (opts.listParams) {
     fprintf(stderr, "%s: --list-params belongs to c4-perf\n", kProgram);
     return 1;
+  }
+  if (getenv("RANK") && getenv("WORLD_SIZE")) {
+    const char* store = getenv("C4_GLOO_STORE");
+    if (!store || !*store) {
+      fprintf(stderr, "%s: launched with RANK/WORLD_SIZE: set C4_GLOO_STORE to a directory all ranks share\n",
+              kProgram);
+      return 1;
+    }
+    const char* host = getenv("C4_GLOO_HOSTNAME");
+    return runRank(opts, atoi(getenv("RANK")), atoi(getenv("WORLD_SIZE")), store, -1,
+                   host && *host ? host : "127.0.0.1");
   }
   const char* tmp = getenv("TMPDIR");
   std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/c4-peer-gloo-XXXXXX";
