@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# c4-perf ranks spread over emulated hosts of a netlab fabric (torchrun-style variables, one network
+# namespace per host, C4_SOCKET_IFNAME=p0): results must be right on every rank, and the ranks on
+# different hosts must have talked through the fabric (bytes on the leaves), not through shared memory.
+#   run_c4perf.sh C4PERF HOSTS PORTS RANKS_PER_HOST
+# Exit 77 (skipped) without root or network namespaces.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+tools=$(cd "$here/../../tools/netlab" && pwd)
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+
+if [ -z "${NETLAB_NAME:-}" ]; then
+  [ $# -eq 4 ] || { echo "usage: $0 C4PERF HOSTS PORTS RANKS_PER_HOST" >&2; exit 2; }
+  "$py" - "$tools" <<'EOF' || exit $?
+import sys
+sys.path.insert(0, sys.argv[1])
+import netlab
+ok, why = netlab.netns_available()
+if not ok:
+    print("SKIPPED: " + why)
+sys.exit(0 if ok else 77)
+EOF
+  exec "$py" "$tools/netlab" session --hosts "$2" --ports "$3" --leaves 2 --spines 2 --rate 1gbit \
+    -- "$0" "$@"
+fi
+
+# Inside the session.
+perf=$1 hosts=$2 ranks=$4
+world=$((hosts * ranks))
+master=$(netlab addr "$NETLAB_NAME" h0)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+leaf_bytes() {
+  "$py" - "$tools" <<'EOF'
+import os, sys
+sys.path.insert(0, sys.argv[1])
+import netlab
+topo = netlab.load_topology(os.environ["NETLAB_TOPO"])
+print(sum(c["rx_bytes"] for l in topo["leaves"] for c in netlab.iface_counters(l["netns"]).values()))
+EOF
+}
+before=$(leaf_bytes)
+pids=()
+for ((h = 0; h < hosts; h++)); do
+  for ((l = 0; l < ranks; l++)); do
+    r=$((h * ranks + l))
+    netlab run "$NETLAB_NAME" "h$h" -- env RANK=$r LOCAL_RANK=$l WORLD_SIZE=$world MASTER_ADDR="$master" \
+      MASTER_PORT=29500 C4_SOCKET_IFNAME=p0 C4_TIMEOUT="${C4_TIMEOUT:-60}" \
+      "$perf" -C allreduce -b 8 -e 4M -f 8 -c 1 -n 2 -w 1 > "$tmp/out.$r" 2>&1 &
+    pids+=($!)
+  done
+done
+rc=0
+for r in "${!pids[@]}"; do
+  if ! wait "${pids[$r]}"; then
+    echo "rank $r failed:"; cat "$tmp/out.$r"; rc=1
+  fi
+done
+after=$(leaf_bytes)
+cat "$tmp/out.0"
+echo "fabric: $hosts hosts x $3 ports, $ranks ranks per host; leaves received $((after - before)) bytes"
+[ $rc -eq 0 ] || exit 1
+grep -q "Out of bounds values : 0 OK" "$tmp/out.0" || { echo "rank 0 reported wrong results"; exit 1; }
+# Allreduce of 4 MiB between hosts moves at least that much through the leaves.
+[ $((after - before)) -ge $((4 * 1024 * 1024)) ] || { echo "ranks on different hosts did not use the fabric"; exit 1; }
