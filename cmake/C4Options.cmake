@@ -54,9 +54,12 @@ if(NOT C4_WITH_GLOO STREQUAL "OFF")
 endif()
 c4_resolve(C4_WITH_GLOO "${_gloo_found}")
 
+# torch is found through the interpreter that has it (Debian's /usr/bin/python3 by default; the first
+# python3 on PATH may be another one). bindings/torch asks it for headers, libraries and flags.
+set(C4_TORCH_PYTHON /usr/bin/python3 CACHE FILEPATH "Python interpreter whose torch the c4 backend builds against")
 set(_torch_found OFF)
-if(NOT C4_WITH_TORCH STREQUAL "OFF" AND EXISTS /usr/bin/python3)
-  execute_process(COMMAND /usr/bin/python3 -c "import torch,os;print(os.path.dirname(torch.__file__))"
+if(NOT C4_WITH_TORCH STREQUAL "OFF" AND EXISTS ${C4_TORCH_PYTHON})
+  execute_process(COMMAND ${C4_TORCH_PYTHON} -c "import torch,os;print(os.path.dirname(torch.__file__))"
                   OUTPUT_VARIABLE _torch_dir RESULT_VARIABLE _torch_rc ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(_torch_rc EQUAL 0)
     set(_torch_found ON)

@@ -9,6 +9,13 @@ scripts/deps.sh
 scripts/build.sh
 echo "[test] ctest (build/)"
 (cd build && ctest --output-on-failure -j2 --timeout 1200)
+# The torch backend's pytest suite runs on Debian's interpreter (the one with torch).
+if [ -d build/python/c4comm_torch ]; then
+  echo "[test] pytest tests/torch (backend c4, /usr/bin/python3)"
+  C4_TORCH_PYTHONPATH=build/python /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/torch
+else
+  echo "[test] tests/torch skipped: c4comm_torch was not built (no torch for /usr/bin/python3)"
+fi
 if [ "${C4_SKIP_SANITIZERS:-0}" != "1" ]; then
   echo "[test] ctest under ASan+UBSan (build-asan/)"
   BUILD_DIR=build-asan BUILD_TYPE=Debug scripts/build.sh -DC4_SANITIZE=address,undefined -DC4_WITH_TORCH=OFF

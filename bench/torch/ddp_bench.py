@@ -1,0 +1,104 @@
+#!/usr/bin/python3
+"""DDP step time on CPU: backend c4 against gloo in the same run.
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/torch/ddp_bench.py --ranks 2 4
+
+Every rank trains the same MLP (12.6 M parameters by default) on its own data with DDP. The two
+backends run in the same processes, alternating rounds (gloo, c4, gloo, c4, ...), so both see
+the same machine load. Reported: the median step time (rank 0, after warm-up) per backend and
+c4/gloo (lower is better). torch.set_num_threads(1) per rank.
+"""
+
+import argparse
+import datetime
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+
+def _model(torch, width, depth, inp):
+    layers, d = [], inp
+    for _ in range(depth):
+        layers += [torch.nn.Linear(d, width), torch.nn.ReLU()]
+        d = width
+    layers.append(torch.nn.Linear(d, inp))
+    return torch.nn.Sequential(*layers)
+
+
+def _rank(rank, ws, store, args, out):
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import c4comm_torch  # noqa: F401
+
+    torch.set_num_threads(1)
+    timeout = datetime.timedelta(seconds=300)
+    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=ws, timeout=timeout)
+    groups = {"gloo": dist.group.WORLD, "c4": dist.new_group(backend="c4", timeout=timeout)}
+    times = {k: [] for k in groups}
+    params = 0
+    for rnd in range(args.rounds):
+        for name, group in groups.items():
+            torch.manual_seed(0)
+            model = _model(torch, args.width, args.depth, args.inp)
+            params = sum(p.numel() for p in model.parameters())
+            ddp = DDP(model, process_group=group)
+            opt = torch.optim.SGD(ddp.parameters(), lr=1e-4)
+            gen = torch.Generator().manual_seed(rank)
+            x = torch.randn(args.batch, args.inp, generator=gen)
+            for step in range(args.warmup + args.steps):
+                dist.barrier(group=groups["gloo"])
+                t0 = time.perf_counter()
+                opt.zero_grad()
+                ddp(x).square().mean().backward()
+                opt.step()
+                dt = time.perf_counter() - t0
+                if step >= args.warmup:
+                    times[name].append(dt)
+            del ddp, model, opt
+    if rank == 0:
+        out.put((params, times))
+    dist.destroy_process_group()
+
+
+def run(ws, args):
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    store = os.path.join(tempfile.mkdtemp(prefix="c4ddp-"), "store")
+    procs = [ctx.Process(target=_rank, args=(r, ws, store, args, out)) for r in range(ws)]
+    for p in procs:
+        p.start()
+    params, times = out.get(timeout=1800)
+    for p in procs:
+        p.join()
+    if any(p.exitcode != 0 for p in procs):
+        sys.exit("a rank failed")
+    return params, times
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--width", type=int, default=2048)
+    ap.add_argument("--depth", type=int, default=3, help="hidden layers")
+    ap.add_argument("--inp", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=10, help="timed steps per round and backend")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    print("| ranks | params | gloo median step (ms) | c4 median step (ms) | c4 / gloo |")
+    print("|---|---|---|---|---|")
+    for ws in args.ranks:
+        params, times = run(ws, args)
+        g = statistics.median(times["gloo"]) * 1e3
+        c = statistics.median(times["c4"]) * 1e3
+        print("| %d | %.1f M | %.1f | %.1f | %.2f |" % (ws, params / 1e6, g, c, c / g), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,862 @@
+#include "bindings/torch/process_group_c4.hpp"
+
+#include <ATen/ATen.h>
+#include <Python.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <numeric>
+#include <stdexcept>
+#include <utility>
+
+namespace c4torch {
+
+void traceTorchOp(c4::Comm* /*comm*/, const char* /*opName*/, uint64_t /*seq*/) {
+  // Intentionally empty until libc4comm exposes its tracer (see the declaration).
+}
+
+namespace {
+
+using ::c10d::OpType;
+using ::c10d::ReduceOp;
+
+// ---- validation (calling thread; raises c10::Error, which Python sees as RuntimeError) ---------
+
+void checkTensor(const at::Tensor& t, const char* op) {
+  TORCH_CHECK(t.defined(), "c4 ", op, ": undefined tensor");
+  TORCH_CHECK(!t.is_cuda(), "c4 ", op, ": CUDA tensors are not supported yet by backend c4 (tensor on ", t.device(),
+              "); use CPU tensors, or backend nccl/gloo for CUDA tensors");
+  TORCH_CHECK(t.device().is_cpu(), "c4 ", op, ": only CPU tensors are supported (tensor on ", t.device(), ")");
+  TORCH_CHECK(t.layout() == at::kStrided, "c4 ", op, ": only dense (strided) tensors are supported, got layout ",
+              t.layout());
+}
+
+void checkSingle(const std::vector<at::Tensor>& ts, const char* op) {
+  TORCH_CHECK(ts.size() == 1, "c4 ", op, ": expects exactly one tensor per call, got ", ts.size());
+  checkTensor(ts[0], op);
+}
+
+void checkSameType(const at::Tensor& a, const at::Tensor& b, const char* op) {
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "c4 ", op, ": tensors must have one dtype, got ", a.scalar_type(),
+              " and ", b.scalar_type());
+}
+
+c4::DataType toC4(at::ScalarType st, const char* op) {
+  switch (st) {
+    case at::kFloat:
+      return c4::DataType::kFloat32;
+    case at::kDouble:
+      return c4::DataType::kFloat64;
+    case at::kHalf:
+      return c4::DataType::kFloat16;
+    case at::kBFloat16:
+      return c4::DataType::kBfloat16;
+    case at::kChar:
+      return c4::DataType::kInt8;
+    case at::kByte:
+    case at::kBool:  // one byte 0/1; reductions are mapped to MAX/MIN (see reduceOf)
+      return c4::DataType::kUint8;
+    case at::kInt:
+      return c4::DataType::kInt32;
+    case at::kLong:
+      return c4::DataType::kInt64;
+    default:
+      break;
+  }
+  TORCH_CHECK(false, "c4 ", op, ": dtype ", st,
+              " is not supported (supported: float32, float64, float16, bfloat16, int8, uint8, int32, int64, bool)");
+}
+
+/// A reduction as c4 will run it: a builtin op, or PREMUL_SUM with its factor.
+struct Reduction {
+  c4::RedOp op = c4::RedOp::kSum;
+  bool preMul = false;
+  double factor = 1.0;
+  at::Tensor factorTensor;  // PREMUL_SUM with a tensor factor (read on the worker)
+};
+
+Reduction reduceOf(const ReduceOp& rop, at::ScalarType st, const char* op) {
+  Reduction r;
+  const bool isBool = st == at::kBool;
+  switch (rop.op_) {
+    case ReduceOp::SUM:
+      // bool: a sum of 0/1 bytes overflows at 256 ranks; torch's bool sum is a logical or.
+      r.op = isBool ? c4::RedOp::kMax : c4::RedOp::kSum;
+      return r;
+    case ReduceOp::PRODUCT:
+      r.op = isBool ? c4::RedOp::kMin : c4::RedOp::kProd;
+      return r;
+    case ReduceOp::MIN:
+      r.op = c4::RedOp::kMin;
+      return r;
+    case ReduceOp::MAX:
+      r.op = c4::RedOp::kMax;
+      return r;
+    case ReduceOp::AVG:
+      TORCH_CHECK(!isBool, "c4 ", op, ": ReduceOp.AVG is not defined for bool tensors");
+      r.op = c4::RedOp::kAvg;
+      return r;
+    case ReduceOp::PREMUL_SUM: {
+      TORCH_CHECK(at::isFloatingType(st), "c4 ", op, ": PREMUL_SUM needs a floating-point tensor, got ", st);
+      auto* sup = dynamic_cast<::c10d::NCCLPreMulSumSupplement*>(rop.supplement_.get());
+      TORCH_CHECK(sup != nullptr, "c4 ", op, ": PREMUL_SUM without its factor");
+      r.preMul = true;
+      if (!sup->tensor_factors.empty()) {
+        TORCH_CHECK(sup->tensor_factors.size() == 1, "c4 ", op, ": PREMUL_SUM expects one factor, got ",
+                    sup->tensor_factors.size());
+        const at::Tensor& f = sup->tensor_factors[0];
+        TORCH_CHECK(f.numel() == 1, "c4 ", op, ": the PREMUL_SUM factor must have one element, got ", f.numel());
+        checkTensor(f, op);
+        r.factorTensor = f;
+      } else {
+        r.factor = sup->double_factor;
+      }
+      return r;
+    }
+    case ReduceOp::BAND:
+    case ReduceOp::BOR:
+    case ReduceOp::BXOR:
+      TORCH_CHECK(false, "c4 ", op, ": bitwise reductions (BAND, BOR, BXOR) are not supported by backend c4");
+    default:
+      break;
+  }
+  TORCH_CHECK(false, "c4 ", op, ": unsupported reduce op ", static_cast<int>(rop.op_));
+}
+
+/// Runs `fn` with the c4 op for `r` (creating and destroying a PreMulSum op when needed).
+c4::Status withRedOp(c4::Comm* comm, const Reduction& r, at::ScalarType st,
+                     const std::function<c4::Status(c4::RedOp)>& fn) {
+  if (!r.preMul) return fn(r.op);
+  at::Tensor scalar = r.factorTensor.defined() ? r.factorTensor.reshape({1}).to(st).contiguous()
+                                               : at::full({1}, r.factor, at::TensorOptions().dtype(st));
+  c4::RedOp op;
+  c4::Status st4 = c4::redOpCreatePreMulSum(&op, scalar.data_ptr(), toC4(st, "premul_sum"),
+                                            c4::ScalarResidence::kHostImmediate, comm);
+  if (!st4.isOk()) return st4;
+  c4::Status res = fn(op);
+  c4::Status d = c4::redOpDestroy(op, comm);
+  return res.isOk() ? d : res;
+}
+
+/// Runs the c4 calls made by `body` as one c4 group (executed together at groupEnd).
+c4::Status inGroup(const std::function<c4::Status()>& body) {
+  c4::Status st = c4::groupStart();
+  if (!st.isOk()) return st;
+  c4::Status b = body();
+  c4::Status e = c4::groupEnd();  // always closes the group; runs nothing if a call was rejected
+  return b.isOk() ? e : b;
+}
+
+/// Copies `buf` back into `user` when the op worked on a contiguous copy.
+void copyBack(const at::Tensor& user, const at::Tensor& buf) {
+  if (!buf.is_same(user)) user.copy_(buf.view(user.sizes()));
+}
+
+size_t count(const at::Tensor& t) { return static_cast<size_t>(t.numel()); }
+
+/// The tensors of `list` flattened into one new contiguous buffer, in order.
+at::Tensor flatten(const std::vector<at::Tensor>& list) {
+  std::vector<at::Tensor> flat;
+  flat.reserve(list.size());
+  for (const at::Tensor& t : list) flat.push_back(t.reshape({-1}));
+  return at::cat(flat);
+}
+
+/// Copies consecutive slices of the flat `buf` into `list`.
+void unflatten(const at::Tensor& buf, const std::vector<at::Tensor>& list) {
+  int64_t off = 0;
+  for (const at::Tensor& t : list) {
+    t.copy_(buf.narrow(0, off, t.numel()).view(t.sizes()));
+    off += t.numel();
+  }
+}
+
+void* ptr(const at::Tensor& t) { return t.data_ptr(); }
+
+}  // namespace
+
+// ---- WorkC4 ----------------------------------------------------------------------------------
+
+WorkC4::WorkC4(int rank, OpType type, const char* opName, const char* profilingTitle, uint64_t seq,
+               std::vector<at::Tensor> outputs)
+    : ::c10d::Work(rank, type, profilingTitle),
+      opName_(opName),
+      seq_(seq),
+      outputs_(std::move(outputs)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+bool WorkC4::wait(std::chrono::milliseconds timeout) {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (timeout == kNoTimeout) {
+      cv_.wait(lock, [&] { return completed_; });
+    } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+      TORCH_CHECK(false, "c4 ", opName_, " (op ", seq_, " of this process group): wait() timed out after ",
+                  timeout.count(),
+                  " ms; the operation is still running and fails by itself after C4_TIMEOUT seconds "
+                  "without progress, naming the rank it waits for");
+    }
+    if (exception_) std::rethrow_exception(exception_);
+  }
+  synchronize();
+  return true;
+}
+
+void WorkC4::synchronize() {}
+
+c10::intrusive_ptr<c10::ivalue::Future> WorkC4::getFuture() { return future_; }
+
+void WorkC4::complete(const std::string& error) {
+  std::exception_ptr ex;
+  if (!error.empty()) ex = std::make_exception_ptr(std::runtime_error(error));
+  // The Future first (like ProcessGroupGloo): its callbacks (DDP's comm hook) may queue more work.
+  try {
+    if (ex)
+      future_->setError(ex);
+    else
+      future_->markCompleted(c10::IValue(outputs_));
+  } catch (const std::exception& e) {
+    if (!ex) ex = std::make_exception_ptr(std::runtime_error(std::string("c4 ") + opName_ + ": " + e.what()));
+  }
+  finish(ex);
+}
+
+// ---- Channel ---------------------------------------------------------------------------------
+
+Channel::Channel(std::string name, Init init) : name_(std::move(name)), init_(std::move(init)) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+Channel::~Channel() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (comm_) {
+    // A failed communicator is aborted (tells its peers, never hangs); a healthy one is destroyed.
+    c4::Status st = c4::commGetAsyncError(comm_).isOk() ? c4::commDestroy(comm_) : c4::commAbort(comm_);
+    (void)st;  // nothing to report to at teardown; c4comm has logged it
+    comm_ = nullptr;
+  }
+}
+
+void Channel::enqueue(c10::intrusive_ptr<WorkC4> work, Op op, std::string describe) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    queue_.push_back(Item{std::move(work), std::move(op), std::move(describe)});
+  }
+  cv_.notify_one();
+}
+
+void Channel::loop() {
+  for (;;) {
+    Item item;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_ and drained
+      item = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    if (!initDone_) {
+      initStatus_ = init_(&comm_);
+      initDone_ = true;
+    }
+    std::string error;
+    try {
+      c4::Status st = initStatus_.isOk() ? item.op(comm_) : initStatus_;
+      if (!st.isOk()) error = item.describe + " failed: " + st.message();
+    } catch (const std::exception& e) {
+      error = item.describe + " failed: " + e.what();
+    }
+    item.work->complete(error);
+  }
+}
+
+// ---- ProcessGroupC4 --------------------------------------------------------------------------
+
+namespace {
+
+constexpr const char* kKeyPrefix = "c4comm_torch/";
+
+std::vector<uint8_t> idBytes(const c4::UniqueId& id) {
+  return std::vector<uint8_t>(id.bytes, id.bytes + sizeof id.bytes);
+}
+
+c4::Status idFrom(const std::vector<uint8_t>& v, c4::UniqueId* id) {
+  if (v.size() != sizeof id->bytes)
+    return c4::Status(c4::Code::kInternalError,
+                      "the store holds " + std::to_string(v.size()) + " bytes for a c4 unique id, expected 128");
+  std::memcpy(id->bytes, v.data(), v.size());
+  return c4::Status::ok();
+}
+
+/// Creates rank `rank` of an `n`-rank communicator whose unique id `creator` publishes under `key`.
+c4::Status initThroughStore(::c10d::Store& store, const std::string& key, bool creator, int rank, int n,
+                            const std::string& name, c4::Comm** comm) {
+  c4::UniqueId id;
+  try {
+    if (creator) {
+      c4::Status st = c4::getUniqueId(&id);
+      if (!st.isOk()) return st;
+      store.set(key, idBytes(id));
+    } else {
+      c4::Status st = idFrom(store.get(key), &id);
+      if (!st.isOk()) return st;
+    }
+  } catch (const std::exception& e) {
+    return c4::Status(c4::Code::kSystemError,
+                      "exchanging the c4 unique id through the store failed: " + std::string(e.what()));
+  }
+  c4::Config cfg;
+  cfg.name = name;
+  return c4::commInitRank(comm, n, id, rank, cfg);
+}
+
+}  // namespace
+
+ProcessGroupC4::ProcessGroupC4(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
+                               std::chrono::milliseconds timeout)
+    : BackendBase(rank, size), store_(store), timeout_(timeout) {
+  TORCH_CHECK(store_, "c4: no store");
+  store_->setTimeout(timeout_);
+  // Every rank counts the c4 groups made on this store under its own key: all ranks create their
+  // groups in the same order, so they agree on the generation without talking to each other.
+  generation_ = store_->add(std::string(kKeyPrefix) + "generation/" + std::to_string(rank), 1);
+  const std::string key = std::string(kKeyPrefix) + "uid/" + std::to_string(generation_);
+  const std::string name = "torch-pg" + std::to_string(generation_);
+  c4::Comm* comm = nullptr;
+  c4::Status st = initThroughStore(*store_, key, rank == 0, rank, size, name, &comm);
+  TORCH_CHECK(st.isOk(), "c4: creating the communicator of rank ", rank, "/", size, " failed: ", st.message());
+  main_ = std::make_unique<Channel>(name, [comm](c4::Comm** out) {
+    *out = comm;
+    return c4::Status::ok();
+  });
+  init();
+}
+
+namespace {
+
+/// Releases the GIL for its lifetime if this thread holds it. The workers may need the GIL (the last
+/// reference to a tensor that has a Python object frees it), so waiting for them with the GIL held,
+/// as a destructor run by Python's garbage collection would, deadlocks.
+class GilRelease {
+ public:
+  GilRelease() {
+    if (Py_IsInitialized() && PyGILState_Check()) state_ = PyEval_SaveThread();
+  }
+  ~GilRelease() {
+    if (state_) PyEval_RestoreThread(state_);
+  }
+  GilRelease(const GilRelease&) = delete;
+  GilRelease& operator=(const GilRelease&) = delete;
+
+ private:
+  PyThreadState* state_ = nullptr;
+};
+
+}  // namespace
+
+ProcessGroupC4::~ProcessGroupC4() {
+  GilRelease nogil;
+  {
+    std::lock_guard<std::mutex> g(p2pMu_);
+    p2p_.clear();
+  }
+  main_.reset();
+}
+
+Channel& ProcessGroupC4::p2pChannel(int peer, bool send) {
+  std::lock_guard<std::mutex> g(p2pMu_);
+  auto& ch = p2p_[{peer, send}];
+  if (!ch) {
+    const int src = send ? rank_ : peer;
+    const int dst = send ? peer : rank_;
+    const std::string name =
+        "torch-pg" + std::to_string(generation_) + "-p2p-" + std::to_string(src) + "to" + std::to_string(dst);
+    const std::string key = std::string(kKeyPrefix) + "p2p/" + std::to_string(generation_) + "/" + std::to_string(src) +
+                            "-" + std::to_string(dst);
+    c10::intrusive_ptr<::c10d::Store> store = store_;
+    // Rank 0 of the pair communicator is the sender. Created on the channel's own thread, so the
+    // caller never blocks waiting for the peer to show up.
+    ch = std::make_unique<Channel>(name, [store, key, send, name](c4::Comm** out) {
+      return initThroughStore(*store, key, send, send ? 0 : 1, 2, name, out);
+    });
+  }
+  return *ch;
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::enqueue(Channel& ch, OpType type, const char* opName,
+                                                         const char* profilingTitle, std::vector<at::Tensor> outputs,
+                                                         Channel::Op op) {
+  std::lock_guard<std::mutex> g(seqMu_);
+  const uint64_t seq = seq_++;
+  auto work = c10::make_intrusive<WorkC4>(rank_, type, opName, profilingTitle, seq, std::move(outputs));
+  std::string describe = std::string("c4 ") + opName + " (op " + std::to_string(seq) + " of process group " +
+                         std::to_string(generation_) + ", rank " + std::to_string(rank_) + "/" + std::to_string(size_) +
+                         ")";
+  Channel::Op traced = [op = std::move(op), opName, seq](c4::Comm* comm) {
+    traceTorchOp(comm, opName, seq);
+    return op(comm);
+  };
+  ch.enqueue(work, std::move(traced), std::move(describe));
+  return work;
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::broadcast(std::vector<at::Tensor>& tensors,
+                                                           const ::c10d::BroadcastOptions& opts) {
+  checkSingle(tensors, "broadcast");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "c4 broadcast: root ", opts.rootRank, " out of range");
+  TORCH_CHECK(opts.rootTensor == 0, "c4 broadcast: rootTensor must be 0");
+  at::Tensor t = tensors[0];
+  at::Tensor buf = t.contiguous();
+  const c4::DataType dt = toC4(t.scalar_type(), "broadcast");
+  const int root = static_cast<int>(opts.rootRank);
+  const bool isRoot = root == rank_;
+  return enqueue(*main_, OpType::BROADCAST, "broadcast", "c4:broadcast", {t}, [=](c4::Comm* c) {
+    c4::Status st = c4::broadcast(ptr(buf), ptr(buf), count(buf), dt, root, c);
+    if (st.isOk() && !isRoot) copyBack(t, buf);
+    return st;
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::allreduce(std::vector<at::Tensor>& tensors,
+                                                           const ::c10d::AllreduceOptions& opts) {
+  checkSingle(tensors, "allreduce");
+  at::Tensor t = tensors[0];
+  const c4::DataType dt = toC4(t.scalar_type(), "allreduce");
+  const Reduction red = reduceOf(opts.reduceOp, t.scalar_type(), "allreduce");
+  at::Tensor buf = t.contiguous();
+  return enqueue(*main_, OpType::ALLREDUCE, "allreduce", "c4:all_reduce", {t}, [=](c4::Comm* c) {
+    c4::Status st = withRedOp(c, red, buf.scalar_type(),
+                              [&](c4::RedOp op) { return c4::allReduce(ptr(buf), ptr(buf), count(buf), dt, op, c); });
+    if (st.isOk()) copyBack(t, buf);
+    return st;
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                                     const ::c10d::AllreduceCoalescedOptions& opts) {
+  TORCH_CHECK(!tensors.empty(), "c4 allreduce_coalesced: no tensors");
+  std::vector<at::Tensor> bufs;
+  std::vector<c4::DataType> dts;
+  std::vector<Reduction> reds;
+  for (const at::Tensor& t : tensors) {
+    checkTensor(t, "allreduce_coalesced");
+    dts.push_back(toC4(t.scalar_type(), "allreduce_coalesced"));
+    reds.push_back(reduceOf(opts.reduceOp, t.scalar_type(), "allreduce_coalesced"));
+    TORCH_CHECK(!reds.back().preMul, "c4 allreduce_coalesced: PREMUL_SUM is supported by allreduce only");
+    bufs.push_back(t.contiguous());
+  }
+  std::vector<at::Tensor> users = tensors;
+  return enqueue(*main_, OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", "c4:all_reduce_coalesced", users,
+                 [=](c4::Comm* c) {
+                   c4::Status st = inGroup([&] {
+                     for (size_t i = 0; i < bufs.size(); ++i) {
+                       c4::Status s = c4::allReduce(ptr(bufs[i]), ptr(bufs[i]), count(bufs[i]), dts[i], reds[i].op, c);
+                       if (!s.isOk()) return s;
+                     }
+                     return c4::Status::ok();
+                   });
+                   if (st.isOk())
+                     for (size_t i = 0; i < bufs.size(); ++i) copyBack(users[i], bufs[i]);
+                   return st;
+                 });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::reduce(std::vector<at::Tensor>& tensors,
+                                                        const ::c10d::ReduceOptions& opts) {
+  checkSingle(tensors, "reduce");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "c4 reduce: root ", opts.rootRank, " out of range");
+  TORCH_CHECK(opts.rootTensor == 0, "c4 reduce: rootTensor must be 0");
+  at::Tensor t = tensors[0];
+  const c4::DataType dt = toC4(t.scalar_type(), "reduce");
+  const Reduction red = reduceOf(opts.reduceOp, t.scalar_type(), "reduce");
+  at::Tensor buf = t.contiguous();
+  const int root = static_cast<int>(opts.rootRank);
+  const bool isRoot = root == rank_;
+  return enqueue(*main_, OpType::REDUCE, "reduce", "c4:reduce", {t}, [=](c4::Comm* c) {
+    c4::Status st = withRedOp(c, red, buf.scalar_type(), [&](c4::RedOp op) {
+      return c4::reduce(ptr(buf), ptr(buf), count(buf), dt, op, root, c);
+    });
+    if (st.isOk() && isRoot) copyBack(t, buf);
+    return st;
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                           std::vector<at::Tensor>& inputs,
+                                                           const ::c10d::AllgatherOptions& opts) {
+  checkSingle(inputs, "allgather");
+  TORCH_CHECK(outputs.size() == 1, "c4 allgather: expects one output list, got ", outputs.size());
+  TORCH_CHECK(static_cast<int>(outputs[0].size()) == size_, "c4 allgather: the output list must hold ", size_,
+              " tensors (one per rank), got ", outputs[0].size());
+  at::Tensor in = inputs[0].contiguous();
+  for (const at::Tensor& o : outputs[0]) {
+    checkTensor(o, "allgather");
+    checkSameType(o, in, "allgather");
+    TORCH_CHECK(o.numel() == in.numel(), "c4 allgather: every output must have the input's ", in.numel(),
+                " elements, got ", o.numel());
+  }
+  const c4::DataType dt = toC4(in.scalar_type(), "allgather");
+  std::vector<at::Tensor> outs = outputs[0];
+  at::Tensor flat = at::empty({static_cast<int64_t>(size_) * in.numel()}, in.options());
+  return enqueue(*main_, OpType::ALLGATHER, "allgather", "c4:all_gather", outs, [=](c4::Comm* c) {
+    c4::Status st = c4::allGather(ptr(in), ptr(flat), count(in), dt, c);
+    if (st.isOk()) unflatten(flat, outs);
+    return st;
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                 const ::c10d::AllgatherOptions& opts) {
+  checkTensor(output, "_allgather_base");
+  checkTensor(input, "_allgather_base");
+  checkSameType(output, input, "_allgather_base");
+  TORCH_CHECK(output.numel() == input.numel() * size_, "c4 _allgather_base: the output must hold ", size_, " x ",
+              input.numel(), " elements, got ", output.numel());
+  at::Tensor in = input.contiguous();
+  at::Tensor out = output;
+  at::Tensor buf = output.contiguous();
+  const c4::DataType dt = toC4(in.scalar_type(), "_allgather_base");
+  return enqueue(*main_, OpType::_ALLGATHER_BASE, "_allgather_base", "c4:_all_gather_base", {out}, [=](c4::Comm* c) {
+    c4::Status st = c4::allGather(ptr(in), ptr(buf), count(in), dt, c);
+    if (st.isOk()) copyBack(out, buf);
+    return st;
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputLists,
+                                                                     std::vector<at::Tensor>& inputs,
+                                                                     const ::c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(!inputs.empty(), "c4 allgather_coalesced: no input tensors");
+  TORCH_CHECK(static_cast<int>(outputLists.size()) == size_, "c4 allgather_coalesced: expects ", size_,
+              " output lists (one per rank), got ", outputLists.size());
+  std::vector<at::Tensor> ins;
+  std::vector<at::Tensor> flats;
+  std::vector<c4::DataType> dts;
+  std::vector<at::Tensor> outs;  // rank-major: outputLists[r][i]
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkTensor(inputs[i], "allgather_coalesced");
+    ins.push_back(inputs[i].contiguous());
+    dts.push_back(toC4(inputs[i].scalar_type(), "allgather_coalesced"));
+    flats.push_back(at::empty({static_cast<int64_t>(size_) * inputs[i].numel()}, inputs[i].options()));
+  }
+  for (int r = 0; r < size_; ++r) {
+    TORCH_CHECK(outputLists[r].size() == inputs.size(), "c4 allgather_coalesced: output list ", r, " holds ",
+                outputLists[r].size(), " tensors, expected ", inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const at::Tensor& o = outputLists[r][i];
+      checkTensor(o, "allgather_coalesced");
+      checkSameType(o, inputs[i], "allgather_coalesced");
+      TORCH_CHECK(o.numel() == inputs[i].numel(), "c4 allgather_coalesced: output [", r, "][", i, "] has ", o.numel(),
+                  " elements, expected ", inputs[i].numel());
+      outs.push_back(o);
+    }
+  }
+  const int n = size_;
+  return enqueue(*main_, OpType::ALLGATHER_COALESCED, "allgather_coalesced", "c4:all_gather_coalesced", outs,
+                 [=](c4::Comm* c) {
+                   c4::Status st = inGroup([&] {
+                     for (size_t i = 0; i < ins.size(); ++i) {
+                       c4::Status s = c4::allGather(ptr(ins[i]), ptr(flats[i]), count(ins[i]), dts[i], c);
+                       if (!s.isOk()) return s;
+                     }
+                     return c4::Status::ok();
+                   });
+                   if (!st.isOk()) return st;
+                   const size_t k = ins.size();
+                   for (int r = 0; r < n; ++r)
+                     for (size_t i = 0; i < k; ++i) {
+                       const at::Tensor& o = outs[static_cast<size_t>(r) * k + i];
+                       o.copy_(flats[i].narrow(0, r * ins[i].numel(), ins[i].numel()).view(o.sizes()));
+                     }
+                   return st;
+                 });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                        std::vector<at::Tensor>& inputs,
+                                                        const ::c10d::GatherOptions& opts) {
+  checkSingle(inputs, "gather");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "c4 gather: root ", opts.rootRank, " out of range");
+  const int root = static_cast<int>(opts.rootRank);
+  at::Tensor in = inputs[0].contiguous();
+  std::vector<at::Tensor> outs;
+  at::Tensor flat;
+  if (root == rank_) {
+    TORCH_CHECK(outputs.size() == 1, "c4 gather: the root expects one output list, got ", outputs.size());
+    TORCH_CHECK(static_cast<int>(outputs[0].size()) == size_, "c4 gather: the output list must hold ", size_,
+                " tensors, got ", outputs[0].size());
+    for (const at::Tensor& o : outputs[0]) {
+      checkTensor(o, "gather");
+      checkSameType(o, in, "gather");
+      TORCH_CHECK(o.numel() == in.numel(), "c4 gather: every output must have the input's ", in.numel(),
+                  " elements, got ", o.numel());
+    }
+    outs = outputs[0];
+    flat = at::empty({static_cast<int64_t>(size_) * in.numel()}, in.options());
+  } else {
+    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                "c4 gather: only the root passes output tensors");
+  }
+  const c4::DataType dt = toC4(in.scalar_type(), "gather");
+  return enqueue(*main_, OpType::GATHER, "gather", "c4:gather", outs, [=](c4::Comm* c) {
+    c4::Status st = c4::gather(ptr(in), flat.defined() ? ptr(flat) : nullptr, count(in), dt, root, c);
+    if (st.isOk() && flat.defined()) unflatten(flat, outs);
+    return st;
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::scatter(std::vector<at::Tensor>& outputs,
+                                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                                         const ::c10d::ScatterOptions& opts) {
+  checkSingle(outputs, "scatter");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "c4 scatter: root ", opts.rootRank, " out of range");
+  const int root = static_cast<int>(opts.rootRank);
+  at::Tensor out = outputs[0];
+  at::Tensor buf = out.contiguous();
+  at::Tensor flat;
+  if (root == rank_) {
+    TORCH_CHECK(inputs.size() == 1, "c4 scatter: the root expects one input list, got ", inputs.size());
+    TORCH_CHECK(static_cast<int>(inputs[0].size()) == size_, "c4 scatter: the input list must hold ", size_,
+                " tensors, got ", inputs[0].size());
+    for (const at::Tensor& i : inputs[0]) {
+      checkTensor(i, "scatter");
+      checkSameType(i, out, "scatter");
+      TORCH_CHECK(i.numel() == out.numel(), "c4 scatter: every input must have the output's ", out.numel(),
+                  " elements, got ", i.numel());
+    }
+    flat = flatten(inputs[0]);
+  } else {
+    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
+                "c4 scatter: only the root passes input tensors");
+  }
+  const c4::DataType dt = toC4(out.scalar_type(), "scatter");
+  return enqueue(*main_, OpType::SCATTER, "scatter", "c4:scatter", {out}, [=](c4::Comm* c) {
+    c4::Status st = c4::scatter(flat.defined() ? ptr(flat) : nullptr, ptr(buf), count(buf), dt, root, c);
+    if (st.isOk()) copyBack(out, buf);
+    return st;
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                                const ::c10d::ReduceScatterOptions& opts) {
+  checkSingle(outputs, "reduce_scatter");
+  TORCH_CHECK(inputs.size() == 1, "c4 reduce_scatter: expects one input list, got ", inputs.size());
+  TORCH_CHECK(static_cast<int>(inputs[0].size()) == size_, "c4 reduce_scatter: the input list must hold ", size_,
+              " tensors, got ", inputs[0].size());
+  at::Tensor out = outputs[0];
+  for (const at::Tensor& i : inputs[0]) {
+    checkTensor(i, "reduce_scatter");
+    checkSameType(i, out, "reduce_scatter");
+    TORCH_CHECK(i.numel() == out.numel(), "c4 reduce_scatter: every input must have the output's ", out.numel(),
+                " elements, got ", i.numel());
+  }
+  const c4::DataType dt = toC4(out.scalar_type(), "reduce_scatter");
+  const Reduction red = reduceOf(opts.reduceOp, out.scalar_type(), "reduce_scatter");
+  at::Tensor flat = flatten(inputs[0]);
+  at::Tensor buf = out.contiguous();
+  return enqueue(*main_, OpType::REDUCE_SCATTER, "reduce_scatter", "c4:reduce_scatter", {out}, [=](c4::Comm* c) {
+    c4::Status st = withRedOp(c, red, buf.scalar_type(), [&](c4::RedOp op) {
+      return c4::reduceScatter(ptr(flat), ptr(buf), count(buf), dt, op, c);
+    });
+    if (st.isOk()) copyBack(out, buf);
+    return st;
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                      const ::c10d::ReduceScatterOptions& opts) {
+  checkTensor(output, "_reduce_scatter_base");
+  checkTensor(input, "_reduce_scatter_base");
+  checkSameType(output, input, "_reduce_scatter_base");
+  TORCH_CHECK(input.numel() == output.numel() * size_, "c4 _reduce_scatter_base: the input must hold ", size_, " x ",
+              output.numel(), " elements, got ", input.numel());
+  const c4::DataType dt = toC4(output.scalar_type(), "_reduce_scatter_base");
+  const Reduction red = reduceOf(opts.reduceOp, output.scalar_type(), "_reduce_scatter_base");
+  at::Tensor in = input.contiguous();
+  at::Tensor out = output;
+  at::Tensor buf = output.contiguous();
+  return enqueue(*main_, OpType::_REDUCE_SCATTER_BASE, "_reduce_scatter_base", "c4:_reduce_scatter_base", {out},
+                 [=](c4::Comm* c) {
+                   c4::Status st = withRedOp(c, red, buf.scalar_type(), [&](c4::RedOp op) {
+                     return c4::reduceScatter(ptr(in), ptr(buf), count(buf), dt, op, c);
+                   });
+                   if (st.isOk()) copyBack(out, buf);
+                   return st;
+                 });
+}
+
+namespace {
+
+/// Element offsets of `splits` rows of `rowElems` elements each (splits empty: `n` equal parts).
+std::vector<int64_t> splitCounts(const std::vector<int64_t>& splits, const at::Tensor& t, int n, const char* which) {
+  const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+  const int64_t rowElems = rows == 0 ? 0 : t.numel() / rows;
+  std::vector<int64_t> counts(static_cast<size_t>(n));
+  if (splits.empty()) {
+    TORCH_CHECK(rows % n == 0, "c4 alltoall_base: the ", which, " tensor's first dimension (", rows,
+                ") is not divisible by the group size ", n);
+    std::fill(counts.begin(), counts.end(), rows / n * rowElems);
+    return counts;
+  }
+  TORCH_CHECK(static_cast<int>(splits.size()) == n, "c4 alltoall_base: ", which, " split sizes must have ", n,
+              " entries, got ", splits.size());
+  int64_t sum = 0;
+  for (int i = 0; i < n; ++i) {
+    TORCH_CHECK(splits[i] >= 0, "c4 alltoall_base: negative ", which, " split size");
+    sum += splits[i];
+    counts[static_cast<size_t>(i)] = splits[i] * rowElems;
+  }
+  TORCH_CHECK(sum == rows, "c4 alltoall_base: ", which, " split sizes add up to ", sum,
+              " but the tensor's first dimension is ", rows);
+  return counts;
+}
+
+/// Grouped send/recv of one segment per peer on `c`; the own segment is copied locally.
+c4::Status exchange(c4::Comm* c, int me, const std::vector<at::Tensor>& sendSegs,
+                    const std::vector<at::Tensor>& recvSegs, c4::DataType dt) {
+  const int n = static_cast<int>(sendSegs.size());
+  c4::Status st = inGroup([&] {
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      const at::Tensor& s = sendSegs[static_cast<size_t>(p)];
+      const at::Tensor& r = recvSegs[static_cast<size_t>(p)];
+      // Both sides skip empty segments alike: the split sizes agree across ranks.
+      if (s.numel() > 0) {
+        c4::Status x = c4::send(ptr(s), count(s), dt, p, c);
+        if (!x.isOk()) return x;
+      }
+      if (r.numel() > 0) {
+        c4::Status x = c4::recv(ptr(r), count(r), dt, p, c);
+        if (!x.isOk()) return x;
+      }
+    }
+    return c4::Status::ok();
+  });
+  if (st.isOk()) recvSegs[static_cast<size_t>(me)].copy_(sendSegs[static_cast<size_t>(me)]);
+  return st;
+}
+
+}  // namespace
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                               std::vector<int64_t>& outputSplitSizes,
+                                                               std::vector<int64_t>& inputSplitSizes,
+                                                               const ::c10d::AllToAllOptions& opts) {
+  checkTensor(output, "alltoall_base");
+  checkTensor(input, "alltoall_base");
+  checkSameType(output, input, "alltoall_base");
+  const c4::DataType dt = toC4(input.scalar_type(), "alltoall_base");
+  at::Tensor in = input.contiguous();
+  at::Tensor out = output;
+  at::Tensor buf = output.contiguous();
+  if (outputSplitSizes.empty() && inputSplitSizes.empty()) {
+    TORCH_CHECK(in.numel() % size_ == 0, "c4 alltoall_base: the input's ", in.numel(),
+                " elements do not split evenly over ", size_, " ranks");
+    TORCH_CHECK(out.numel() == in.numel(), "c4 alltoall_base: output has ", out.numel(), " elements, input ",
+                in.numel());
+    const size_t per = count(in) / static_cast<size_t>(size_);
+    return enqueue(*main_, OpType::ALLTOALL_BASE, "alltoall_base", "c4:all_to_all", {out}, [=](c4::Comm* c) {
+      c4::Status st = c4::alltoAll(ptr(in), ptr(buf), per, dt, c);
+      if (st.isOk()) copyBack(out, buf);
+      return st;
+    });
+  }
+  const std::vector<int64_t> sendCounts = splitCounts(inputSplitSizes, in, size_, "input");
+  const std::vector<int64_t> recvCounts = splitCounts(outputSplitSizes, buf, size_, "output");
+  std::vector<at::Tensor> sendSegs, recvSegs;
+  at::Tensor inFlat = in.reshape({-1});
+  at::Tensor outFlat = buf.view({-1});
+  int64_t so = 0, ro = 0;
+  for (int p = 0; p < size_; ++p) {
+    sendSegs.push_back(inFlat.narrow(0, so, sendCounts[static_cast<size_t>(p)]));
+    recvSegs.push_back(outFlat.narrow(0, ro, recvCounts[static_cast<size_t>(p)]));
+    so += sendCounts[static_cast<size_t>(p)];
+    ro += recvCounts[static_cast<size_t>(p)];
+  }
+  TORCH_CHECK(sendSegs[static_cast<size_t>(rank_)].numel() == recvSegs[static_cast<size_t>(rank_)].numel(),
+              "c4 alltoall_base: this rank sends itself ", sendSegs[static_cast<size_t>(rank_)].numel(),
+              " elements but expects ", recvSegs[static_cast<size_t>(rank_)].numel());
+  const int me = rank_;
+  return enqueue(*main_, OpType::ALLTOALL_BASE, "alltoall_base", "c4:all_to_all", {out}, [=](c4::Comm* c) {
+    c4::Status st = exchange(c, me, sendSegs, recvSegs, dt);
+    if (st.isOk()) copyBack(out, buf);
+    return st;
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::alltoall(std::vector<at::Tensor>& outputs,
+                                                          std::vector<at::Tensor>& inputs,
+                                                          const ::c10d::AllToAllOptions& opts) {
+  TORCH_CHECK(static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
+              "c4 alltoall: expects ", size_, " input and output tensors, got ", inputs.size(), " and ",
+              outputs.size());
+  TORCH_CHECK(size_ > 0, "c4 alltoall: empty group");
+  std::vector<at::Tensor> sendSegs, recvSegs;
+  for (int p = 0; p < size_; ++p) {
+    const at::Tensor& i = inputs[static_cast<size_t>(p)];
+    const at::Tensor& o = outputs[static_cast<size_t>(p)];
+    checkTensor(i, "alltoall");
+    checkTensor(o, "alltoall");
+    checkSameType(i, inputs[0], "alltoall");
+    checkSameType(o, inputs[0], "alltoall");
+    sendSegs.push_back(i.contiguous());
+    recvSegs.push_back(o.contiguous());
+  }
+  TORCH_CHECK(sendSegs[static_cast<size_t>(rank_)].numel() == recvSegs[static_cast<size_t>(rank_)].numel(),
+              "c4 alltoall: this rank's own input and output differ in size");
+  const c4::DataType dt = toC4(inputs[0].scalar_type(), "alltoall");
+  std::vector<at::Tensor> outs = outputs;
+  const int me = rank_;
+  return enqueue(*main_, OpType::ALLTOALL, "alltoall", "c4:all_to_all", outs, [=](c4::Comm* c) {
+    c4::Status st = exchange(c, me, sendSegs, recvSegs, dt);
+    if (st.isOk())
+      for (size_t p = 0; p < outs.size(); ++p) copyBack(outs[p], recvSegs[p]);
+    return st;
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
+  checkSingle(tensors, "send");
+  TORCH_CHECK(dstRank >= 0 && dstRank < size_ && dstRank != rank_, "c4 send: invalid destination rank ", dstRank,
+              " (this is rank ", rank_, " of ", size_, ")");
+  at::Tensor buf = tensors[0].contiguous();
+  const c4::DataType dt = toC4(buf.scalar_type(), "send");
+  return enqueue(p2pChannel(dstRank, true), OpType::SEND, "send", "c4:send", {tensors[0]},
+                 [=](c4::Comm* c) { return c4::send(ptr(buf), count(buf), dt, /*peer=*/1, c); });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
+  checkSingle(tensors, "recv");
+  TORCH_CHECK(srcRank >= 0 && srcRank < size_ && srcRank != rank_, "c4 recv: invalid source rank ", srcRank,
+              " (this is rank ", rank_, " of ", size_, ")");
+  at::Tensor t = tensors[0];
+  at::Tensor buf = t.contiguous();
+  const c4::DataType dt = toC4(buf.scalar_type(), "recv");
+  return enqueue(p2pChannel(srcRank, false), OpType::RECV, "recv", "c4:recv", {t}, [=](c4::Comm* c) {
+    c4::Status st = c4::recv(ptr(buf), count(buf), dt, /*peer=*/0, c);
+    if (st.isOk()) copyBack(t, buf);
+    return st;
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  TORCH_CHECK(false, "c4 recv: receiving from any source is not supported by backend c4; pass src=");
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::barrier(const ::c10d::BarrierOptions& opts) {
+  // A one-byte allreduce on the collective channel: it runs after everything issued before it.
+  at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kByte));
+  return enqueue(*main_, OpType::BARRIER, "barrier", "c4:barrier", {}, [=](c4::Comm* c) {
+    return c4::allReduce(ptr(token), ptr(token), 1, c4::DataType::kUint8, c4::RedOp::kSum, c);
+  });
+}
+
+}  // namespace c4torch

@@ -1,0 +1,172 @@
+// ProcessGroupC4: the torch.distributed backend "c4" over libc4comm (CPU tensors).
+//
+// Every operation is validated in the calling thread (bad arguments raise at once), then queued
+// as a closure on a worker thread that owns the c4 communicator and runs the queue in issue order,
+// so collectives reach c4comm in the same order on every rank. The returned WorkC4 completes (or
+// fails with c4comm's reason) when the closure has run; its Future carries the output tensors,
+// which is what DDP's communication hooks consume.
+//
+// Point-to-point send/recv do not use the collective communicator: each direction between two
+// ranks gets its own two-rank communicator and worker, created on first use through the Store.
+// Sends to a peer therefore never wait behind collectives or behind receives from that peer, and
+// an isend/irecv exchange between two ranks cannot deadlock. Messages between a pair are matched
+// in issue order; tags are accepted and ignored (as ProcessGroupNCCL does).
+//
+// Exceptions are used here (the torch edge), never inside libc4comm.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bindings/torch/compat.hpp"
+#include "c4comm/c4comm.hpp"
+
+namespace c4torch {
+
+/// Hook for c4comm's event tracer: called on the worker thread right before the c4 calls of an
+/// operation, with PyTorch's name of it ("allreduce", "_allgather_base", ...) and the process
+/// group's operation sequence number. libc4comm has no tracer API yet (libc4comm/trace is a later
+/// issue); until then this records nothing and the name is carried by WorkC4 (error messages,
+/// torch profiler title).
+void traceTorchOp(c4::Comm* comm, const char* opName, uint64_t seq);
+
+/// A Work whose completion is set by the worker that ran the operation.
+class WorkC4 : public ::c10d::Work {
+ public:
+  /// `opName` is a string literal (PyTorch's name of the op); `outputs` become the Future's value.
+  WorkC4(int rank, ::c10d::OpType type, const char* opName, const char* profilingTitle, uint64_t seq,
+         std::vector<at::Tensor> outputs);
+
+  /// Blocks until the operation finished; timeout 0 (kNoTimeout) waits without limit. Rethrows the
+  /// operation's error. For CPU tensors nothing else is needed; CUDA support will make the current
+  /// stream wait on the operation's event here (see synchronize()).
+  bool wait(std::chrono::milliseconds timeout) override;
+  /// CPU: no-op. The place where CUDA stream ordering goes.
+  void synchronize() override;
+  /// A Future completed with the output tensors (a list), or failed with the operation's error.
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  std::vector<at::Tensor> result() override { return outputs_; }
+
+  const char* opName() const { return opName_; }
+  uint64_t seq() const { return seq_; }
+  /// Called once, on the worker thread: completes the Future, then the Work. `error` empty = ok.
+  void complete(const std::string& error);
+
+ private:
+  const char* opName_;
+  uint64_t seq_;
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+/// One c4 communicator and the thread that runs its operations in FIFO order. The communicator is
+/// created on that thread by `init` before the first operation (lazily for p2p channels).
+class Channel {
+ public:
+  /// What runs on the worker: c4 calls on `comm`, returning c4comm's status.
+  using Op = std::function<c4::Status(c4::Comm* comm)>;
+  using Init = std::function<c4::Status(c4::Comm** comm)>;
+
+  Channel(std::string name, Init init);
+  /// Runs what is queued, then destroys the communicator (aborts it if it failed). Bounded by
+  /// C4_TIMEOUT since every queued c4 call is.
+  ~Channel();
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+
+  /// Queues `op`; `work` is completed when it ran. `describe` prefixes error messages.
+  void enqueue(c10::intrusive_ptr<WorkC4> work, Op op, std::string describe);
+
+ private:
+  struct Item {
+    c10::intrusive_ptr<WorkC4> work;
+    Op op;
+    std::string describe;
+  };
+  void loop();
+
+  std::string name_;
+  Init init_;
+  c4::Comm* comm_ = nullptr;
+  c4::Status initStatus_;
+  bool initDone_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Item> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+class ProcessGroupC4 : public BackendBase {
+ public:
+  /// Creates the collective communicator through `store` (rank 0 publishes a c4 unique id under a
+  /// key unique to this store generation, the others read it). Blocks until every rank joined;
+  /// raises (c10::Error) with c4comm's reason on failure. `timeout` bounds waits on the store.
+  ProcessGroupC4(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout);
+  ~ProcessGroupC4() override;
+
+  const std::string getBackendName() const override { return "c4"; }
+
+  c10::intrusive_ptr<::c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                             const ::c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                             const ::c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                       const ::c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> reduce(std::vector<at::Tensor>& tensors, const ::c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                             std::vector<at::Tensor>& inputs,
+                                             const ::c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                   const ::c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputLists,
+                                                       std::vector<at::Tensor>& inputs,
+                                                       const ::c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                          std::vector<at::Tensor>& inputs, const ::c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                           std::vector<std::vector<at::Tensor>>& inputs,
+                                           const ::c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                  std::vector<std::vector<at::Tensor>>& inputs,
+                                                  const ::c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                        const ::c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                 std::vector<int64_t>& outputSplitSizes,
+                                                 std::vector<int64_t>& inputSplitSizes,
+                                                 const ::c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                            const ::c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
+  c10::intrusive_ptr<::c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
+  c10::intrusive_ptr<::c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  c10::intrusive_ptr<::c10d::Work> barrier(const ::c10d::BarrierOptions& opts) override;
+
+ private:
+  /// Queues `op` on `ch` and returns its Work.
+  c10::intrusive_ptr<::c10d::Work> enqueue(Channel& ch, ::c10d::OpType type, const char* opName,
+                                           const char* profilingTitle, std::vector<at::Tensor> outputs, Channel::Op op);
+  /// The channel that carries this rank's sends to `peer` (send=true) or receives from it.
+  Channel& p2pChannel(int peer, bool send);
+
+  c10::intrusive_ptr<::c10d::Store> store_;
+  std::chrono::milliseconds timeout_;
+  int64_t generation_ = 0;  // which c4 communicator of this store this group is
+  uint64_t seq_ = 0;        // operations issued (guarded by seqMu_)
+  std::mutex seqMu_;
+  std::unique_ptr<Channel> main_;
+  std::mutex p2pMu_;
+  std::map<std::pair<int, bool>, std::unique_ptr<Channel>> p2p_;
+};
+
+}  // namespace c4torch
