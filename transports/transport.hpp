@@ -125,6 +125,11 @@ class Transport {
   /// Ok while `peer` is alive and has not aborted or closed; else an error naming it. May make a
   /// system call: callers rate-limit it.
   virtual Status peerHealth(int peer) { return Status::ok(); }
+
+  /// A file descriptor that polls readable when progress() may have work (network data arrived, a
+  /// blocked socket became writable), for callers that block while idle; -1 if the transport has
+  /// none (shared memory is only polled).
+  virtual int waitFd() const { return -1; }
 };
 
 }  // namespace c4::transport

@@ -1,10 +1,14 @@
 #include "core/comm.hpp"
 
+#include <poll.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <set>
 #include <unordered_set>
@@ -141,8 +145,14 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
     hosts.insert(p.hostId);
     localRanks += p.hostId == mine.hostId;
   }
+  // Ranks in other network namespaces of this machine (emulated hosts) share its cores too: count
+  // ranks by host name for the CPU budget.
+  int machineRanks = 0;
+  for (const RankInfo& p : peers) machineRanks += strncmp(p.hostname, mine.hostname, sizeof(mine.hostname)) == 0;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  oversubscribed = localRanks > std::max(1L, cores);
+  cpu_set_t cpuSet;
+  if (sched_getaffinity(0, sizeof(cpuSet), &cpuSet) == 0) cores = CPU_COUNT(&cpuSet);
+  oversubscribed = std::max(localRanks, machineRanks) > std::max(1L, cores);
 
   transport::Context ctx;
   ctx.rank = r;
@@ -206,6 +216,9 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
     haveCaps = true;
     names += (names.empty() ? "" : "+") + std::string(t->name());
   }
+  for (auto& t : transports)
+    if (t->waitFd() >= 0) waitFds.push_back(pollfd{t->waitFd(), POLLIN, 0});
+  transport::setOversubscribed(oversubscribed);
   // One-shot collectives run through the shm arenas: never when tcp carries everything.
   oneShot.init(this, shmT);
   p2pSendSeq.assign(static_cast<size_t>(n), 0);
@@ -236,6 +249,18 @@ Status Comm::connection(int peer, transport::Connection** out) {
                      rank, peer, p.hostname, static_cast<unsigned long long>(p.hostId), paramTransport().c_str());
   }
   return t->connect(peer, out);
+}
+
+void Comm::idleWait(int idleRounds) {
+  const long us = transport::idleBackoffUs(idleRounds);
+  if (us == 0) return;
+  timespec ts{0, us * 1000};
+  if (waitFds.empty()) {
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
+    }
+    return;
+  }
+  (void)ppoll(waitFds.data(), waitFds.size(), &ts, nullptr);  // EINTR or timeout: the caller polls again
 }
 
 Status Comm::progressTransports() {
@@ -553,7 +578,7 @@ Status Comm::runCollective(const OpDesc& op) {
     if (progressed) {
       idle = 0;
     } else {
-      transport::waitHint(++idle);
+      idleWait(++idle);
     }
   }
   if (!st.isOk()) {

@@ -1,6 +1,8 @@
 // The communicator (c4::Comm) and the operations it runs.
 #pragma once
 
+#include <poll.h>
+
 #include <atomic>
 #include <cstdint>
 #include <list>
@@ -86,6 +88,10 @@ struct Comm {
   Status connection(int peer, transport::Connection** out);
   /// Advances every transport.
   Status progressTransports();
+  /// Back-off after `idleRounds` consecutive polls without progress: spin, yield, then block up to
+  /// C4_SHM_SLEEP_US, on the network transports' wait fds when there are any (so arriving data
+  /// wakes the rank at once) or in a sleep.
+  void idleWait(int idleRounds);
   /// Records the first asynchronous error, tells peers (abort of transports).
   void fail(const Status& st);
   /// Ok, or the error every call on a failed communicator returns.
@@ -98,8 +104,9 @@ struct Comm {
   int nranks = 0;
   Config config;
   std::string tag;
-  int localRanks = 1;  // ranks on this host
-  bool oversubscribed = false;
+  int localRanks = 1;           // ranks on this host
+  bool oversubscribed = false;  // more ranks than cores on this machine (any network namespace)
+  std::vector<pollfd> waitFds;  // Transport::waitFd of the transports in use
   int64_t timeoutMs = 0;
 
   std::unique_ptr<Bootstrap> bootstrap;

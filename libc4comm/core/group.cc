@@ -86,12 +86,17 @@ Status runGroupItems(std::vector<GroupItem>& items) {
       }
     }
     if (allDone) break;
-    // Back-off (spin, yield, then short sleeps) is the transport layer's, tuned to whether ranks
-    // outnumber cores on this host.
+    // Back-off (spin, yield, then short blocking waits), tuned to whether ranks outnumber cores.
+    // Blocking on one communicator's wait fds is enough: the wait is bounded by C4_SHM_SLEEP_US.
     if (progressed) {
       idle = 0;
     } else {
-      transport::waitHint(++idle);
+      for (Lane& l : lanes) {
+        if (l.cur) {
+          l.comm->idleWait(++idle);
+          break;
+        }
+      }
     }
   }
   return Status::ok();

@@ -1029,21 +1029,31 @@ Status createShmTransport(const Context& ctx, std::unique_ptr<Transport>* out) {
   return Status::ok();
 }
 
-void waitHint(int idleRounds) {
+long idleBackoffUs(int idleRounds) {
   int spin = gSpinRounds.load(std::memory_order_relaxed);
   if (idleRounds < spin) {
     cpuRelax();
-    return;
+    return 0;
   }
   if (idleRounds < spin + kYieldRounds) {
     sched_yield();
-    return;
+    return 0;
   }
   int k = std::min((idleRounds - spin - kYieldRounds) / 4, 16);
-  long us = std::min<long>(1L << k, gMaxSleepUs.load(std::memory_order_relaxed));
+  return std::min<long>(1L << k, gMaxSleepUs.load(std::memory_order_relaxed));
+}
+
+void waitHint(int idleRounds) {
+  long us = idleBackoffUs(idleRounds);
+  if (us == 0) return;
   timespec ts{0, us * 1000};
   while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
   }
+}
+
+void setOversubscribed(bool oversubscribed) {
+  if (paramShmSpin() >= 0) return;
+  if (oversubscribed) gSpinRounds.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace c4::transport

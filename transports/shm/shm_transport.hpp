@@ -51,5 +51,12 @@ Status createShmTransport(const Context& ctx, std::unique_ptr<Transport>* out);
 /// It spins (cpu pause) first, then sched_yield()s, then sleeps for growing intervals up to
 /// C4_SHM_SLEEP_US, so idle ranks do not starve busy ones when ranks outnumber cores. Thread-safe.
 void waitHint(int idleRounds);
+/// waitHint's first phases without its sleep: spins or yields and returns 0, or, once the caller
+/// should block, returns how long (us) without sleeping, so the caller can wait on file
+/// descriptors instead (see Transport::waitFd).
+long idleBackoffUs(int idleRounds);
+/// Overrides the spin phase chosen at shm setup: `oversubscribed` (more ranks than cores on this
+/// machine, counting ranks of other network namespaces too) means no spinning. C4_SHM_SPIN wins.
+void setOversubscribed(bool oversubscribed);
 
 }  // namespace c4::transport

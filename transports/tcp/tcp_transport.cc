@@ -292,6 +292,7 @@ class TcpTransportImpl final : public TcpTransport {
   const char* name() const override { return "tcp"; }
   Caps caps() const override;
   bool canConnect(int peer) const override { return peer >= 0 && peer < nranks_ && peer != rank_; }
+  int waitFd() const override { return ep_.get(); }
   Status connect(int peer, Connection** out) override;
   Status progress() override;
   void abort(const std::string& reason) override;
