@@ -40,6 +40,13 @@ C4_TRANSPORT=tcp C4_MPIRUN_ARGS="--mca btl tcp,self --mca btl_tcp_if_include lo"
   cmp -C allreduce -np 2 -b 1M -e 64M -f 4 -d float -o sum -n $ITERS -w 3 --peers mpi,gloo \
   --plot "$OUT/allreduce_tcp_np2.svg" --csv "$OUT/allreduce_tcp_np2.csv" | tee "$OUT/allreduce_tcp_np2.txt"
 
+step "AllReduce across emulated hosts (netlab, 1 Gbit/s links; needs root): 1 port vs 2 ports, beside Gloo and Open MPI"
+if [ "$(id -u)" -eq 0 ]; then
+  OUT="$OUT" bench/netlab/netlab_bench.sh 1gbit 64M | grep -v '^\[netlab\]' || echo "(netlab bench failed)"
+else
+  echo "(skipped: netlab needs root)"
+fi
+
 step "Communicator init time vs ranks (c4-perf -np N, 8-byte AllReduce)"
 for np in 2 4 8 16 32 64; do
   best=""

@@ -936,7 +936,7 @@ def _add_up_options(p, name_required):
     p.add_argument("--ecmp-ports", default="%d-%d" % (DEFAULT_PORT_LO, DEFAULT_PORT_HI),
                    help="steering port range LO-HI (default %d-%d)" % (DEFAULT_PORT_LO, DEFAULT_PORT_HI))
     p.add_argument("--ecmp-block", type=int, default=None,
-                   help="sport-mod: spine = (sport // BLOCK) %% spines (default %d)" % DEFAULT_MOD_BLOCK)
+                   help="sport-mod: spine = (sport // BLOCK) %%%% spines (default %d)" % DEFAULT_MOD_BLOCK)
     p.add_argument("--placement", choices=("host", "rail"), default="host",
                    help="host: all ports of a host on its leaf, hosts split evenly over leaves (default); "
                         "rail: port i of every host on leaf i %% leaves")
