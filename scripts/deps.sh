@@ -3,7 +3,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config python3 libgtest-dev libgmock-dev libbenchmark-dev
       openmpi-bin libopenmpi-dev libgloo-dev iproute2 procps
-      python3-torch libtorch-dev pybind11-dev python3-pytest)  # the torch backend (bindings/torch)
+      python3-torch libtorch-dev pybind11-dev python3-pytest  # the torch backend (bindings/torch)
+      chromium)  # the c4-trace report's screenshot test (tests/trace)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

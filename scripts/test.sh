@@ -7,6 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh
+# Every run leaves a trace by default (docs/tracing.md); the suite's traces go into the build tree
+# instead of /tmp/c4trace, fresh each run.
+export C4_TRACE_DIR="$PWD/build/test-traces"
+rm -rf "$C4_TRACE_DIR"
 echo "[test] ctest (build/)"
 (cd build && ctest --output-on-failure -j2 --timeout 1200)
 # The torch backend's pytest suite runs on Debian's interpreter (the one with torch).

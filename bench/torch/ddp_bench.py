@@ -13,6 +13,7 @@ import argparse
 import datetime
 import multiprocessing as mp
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -75,6 +76,7 @@ def run(ws, args):
     params, times = out.get(timeout=1800)
     for p in procs:
         p.join()
+    shutil.rmtree(os.path.dirname(store), ignore_errors=True)
     if any(p.exitcode != 0 for p in procs):
         sys.exit("a rank failed")
     return params, times

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "c4comm/c4comm.hpp"
+#include "c4comm/trace.hpp"
 #include "common/logging.hpp"
 #include "common/status.hpp"
 #include "core/bootstrap.hpp"
@@ -136,6 +137,13 @@ Status initComm(Comm* c, int nranks, const UniqueId& id, int rank, const Config&
   return st;
 }
 
+/// Writes the communicator's trace file (if it ever traced); a failure is logged, never returned.
+void dumpTrace(Comm* c, trace::DumpReason why) {
+  if (!c->tracer.allocated()) return;
+  Status st = c->tracer.dump(why);
+  if (!st.isOk()) C4_WARN(kLogInit, "%s", st.message().c_str());
+}
+
 Status checkInitArgs(Comm** comm, int nranks, int rank) {
   if (!comm) return makeError(Code::kInvalidArgument, "comm output pointer is NULL");
   if (nranks < 1) return makeError(Code::kInvalidArgument, "nranks %d must be at least 1", nranks);
@@ -247,6 +255,11 @@ Status commSplit(Comm* comm, int color, int key, Comm** newcomm, const Config* c
 Status commFinalize(Comm* comm) {
   C4_CHECK_RECORD(checkComm(comm));
   // Host collectives complete before they return, so nothing is outstanding.
+  if (!comm->finalized) {
+    // A second clock sample (so c4-trace can correct drift); bounded, as a rank may not finalize.
+    if (comm->tracer.allocated() && !comm->failed.load()) comm->traceClockSync(1, 2000);
+    dumpTrace(comm, trace::DumpReason::kFinalize);
+  }
   comm->finalized = true;
   return Status::ok();
 }
@@ -255,6 +268,7 @@ Status commDestroy(Comm* comm) {
   if (!comm) return Status::ok();  // like NCCL: destroying NULL is a no-op
   C4_CHECK_RECORD(checkComm(comm));
   unregisterComm(comm);
+  if (!comm->finalized) dumpTrace(comm, trace::DumpReason::kDestroy);
   delete comm;
   return Status::ok();
 }
@@ -264,6 +278,7 @@ Status commAbort(Comm* comm) {
   C4_CHECK_RECORD(checkComm(comm));
   unregisterComm(comm);
   comm->fail(makeError(Code::kRemoteError, "rank %d aborted the communicator", comm->rank));
+  dumpTrace(comm, trace::DumpReason::kAbort);
   delete comm;
   return Status::ok();
 }
@@ -459,5 +474,74 @@ Status groupEnd() {
   if (!st.isOk()) tLastError = st.message();
   return st;
 }
+
+// ---- tracer (include/c4comm/trace.hpp) ----
+namespace trace {
+
+Status setLevel(Comm* comm, Level level) {
+  C4_CHECK_RECORD(checkComm(comm));
+  C4_CHECK_RECORD(comm->tracer.setLevel(level));
+  return Status::ok();
+}
+
+Status getLevel(const Comm* comm, Level* level) {
+  C4_CHECK_RECORD(checkComm(comm));
+  if (!level) return record(makeError(Code::kInvalidArgument, "level is NULL"));
+  *level = static_cast<Level>(comm->tracer.level());
+  return Status::ok();
+}
+
+Status flush(Comm* comm, std::string* path) {
+  C4_CHECK_RECORD(checkComm(comm));
+  C4_CHECK_RECORD(comm->tracer.dump(DumpReason::kRequest, path));
+  return Status::ok();
+}
+
+Status readEvents(const Comm* comm, std::vector<Event>* out, uint64_t* dropped) {
+  C4_CHECK_RECORD(checkComm(comm));
+  if (!out) return record(makeError(Code::kInvalidArgument, "out is NULL"));
+  comm->tracer.snapshot(out, dropped);
+  for (Event& e : *out) {
+    e.t0 = static_cast<uint64_t>(toNs(e.t0));
+    e.t1 = static_cast<uint64_t>(toNs(e.t1));
+  }
+  return Status::ok();
+}
+
+uint64_t now() {
+  initClock();
+  return ticks();
+}
+
+int64_t ticksToNs(uint64_t t) {
+  initClock();
+  return toNs(t);
+}
+
+Status addSpan(Comm* comm, const char* name, uint64_t beginTicks, uint64_t endTicks, uint64_t bytes) {
+  C4_CHECK_RECORD(checkComm(comm));
+  if (!name) return record(makeError(Code::kInvalidArgument, "span name is NULL"));
+  if (endTicks < beginTicks)
+    return record(makeError(Code::kInvalidArgument, "span '%s' ends (%llu) before it begins (%llu)", name,
+                            static_cast<unsigned long long>(endTicks), static_cast<unsigned long long>(beginTicks)));
+  if (!comm->tracer.on()) return Status::ok();
+  Event e;
+  e.type = EventType::kSpan;
+  e.t0 = beginTicks;
+  e.t1 = endTicks;
+  e.bytes = bytes;
+  e.seq = comm->tracer.intern(name);
+  comm->tracer.record(e);
+  return Status::ok();
+}
+
+Status addNote(Comm* comm, const char* text) {
+  C4_CHECK_RECORD(checkComm(comm));
+  if (!text) return record(makeError(Code::kInvalidArgument, "note text is NULL"));
+  comm->tracer.note(text);
+  return Status::ok();
+}
+
+}  // namespace trace
 
 }  // namespace c4

@@ -1106,14 +1106,15 @@ Status Bootstrap::send(int peer, uint32_t tag, const void* data, size_t bytes) {
   return st;
 }
 
-Status Bootstrap::recv(int peer, uint32_t tag, void* data, size_t bytes) {
+Status Bootstrap::recv(int peer, uint32_t tag, void* data, size_t bytes, int64_t timeoutMs) {
   Impl& m = *impl_;
   if (peer < 0 || peer >= m.nranks)
     return makeError(Code::kInvalidArgument, "%s: recv from rank %d of %d", m.prefix.c_str(), peer, m.nranks);
   if (data == nullptr && bytes > 0)
     return makeError(Code::kInvalidArgument, "%s: recv: data is null", m.prefix.c_str());
   const int64_t start = nowMs();
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(m.timeoutMs);
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs >= 0 ? timeoutMs : m.timeoutMs);
   std::unique_lock<std::mutex> lk(m.mu);
   const auto key = std::make_pair(peer, tag);
   for (;;) {
@@ -1141,6 +1142,45 @@ Status Bootstrap::recv(int peer, uint32_t tag, void* data, size_t bytes) {
                        m.inboundOpen[peer] == 0 ? " (that rank never connected to this one)" : "");
     }
   }
+}
+
+Status clockSyncToRank0(Bootstrap& b, int rounds, int64_t timeoutMs, int64_t (*clockNs)(), ClockOffset* out) {
+  // A tag of its own: pings and pongs never mix with other side-channel traffic.
+  constexpr uint32_t kTagClock = 0xC10C0000u;
+  const int rank = b.rank(), n = b.nranks();
+  rounds = std::max(1, rounds);
+  ClockOffset best;
+  best.atNs = clockNs();
+  if (rank == 0) {
+    for (int p = 1; p < n; ++p) {
+      for (int k = 0; k < rounds; ++k) {
+        int64_t t0 = 0;
+        C4_CHECK(b.recv(p, kTagClock, &t0, sizeof(t0), timeoutMs));
+        int64_t t12[2];
+        t12[0] = clockNs();
+        t12[1] = clockNs();
+        C4_CHECK(b.send(p, kTagClock, t12, sizeof(t12)));
+      }
+    }
+    *out = best;
+    return Status::ok();
+  }
+  best.rttNs = INT64_MAX;
+  for (int k = 0; k < rounds; ++k) {
+    const int64_t t0 = clockNs();
+    C4_CHECK(b.send(0, kTagClock, &t0, sizeof(t0)));
+    int64_t t12[2];
+    C4_CHECK(b.recv(0, kTagClock, t12, sizeof(t12), timeoutMs));
+    const int64_t t3 = clockNs();
+    const int64_t rtt = (t3 - t0) - (t12[1] - t12[0]);
+    if (rtt < best.rttNs) {
+      best.rttNs = rtt;
+      best.offsetNs = ((t12[0] - t0) + (t12[1] - t3)) / 2;
+      best.atNs = t3;
+    }
+  }
+  *out = best;
+  return Status::ok();
 }
 
 }  // namespace c4

@@ -66,9 +66,10 @@ class Bootstrap : public transport::Oob {
   Status allGather(void* data, size_t bytesPerRank) override;
   Status barrier() override;
   /// Point-to-point side channel; messages with the same (peer, tag) arrive in order; a recv
-  /// blocks until a message with that tag from that peer arrives (or timeout / abort).
+  /// blocks until a message with that tag from that peer arrives (or timeout / abort). `timeoutMs`
+  /// < 0: the bootstrap's timeout.
   Status send(int peer, uint32_t tag, const void* data, size_t bytes);
-  Status recv(int peer, uint32_t tag, void* data, size_t bytes);
+  Status recv(int peer, uint32_t tag, void* data, size_t bytes, int64_t timeoutMs = -1);
   /// Makes every blocked or later call fail fast with kRemoteError (thread-safe, never blocks).
   void abort();
 
@@ -77,6 +78,18 @@ class Bootstrap : public transport::Oob {
   explicit Bootstrap(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+/// Clock alignment to rank 0 (for the tracer), NTP-style over the side channel: rank 0 answers
+/// `rounds` pings from every other rank, in rank order; every other rank keeps the sample with the
+/// smallest round trip: offset = ((t1 - t0) + (t2 - t3)) / 2 = rank 0's clock minus this rank's,
+/// wrong by at most rtt / 2. `clockNs` is the clock compared. Collective; each receive waits at
+/// most `timeoutMs`. On rank 0 the result is {0, 0, now}.
+struct ClockOffset {
+  int64_t offsetNs = 0;
+  int64_t rttNs = 0;
+  int64_t atNs = 0;  // this rank's clockNs() at the chosen sample
+};
+Status clockSyncToRank0(Bootstrap& b, int rounds, int64_t timeoutMs, int64_t (*clockNs)(), ClockOffset* out);
 
 /// What a launcher told this process.
 struct LaunchInfo {

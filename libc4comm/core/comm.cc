@@ -32,6 +32,9 @@ C4_PARAM_STR(Transport, "C4_TRANSPORT", nullptr, "auto",
              "only; ranks on other hosts are unreachable), tcp (tcp for every peer, also on one host); same on all "
              "ranks")
 C4_PARAM_INT(ScheduleCache, "C4_SCHEDULE_CACHE", nullptr, 64, "Generated schedules kept per communicator (LRU)")
+C4_PARAM_INT(TraceClockRounds, "C4_TRACE_CLOCK_ROUNDS", nullptr, 8,
+             "Ping-pongs per rank with rank 0 that align trace clocks at init and finalize (0: none; same on all "
+             "ranks)")
 
 int64_t commTimeoutMs() { return std::max<int64_t>(1, paramTimeout()) * 1000; }
 
@@ -232,6 +235,14 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
       hostOf.push_back(index.emplace(p.hostId, static_cast<int32_t>(index.size())).first->second);
     tuner.setHosts(hostOf, shmT != nullptr ? shmT->caps() : tcpT->caps(), tcpT->caps());
   }
+  trace::RecorderInfo ti;
+  ti.rank = r;
+  ti.nranks = n;
+  ti.commTag = tag;
+  ti.commName = cfg.name;
+  ti.host = mine.hostname;
+  C4_CHECK(tracer.init(ti));
+  traceClockSync(0, timeoutMs);
   C4_INFO(kLogInit, "comm %s rank %d/%d pid %d: %zu host(s), %d rank(s) on this host%s, transports: %s", tag.c_str(), r,
           n, mine.pid, hosts.size(), localRanks, oversubscribed ? " (more ranks than cores)" : "",
           names.empty() ? "none" : names.c_str());
@@ -283,6 +294,7 @@ void Comm::fail(const Status& st) {
     }
   }
   C4_WARN(kLogColl, "rank %d: communicator %s failed: %s", rank, tag.c_str(), st.toString().c_str());
+  tracer.error(static_cast<int>(st.code()), st.message(), -1);
   for (auto& t : transports) t->abort(st.message());
   if (bootstrap) bootstrap->abort();
 }
@@ -358,6 +370,8 @@ size_t nominalBytes(const OpDesc& op, int n) {
 }  // namespace
 
 Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
+  p->traceT0 = tracer.on() ? trace::ticks() : 0;
+  p->traceAlgo = trace::kAlgoNone;
   p->op = op;
   p->noop = false;
   p->postDivide = false;
@@ -441,8 +455,10 @@ Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
   p->bases[static_cast<int>(BufBase::kScratch)] = scr;
   if (viaArena) {
     p->oneShot = true;
+    p->traceAlgo = trace::kAlgoOneShot;
     return Status::ok();
   }
+  p->traceAlgo = static_cast<uint8_t>(cp->algo);
   cp->plan.sig = sig;
   cp->plan.dtype = op.dtype;
   cp->plan.op = kop;
@@ -451,6 +467,8 @@ Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
 }
 
 Status Comm::prepareP2p(const std::vector<OpDesc>& ops, Prepared* p) {
+  p->traceT0 = tracer.on() ? trace::ticks() : 0;
+  p->traceAlgo = trace::kAlgoP2p;
   p->noop = false;
   p->postDivide = false;
   p->owned = std::make_unique<CachedPlan>();
@@ -557,7 +575,58 @@ Status Comm::pollPrepared(Prepared* p, bool* done, bool* progressed) {
   return st;
 }
 
+void Comm::traceOp(const Prepared* p) {
+  trace::Event e;
+  e.type = trace::EventType::kOp;
+  e.t0 = p->traceT0;
+  e.t1 = trace::ticks();
+  e.algo = p->traceAlgo;
+  if (p->collective) {
+    const OpDesc& op = p->op;
+    e.bytes = nominalBytes(op, nranks);
+    e.seq = static_cast<uint32_t>(p->sig.seq);
+    e.peer = p->sig.root;
+    e.coll = p->sig.coll;
+    e.dtype = p->sig.dtype;
+    e.redop = p->sig.op;
+    e.flags =
+        static_cast<uint8_t>((op.sendbuff == op.recvbuff ? trace::kFlagInPlace : 0) | (p->noop ? trace::kFlagNoop : 0));
+    tracer.record(e);
+    return;
+  }
+  // A point-to-point batch: one event per send/receive (self copies included), same interval.
+  if (!p->owned) return;
+  const ExecPlan& plan = p->owned->plan;
+  for (const ExecStep& s : plan.steps) {
+    e.bytes = s.bytes;
+    e.peer = s.kind == sched::StepKind::kCopy ? rank : s.peer;
+    e.coll = static_cast<uint8_t>(s.kind == sched::StepKind::kRecv ? Coll::kRecv : Coll::kSend);
+    const OpSig& sig = plan.sigOf(s);
+    e.seq = static_cast<uint32_t>(sig.seq);
+    e.dtype = sig.dtype;
+    tracer.record(e);
+  }
+}
+
+void Comm::traceClockSync(int which, int64_t waitMs) {
+  const int rounds = static_cast<int>(std::min<int64_t>(paramTraceClockRounds(), 1000));
+  if (nranks < 2 || rounds <= 0 || !bootstrap) return;
+  ClockOffset c;
+  Status st = clockSyncToRank0(*bootstrap, rounds, waitMs, &trace::clockNs, &c);
+  if (!st.isOk()) {
+    C4_INFO(kLogInit, "rank %d: trace clock alignment %s skipped: %s", rank, which == 0 ? "at init" : "at finalize",
+            st.message().c_str());
+    return;
+  }
+  trace::ClockSample s;
+  s.offsetNs = c.offsetNs;
+  s.rttNs = c.rttNs;
+  s.atNs = c.atNs;
+  tracer.setClock(which, s);
+}
+
 void Comm::finish(Prepared* p) {
+  if (p->traceT0) traceOp(p);
   if (p->collective) oneShot.markDone(p->sig.seq);
   if (!p->postDivide) return;
   const OpDesc& op = p->op;

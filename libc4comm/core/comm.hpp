@@ -19,6 +19,7 @@
 #include "core/oneshot.hpp"
 #include "core/tuner.hpp"
 #include "sched/schedule.hpp"
+#include "trace/recorder.hpp"
 #include "transports/transport.hpp"
 
 namespace c4 {
@@ -73,8 +74,10 @@ struct Comm {
     kernels::KOp kop = kernels::KOp::kSum;
     bool collective = false;
     bool noop = false;
-    bool postDivide = false;            // integer Avg: divide the result by nranks afterwards
-    std::unique_ptr<CachedPlan> owned;  // point-to-point batches are built per call
+    bool postDivide = false;               // integer Avg: divide the result by nranks afterwards
+    uint8_t traceAlgo = trace::kAlgoNone;  // what ran (trace::Event::algo)
+    uint64_t traceT0 = 0;                  // trace clock at prepare; 0: not traced
+    std::unique_ptr<CachedPlan> owned;     // point-to-point batches are built per call
   };
   Status prepareCollective(const OpDesc& op, Prepared* out);
   Status prepareP2p(const std::vector<OpDesc>& ops, Prepared* out);
@@ -83,6 +86,11 @@ struct Comm {
   Status pollPrepared(Prepared* p, bool* done, bool* progressed);
   /// After a prepared op completes: epilogue (integer Avg division).
   void finish(Prepared* p);
+  /// Records the op event(s) of a completed prepared call (level op and above).
+  void traceOp(const Prepared* p);
+  /// Clock alignment to rank 0 for the trace (which: 0 at init, 1 at finalize); a failure only
+  /// leaves the sample out. Collective over the communicator.
+  void traceClockSync(int which, int64_t timeoutMs);
 
   /// Connection to `peer` through the transport that reaches it.
   Status connection(int peer, transport::Connection** out);
@@ -125,6 +133,7 @@ struct Comm {
 
   Tuner tuner;
   OneShot oneShot;
+  trace::Recorder tracer;
 
  private:
   struct CacheKey {

@@ -106,6 +106,8 @@ Status Executor::bind(Comm* comm, const ExecPlan* plan) {
         PeerQueue q;
         q.peer = s.peer;
         C4_CHECK(comm->connection(s.peer, &q.conn));
+        transport::Transport* t = comm->peerTransport[static_cast<size_t>(s.peer)];
+        q.lane = t && strcmp(t->name(), "tcp") == 0 ? 1 : 0;
         peers_.push_back(std::move(q));
       }
       auto& q = peers_[static_cast<size_t>(slot)];
@@ -134,6 +136,8 @@ Status Executor::start(const void* const bases[kNumBufBases]) {
   for (PeerQueue& q : peers_) q.nextSend = q.nextRecv = 0;
   completed_ = 0;
   lastProgressNs_ = nowNs();
+  traceSteps_ = comm_->tracer.level() >= static_cast<int>(trace::Level::kStep);
+  if (traceSteps_) postTicks_.resize(plan_->steps.size());
   return postReady();
 }
 
@@ -141,12 +145,14 @@ Status Executor::runLocal(uint32_t idx) {
   const ExecStep& s = plan_->steps[idx];
   void* dst = addr(s.dst);
   const void* src = addr(s.src);
+  const uint64_t t0 = traceSteps_ ? trace::ticks() : 0;
   if (s.kind == StepKind::kCopy) {
     if (dst != src && s.bytes) kernels::copy(dst, src, s.bytes);
   } else {
     size_t esize = dataTypeSize(plan_->dtype);
     kernels::reduce(dst, src, addr(s.src2), s.bytes / esize, plan_->dtype, plan_->op);
   }
+  if (traceSteps_) traceStep(idx, t0);
   return complete(idx);
 }
 
@@ -174,6 +180,7 @@ Status Executor::postReady() {
     while (q.nextSend < q.sends.size() && remaining_[q.sends[q.nextSend]] == 0) {
       uint32_t idx = q.sends[q.nextSend++];
       const ExecStep& s = plan_->steps[idx];
+      if (traceSteps_) postTicks_[idx] = trace::ticks();
       C4_CHECK(q.conn->isend(addr(s.src), s.bytes, plan_->sigOf(s), &reqs_[idx],
                              transport::SendHint{plan_->singleCopy && !s.peerReduces}));
       inflight_.push_back(idx);
@@ -182,6 +189,7 @@ Status Executor::postReady() {
     while (q.nextRecv < q.recvs.size() && remaining_[q.recvs[q.nextRecv]] == 0) {
       uint32_t idx = q.recvs[q.nextRecv++];
       const ExecStep& s = plan_->steps[idx];
+      if (traceSteps_) postTicks_[idx] = trace::ticks();
       if (s.kind == StepKind::kRecvReduce) {
         transport::ReduceSpec red;
         red.local = addr(s.src);
@@ -211,6 +219,7 @@ Status Executor::poll(bool* done) {
     if (r.state == transport::Request::kFailed) return r.error;
     inflight_[i] = inflight_.back();
     inflight_.pop_back();
+    if (traceSteps_) traceStep(idx, postTicks_[idx]);
     C4_CHECK(complete(idx));
   }
   C4_CHECK(postReady());
@@ -224,6 +233,25 @@ Status Executor::poll(bool* done) {
                      pendingSummary().c_str());
   }
   return Status::ok();
+}
+
+void Executor::traceStep(uint32_t idx, uint64_t t0) {
+  const ExecStep& s = plan_->steps[idx];
+  const OpSig& sig = plan_->sigOf(s);
+  trace::Event e;
+  e.type = trace::EventType::kStep;
+  e.t0 = t0;
+  e.t1 = trace::ticks();
+  e.bytes = s.bytes;
+  e.seq = static_cast<uint32_t>(sig.seq);
+  e.coll = sig.coll;
+  e.dtype = static_cast<uint8_t>(plan_->dtype);
+  e.redop = static_cast<uint8_t>(s.kind);  // sched::StepKind and trace::StepKind share values
+  if (s.peer >= 0 && s.peer != comm_->rank) {
+    e.peer = s.peer;
+    e.lane = peers_[static_cast<size_t>(peerSlot_[static_cast<size_t>(s.peer)])].lane;
+  }
+  comm_->tracer.record(e);
 }
 
 std::string Executor::pendingSummary() const {

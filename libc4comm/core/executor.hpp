@@ -76,11 +76,14 @@ class Executor {
     transport::Connection* conn = nullptr;
     std::vector<uint32_t> sends, recvs;  // step indices in post order
     size_t nextSend = 0, nextRecv = 0;
+    uint8_t lane = 0;  // trace::Event::lane: the transport (0 shm, 1 tcp)
   };
   Status complete(uint32_t idx);
   Status postReady();
   Status runLocal(uint32_t idx);
   std::string pendingSummary() const;
+  /// Records step `idx` (level step) that began at `t0` (trace ticks) and ended now.
+  void traceStep(uint32_t idx, uint64_t t0);
 
   void* addr(const BufRef& r) const {
     return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(bases_[static_cast<int>(r.base)]) + r.offset);
@@ -101,6 +104,8 @@ class Executor {
   size_t completed_ = 0;
   bool progressed_ = false;
   int64_t lastProgressNs_ = 0;
+  bool traceSteps_ = false;          // this run records steps (trace level step)
+  std::vector<uint64_t> postTicks_;  // per step: when it was posted (trace ticks)
 };
 
 }  // namespace c4

@@ -10,6 +10,7 @@ and the test fails.
 import multiprocessing as mp
 import os
 import queue
+import shutil
 import signal
 import tempfile
 import time
@@ -95,6 +96,7 @@ def run_ranks(fn, world_size, timeout=120, env=None, with_gloo=True, pg_timeout=
         if p.is_alive():
             os.kill(p.pid, signal.SIGKILL)
             p.join()
+    shutil.rmtree(tmpdir, ignore_errors=True)  # the file store of this run
     msgs = []
     if hung:
         msgs.append("ranks %s still running after %d s (hang)" % (hung, timeout))

@@ -1,0 +1,490 @@
+#include "trace/recorder.hpp"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "common/logging.hpp"
+#include "common/params.hpp"
+#include "common/status.hpp"
+
+namespace c4 {
+namespace trace {
+
+C4_PARAM_STR(Trace, "C4_TRACE", nullptr, "op",
+             "Event tracer level: 0 (off), op (one event per operation, the default: cheap enough to leave on), "
+             "step (also every send/receive/local step); see docs/tracing.md")
+C4_PARAM_INT(TraceBuffer, "C4_TRACE_BUFFER", nullptr, 65536,
+             "Events kept per communicator in the trace ring (rounded up to a power of two; 40 bytes each); older "
+             "events are overwritten")
+C4_PARAM_STR(TraceDir, "C4_TRACE_DIR", nullptr, "",
+             "Where trace files are written (at finalize/destroy/abort, fatal signals, SIGUSR2, trace::flush); "
+             "default /tmp/c4trace/<job> with <job> = SLURM_JOB_ID, TORCHELASTIC_RUN_ID or the first "
+             "communicator's tag")
+C4_PARAM_INT(TraceSignals, "C4_TRACE_SIGNALS", nullptr, 1,
+             "1: dump traces on SIGSEGV/SIGBUS/SIGILL/SIGFPE/SIGABRT/SIGTERM (then the previous handler runs) and on "
+             "SIGUSR2 (on demand); 0: install no signal handler")
+C4_PARAM_STR(TraceClock, "C4_TRACE_CLOCK", nullptr, "auto",
+             "Trace timestamps: auto (the TSC if invariant, else CLOCK_MONOTONIC), tsc, monotonic")
+C4_PARAM_INT(TraceTestSkewNs, "C4_TRACE_TEST_SKEW_NS", nullptr, 0,
+             "Testing only: ns added to this process's trace clock (checks that c4-trace recovers clock offsets)")
+
+namespace detail {
+bool gUseTsc = false;
+}
+
+namespace {
+
+// ---- clock ----
+std::once_flag gClockOnce;
+std::atomic<int64_t> gSkewNs{0};  // test-only, re-read at each Recorder::init
+uint64_t gAnchorTicks = 0;
+int64_t gAnchorNs = 0;
+double gTicksPerNs = 1.0;
+
+int64_t monoNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+bool tscInvariant() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0x80000007, &a, &b, &c, &d) && (d & (1u << 8))) return true;
+  // Some hypervisors hide the CPUID bit but the kernel still reports a constant, non-stop TSC.
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.compare(0, 5, "flags") != 0) continue;
+    return line.find(" constant_tsc") != std::string::npos && line.find(" nonstop_tsc") != std::string::npos;
+  }
+#endif
+  return false;
+}
+
+void calibrate() {
+  gSkewNs.store(paramTraceTestSkewNs(), std::memory_order_relaxed);
+  const std::string mode = paramTraceClock();
+  bool tsc = false;
+  if (mode == "tsc" || mode == "auto") tsc = tscInvariant();
+  if (mode == "tsc" && !tsc) C4_WARN(kLogInit, "C4_TRACE_CLOCK=tsc: no invariant TSC here; using CLOCK_MONOTONIC");
+  if (mode != "tsc" && mode != "auto" && mode != "monotonic")
+    C4_WARN(kLogInit, "C4_TRACE_CLOCK='%s': expected auto, tsc or monotonic; using auto", mode.c_str());
+  detail::gUseTsc = tsc;
+  gAnchorTicks = ticks();
+  gAnchorNs = clockNs();
+  if (!tsc) return;
+  // A 2 ms baseline: good to ~1e-4 for readEvents(); files carry anchors with a long baseline.
+  const int64_t endNs = gAnchorNs + 2000000;
+  int64_t ns = 0;
+  uint64_t t = 0;
+  do {
+    t = ticks();
+    ns = clockNs();
+  } while (ns < endNs);
+  gTicksPerNs = static_cast<double>(t - gAnchorTicks) / static_cast<double>(ns - gAnchorNs);
+  if (!(gTicksPerNs > 0.01 && gTicksPerNs < 100)) {
+    C4_WARN(kLogInit, "trace: TSC calibration gave %g ticks/ns; using CLOCK_MONOTONIC", gTicksPerNs);
+    detail::gUseTsc = false;
+    gTicksPerNs = 1.0;
+    gAnchorTicks = ticks();
+    gAnchorNs = clockNs();
+  }
+}
+
+// ---- directory ----
+std::mutex gDirMu;
+std::string gDir;  // resolved once per process
+
+void copyStr(char* dst, size_t cap, const std::string& s) {
+  size_t n = std::min(cap - 1, s.size());
+  memcpy(dst, s.data(), n);
+  dst[n] = '\0';
+}
+
+std::string resolveDir(const std::string& firstTag) {
+  std::lock_guard<std::mutex> g(gDirMu);
+  if (!gDir.empty()) return gDir;
+  std::string d = paramTraceDir();
+  if (d.empty()) {
+    std::string job;
+    for (const char* v : {"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"}) {
+      const char* e = getenv(v);
+      if (e && *e && job.empty()) job = e;
+    }
+    if (job.empty()) job = firstTag;
+    for (char& c : job)
+      if (c == '/' || c == '\0') c = '_';
+    d = "/tmp/c4trace/" + job;
+  }
+  gDir = d;
+  return gDir;
+}
+
+Status makeDirs(const std::string& dir) {
+  std::string cur;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = dir.find('/', pos + 1);
+    cur = dir.substr(0, pos);
+    if (cur.empty()) continue;
+    if (mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
+      return makeError(Code::kSystemError, "trace: cannot create directory %s: %s", cur.c_str(), strerror(errno));
+  }
+  return Status::ok();
+}
+
+// ---- registry of live recorders (for signal dumps) ----
+constexpr int kMaxRecorders = 4096;
+std::atomic<Recorder*> gRegistry[kMaxRecorders];
+std::atomic<int> gDumpers{0};
+std::atomic<int> gInFatal{0};
+
+// ---- async-signal-safe helpers ----
+bool writeAll(int fd, const void* data, size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    ssize_t k = write(fd, p, bytes);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    p += k;
+    bytes -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+bool pwriteAll(int fd, const void* data, size_t bytes, off_t off) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    ssize_t k = pwrite(fd, p, bytes, off);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    p += k;
+    off += k;
+    bytes -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+}  // namespace
+
+void initClock() { std::call_once(gClockOnce, calibrate); }
+
+int64_t clockNs() { return monoNs() + gSkewNs.load(std::memory_order_relaxed); }
+
+double ticksPerNs() { return gTicksPerNs; }
+
+int64_t toNs(uint64_t t) {
+  return gAnchorNs + static_cast<int64_t>(static_cast<double>(static_cast<int64_t>(t - gAnchorTicks)) / gTicksPerNs);
+}
+
+std::string directory() {
+  std::lock_guard<std::mutex> g(gDirMu);
+  return gDir.empty() ? paramTraceDir() : gDir;
+}
+
+const char* levelName(int level) { return level == 0 ? "0" : level == 1 ? "op" : "step"; }
+
+Recorder::~Recorder() {
+  if (registrySlot_ >= 0) {
+    gRegistry[registrySlot_].store(nullptr, std::memory_order_seq_cst);
+    // A signal dump may be reading this ring right now: wait for it (bounded, never hang).
+    for (int i = 0; i < 1000 && gDumpers.load(std::memory_order_seq_cst) > 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  free(slots_);
+  free(names_);
+}
+
+Status Recorder::init(const RecorderInfo& info) {
+  initClock();
+  // Testing: a process (e.g. a forked test rank) may set C4_TRACE_TEST_SKEW_NS after the clock started.
+  const int64_t skew = paramTraceTestSkewNs();
+  const int64_t oldSkew = gSkewNs.exchange(skew);
+  if (skew != oldSkew) gAnchorNs += skew - oldSkew;
+  rank_ = info.rank;
+  nranks_ = info.nranks;
+  copyStr(tag_, sizeof(tag_), info.commTag);
+  copyStr(name_, sizeof(name_), info.commName);
+  copyStr(host_, sizeof(host_), info.host);
+  anchorTicks_ = ticks();
+  anchorNs_ = clockNs();
+  timespec rt;
+  clock_gettime(CLOCK_REALTIME, &rt);
+  realtimeNs_ = static_cast<int64_t>(rt.tv_sec) * 1000000000LL + rt.tv_nsec;
+
+  const std::string lv = paramTrace();
+  Level want = Level::kOp;
+  if (lv == "0" || lv == "off" || lv == "none") {
+    want = Level::kOff;
+  } else if (lv == "step" || lv == "2") {
+    want = Level::kStep;
+  } else if (lv != "op" && lv != "1") {
+    C4_WARN(kLogInit, "rank %d: C4_TRACE='%s': expected 0, op or step; using op", rank_, lv.c_str());
+  }
+  const std::string dir = resolveDir(info.commTag);
+  std::string path = dir + "/" + info.commTag + ".r" + std::to_string(info.rank) + ".c4t";
+  copyStr(path_, sizeof(path_), path);
+  if (want == Level::kOff) return Status::ok();
+  C4_CHECK(setLevel(want));
+  static std::once_flag announce;
+  std::call_once(announce, [&] {
+    C4_INFO(kLogInit, "trace: level %s, %zu events per communicator, files in %s (%s clock)", levelName(level_),
+            capacity_, dir.c_str(), detail::gUseTsc ? "tsc" : "monotonic");
+  });
+  return Status::ok();
+}
+
+Status Recorder::allocate() {
+  if (slots_) return Status::ok();
+  int64_t want = std::max<int64_t>(16, paramTraceBuffer());
+  size_t cap = 16;
+  while (cap < static_cast<size_t>(want) && cap < (size_t{1} << 30)) cap <<= 1;
+  void* mem = nullptr;
+  if (posix_memalign(&mem, 64, cap * sizeof(Event)) != 0)
+    return makeError(Code::kSystemError, "rank %d: trace: cannot allocate %zu bytes for %zu events", rank_,
+                     cap * sizeof(Event), cap);
+  memset(mem, 0, cap * sizeof(Event));  // pre-fault: no page fault on the hot path
+  names_ = static_cast<char*>(calloc(1, kNamesBytes));
+  if (!names_) {
+    free(mem);
+    return makeError(Code::kSystemError, "rank %d: trace: cannot allocate the name table", rank_);
+  }
+  namesUsed_.store(1, std::memory_order_release);  // id 0 is ""
+  static_assert(sizeof(std::atomic<uint64_t>) == 8, "atomic words are plain words");
+  slots_ = static_cast<std::atomic<uint64_t>*>(mem);
+  capacity_ = cap;
+  mask_ = cap - 1;
+  Status st = makeDirs(directory());
+  if (!st.isOk()) C4_WARN(kLogInit, "rank %d: %s (traces will not be written)", rank_, st.message().c_str());
+  for (int i = 0; i < kMaxRecorders; ++i) {
+    Recorder* expected = nullptr;
+    if (gRegistry[i].compare_exchange_strong(expected, this)) {
+      registrySlot_ = i;
+      break;
+    }
+  }
+  installSignalHandlers();
+  return Status::ok();
+}
+
+Status Recorder::setLevel(Level l) {
+  int v = static_cast<int>(l);
+  if (v < 0 || v > 2)
+    return makeError(Code::kInvalidArgument, "trace level %d: expected 0 (off), 1 (op) or 2 (step)", v);
+  if (v > 0) C4_CHECK(allocate());
+  level_ = v;
+  return Status::ok();
+}
+
+uint32_t Recorder::intern(const char* text) {
+  if (!names_ || !text || !*text) return 0;
+  std::lock_guard<std::mutex> g(namesMu_);
+  // Deduplicate by scanning only when the table is small; otherwise append (bounded by the table).
+  const uint32_t used = namesUsed_.load(std::memory_order_relaxed);
+  if (used <= 8192) {
+    for (uint32_t off = 1; off < used;) {
+      if (strcmp(names_ + off, text) == 0) return off;
+      off += static_cast<uint32_t>(strlen(names_ + off)) + 1;
+    }
+  }
+  const size_t len = std::min<size_t>(strlen(text), 255);
+  if (used + len + 1 > kNamesBytes) return 0;
+  memcpy(names_ + used, text, len);
+  names_[used + len] = '\0';
+  namesUsed_.store(used + static_cast<uint32_t>(len) + 1, std::memory_order_release);
+  return used;
+}
+
+void Recorder::error(int code, const std::string& message, int peer) {
+  if (!level_) return;
+  Event e;
+  e.type = EventType::kError;
+  e.t0 = e.t1 = ticks();
+  e.bytes = static_cast<uint64_t>(code);
+  e.seq = intern(message.c_str());
+  e.peer = peer;
+  record(e);
+}
+
+void Recorder::note(const std::string& text) {
+  if (!level_) return;
+  Event e;
+  e.type = EventType::kDiag;
+  e.t0 = e.t1 = ticks();
+  e.seq = intern(text.c_str());
+  record(e);
+}
+
+void Recorder::setClock(int which, const ClockSample& s) {
+  clock_[which] = s;
+  clockSamples_ = std::max(clockSamples_, which + 1);
+}
+
+bool Recorder::dumpRaw(DumpReason why) {
+  if (!slots_ || !path_[0]) return false;
+  char tmp[sizeof(path_) + 8];
+  size_t n = strlen(path_);
+  memcpy(tmp, path_, n);
+  memcpy(tmp + n, ".tmp", 5);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  const uint64_t head = head_.load(std::memory_order_acquire);
+  // The slot at head - capacity is the one the writer refills next: never read it.
+  const uint64_t first = head >= capacity_ ? head - capacity_ + 1 : 0;
+  FileHeader h;
+  memset(static_cast<void*>(&h), 0, sizeof(h));
+  memcpy(h.magic, kFileMagic, sizeof(h.magic));
+  h.version = kFileVersion;
+  h.headerBytes = sizeof(FileHeader);
+  h.eventBytes = sizeof(Event);
+  h.rank = rank_;
+  h.nranks = nranks_;
+  h.pid = static_cast<int32_t>(getpid());
+  h.level = static_cast<uint32_t>(level_);
+  h.reason = static_cast<uint32_t>(why);
+  h.firstIndex = first;
+  h.nEvents = head - first;
+  h.anchorTicks0 = anchorTicks_;
+  h.anchorNs0 = anchorNs_;
+  h.ticksPerNs = gTicksPerNs;
+  h.realtimeNs0 = realtimeNs_;
+  h.clock[0] = clock_[0];
+  h.clock[1] = clock_[1];
+  h.clockSamples = static_cast<uint32_t>(clockSamples_);
+  memcpy(h.commTag, tag_, sizeof(h.commTag));
+  memcpy(h.commName, name_, sizeof(h.commName));
+  memcpy(h.host, host_, sizeof(h.host));
+  bool ok = writeAll(fd, &h, sizeof(h));
+  // Events [first, head) in at most two contiguous pieces of the ring.
+  for (uint64_t i = first; ok && i < head;) {
+    const uint64_t slot = i & mask_;
+    const uint64_t run = std::min<uint64_t>(head - i, capacity_ - slot);
+    ok = writeAll(fd, slots_ + slot * kWords, run * sizeof(Event));
+    i += run;
+  }
+  const uint64_t head2 = head_.load(std::memory_order_acquire);
+  const uint32_t namesBytes = names_ ? namesUsed_.load(std::memory_order_acquire) : 0;
+  if (ok && namesBytes) ok = writeAll(fd, names_, namesBytes);
+  h.validFrom = std::max(first, head2 >= capacity_ ? head2 - capacity_ + 1 : 0);
+  h.totalEvents = head;
+  h.namesBytes = namesBytes;
+  h.anchorTicks1 = ticks();
+  h.anchorNs1 = clockNs();
+  if (ok) ok = pwriteAll(fd, &h, sizeof(h), 0);
+  while (close(fd) != 0 && errno == EINTR) {
+  }
+  if (ok) ok = rename(tmp, path_) == 0;
+  if (!ok) unlink(tmp);
+  return ok;
+}
+
+Status Recorder::dump(DumpReason why, std::string* path) {
+  if (!slots_) return makeError(Code::kInvalidUsage, "rank %d: tracing was never enabled (C4_TRACE=0)", rank_);
+  C4_CHECK(makeDirs(directory()));
+  gDumpers.fetch_add(1);
+  bool ok = dumpRaw(why);
+  int err = errno;
+  gDumpers.fetch_sub(1);
+  if (!ok) return makeError(Code::kSystemError, "rank %d: cannot write trace file %s: %s", rank_, path_, strerror(err));
+  if (path) *path = path_;
+  return Status::ok();
+}
+
+void Recorder::snapshot(std::vector<Event>* out, uint64_t* dropped) const {
+  out->clear();
+  if (!slots_) {
+    if (dropped) *dropped = 0;
+    return;
+  }
+  const uint64_t head = head_.load(std::memory_order_acquire);
+  const uint64_t first = head >= capacity_ ? head - capacity_ + 1 : 0;
+  out->resize(head - first);
+  for (uint64_t i = first; i < head; ++i) {
+    uint64_t w[kWords];
+    const std::atomic<uint64_t>* s = slots_ + (i & mask_) * kWords;
+    for (size_t k = 0; k < kWords; ++k) w[k] = s[k].load(std::memory_order_relaxed);
+    memcpy(&(*out)[i - first], w, sizeof(Event));
+  }
+  const uint64_t head2 = head_.load(std::memory_order_acquire);
+  const uint64_t valid = head2 >= capacity_ ? head2 - capacity_ + 1 : 0;
+  if (valid > first) out->erase(out->begin(), out->begin() + static_cast<ptrdiff_t>(std::min(valid, head) - first));
+  if (dropped) *dropped = head - out->size();
+}
+
+int dumpAllRaw(DumpReason why) {
+  gDumpers.fetch_add(1);
+  int n = 0;
+  for (int i = 0; i < kMaxRecorders; ++i) {
+    Recorder* r = gRegistry[i].load(std::memory_order_seq_cst);
+    if (r && r->dumpRaw(why)) ++n;
+  }
+  gDumpers.fetch_sub(1);
+  return n;
+}
+
+// ---- signals ----
+namespace {
+constexpr int kFatalSignals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTERM};
+struct sigaction gOld[65];
+
+void chain(int sig, siginfo_t* info, void* ctx) {
+  struct sigaction& old = gOld[sig];
+  if (old.sa_flags & SA_SIGINFO) {
+    if (old.sa_sigaction) old.sa_sigaction(sig, info, ctx);
+    return;
+  }
+  if (old.sa_handler == SIG_IGN) return;
+  if (old.sa_handler == SIG_DFL) {
+    if (sig == SIGUSR2) return;  // on-demand dump only: do not terminate
+    // Restore the default and re-raise: delivered when this handler returns (the signal is blocked now).
+    sigaction(sig, &old, nullptr);
+    raise(sig);
+    return;
+  }
+  old.sa_handler(sig);
+}
+
+void onSignal(int sig, siginfo_t* info, void* ctx) {
+  const int savedErrno = errno;
+  if (sig == SIGUSR2) {
+    dumpAllRaw(DumpReason::kRequest);
+  } else if (gInFatal.fetch_add(1) == 0) {
+    dumpAllRaw(DumpReason::kSignal);
+  }
+  errno = savedErrno;
+  chain(sig, info, ctx);
+}
+}  // namespace
+
+void installSignalHandlers() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (paramTraceSignals() == 0) return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = onSignal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    for (int sig : kFatalSignals) sigaction(sig, &sa, &gOld[sig]);
+    sigaction(SIGUSR2, &sa, &gOld[SIGUSR2]);
+  });
+}
+
+}  // namespace trace
+}  // namespace c4

@@ -1,0 +1,267 @@
+"""Merging the ranks of a run and computing the report's tables."""
+import collections
+import os
+
+from . import fmt
+
+
+def busbw_factor(coll, n):
+    """nccl-tests' bus-bandwidth factors."""
+    name = fmt.coll_name(coll)
+    if n <= 1:
+        return 1.0
+    if name == "AllReduce":
+        return 2.0 * (n - 1) / n
+    if name in ("AllGather", "ReduceScatter", "AlltoAll", "Gather", "Scatter"):
+        return (n - 1) / n
+    return 1.0
+
+
+def size_bucket(nbytes):
+    """Power-of-two bucket: the largest 2^k <= nbytes (0 for 0)."""
+    return 0 if nbytes <= 0 else 1 << (nbytes.bit_length() - 1)
+
+
+def human_bytes(n):
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return ("%d %s" % (n, unit)) if unit == "B" else ("%.3g %s" % (n, unit))
+        n /= 1024.0
+    return str(n)
+
+
+def human_ns(ns):
+    if ns < 1e3:
+        return "%.0f ns" % ns
+    if ns < 1e6:
+        return "%.3g us" % (ns / 1e3)
+    if ns < 1e9:
+        return "%.3g ms" % (ns / 1e6)
+    return "%.3g s" % (ns / 1e9)
+
+
+def percentile(sorted_vals, q):
+    if not sorted_vals:
+        return 0.0
+    i = min(len(sorted_vals) - 1, max(0, int(round(q * (len(sorted_vals) - 1)))))
+    return sorted_vals[i]
+
+
+class Comm:
+    """The merged ranks of one communicator."""
+
+    def __init__(self, tag):
+        self.tag = tag
+        self.name = ""
+        self.nranks = 0
+        self.files = {}  # rank -> TraceFile
+        self.events = {}  # rank -> [event tuples]
+
+
+class Run:
+    def __init__(self):
+        self.comms = {}  # tag -> Comm
+        self.n_events = 0
+        self.warnings = []
+
+
+def load(root, progress=None):
+    """Reads every .c4t under root; events converted to ns on rank 0's clock of their communicator."""
+    paths = fmt.find_files(root)
+    if not paths:
+        raise FileNotFoundError("%s: no .c4t trace files" % root)
+    files = []
+    total = 0
+    for p in paths:
+        try:
+            f = fmt.TraceFile(p)
+        except (ValueError, OSError) as e:
+            files.append(str(e))  # reported as a warning below
+            continue
+        files.append(f)
+        total += f.n_events
+    if not any(isinstance(f, fmt.TraceFile) for f in files):
+        raise ValueError("%s: no readable c4comm trace files (%s)" % (root, "; ".join(files[:3])))
+    if progress is None:
+        progress = total > 200_000 and os.isatty(2)
+    bar = fmt.Progress(total, "merging %d files" % len(paths), progress)
+    run = Run()
+    for f in files:
+        if isinstance(f, str):
+            run.warnings.append("skipped " + f)
+            continue
+        c = run.comms.setdefault(f.tag, Comm(f.tag))
+        c.name = c.name or f.name
+        c.nranks = max(c.nranks, f.nranks)
+        if f.rank in c.files:
+            run.warnings.append("%s: rank %d appears twice (kept %s)" % (f.path, f.rank, c.files[f.rank].path))
+            continue
+        c.files[f.rank] = f
+        ev = f.events()
+        c.events[f.rank] = ev
+        run.n_events += len(ev)
+        if f.dropped:
+            run.warnings.append("comm %s rank %d: %d older events were overwritten (raise C4_TRACE_BUFFER)" %
+                                (f.tag, f.rank, f.dropped))
+        bar.add(f.n_events)
+    bar.close()
+    for c in run.comms.values():
+        missing = [r for r in range(c.nranks) if r not in c.files]
+        if missing:
+            run.warnings.append("comm %s: no file for rank(s) %s" % (c.tag, ",".join(map(str, missing[:16]))))
+    return run
+
+
+def analyze(run, top=10):
+    """Everything the report shows, as plain data (JSON-ready)."""
+    colls = collections.OrderedDict()  # name -> stats
+    sizes = collections.defaultdict(lambda: collections.Counter())  # coll -> bucket -> count
+    bw = collections.defaultdict(list)  # coll -> [(bytes, algbw GB/s, busbw GB/s)]
+    matrix = {}  # tag -> {(src, dst): bytes}
+    waits = collections.defaultdict(lambda: [0, 0, 0])  # (tag, waiter, waited_on) -> [total ns, count, max]
+    step_waits = collections.defaultdict(lambda: [0, 0, 0])
+    late = collections.defaultdict(lambda: [0, 0, 0])  # (tag, rank) -> [times last, total lateness ns, ops]
+    errors, notes, spans = [], [], collections.defaultdict(lambda: [0, 0])
+    total_time = 0
+    t_min, t_max = None, None
+    level = 0
+    for c in run.comms.values():
+        n = max(c.nranks, 1)
+        mat = collections.Counter()
+        by_seq = collections.defaultdict(dict)  # (coll, seq) -> rank -> (t0, t1, bytes)
+        for rank, evs in c.events.items():
+            level = max(level, c.files[rank].level)
+            f = c.files[rank]
+            for e in evs:
+                t0, t1, nbytes, seq, peer, typ, coll = e[0], e[1], e[2], e[3], e[4], e[5], e[6]
+                if t_min is None or t0 < t_min:
+                    t_min = t0
+                if t_max is None or t1 > t_max:
+                    t_max = t1
+                if typ == fmt.T_OP:
+                    name = fmt.coll_name(coll)
+                    s = colls.get(name)
+                    if s is None:
+                        s = colls[name] = {"count": 0, "bytes": 0, "time_ns": 0, "ranks": set(), "algos":
+                                           collections.Counter()}
+                    s["count"] += 1
+                    s["bytes"] += nbytes
+                    s["time_ns"] += t1 - t0
+                    s["ranks"].add((c.tag, rank))
+                    s["algos"][fmt.ALGOS.get(e[9], "algo%d" % e[9])] += 1
+                    total_time += t1 - t0
+                    sizes[name][size_bucket(nbytes)] += 1
+                    if name == "Send":
+                        mat[(rank, peer)] += nbytes
+                    if name not in ("Send", "Recv"):
+                        by_seq[(coll, seq)][rank] = (t0, t1, nbytes)
+                    elif nbytes and t1 > t0:
+                        bw[name].append((nbytes, nbytes / (t1 - t0), nbytes / (t1 - t0)))
+                elif typ == fmt.T_STEP:
+                    kind = e[8]
+                    if kind == 0 and peer >= 0 and coll not in (8, 9):  # collective sends (p2p counted above)
+                        mat[(rank, peer)] += nbytes
+                    if kind in (1, 2) and peer >= 0:
+                        w = step_waits[(c.tag, rank, peer)]
+                        w[0] += t1 - t0
+                        w[1] += 1
+                        w[2] = max(w[2], t1 - t0)
+                elif typ == fmt.T_ERROR:
+                    errors.append({"comm": c.tag, "rank": rank, "t_ns": t0, "code": nbytes, "message":
+                                   f.name_of(seq)})
+                elif typ == fmt.T_DIAG:
+                    notes.append({"comm": c.tag, "rank": rank, "t_ns": t0, "text": f.name_of(seq)})
+                elif typ == fmt.T_SPAN:
+                    sp = spans[f.name_of(seq)]
+                    sp[0] += 1
+                    sp[1] += t1 - t0
+        matrix[c.tag] = mat
+        # Per collective instance: late arrivals and achieved bandwidth.
+        for (coll, seq), per in by_seq.items():
+            if len(per) < 2 and n > 1:
+                continue
+            starts = sorted((v[0], r) for r, v in per.items())
+            last_t, last_r = starts[-1]
+            first_t = starts[0][0]
+            end = max(v[1] for v in per.values())
+            nbytes = max(v[2] for v in per.values())
+            if len(per) > 1:
+                if last_t > first_t:  # a tie has no latecomer
+                    late[(c.tag, last_r)][0] += 1
+                for t, r in starts:
+                    x = late[(c.tag, r)]
+                    x[1] += t - first_t
+                    x[2] += 1
+                    if r != last_r and last_t > t:
+                        w = waits[(c.tag, r, last_r)]
+                        w[0] += last_t - t
+                        w[1] += 1
+                        w[2] = max(w[2], last_t - t)
+            # Time from the last arrival to the end: the transfer itself, as a benchmark sees it.
+            dur = end - last_t if len(per) > 1 else end - first_t
+            if nbytes and dur > 0:
+                alg = nbytes / dur
+                bw[fmt.coll_name(coll)].append((nbytes, alg, alg * busbw_factor(coll, n)))
+
+    coll_rows = []
+    for name, s in sorted(colls.items(), key=lambda kv: -kv[1]["time_ns"]):
+        nr = max(1, len(s["ranks"]))
+        coll_rows.append({"collective": name, "count": s["count"] // nr if s["count"] >= nr else s["count"],
+                          "calls_all_ranks": s["count"], "bytes_per_rank": s["bytes"] // nr,
+                          "time_ns_per_rank": s["time_ns"] // nr,
+                          "time_share": (s["time_ns"] / total_time) if total_time else 0.0,
+                          "algorithms": dict(s["algos"])})
+    size_rows = []
+    for name in sorted(sizes):
+        for b in sorted(sizes[name]):
+            size_rows.append({"collective": name, "bucket_bytes": b, "count": sizes[name][b]})
+    bw_rows = []
+    for name in sorted(bw):
+        by_bucket = collections.defaultdict(list)
+        for nbytes, alg, bus in bw[name]:
+            by_bucket[size_bucket(nbytes)].append((alg, bus))
+        for b in sorted(by_bucket):
+            algs = sorted(a for a, _ in by_bucket[b])
+            buss = sorted(x for _, x in by_bucket[b])
+            bw_rows.append({"collective": name, "bucket_bytes": b, "samples": len(algs),
+                            "algbw_p50_GBps": percentile(algs, 0.5), "busbw_p10_GBps": percentile(buss, 0.1),
+                            "busbw_p50_GBps": percentile(buss, 0.5), "busbw_p90_GBps": percentile(buss, 0.9)})
+    mat_rows = []
+    for tag, mat in matrix.items():
+        for (s, d), b in sorted(mat.items()):
+            mat_rows.append({"comm": tag, "src": s, "dst": d, "bytes": b})
+    wait_rows = sorted(({"comm": k[0], "waiter": k[1], "waited_on": k[2], "total_ns": v[0], "count": v[1],
+                         "max_ns": v[2]} for k, v in waits.items()), key=lambda r: -r["total_ns"])
+    step_wait_rows = sorted(({"comm": k[0], "rank": k[1], "peer": k[2], "blocked_ns": v[0], "receives": v[1],
+                              "max_ns": v[2]} for k, v in step_waits.items()), key=lambda r: -r["blocked_ns"])
+    late_rows = sorted(({"comm": k[0], "rank": k[1], "times_last": v[0], "ops": v[2],
+                         "mean_lateness_ns": (v[1] / v[2]) if v[2] else 0.0} for k, v in late.items()),
+                       key=lambda r: (-r["mean_lateness_ns"], -r["times_last"]))
+    comms = [{"tag": c.tag, "name": c.name, "nranks": c.nranks, "ranks_found": len(c.files),
+              "events": sum(len(v) for v in c.events.values()),
+              "clock": {str(r): [{"offset_ns": o, "rtt_ns": rt, "at_ns": a} for o, rt, a in f.clock]
+                        for r, f in sorted(c.files.items())}} for c in run.comms.values()]
+    return {
+        "comms": comms, "events": run.n_events, "level": fmt.LEVELS[min(level, 2)],
+        "span_ns": (t_max - t_min) if t_min is not None else 0, "t_min_ns": t_min or 0,
+        "collectives": coll_rows, "sizes": size_rows, "bandwidth": bw_rows, "traffic": mat_rows,
+        "waits": wait_rows[:top * 5], "step_waits": step_wait_rows[:top * 5], "late": late_rows,
+        "errors": errors[:100], "notes": notes[:100],
+        "spans": [{"name": k, "count": v[0], "total_ns": v[1]} for k, v in sorted(spans.items())],
+        "warnings": run.warnings,
+    }
+
+
+def timeline_sample(run, limit=4000):
+    """Op events for the timeline plot: (rank label, t0, t1, coll name), at most `limit` (evenly thinned)."""
+    rows = []
+    for c in run.comms.values():
+        for rank, evs in sorted(c.events.items()):
+            label = "r%d" % rank if len(run.comms) == 1 else "%s r%d" % (c.tag[:6], rank)
+            for e in evs:
+                if e[5] == fmt.T_OP or e[5] == fmt.T_SPAN:
+                    rows.append((label, e[0], e[1], fmt.coll_name(e[6]) if e[5] == fmt.T_OP else "span"))
+    if len(rows) > limit:
+        step = len(rows) / limit
+        rows = [rows[int(i * step)] for i in range(limit)]
+    return rows

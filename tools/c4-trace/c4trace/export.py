@@ -1,0 +1,87 @@
+"""Exports of a merged run: Chrome/Perfetto trace JSON and the merged binary format (.c4m)."""
+import json
+import struct
+
+from . import fmt
+
+MERGED_MAGIC = b"C4MERGE\0"
+MERGED_HEADER = struct.Struct("<8sIIQ")  # magic, version, record bytes, records
+MERGED_RECORD = struct.Struct("<qqQIiiHBBBBBBBxxx")  # t0, t1 (ns, aligned), bytes, seq, peer, rank, comm, type..flags
+assert MERGED_RECORD.size == 48
+
+
+def chrome(run, path):
+    """One process per rank (per communicator), thread 0 = operations; at level step one thread per
+    (transport lane, peer, direction) plus one for local copies/reductions. Times in us."""
+    t_base = min((evs[0][0] for c in run.comms.values() for evs in c.events.values() if evs), default=0)
+    n = 0
+    with open(path, "w") as f:
+        f.write('{"displayTimeUnit":"ns","traceEvents":[\n')
+        first = True
+
+        def emit(obj):
+            nonlocal first, n
+            f.write(("" if first else ",\n") + json.dumps(obj, separators=(",", ":")))
+            first = False
+            n += 1
+        for ci, c in enumerate(run.comms.values()):
+            for rank, evs in sorted(c.events.items()):
+                pid = ci * 100000 + rank
+                label = "rank %d" % rank + ("" if len(run.comms) == 1 else " (%s)" % (c.name or c.tag))
+                emit({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": label}})
+                emit({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}})
+                emit({"ph": "M", "name": "thread_name", "pid": pid, "tid": 0, "args": {"name": "operations"}})
+                named = {0}
+                f_ = c.files[rank]
+                for e in evs:
+                    t0, t1, nbytes, seq, peer, typ, coll, dt, red, algo, lane, flags = e
+                    ts = (t0 - t_base) / 1000.0
+                    dur = max(t1 - t0, 0) / 1000.0
+                    if typ == fmt.T_OP:
+                        args = {"seq": seq, "bytes": nbytes, "dtype": fmt.dtype_name(dt),
+                                "algo": fmt.ALGOS.get(algo, algo)}
+                        if peer >= 0:
+                            args["peer" if coll in (8, 9) else "root"] = peer
+                        emit({"ph": "X", "name": fmt.coll_name(coll), "cat": "op", "pid": pid, "tid": 0, "ts": ts,
+                              "dur": dur, "args": args})
+                    elif typ == fmt.T_STEP:
+                        kind = fmt.STEPKINDS[red] if red < len(fmt.STEPKINDS) else "step"
+                        if peer < 0:
+                            tid, tname = 1, "local copy/reduce"
+                        else:
+                            out = red == 0
+                            tid = 10 + lane * 1000000 + peer * 2 + (0 if out else 1)
+                            tname = "%s %s peer %d" % (fmt.LANES[lane] if lane < len(fmt.LANES) else "lane%d" % lane,
+                                                       "to" if out else "from", peer)
+                        if tid not in named:
+                            named.add(tid)
+                            emit({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": tname}})
+                        emit({"ph": "X", "name": kind, "cat": "step", "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+                              "args": {"coll": fmt.coll_name(coll), "seq": seq, "bytes": nbytes}})
+                    elif typ == fmt.T_SPAN:
+                        if 2 not in named:
+                            named.add(2)
+                            emit({"ph": "M", "name": "thread_name", "pid": pid, "tid": 2, "args": {"name": "spans"}})
+                        emit({"ph": "X", "name": f_.name_of(seq) or "span", "cat": "span", "pid": pid, "tid": 2,
+                              "ts": ts, "dur": dur, "args": {"bytes": nbytes}})
+                    else:
+                        what = "error" if typ == fmt.T_ERROR else "note"
+                        emit({"ph": "i", "s": "p", "name": what, "cat": what, "pid": pid, "tid": 0, "ts": ts,
+                              "args": {"text": f_.name_of(seq), "code": nbytes}})
+        f.write("\n]}\n")
+    return n
+
+
+def merged_binary(run, path):
+    """All ranks' events, aligned to rank 0's clock and sorted by begin time, in fixed 48-byte records."""
+    recs = []
+    for ci, c in enumerate(run.comms.values()):
+        for rank, evs in c.events.items():
+            for e in evs:
+                recs.append((e[0], e[1], e[2], e[3], e[4], rank, ci) + e[5:12])
+    recs.sort(key=lambda r: r[0])
+    with open(path, "wb") as f:
+        f.write(MERGED_HEADER.pack(MERGED_MAGIC, 1, MERGED_RECORD.size, len(recs)))
+        pack = MERGED_RECORD.pack
+        f.write(b"".join(pack(*r) for r in recs))
+    return len(recs)

@@ -1,0 +1,342 @@
+"""Text summary, self-contained HTML report (hand-made SVG plots), JSON and CSV output."""
+import csv
+import html
+import json
+import os
+
+from .analysis import human_bytes, human_ns
+
+PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
+           "#bab0ac", "#86bcb6"]
+
+
+def _color(i):
+    return PALETTE[i % len(PALETTE)]
+
+
+def text_summary(rep, top=10):
+    out = []
+    comms = ", ".join("%s%s (%d/%d ranks)" % (c["tag"], (" '%s'" % c["name"]) if c["name"] else "", c["ranks_found"],
+                                              c["nranks"]) for c in rep["comms"])
+    out.append("c4-trace: %d events, level %s, %s of activity; communicators: %s" %
+               (rep["events"], rep["level"], human_ns(rep["span_ns"]), comms))
+    out.append("")
+    out.append("%-14s %8s %12s %12s %7s  %s" % ("collective", "count", "bytes/rank", "time/rank", "share",
+                                                "algorithms"))
+    for r in rep["collectives"]:
+        algos = ", ".join("%s %d" % kv for kv in sorted(r["algorithms"].items(), key=lambda kv: -kv[1]))
+        out.append("%-14s %8d %12s %12s %6.1f%%  %s" % (r["collective"], r["count"], human_bytes(r["bytes_per_rank"]),
+                                                       human_ns(r["time_ns_per_rank"]), 100 * r["time_share"], algos))
+    if rep["bandwidth"]:
+        out.append("")
+        out.append("%-14s %10s %8s %10s %10s %10s %10s" % ("collective", "size", "samples", "algbw p50", "busbw p10",
+                                                          "busbw p50", "busbw p90"))
+        for r in rep["bandwidth"]:
+            out.append("%-14s %10s %8d %10.2f %10.2f %10.2f %10.2f" % (
+                r["collective"], human_bytes(r["bucket_bytes"]), r["samples"], r["algbw_p50_GBps"],
+                r["busbw_p10_GBps"], r["busbw_p50_GBps"], r["busbw_p90_GBps"]))
+        out.append("(GB/s; size = power-of-two bucket; time from the last rank's arrival to the end)")
+    if rep["waits"]:
+        out.append("")
+        out.append("top waits (a rank entered a collective and waited for the last one to arrive):")
+        for r in rep["waits"][:top]:
+            out.append("  rank %3d waited on rank %3d: %10s in %d ops (max %s)" % (
+                r["waiter"], r["waited_on"], human_ns(r["total_ns"]), r["count"], human_ns(r["max_ns"])))
+    if rep["step_waits"]:
+        out.append("")
+        out.append("receive steps blocked on a peer (level step):")
+        for r in rep["step_waits"][:top]:
+            out.append("  rank %3d <- rank %3d: %10s over %d receives (max %s)" % (
+                r["rank"], r["peer"], human_ns(r["blocked_ns"]), r["receives"], human_ns(r["max_ns"])))
+    if rep["late"]:
+        out.append("")
+        out.append("late arrivals (mean time after the first rank arrived; times last to arrive):")
+        for r in rep["late"][:top]:
+            out.append("  rank %3d: %10s mean, last in %d of %d ops" % (r["rank"], human_ns(r["mean_lateness_ns"]),
+                                                                       r["times_last"], r["ops"]))
+    if rep["spans"]:
+        out.append("")
+        out.append("application spans: " + ", ".join("%s x%d (%s)" % (s["name"], s["count"], human_ns(s["total_ns"]))
+                                                      for s in rep["spans"]))
+    for e in rep["errors"][:top]:
+        out.append("ERROR rank %d: code %d: %s" % (e["rank"], e["code"], e["message"]))
+    for n in rep["notes"][:top]:
+        out.append("note rank %d: %s" % (n["rank"], n["text"]))
+    for w in rep["warnings"]:
+        out.append("warning: " + w)
+    return "\n".join(out) + "\n"
+
+
+# ---- SVG ----
+
+def _svg(w, h, body, title):
+    return ('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" role="img" '
+            'aria-label="%s"><rect width="100%%" height="100%%" fill="#fff"/>%s</svg>' %
+            (w, h, w, h, html.escape(title), body))
+
+
+def _text(x, y, s, anchor="start", size=11, extra=""):
+    return '<text x="%.1f" y="%.1f" font-size="%d" text-anchor="%s" %s>%s</text>' % (x, y, size, anchor, extra,
+                                                                                     html.escape(str(s)))
+
+
+def bar_chart(labels, values, fmt_value, title, w=640):
+    """Horizontal bars."""
+    if not labels:
+        return ""
+    bh, left, right = 22, 130, 110
+    h = 30 + bh * len(labels)
+    vmax = max(values) or 1
+    body = [_text(8, 16, title, size=13, extra='font-weight="bold"')]
+    for i, (lab, v) in enumerate(zip(labels, values)):
+        y = 26 + i * bh
+        bw = (w - left - right) * v / vmax
+        body.append(_text(left - 6, y + 14, lab, "end"))
+        body.append('<rect class="bar" x="%d" y="%d" width="%.1f" height="%d" fill="%s"><title>%s: %s</title></rect>'
+                    % (left, y + 2, max(bw, 1), bh - 6, _color(i), html.escape(lab), html.escape(fmt_value(v))))
+        body.append(_text(left + bw + 6, y + 14, fmt_value(v)))
+    return _svg(w, h, "".join(body), title)
+
+
+def grouped_histogram(series, title, w=720):
+    """series: {name: {bucket: count}} -> one row of bars per name over the shared buckets."""
+    buckets = sorted({b for s in series.values() for b in s})
+    if not buckets:
+        return ""
+    names = sorted(series)
+    rowh, left, top = 70, 130, 30
+    h = top + rowh * len(names) + 30
+    colw = (w - left - 20) / len(buckets)
+    body = [_text(8, 16, title, size=13, extra='font-weight="bold"')]
+    for i, name in enumerate(names):
+        y0 = top + i * rowh
+        cmax = max(series[name].values()) or 1
+        body.append(_text(left - 6, y0 + rowh / 2, name, "end"))
+        body.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#999"/>' % (left, y0 + rowh - 8, w - 20,
+                                                                            y0 + rowh - 8))
+        for j, b in enumerate(buckets):
+            c = series[name].get(b, 0)
+            if not c:
+                continue
+            bh = (rowh - 14) * c / cmax
+            body.append('<rect class="bar" x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s, %s: %d'
+                        '</title></rect>' % (left + j * colw + 1, y0 + rowh - 8 - bh, max(colw - 2, 1), bh, _color(i),
+                                             html.escape(name), human_bytes(b), c))
+    for j, b in enumerate(buckets):
+        if len(buckets) <= 16 or j % 2 == 0:
+            body.append(_text(left + (j + 0.5) * colw, h - 10, human_bytes(b), "middle", 9))
+    return _svg(w, h, "".join(body), title)
+
+
+def bandwidth_plot(rows, title, w=720):
+    """busbw p10-p90 ranges and p50 markers per (collective, size bucket), log-x in size."""
+    if not rows:
+        return ""
+    import math
+    names = sorted({r["collective"] for r in rows})
+    xs = [math.log2(max(r["bucket_bytes"], 1)) for r in rows]
+    xmin, xmax = min(xs), max(xs) + 1
+    ymax = max(r["busbw_p90_GBps"] for r in rows) * 1.1 or 1
+    left, top, bottom, h = 60, 30, 40, 320
+    pw, ph = w - left - 150, h - top - bottom
+
+    def X(v):
+        return left + pw * (v - xmin) / max(xmax - xmin, 1)
+
+    def Y(v):
+        return top + ph * (1 - v / ymax)
+    body = [_text(8, 16, title, size=13, extra='font-weight="bold"'),
+            '<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#999"/>' % (left, top, pw, ph)]
+    for k in range(5):
+        v = ymax * k / 4
+        body.append(_text(left - 4, Y(v) + 4, "%.3g" % v, "end", 9))
+    for k in range(int(xmin), int(xmax) + 1, max(1, int((xmax - xmin) / 10))):
+        body.append(_text(X(k), top + ph + 14, human_bytes(1 << k), "middle", 9))
+    body.append(_text(left + pw / 2, h - 6, "message size", "middle", 10))
+    body.append(_text(12, top + ph / 2, "busbw GB/s", "middle", 10, 'transform="rotate(-90 12 %d)"' % (top + ph / 2)))
+    for i, name in enumerate(names):
+        col = _color(i)
+        pts = []
+        for r, x in zip(rows, xs):
+            if r["collective"] != name:
+                continue
+            cx = X(x + 0.5) + (i - len(names) / 2) * 3
+            body.append('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="3" opacity="0.5"/>'
+                        % (cx, Y(r["busbw_p10_GBps"]), cx, Y(r["busbw_p90_GBps"]), col))
+            body.append('<circle class="pt" cx="%.1f" cy="%.1f" r="3.5" fill="%s"><title>%s %s: busbw p50 %.2f GB/s '
+                        '(%d samples)</title></circle>' % (cx, Y(r["busbw_p50_GBps"]), col, html.escape(name),
+                                                           human_bytes(r["bucket_bytes"]), r["busbw_p50_GBps"],
+                                                           r["samples"]))
+            pts.append("%.1f,%.1f" % (cx, Y(r["busbw_p50_GBps"])))
+        if len(pts) > 1:
+            body.append('<polyline points="%s" fill="none" stroke="%s"/>' % (" ".join(pts), col))
+        body.append('<rect x="%d" y="%d" width="10" height="10" fill="%s"/>' % (left + pw + 12, top + i * 16, col))
+        body.append(_text(left + pw + 26, top + i * 16 + 9, name, size=10))
+    return _svg(w, h, "".join(body), title)
+
+
+def heatmap(rows, title, w=520):
+    """Traffic matrix of one communicator: rows[] = {src, dst, bytes}."""
+    if not rows:
+        return ""
+    n = max(max(r["src"], r["dst"]) for r in rows) + 1
+    if n > 128:
+        return ""
+    cell = max(4, min(40, (w - 80) // n))
+    left, top = 50, 40
+    h = top + cell * n + 30
+    w = left + cell * n + 30
+    vmax = max(r["bytes"] for r in rows) or 1
+    body = [_text(8, 16, title, size=13, extra='font-weight="bold"'),
+            _text(left + cell * n / 2, 32, "receiver", "middle", 10),
+            _text(12, top + cell * n / 2, "sender", "middle", 10, 'transform="rotate(-90 12 %d)"' %
+                  (top + cell * n / 2))]
+    for r in rows:
+        a = r["bytes"] / vmax
+        body.append('<rect class="cell" x="%d" y="%d" width="%d" height="%d" fill="rgb(%d,%d,%d)"><title>rank %d -> '
+                    'rank %d: %s</title></rect>' % (left + r["dst"] * cell, top + r["src"] * cell, cell, cell,
+                                                    int(255 - 200 * a), int(255 - 120 * a), 255, r["src"], r["dst"],
+                                                    human_bytes(r["bytes"])))
+    if n <= 32:
+        for i in range(n):
+            body.append(_text(left - 4, top + i * cell + cell / 2 + 4, i, "end", 9))
+            body.append(_text(left + i * cell + cell / 2, top + cell * n + 12, i, "middle", 9))
+    return _svg(w, h, "".join(body), title)
+
+
+def timeline(samples, t0, title, w=960):
+    if not samples:
+        return ""
+    labels = sorted({s[0] for s in samples}, key=lambda s: (len(s), s))
+    names = sorted({s[3] for s in samples})
+    tmax = max(s[2] for s in samples) - t0 or 1
+    rowh, left, top = 18, 90, 30
+    h = top + rowh * len(labels) + 40 + 16 * ((len(names) + 5) // 6)
+    pw = w - left - 20
+    idx = {l: i for i, l in enumerate(labels)}
+    cidx = {n: i for i, n in enumerate(names)}
+    body = [_text(8, 16, title, size=13, extra='font-weight="bold"')]
+    for l, i in idx.items():
+        body.append(_text(left - 6, top + i * rowh + 13, l, "end", 10))
+    for lab, a, b, name in samples:
+        x = left + pw * (a - t0) / tmax
+        ww = max(pw * (b - a) / tmax, 0.6)
+        body.append('<rect class="op" x="%.2f" y="%d" width="%.2f" height="%d" fill="%s"><title>%s %s: %s</title>'
+                    '</rect>' % (x, top + idx[lab] * rowh + 2, ww, rowh - 4, _color(cidx[name]), lab,
+                                 html.escape(name), human_ns(b - a)))
+    y = top + rowh * len(labels) + 12
+    for k in range(6):
+        body.append(_text(left + pw * k / 5, y, human_ns(tmax * k / 5), "middle", 9))
+    for i, name in enumerate(names):
+        xx, yy = left + (i % 6) * 130, y + 14 + 16 * (i // 6)
+        body.append('<rect x="%d" y="%d" width="10" height="10" fill="%s"/>' % (xx, yy, _color(i)))
+        body.append(_text(xx + 14, yy + 9, name, size=10))
+    return _svg(w, h, "".join(body), title)
+
+
+def _table(rows, cols):
+    if not rows:
+        return "<p><i>none</i></p>"
+    head = "".join("<th>%s</th>" % html.escape(c[0]) for c in cols)
+    body = []
+    for r in rows:
+        body.append("<tr>" + "".join("<td>%s</td>" % html.escape(c[1](r)) for c in cols) + "</tr>")
+    return "<table><tr>%s</tr>%s</table>" % (head, "".join(body))
+
+
+def html_report(rep, samples, top=10):
+    parts = []
+    sizes = {}
+    for r in rep["sizes"]:
+        sizes.setdefault(r["collective"], {})[r["bucket_bytes"]] = r["count"]
+    colls = rep["collectives"]
+    parts.append("<h2>Collectives</h2>")
+    parts.append(_table(colls, [("collective", lambda r: r["collective"]), ("count", lambda r: str(r["count"])),
+                                ("bytes / rank", lambda r: human_bytes(r["bytes_per_rank"])),
+                                ("time / rank", lambda r: human_ns(r["time_ns_per_rank"])),
+                                ("time share", lambda r: "%.1f%%" % (100 * r["time_share"])),
+                                ("algorithms", lambda r: ", ".join("%s %d" % kv for kv in r["algorithms"].items()))]))
+    parts.append('<div class="plot">%s</div>' % bar_chart([r["collective"] for r in colls],
+                                                          [100 * r["time_share"] for r in colls],
+                                                          lambda v: "%.1f%%" % v, "Share of time in collectives"))
+    parts.append("<h2>Message sizes</h2>")
+    parts.append('<div class="plot">%s</div>' % grouped_histogram(sizes, "Calls per message size (all ranks)"))
+    parts.append("<h2>Achieved bandwidth</h2>")
+    parts.append('<div class="plot">%s</div>' % bandwidth_plot(rep["bandwidth"], "busbw p10..p90 and median"))
+    parts.append(_table(rep["bandwidth"], [("collective", lambda r: r["collective"]),
+                                           ("size", lambda r: human_bytes(r["bucket_bytes"])),
+                                           ("samples", lambda r: str(r["samples"])),
+                                           ("algbw p50", lambda r: "%.2f" % r["algbw_p50_GBps"]),
+                                           ("busbw p10", lambda r: "%.2f" % r["busbw_p10_GBps"]),
+                                           ("busbw p50", lambda r: "%.2f" % r["busbw_p50_GBps"]),
+                                           ("busbw p90", lambda r: "%.2f" % r["busbw_p90_GBps"])]))
+    parts.append("<h2>Traffic matrix</h2>")
+    by_comm = {}
+    for r in rep["traffic"]:
+        by_comm.setdefault(r["comm"], []).append(r)
+    if not by_comm:
+        parts.append("<p><i>no per-peer data: collectives' peer traffic is recorded at C4_TRACE=step; "
+                     "point-to-point sends at every level</i></p>")
+    for tag, rows in list(by_comm.items())[:4]:
+        parts.append('<div class="plot">%s</div>' % heatmap(rows, "bytes sent, communicator %s" % tag))
+    parts.append("<h2>Waits</h2>")
+    parts.append(_table(rep["waits"][:top], [("waiter", lambda r: str(r["waiter"])),
+                                             ("waited on", lambda r: str(r["waited_on"])),
+                                             ("total", lambda r: human_ns(r["total_ns"])),
+                                             ("ops", lambda r: str(r["count"])), ("max", lambda r: human_ns(r["max_ns"]))]))
+    if rep["step_waits"]:
+        parts.append("<h3>Receive steps blocked on a peer</h3>")
+        parts.append(_table(rep["step_waits"][:top], [("rank", lambda r: str(r["rank"])),
+                                                      ("peer", lambda r: str(r["peer"])),
+                                                      ("blocked", lambda r: human_ns(r["blocked_ns"])),
+                                                      ("receives", lambda r: str(r["receives"])),
+                                                      ("max", lambda r: human_ns(r["max_ns"]))]))
+    parts.append("<h2>Late arrivals</h2>")
+    late = rep["late"][:32]
+    parts.append('<div class="plot">%s</div>' % bar_chart(["rank %d" % r["rank"] for r in late],
+                                                          [r["mean_lateness_ns"] for r in late], human_ns,
+                                                          "Mean time after the first rank arrived"))
+    parts.append("<h2>Timeline</h2>")
+    parts.append('<div class="plot">%s</div>' % timeline(samples, rep["t_min_ns"], "Operations per rank "
+                                                         "(aligned clocks; thinned to %d ops)" % len(samples)))
+    if rep["errors"] or rep["notes"] or rep["warnings"]:
+        parts.append("<h2>Errors, notes, warnings</h2><ul>")
+        for e in rep["errors"]:
+            parts.append("<li>ERROR rank %d: code %d: %s</li>" % (e["rank"], e["code"], html.escape(e["message"])))
+        for n in rep["notes"]:
+            parts.append("<li>note rank %d: %s</li>" % (n["rank"], html.escape(n["text"])))
+        for w in rep["warnings"]:
+            parts.append("<li>%s</li>" % html.escape(w))
+        parts.append("</ul>")
+    summary = html.escape(text_summary(rep, top))
+    style = ("body{font-family:sans-serif;margin:24px;max-width:1100px}table{border-collapse:collapse;margin:8px 0}"
+             "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:right}th{background:#f3f3f3}"
+             "pre{background:#f7f7f7;padding:8px;font-size:12px;overflow-x:auto}.plot{margin:12px 0}")
+    return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>c4-trace report</title><style>%s</style>"
+            "</head><body><h1>c4comm trace report</h1><pre id=\"summary\">%s</pre>%s</body></html>\n" %
+            (style, summary, "".join(parts)))
+
+
+def write_json(rep, path):
+    with open(path, "w") as f:
+        json.dump(rep, f, indent=1, default=list)
+
+
+CSV_TABLES = ["collectives", "sizes", "bandwidth", "traffic", "waits", "step_waits", "late"]
+
+
+def write_csv(rep, directory):
+    os.makedirs(directory, exist_ok=True)
+    written = []
+    for name in CSV_TABLES:
+        rows = rep[name]
+        path = os.path.join(directory, name + ".csv")
+        with open(path, "w", newline="") as f:
+            if rows:
+                fields = list(rows[0].keys())
+                w = csv.DictWriter(f, fieldnames=fields)
+                w.writeheader()
+                for r in rows:
+                    w.writerow({k: (json.dumps(v) if isinstance(v, dict) else v) for k, v in r.items()})
+        written.append(path)
+    return written
