@@ -313,6 +313,48 @@ TEST(TcpTransport, LateReceivesAndBackPressure) {
   });
 }
 
+// Receives posted one at a time, each only after the previous completed, while the sender is far
+// ahead on two lanes: a lane that stopped reading for want of room can hold the header of the very
+// message whose receive is posted next, with nothing of it buffered. Posting that receive must
+// restart the lane (a regression: a 64 MiB AllReduce over tcp waited forever).
+TEST(TcpTransport, LateReceivePostedOneAtATimeRestartsAStoppedLane) {
+  ScopedEnv limit("C4_TCP_UNEXPECTED_BYTES", "1048576");
+  ScopedEnv lanes("C4_LANES", "2");
+  ScopedEnv ports("C4_TCP_PORTS", "127.0.0.1");
+  std::string tag = testing::freshTag();
+  const int kMsgs = 24;
+  const size_t bytes = 400000;  // one piece each: lane k carries messages k, k+2, ...
+  runRanks(2, [&](int r, Oob& oob) -> std::string {
+    Status st;
+    auto t = create(r, 2, tag, oob, &st, 20000);
+    REQUIRE_OK(st);
+    Connection* c = nullptr;
+    REQUIRE_OK(t->connect(1 - r, &c));
+    std::vector<std::vector<char>> bufs(kMsgs, std::vector<char>(bytes));
+    std::vector<Request> reqs(kMsgs);
+    if (r == 0) {
+      std::vector<Request*> all;
+      for (int i = 0; i < kMsgs; ++i) {
+        fillPattern(bufs[i].data(), bytes, seedOf(0, 1, i, bytes));
+        REQUIRE_OK(c->isend(bufs[i].data(), bytes, testSig(i, bytes), &reqs[i]));
+        all.push_back(&reqs[i]);
+      }
+      REQUIRE_OK(waitAll(t.get(), all, 15000));
+    } else {
+      // Let the lanes fill the 1 MiB allowance and stop.
+      auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+      while (std::chrono::steady_clock::now() < until) REQUIRE_OK(t->progress());
+      for (int i = 0; i < kMsgs; ++i) {
+        REQUIRE_OK(c->irecv(bufs[i].data(), bytes, testSig(i, bytes), nullptr, &reqs[i]));
+        REQUIRE_OK(waitAll(t.get(), {&reqs[i]}, 15000));
+        REQUIRE(checkPattern(bufs[i].data(), bytes, seedOf(0, 1, i, bytes)), "message %d", i);
+      }
+    }
+    REQUIRE_OK(oob.barrier());
+    return "";
+  });
+}
+
 // A receive whose signature or size differs fails with kInvalidUsage naming both ranks and the
 // difference; the sender then sees the connection closed (not a hang).
 TEST(TcpTransport, SignatureAndSizeMismatchNameBothRanks) {

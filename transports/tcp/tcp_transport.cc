@@ -597,6 +597,10 @@ Status TcpConnection::irecv(void* dst, size_t bytes, const OpSig& sig, const Red
     needRx = true;         // room freed; a lane may have stopped for it
     noteRecvProgress(op);  // may pop op
   }
+  // A lane that stopped reading (no room for unexpected data) may hold this very message's next
+  // piece header: it can go straight to dst now, so the lane must resume even if nothing of the
+  // message was buffered (without this, a 64 MiB receive posted late waited forever).
+  for (const Lane& l : lanes_) needRx |= l.blocked;
   if (req->state == Request::kPending && !closed_.isOk()) {
     bool inFlight = false;
     for (const Lane& l : lanes_) inFlight |= l.haveHdr && l.hdr.seq == seq;
