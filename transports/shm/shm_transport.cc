@@ -43,6 +43,7 @@ constexpr size_t kSlotHeaderBytes = 64;
 constexpr size_t kSlotsOffset = 128;
 constexpr size_t kPageBytes = 4096;
 constexpr int kYieldRounds = 16;
+constexpr int64_t kDefaultSpinUs = 250;
 
 // Slot kinds. A message is either kFirst followed by kNext pieces (data in the ring), or one
 // kSingle descriptor that the receiver answers by pulling from the sender's buffer.
@@ -96,6 +97,12 @@ int64_t nowMs() {
   return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
 
+inline int64_t monoNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -131,7 +138,7 @@ std::map<std::string, std::weak_ptr<Mapping>>& registry() {
   return *r;
 }
 
-std::atomic<int> gSpinRounds{1000};
+std::atomic<int64_t> gSpinNs{250000};  // see idleBackoffUs
 std::atomic<int> gMaxSleepUs{50};
 
 std::string segmentName(const std::string& tag, int rank) { return "/c4shm-" + tag + "-" + std::to_string(rank); }
@@ -942,17 +949,17 @@ Status ShmTransport::setup() {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
-  int64_t spin = paramShmSpin();
-  if (spin < 0) spin = local_ > cpus ? 0 : 1000;
-  gSpinRounds.store(static_cast<int>(spin), std::memory_order_relaxed);
+  int64_t spinUs = paramShmSpin();
+  if (spinUs < 0) spinUs = local_ > cpus ? 0 : kDefaultSpinUs;
+  gSpinNs.store(spinUs * 1000, std::memory_order_relaxed);
   gMaxSleepUs.store(static_cast<int>(std::max<int64_t>(1, paramShmSleepUs())), std::memory_order_relaxed);
   C4_INFO(kLogShm,
           "shm: rank %d ready: %d local ranks, %llu slots x %llu B, single copy %s (between processes above %s B, "
-          "within a process above %zu B), spin %lld",
+          "within a process above %zu B), spin %lld us",
           rank_, local_, static_cast<unsigned long long>(numSlots_), static_cast<unsigned long long>(slotBytes_),
           !singleCopy_ ? "off" : (cmaOk_ ? "cma" : "same-process only"),
           singleThreshold_ == SIZE_MAX ? "never" : std::to_string(singleThreshold_).c_str(), localCopyThreshold_,
-          static_cast<long long>(spin));
+          static_cast<long long>(spinUs));
   return Status::ok();
 }
 
@@ -1030,16 +1037,30 @@ Status createShmTransport(const Context& ctx, std::unique_ptr<Transport>* out) {
 }
 
 long idleBackoffUs(int idleRounds) {
-  int spin = gSpinRounds.load(std::memory_order_relaxed);
-  if (idleRounds < spin) {
-    cpuRelax();
-    return 0;
+  // The spin phase is measured in time, not rounds, and outlasts one sleep of a peer: a sleep costs
+  // about 100 us here whatever is asked (timer slack), and a rank that gave up spinning sooner than
+  // that made its peer wait long enough to sleep too. The two then took turns sleeping on every call
+  // (8 KiB AllGather at 57 us instead of 3.4 us, for whole runs; docs/shm-transport.md).
+  thread_local int64_t idleSinceNs = 0;
+  thread_local int spinEnd = 0;  // the idle round at which spinning stopped
+  if (idleRounds <= 1) {
+    idleSinceNs = monoNs();
+    spinEnd = -1;
   }
-  if (idleRounds < spin + kYieldRounds) {
+  if (spinEnd < 0) {
+    const int64_t spinNs = gSpinNs.load(std::memory_order_relaxed);
+    if (spinNs > 0 && ((idleRounds & 63) != 0 || monoNs() - idleSinceNs < spinNs)) {
+      cpuRelax();
+      return 0;
+    }
+    spinEnd = idleRounds;
+  }
+  const int after = idleRounds - spinEnd;
+  if (after < kYieldRounds) {
     sched_yield();
     return 0;
   }
-  int k = std::min((idleRounds - spin - kYieldRounds) / 4, 16);
+  int k = std::min((after - kYieldRounds) / 4, 16);
   return std::min<long>(1L << k, gMaxSleepUs.load(std::memory_order_relaxed));
 }
 
@@ -1053,7 +1074,7 @@ void waitHint(int idleRounds) {
 
 void setOversubscribed(bool oversubscribed) {
   if (paramShmSpin() >= 0) return;
-  if (oversubscribed) gSpinRounds.store(0, std::memory_order_relaxed);
+  if (oversubscribed) gSpinNs.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace c4::transport

@@ -36,8 +36,8 @@ C4_PARAM_INT(ShmCmaChunk, "C4_SHM_CMA_CHUNK", nullptr, 4194304,
 C4_PARAM_INT(ShmLivenessMs, "C4_SHM_LIVENESS_MS", nullptr, 100,
              "shm: how often (ms) a stalled connection checks whether its peer process still exists")
 C4_PARAM_INT(ShmSpin, "C4_SHM_SPIN", nullptr, -1,
-             "shm: idle progress rounds spent spinning before yielding (-1: 1000, or 0 when local ranks "
-             "outnumber the CPUs)")
+             "Microseconds an idle rank spins before it yields and then sleeps (-1: 250, or 0 when the "
+             "machine's ranks outnumber its CPUs)")
 C4_PARAM_INT(ShmSleepUs, "C4_SHM_SLEEP_US", nullptr, 50, "shm: longest sleep (us) in waitHint() when idle")
 
 /// Creates the shm transport for ctx.rank. Collective: every rank of the communicator must call it
