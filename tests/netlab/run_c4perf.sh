@@ -5,23 +5,11 @@
 #   run_c4perf.sh C4PERF HOSTS PORTS RANKS_PER_HOST
 # Exit 77 (skipped) without root or network namespaces.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-tools=$(cd "$here/../../tools/netlab" && pwd)
-py=/usr/bin/python3
-[ -x "$py" ] || py=python3
+. "$(dirname "$0")/netlab_lib.sh"
 
 if [ -z "${NETLAB_NAME:-}" ]; then
   [ $# -eq 4 ] || { echo "usage: $0 C4PERF HOSTS PORTS RANKS_PER_HOST" >&2; exit 2; }
-  "$py" - "$tools" <<'EOF' || exit $?
-import sys
-sys.path.insert(0, sys.argv[1])
-import netlab
-ok, why = netlab.netns_available()
-if not ok:
-    print("SKIPPED: " + why)
-sys.exit(0 if ok else 77)
-EOF
-  exec "$py" "$tools/netlab" session --hosts "$2" --ports "$3" --leaves 2 --spines 2 --rate 1gbit \
+  netlab_enter --hosts "$2" --ports "$3" --leaves 2 --spines 2 --rate 1gbit \
     -- "$0" "$@"
 fi
 

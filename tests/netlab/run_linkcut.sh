@@ -5,23 +5,11 @@
 #   run_linkcut.sh C4PERF
 # Exit 77 (skipped) without root or network namespaces.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-tools=$(cd "$here/../../tools/netlab" && pwd)
-py=/usr/bin/python3
-[ -x "$py" ] || py=python3
+. "$(dirname "$0")/netlab_lib.sh"
 
 if [ -z "${NETLAB_NAME:-}" ]; then
   [ $# -eq 1 ] || { echo "usage: $0 C4PERF" >&2; exit 2; }
-  "$py" - "$tools" <<'PYEOF' || exit $?
-import sys
-sys.path.insert(0, sys.argv[1])
-import netlab
-ok, why = netlab.netns_available()
-if not ok:
-    print("SKIPPED: " + why)
-sys.exit(0 if ok else 77)
-PYEOF
-  exec "$py" "$tools/netlab" session --hosts 2 --ports 1 --leaves 2 --spines 2 --rate 1gbit -- "$0" "$@"
+  netlab_enter --hosts 2 --ports 1 --leaves 2 --spines 2 --rate 1gbit -- "$0" "$@"
 fi
 
 perf=$1

@@ -5,23 +5,11 @@
 #   run_matrix.sh C4MATRIX HOSTS PORTS RANKS_PER_HOST [extra c4-matrix args]
 # Exit 77 (skipped) without root or network namespaces.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-tools=$(cd "$here/../../tools/netlab" && pwd)
-py=/usr/bin/python3
-[ -x "$py" ] || py=python3
+. "$(dirname "$0")/netlab_lib.sh"
 
 if [ -z "${NETLAB_NAME:-}" ]; then
   [ $# -ge 4 ] || { echo "usage: $0 C4MATRIX HOSTS PORTS RANKS_PER_HOST [args]" >&2; exit 2; }
-  "$py" - "$tools" <<'PYEOF' || exit $?
-import sys
-sys.path.insert(0, sys.argv[1])
-import netlab
-ok, why = netlab.netns_available()
-if not ok:
-    print("SKIPPED: " + why)
-sys.exit(0 if ok else 77)
-PYEOF
-  exec "$py" "$tools/netlab" session --hosts "$2" --ports "$3" --leaves 2 --spines 2 --rate 2gbit -- "$0" "$@"
+  netlab_enter --hosts "$2" --ports "$3" --leaves 2 --spines 2 --rate 2gbit -- "$0" "$@"
 fi
 
 matrix=$1 hosts=$2 ports=$3 ranks=$4

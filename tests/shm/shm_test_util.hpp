@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -272,4 +273,42 @@ inline OpSig testSig(uint64_t seq, uint64_t count, Coll coll = Coll::kAllReduce,
   return s;
 }
 
+/// Sets an environment variable for the scope (transport params are read when a transport is made).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = getenv(name);
+    if (old) old_ = old, hadOld_ = true;
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (hadOld_)
+      setenv(name_, old_.c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool hadOld_ = false;
+};
+
+/// A rank's test body: "" on success, else what went wrong (see REQUIRE / REQUIRE_OK).
+using Body = std::function<std::string(int rank, Oob& oob)>;
+
 }  // namespace c4::transport::testing
+
+// In a Body: return the formatted reason when a condition or a Status fails.
+#define REQUIRE(cond, ...)                            \
+  do {                                                \
+    if (!(cond)) return ::c4::strFormat(__VA_ARGS__); \
+  } while (0)
+#define REQUIRE_OK(expr)                                                            \
+  do {                                                                              \
+    ::c4::Status s_ = (expr);                                                       \
+    if (!s_.isOk()) return ::c4::strFormat("%s: %s", #expr, s_.toString().c_str()); \
+  } while (0)

@@ -18,48 +18,15 @@
 namespace c4::transport {
 namespace {
 
+using testing::Body;
 using testing::checkPattern;
 using testing::fillPattern;
 using testing::makeContext;
+using testing::ScopedEnv;
 using testing::testSig;
 using testing::waitAll;
 
-#define REQUIRE(cond, ...)                            \
-  do {                                                \
-    if (!(cond)) return ::c4::strFormat(__VA_ARGS__); \
-  } while (0)
-#define REQUIRE_OK(expr)                                                            \
-  do {                                                                              \
-    ::c4::Status s_ = (expr);                                                       \
-    if (!s_.isOk()) return ::c4::strFormat("%s: %s", #expr, s_.toString().c_str()); \
-  } while (0)
-
 enum class Mode { kThreads, kForked };
-using Body = std::function<std::string(int rank, Oob& oob)>;
-
-/// Sets an environment variable for the scope (params are read at createShmTransport).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = getenv(name);
-    if (old) old_ = old, hadOld_ = true;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (hadOld_)
-      setenv(name_, old_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool hadOld_ = false;
-};
 
 void runRanks(Mode mode, int n, const Body& body) {
   if (mode == Mode::kThreads) {

@@ -26,46 +26,12 @@
 namespace c4::transport {
 namespace {
 
+using testing::Body;
 using testing::checkPattern;
 using testing::fillPattern;
+using testing::ScopedEnv;
 using testing::testSig;
 using testing::waitAll;
-
-#define REQUIRE(cond, ...)                            \
-  do {                                                \
-    if (!(cond)) return ::c4::strFormat(__VA_ARGS__); \
-  } while (0)
-#define REQUIRE_OK(expr)                                                            \
-  do {                                                                              \
-    ::c4::Status s_ = (expr);                                                       \
-    if (!s_.isOk()) return ::c4::strFormat("%s: %s", #expr, s_.toString().c_str()); \
-  } while (0)
-
-using Body = std::function<std::string(int rank, Oob& oob)>;
-
-/// Sets environment variables for the scope (params are read at createTcpTransport).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = getenv(name);
-    if (old) old_ = old, hadOld_ = true;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (hadOld_)
-      setenv(name_, old_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool hadOld_ = false;
-};
 
 constexpr uint64_t kKey0 = 0x0123456789abcdefull, kKey1 = 0xfedcba9876543210ull;
 

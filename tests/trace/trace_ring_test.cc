@@ -1,7 +1,6 @@
 // The trace ring on its own: wrap-around, readers racing a writer (snapshot and the signal-safe
 // dump never return a torn event), several recorders written concurrently, the file layout.
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/trace/temp_dir.hpp"
 #include "trace/recorder.hpp"
 
 namespace {
@@ -23,27 +23,7 @@ using c4::trace::EventType;
 using c4::trace::FileHeader;
 using c4::trace::Recorder;
 
-/// Directories made by tempDir(), removed with their files when the test process exits (not when a
-/// forked rank does).
-struct TempDirs {
-  pid_t owner = getpid();
-  std::vector<std::string> dirs;
-  ~TempDirs() {
-    if (getpid() != owner) return;
-    for (const std::string& d : dirs)
-      nftw(
-          d.c_str(), [](const char* path, const struct stat*, int, FTW*) { return ::remove(path); }, 16,
-          FTW_DEPTH | FTW_PHYS);
-  }
-} gTempDirs;
-
-std::string tempDir() {
-  char tmpl[] = "/tmp/c4trace-ring-XXXXXX";
-  const char* d = mkdtemp(tmpl);
-  if (!d) return "/tmp";
-  gTempDirs.dirs.push_back(d);
-  return d;
-}
+std::string tempDir() { return c4test::tempDir("c4trace-ring"); }
 
 /// An event whose fields all derive from i, so a torn copy is detectable.
 Event patterned(uint64_t i) {

@@ -4,7 +4,6 @@
 #include "c4comm/trace.hpp"
 
 #include <dirent.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -20,6 +19,7 @@
 #include "c4comm/c4comm.hpp"
 #include "gtest/gtest.h"
 #include "tests/coll/harness.hpp"
+#include "tests/trace/temp_dir.hpp"
 #include "trace/recorder.hpp"
 
 namespace {
@@ -31,27 +31,7 @@ using c4::trace::Event;
 using c4::trace::EventType;
 using c4test::Failures;
 
-/// Directories made by tempDir(), removed with their files when the test process exits (not when a
-/// forked rank does).
-struct TempDirs {
-  pid_t owner = getpid();
-  std::vector<std::string> dirs;
-  ~TempDirs() {
-    if (getpid() != owner) return;
-    for (const std::string& d : dirs)
-      nftw(
-          d.c_str(), [](const char* path, const struct stat*, int, FTW*) { return ::remove(path); }, 16,
-          FTW_DEPTH | FTW_PHYS);
-  }
-} gTempDirs;
-
-std::string tempDir() {
-  char tmpl[] = "/tmp/c4trace-test-XXXXXX";
-  const char* d = mkdtemp(tmpl);
-  if (!d) return "/tmp";
-  gTempDirs.dirs.push_back(d);
-  return d;
-}
+std::string tempDir() { return c4test::tempDir("c4trace-test"); }
 
 std::vector<std::string> filesIn(const std::string& dir, const std::string& suffix) {
   std::vector<std::string> out;

@@ -25,6 +25,7 @@
 #include "common/logging.hpp"
 #include "common/params.hpp"
 #include "common/status.hpp"
+#include "transports/transport_util.hpp"
 
 namespace c4::transport {
 
@@ -193,12 +194,6 @@ struct AckWait {
   Request* req;
   uint64_t index;  // completes once the receiver's singleDone reaches it
 };
-
-void completeRequest(Request* r) { r->state = Request::kDone; }
-void failRequest(Request* r, const Status& st) {
-  r->error = st;
-  r->state = Request::kFailed;
-}
 
 class ShmConnection final : public Connection {
  public:
@@ -371,16 +366,10 @@ char* ShmConnection::slotAt(char* channel, uint64_t n) const {
 }
 
 Status ShmConnection::isend(const void* buf, size_t bytes, const OpSig& sig, Request* req, SendHint hint) {
-  req->state = Request::kPending;
-  req->error = Status();
   const Status& ab = t_->abortStatus();
-  const Status& st = !ab.isOk() ? ab : broken_;
-  if (!st.isOk()) {
-    failRequest(req, st);
-    return st;
-  }
-  if (bytes > 0 && buf == nullptr) {
-    Status e = makeError(Code::kInvalidArgument, "shm: isend of %zu bytes to rank %d with a null buffer", bytes, peer_);
+  C4_CHECK(startRequest(req, !ab.isOk() ? ab : broken_));
+  Status e = checkSendArgs("shm", peer_, buf, bytes);
+  if (!e.isOk()) {
     failRequest(req, e);
     return e;
   }
@@ -395,25 +384,9 @@ Status ShmConnection::isend(const void* buf, size_t bytes, const OpSig& sig, Req
 }
 
 Status ShmConnection::irecv(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) {
-  req->state = Request::kPending;
-  req->error = Status();
   const Status& ab = t_->abortStatus();
-  const Status& st = !ab.isOk() ? ab : broken_;
-  if (!st.isOk()) {
-    failRequest(req, st);
-    return st;
-  }
-  Status e;
-  if (bytes > 0 && dst == nullptr) {
-    e = makeError(Code::kInvalidArgument, "shm: irecv of %zu bytes from rank %d with a null buffer", bytes, peer_);
-  } else if (red) {
-    size_t es = dataTypeSize(red->dtype);
-    if (es == 0 || bytes % es != 0 || (bytes > 0 && red->local == nullptr))
-      e = makeError(Code::kInvalidArgument,
-                    "shm: irecv with reduction from rank %d: %zu bytes is not a whole number of %zu-byte elements "
-                    "or local is null",
-                    peer_, bytes, es);
-  }
+  C4_CHECK(startRequest(req, !ab.isOk() ? ab : broken_));
+  Status e = checkRecvArgs("shm", peer_, dst, bytes, red);
   if (!e.isOk()) {
     failRequest(req, e);
     return e;
@@ -485,23 +458,7 @@ Status ShmConnection::protocolError(const char* what) const {
 }
 
 Status ShmConnection::matchError(const SlotHeader& h, const RecvOp& op) const {
-  bool sigOk = sigMatches(h.sig, op.sig);
-  bool sizeOk = h.totalBytes == op.bytes;
-  if (sigOk && sizeOk) return Status::ok();
-  std::string what;
-  if (!sigOk)
-    what = strFormat("rank %d sent %s but rank %d expected %s (%s)", peer_, describeSig(h.sig).c_str(), t_->rank(),
-                     describeSig(op.sig).c_str(), diffSigs(h.sig, op.sig).c_str());
-  if (!sizeOk) {
-    if (!what.empty()) what += "; ";
-    what +=
-        strFormat("rank %d sent %llu bytes but rank %d expected %llu bytes", peer_,
-                  static_cast<unsigned long long>(h.totalBytes), t_->rank(), static_cast<unsigned long long>(op.bytes));
-  }
-  Status st = makeError(Code::kInvalidUsage, "shm: message from %s does not match the receive posted by rank %d: %s",
-                        peerText().c_str(), t_->rank(), what.c_str());
-  C4_WARN(kLogShm, "%s", st.message().c_str());
-  return st;
+  return transport::matchError("shm", peer_, peerText(), t_->rank(), h.sig, h.totalBytes, op.sig, op.bytes);
 }
 
 bool ShmConnection::pullSingle(RecvOp& op) {

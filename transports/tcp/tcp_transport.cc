@@ -25,6 +25,7 @@
 #include "common/socket.hpp"
 #include "common/status.hpp"
 #include "transports/tcp/tcp_wire.hpp"
+#include "transports/transport_util.hpp"
 
 namespace c4::transport {
 
@@ -86,12 +87,6 @@ int64_t nowNs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
-}
-
-void completeRequest(Request* r) { r->state = Request::kDone; }
-void failRequest(Request* r, const Status& st) {
-  r->error = st;
-  r->state = Request::kFailed;
 }
 
 uint64_t randomU64() {
@@ -258,6 +253,9 @@ class TcpConnection final : public Connection {
   void laneEof(Lane& l);
   /// Parses and dispatches input; false if the lane must stop (blocked, broken, closed).
   bool rxStep(Lane& l, size_t* budget);
+  /// One non-blocking recv of up to `want` bytes into `to`, counted against *budget; 0 when nothing
+  /// came (would block), or the lane hit end of file or an error (handled here).
+  size_t receive(Lane& l, char* to, size_t want, size_t* budget);
   bool startPiece(Lane& l);
   void finishPiece(Lane& l);
   void applyPiece(RecvOp& op, uint64_t offset, const char* data, size_t bytes);
@@ -497,16 +495,10 @@ int TcpConnection::pickLane() {
 }
 
 Status TcpConnection::isend(const void* buf, size_t bytes, const OpSig& sig, Request* req, SendHint) {
-  req->state = Request::kPending;
-  req->error = Status();
   const Status& ab = t_->abortStatus();
-  const Status& st = !ab.isOk() ? ab : (!broken_.isOk() ? broken_ : closed_);
-  if (!st.isOk()) {
-    failRequest(req, st);
-    return st;
-  }
-  if (bytes > 0 && buf == nullptr) {
-    Status e = makeError(Code::kInvalidArgument, "tcp: isend of %zu bytes to rank %d with a null buffer", bytes, peer_);
+  C4_CHECK(startRequest(req, !ab.isOk() ? ab : (!broken_.isOk() ? broken_ : closed_)));
+  Status e = checkSendArgs("tcp", peer_, buf, bytes);
+  if (!e.isOk()) {
     failRequest(req, e);
     return e;
   }
@@ -541,25 +533,9 @@ Status TcpConnection::isend(const void* buf, size_t bytes, const OpSig& sig, Req
 }
 
 Status TcpConnection::irecv(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) {
-  req->state = Request::kPending;
-  req->error = Status();
   const Status& ab = t_->abortStatus();
-  const Status& st = !ab.isOk() ? ab : broken_;
-  if (!st.isOk()) {
-    failRequest(req, st);
-    return st;
-  }
-  Status e;
-  if (bytes > 0 && dst == nullptr) {
-    e = makeError(Code::kInvalidArgument, "tcp: irecv of %zu bytes from rank %d with a null buffer", bytes, peer_);
-  } else if (red) {
-    size_t es = dataTypeSize(red->dtype);
-    if (es == 0 || bytes % es != 0 || (bytes > 0 && red->local == nullptr))
-      e = makeError(Code::kInvalidArgument,
-                    "tcp: irecv with reduction from rank %d: %zu bytes is not a whole number of %zu-byte elements "
-                    "or local is null",
-                    peer_, bytes, es);
-  }
+  C4_CHECK(startRequest(req, !ab.isOk() ? ab : broken_));
+  Status e = checkRecvArgs("tcp", peer_, dst, bytes, red);
   if (!e.isOk()) {
     failRequest(req, e);
     return e;
@@ -642,22 +618,7 @@ void TcpConnection::popDone() {
 }
 
 Status TcpConnection::matchError(const OpSig& sig, uint64_t total, const RecvOp& op) const {
-  bool sigOk = sigMatches(sig, op.sig);
-  bool sizeOk = total == op.bytes;
-  if (sigOk && sizeOk) return Status::ok();
-  std::string what;
-  if (!sigOk)
-    what = strFormat("rank %d sent %s but rank %d expected %s (%s)", peer_, describeSig(sig).c_str(), t_->rank(),
-                     describeSig(op.sig).c_str(), diffSigs(sig, op.sig).c_str());
-  if (!sizeOk) {
-    if (!what.empty()) what += "; ";
-    what += strFormat("rank %d sent %llu bytes but rank %d expected %llu bytes", peer_,
-                      static_cast<unsigned long long>(total), t_->rank(), static_cast<unsigned long long>(op.bytes));
-  }
-  Status st = makeError(Code::kInvalidUsage, "tcp: message from %s does not match the receive posted by rank %d: %s",
-                        peerText().c_str(), t_->rank(), what.c_str());
-  C4_WARN(kLogNet, "%s", st.message().c_str());
-  return st;
+  return transport::matchError("tcp", peer_, peerText(), t_->rank(), sig, total, op.sig, op.bytes);
 }
 
 Status TcpConnection::protocolError(const Lane& l, const std::string& what) {
@@ -980,6 +941,23 @@ void TcpConnection::finishPiece(Lane& l) {
   noteRecvProgress(op);
 }
 
+size_t TcpConnection::receive(Lane& l, char* to, size_t want, size_t* budget) {
+  ssize_t n = C4_SYSCALL_RETRY(recv(l.fd.get(), to, want, MSG_DONTWAIT));
+  if (n == 0) {
+    laneEof(l);
+    return 0;
+  }
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    int err = errno;
+    laneError(l, err == ECONNRESET ? "connection reset" : "receive failed", err);
+    return 0;
+  }
+  moved(l, static_cast<size_t>(n), false);
+  *budget -= std::min(*budget, static_cast<size_t>(n));
+  return static_cast<size_t>(n);
+}
+
 bool TcpConnection::rxStep(Lane& l, size_t* budget) {
   if (!l.haveHdr) {
     size_t avail = l.rxEnd - l.rxBeg;
@@ -991,20 +969,9 @@ bool TcpConnection::rxStep(Lane& l, size_t* budget) {
       }
       // Bulk mode: take the header alone so the payload lands in its destination directly.
       size_t want = l.bulk ? kHdrBytes - avail : kRxBufBytes - l.rxEnd;
-      ssize_t n = C4_SYSCALL_RETRY(recv(l.fd.get(), l.rxbuf.get() + l.rxEnd, want, MSG_DONTWAIT));
-      if (n == 0) {
-        laneEof(l);
-        return false;
-      }
-      if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
-        int err = errno;
-        laneError(l, err == ECONNRESET ? "connection reset" : "receive failed", err);
-        return false;
-      }
-      l.rxEnd += static_cast<size_t>(n);
-      moved(l, static_cast<size_t>(n), false);
-      *budget -= std::min(*budget, static_cast<size_t>(n));
+      const size_t n = receive(l, l.rxbuf.get() + l.rxEnd, want, budget);
+      if (n == 0) return false;
+      l.rxEnd += n;
       return true;
     }
     memcpy(&l.hdr, l.rxbuf.get() + l.rxBeg, kHdrBytes);
@@ -1022,36 +989,14 @@ bool TcpConnection::rxStep(Lane& l, size_t* budget) {
     l.destGot += take;
     if (l.rxBeg == l.rxEnd) l.rxBeg = l.rxEnd = 0;
   } else if (need >= kBulkBytes / 4) {
-    ssize_t n = C4_SYSCALL_RETRY(recv(l.fd.get(), l.destPtr + l.destGot, need, MSG_DONTWAIT));
-    if (n == 0) {
-      laneEof(l);
-      return false;
-    }
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
-      int err = errno;
-      laneError(l, err == ECONNRESET ? "connection reset" : "receive failed", err);
-      return false;
-    }
-    l.destGot += static_cast<size_t>(n);
-    moved(l, static_cast<size_t>(n), false);
-    *budget -= std::min(*budget, static_cast<size_t>(n));
+    const size_t n = receive(l, l.destPtr + l.destGot, need, budget);
+    if (n == 0) return false;
+    l.destGot += n;
   } else {
-    ssize_t n = C4_SYSCALL_RETRY(recv(l.fd.get(), l.rxbuf.get(), kRxBufBytes, MSG_DONTWAIT));
-    if (n == 0) {
-      laneEof(l);
-      return false;
-    }
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
-      int err = errno;
-      laneError(l, err == ECONNRESET ? "connection reset" : "receive failed", err);
-      return false;
-    }
+    const size_t n = receive(l, l.rxbuf.get(), kRxBufBytes, budget);
+    if (n == 0) return false;
     l.rxBeg = 0;
-    l.rxEnd = static_cast<size_t>(n);
-    moved(l, static_cast<size_t>(n), false);
-    *budget -= std::min(*budget, static_cast<size_t>(n));
+    l.rxEnd = n;
   }
   if (l.destGot == l.hdr.bytes) finishPiece(l);
   return broken_.isOk();
