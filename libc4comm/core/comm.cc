@@ -579,7 +579,8 @@ void Comm::traceOp(const Prepared* p) {
   trace::Event e;
   e.type = trace::EventType::kOp;
   e.t0 = p->traceT0;
-  e.t1 = trace::ticks();
+  const bool oneShot = p->traceAlgo == trace::kAlgoOneShot;
+  e.t1 = oneShot ? e.t0 : trace::ticks();  // see trace::kFlagNoEnd
   e.algo = p->traceAlgo;
   if (p->collective) {
     const OpDesc& op = p->op;
@@ -589,8 +590,8 @@ void Comm::traceOp(const Prepared* p) {
     e.coll = p->sig.coll;
     e.dtype = p->sig.dtype;
     e.redop = p->sig.op;
-    e.flags =
-        static_cast<uint8_t>((op.sendbuff == op.recvbuff ? trace::kFlagInPlace : 0) | (p->noop ? trace::kFlagNoop : 0));
+    e.flags = static_cast<uint8_t>((op.sendbuff == op.recvbuff ? trace::kFlagInPlace : 0) |
+                                   (p->noop ? trace::kFlagNoop : 0) | (oneShot ? trace::kFlagNoEnd : 0));
     tracer.record(e);
     return;
   }

@@ -13,7 +13,7 @@ import unittest
 
 TOOL = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "../../tools/c4-trace/c4-trace")
 sys.path.insert(0, os.path.dirname(os.path.realpath(TOOL)))
-from c4trace import fmt  # noqa: E402
+from c4trace import analysis, fmt  # noqa: E402
 
 TPN = 2.5  # synthetic ticks per ns
 
@@ -136,6 +136,23 @@ class C4TraceTool(unittest.TestCase):
         self.assertNotIn("http://", html.replace('xmlns="http://www.w3.org/2000/svg"', ""))
         self.assertNotIn("<script", html)
         self.assertIn("AllReduce", so)
+
+    def test_untimed_one_shot_calls_end_at_the_last_arrival(self):
+        # One-shot calls carry no end (FLAG_NO_END): every rank's end is the latest arrival.
+        for r in range(3):
+            evs = [(10_000 * k + 1_000 * r, 10_000 * k + 1_000 * r, 64, k, -1, fmt.T_OP, 0, 7, 0, 0xfd, 0,
+                    fmt.FLAG_NO_END) for k in range(4)]
+            write_trace(os.path.join(self.dir, "t.r%d.c4t" % r), r, 3, evs)
+        run = analysis.load(self.dir, progress=False)
+        c = next(iter(run.comms.values()))
+        for r in range(3):
+            for k, e in enumerate(c.events[r]):
+                self.assertAlmostEqual(e[1], c.events[2][k][0], delta=2)  # rank 2 arrives last
+                self.assertLessEqual(e[0], e[1])
+        rep = analysis.analyze(run)
+        self.assertEqual(rep["late"][0]["rank"], 2)
+        colls = {x["collective"]: x for x in rep["collectives"]}
+        self.assertAlmostEqual(colls["AllReduce"]["time_share"], 1.0, places=6)  # the calls have a duration
 
     def test_skewed_clocks_are_aligned(self):
         self.make_run(skews=(0, 3_000_000_000, -7_000_000_000, 123_456_789))

@@ -109,7 +109,24 @@ def load(root, progress=None):
         missing = [r for r in range(c.nranks) if r not in c.files]
         if missing:
             run.warnings.append("comm %s: no file for rank(s) %s" % (c.tag, ",".join(map(str, missing[:16]))))
+        fill_untimed_ends(c)
     return run
+
+
+def fill_untimed_ends(c):
+    """Ops recorded without an end (FLAG_NO_END: one-shot calls) end when the last rank arrived."""
+    last = {}  # (coll, seq) -> latest t0 over the ranks
+    for evs in c.events.values():
+        for e in evs:
+            if e[5] == fmt.T_OP and e[11] & fmt.FLAG_NO_END:
+                k = (e[6], e[3])
+                if e[0] > last.get(k, e[0] - 1):
+                    last[k] = e[0]
+    if not last:
+        return
+    for rank, evs in c.events.items():
+        c.events[rank] = [e if not (e[5] == fmt.T_OP and e[11] & fmt.FLAG_NO_END) else
+                          (e[0], max(e[1], last[(e[6], e[3])])) + tuple(e[2:]) for e in evs]
 
 
 def analyze(run, top=10):

@@ -21,7 +21,7 @@ STEPKINDS = ["send", "recv", "recvReduce", "copy", "reduce"]
 LANES = ["shm", "tcp"]
 LEVELS = ["0", "op", "step"]
 REASONS = ["finalize", "destroy", "abort", "signal", "request"]
-FLAG_INPLACE, FLAG_NOOP = 1, 2
+FLAG_INPLACE, FLAG_NOOP, FLAG_NO_END = 1, 2, 4
 
 
 def coll_name(c):
