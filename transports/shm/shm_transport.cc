@@ -43,7 +43,7 @@ constexpr size_t kSlotHeaderBytes = 64;
 // prefetcher does not pull the control line into the sender's cache with the first slot.
 constexpr size_t kSlotsOffset = 128;
 constexpr size_t kPageBytes = 4096;
-constexpr int kYieldRounds = 16;
+constexpr int64_t kYieldNs = 250000;  // see idleBackoffUs
 constexpr int64_t kDefaultSpinUs = 250;
 
 // Slot kinds. A message is either kFirst followed by kNext pieces (data in the ring), or one
@@ -994,30 +994,37 @@ Status createShmTransport(const Context& ctx, std::unique_ptr<Transport>* out) {
 }
 
 long idleBackoffUs(int idleRounds) {
-  // The spin phase is measured in time, not rounds, and outlasts one sleep of a peer: a sleep costs
-  // about 100 us here whatever is asked (timer slack), and a rank that gave up spinning sooner than
-  // that made its peer wait long enough to sleep too. The two then took turns sleeping on every call
-  // (8 KiB AllGather at 57 us instead of 3.4 us, for whole runs; docs/shm-transport.md).
+  // Spin, then yield, then sleep, each phase measured in time. A sleep costs about 100 us here
+  // whatever is asked (timer slack), so both earlier phases outlast one sleep of a peer:
+  //  - spinning (ranks with cores to themselves): a rank that gave up sooner made its peer wait long
+  //    enough to sleep too, and the two then took turns sleeping on every call (8 KiB AllGather at
+  //    57 us instead of 3.4 us for whole runs);
+  //  - yielding (also when ranks outnumber cores, where there is no spinning): yield hands the core
+  //    to a runnable peer; 16 yields and then sleeps made 4 ranks on 2 cores take 10 to 30 us for an
+  //    8-byte AllReduce in two runs of three, 250 us of yields none (docs/shm-transport.md).
   thread_local int64_t idleSinceNs = 0;
-  thread_local int spinEnd = 0;  // the idle round at which spinning stopped
+  thread_local int phase = 0;      // 0 spin, 1 yield, 2 sleep
+  thread_local int sleepFrom = 0;  // the idle round at which sleeping started
   if (idleRounds <= 1) {
     idleSinceNs = monoNs();
-    spinEnd = -1;
+    phase = gSpinNs.load(std::memory_order_relaxed) > 0 ? 0 : 1;
   }
-  if (spinEnd < 0) {
-    const int64_t spinNs = gSpinNs.load(std::memory_order_relaxed);
-    if (spinNs > 0 && ((idleRounds & 63) != 0 || monoNs() - idleSinceNs < spinNs)) {
+  if (phase < 2) {
+    if ((idleRounds & 15) == 0) {  // the clock is read every 16 rounds
+      const int64_t idleNs = monoNs() - idleSinceNs, spinNs = gSpinNs.load(std::memory_order_relaxed);
+      phase = idleNs < spinNs ? 0 : idleNs < spinNs + kYieldNs ? 1 : 2;
+      sleepFrom = idleRounds;
+    }
+    if (phase == 0) {
       cpuRelax();
       return 0;
     }
-    spinEnd = idleRounds;
+    if (phase == 1) {
+      sched_yield();
+      return 0;
+    }
   }
-  const int after = idleRounds - spinEnd;
-  if (after < kYieldRounds) {
-    sched_yield();
-    return 0;
-  }
-  int k = std::min((after - kYieldRounds) / 4, 16);
+  int k = std::min((idleRounds - sleepFrom) / 4, 16);
   return std::min<long>(1L << k, gMaxSleepUs.load(std::memory_order_relaxed));
 }
 
