@@ -18,3 +18,27 @@ sys.exit(0 if ok else 77)
 PYEOF
   exec "$py" "$tools/netlab" session "$@"
 }
+
+# netlab_run_ranks HOSTS RANKS_PER_HOST OUTDIR CMD...: starts rank h*RANKS_PER_HOST+l on host h with
+# the torchrun variables (root on h0, C4_SOCKET_IFNAME=p0), output in OUTDIR/out.RANK, and waits for
+# all; prints the output of every rank that failed and returns 1 if any did. Inside a session.
+netlab_run_ranks() {
+  local hosts=$1 ranks=$2 out=$3
+  shift 3
+  local master pids=() r h l rc=0
+  master=$("$tools/netlab" addr "$NETLAB_NAME" h0)
+  for ((h = 0; h < hosts; h++)); do
+    for ((l = 0; l < ranks; l++)); do
+      r=$((h * ranks + l))
+      "$tools/netlab" run "$NETLAB_NAME" "h$h" -- env RANK=$r LOCAL_RANK=$l WORLD_SIZE=$((hosts * ranks)) \
+        MASTER_ADDR="$master" MASTER_PORT=29500 C4_SOCKET_IFNAME=p0 "$@" > "$out/out.$r" 2>&1 &
+      pids+=($!)
+    done
+  done
+  for r in "${!pids[@]}"; do
+    if ! wait "${pids[$r]}"; then
+      echo "rank $r failed:"; cat "$out/out.$r"; rc=1
+    fi
+  done
+  return $rc
+}

@@ -15,8 +15,6 @@ fi
 
 # Inside the session.
 perf=$1 hosts=$2 ranks=$4
-world=$((hosts * ranks))
-master=$(netlab addr "$NETLAB_NAME" h0)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 leaf_bytes() {
@@ -29,22 +27,9 @@ print(sum(c["rx_bytes"] for l in topo["leaves"] for c in netlab.iface_counters(l
 EOF
 }
 before=$(leaf_bytes)
-pids=()
-for ((h = 0; h < hosts; h++)); do
-  for ((l = 0; l < ranks; l++)); do
-    r=$((h * ranks + l))
-    netlab run "$NETLAB_NAME" "h$h" -- env RANK=$r LOCAL_RANK=$l WORLD_SIZE=$world MASTER_ADDR="$master" \
-      MASTER_PORT=29500 C4_SOCKET_IFNAME=p0 C4_TIMEOUT="${C4_TIMEOUT:-60}" \
-      "$perf" -C allreduce -b 8 -e 4M -f 8 -c 1 -n 2 -w 1 > "$tmp/out.$r" 2>&1 &
-    pids+=($!)
-  done
-done
 rc=0
-for r in "${!pids[@]}"; do
-  if ! wait "${pids[$r]}"; then
-    echo "rank $r failed:"; cat "$tmp/out.$r"; rc=1
-  fi
-done
+netlab_run_ranks "$hosts" "$ranks" "$tmp" C4_TIMEOUT="${C4_TIMEOUT:-60}" \
+  "$perf" -C allreduce -b 8 -e 4M -f 8 -c 1 -n 2 -w 1 || rc=1
 after=$(leaf_bytes)
 cat "$tmp/out.0"
 echo "fabric: $hosts hosts x $3 ports, $ranks ranks per host; leaves received $((after - before)) bytes"

@@ -14,27 +14,12 @@ fi
 
 matrix=$1 hosts=$2 ports=$3 ranks=$4
 shift 4
-world=$((hosts * ranks))
-master=$("$tools/netlab" addr "$NETLAB_NAME" h0)
 portlist=$(seq -s, -f 'p%g' 0 $((ports - 1)))
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pids=()
-for ((h = 0; h < hosts; h++)); do
-  for ((l = 0; l < ranks; l++)); do
-    r=$((h * ranks + l))
-    "$tools/netlab" run "$NETLAB_NAME" "h$h" -- env RANK=$r LOCAL_RANK=$l WORLD_SIZE=$world MASTER_ADDR="$master" \
-      MASTER_PORT=29500 C4_SOCKET_IFNAME=p0 C4_TCP_PORTS="$portlist" C4_LANES="$ports" \
-      C4_TIMEOUT="${C4_TIMEOUT:-120}" "$matrix" "$@" > "$tmp/out.$r" 2>&1 &
-    pids+=($!)
-  done
-done
 rc=0
-for r in "${!pids[@]}"; do
-  if ! wait "${pids[$r]}"; then
-    echo "rank $r failed:"; cat "$tmp/out.$r"; rc=1
-  fi
-done
+netlab_run_ranks "$hosts" "$ranks" "$tmp" C4_TCP_PORTS="$portlist" C4_LANES="$ports" \
+  C4_TIMEOUT="${C4_TIMEOUT:-120}" "$matrix" "$@" || rc=1
 cat "$tmp"/out.* | grep -E "^c4-matrix" || true
 echo "fabric: $hosts hosts x $ports ports, $ranks ranks per host"
 exit $rc

@@ -256,6 +256,9 @@ class TcpConnection final : public Connection {
   /// One non-blocking recv of up to `want` bytes into `to`, counted against *budget; 0 when nothing
   /// came (would block), or the lane hit end of file or an error (handled here).
   size_t receive(Lane& l, char* to, size_t want, size_t* budget);
+  /// After a new request's arguments are checked: opens the lanes (lower rank), fails `req` if that
+  /// broke the connection, restarts the stall clock when the connection was idle.
+  Status prepareRequest(Request* req);
   bool startPiece(Lane& l);
   void finishPiece(Lane& l);
   void applyPiece(RecvOp& op, uint64_t offset, const char* data, size_t bytes);
@@ -494,6 +497,16 @@ int TcpConnection::pickLane() {
   return best;
 }
 
+Status TcpConnection::prepareRequest(Request* req) {
+  if (initiator()) openLanes();
+  if (!broken_.isOk()) {
+    failRequest(req, broken_);
+    return broken_;
+  }
+  if (!pending()) lastMoveMs_ = nowMs();
+  return Status::ok();
+}
+
 Status TcpConnection::isend(const void* buf, size_t bytes, const OpSig& sig, Request* req, SendHint) {
   const Status& ab = t_->abortStatus();
   C4_CHECK(startRequest(req, !ab.isOk() ? ab : (!broken_.isOk() ? broken_ : closed_)));
@@ -502,12 +515,7 @@ Status TcpConnection::isend(const void* buf, size_t bytes, const OpSig& sig, Req
     failRequest(req, e);
     return e;
   }
-  if (initiator()) openLanes();
-  if (!broken_.isOk()) {
-    failRequest(req, broken_);
-    return broken_;
-  }
-  if (!pending()) lastMoveMs_ = nowMs();
+  C4_CHECK(prepareRequest(req));
   const size_t piece = t_->pieceBytes();
   const size_t n = bytes == 0 ? 1 : (bytes + piece - 1) / piece;
   sends_.push_back(SendOp{static_cast<const char*>(buf), bytes, req, n, false});
@@ -540,12 +548,7 @@ Status TcpConnection::irecv(void* dst, size_t bytes, const OpSig& sig, const Red
     failRequest(req, e);
     return e;
   }
-  if (initiator()) openLanes();
-  if (!broken_.isOk()) {
-    failRequest(req, broken_);
-    return broken_;
-  }
-  if (!pending()) lastMoveMs_ = nowMs();
+  C4_CHECK(prepareRequest(req));
   const uint64_t seq = recvBase_ + recvs_.size();
   recvs_.push_back(
       RecvOp{static_cast<char*>(dst), bytes, sig, red ? *red : ReduceSpec{}, red != nullptr, req, 0, false, false});
