@@ -195,8 +195,8 @@ bool WorkC4::wait(std::chrono::milliseconds timeout) {
     } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
       TORCH_CHECK(false, "c4 ", opName_, " (op ", seq_, " of this process group): wait() timed out after ",
                   timeout.count(),
-                  " ms; the operation is still running and fails by itself after C4_TIMEOUT seconds "
-                  "without progress, naming the rank it waits for");
+                  " ms; the operation is still running and fails by itself once it has seen no progress for "
+                  "the process group's timeout (C4_TIMEOUT if set), naming the rank it waits for");
     }
     if (exception_) std::rethrow_exception(exception_);
   }
@@ -297,7 +297,7 @@ c4::Status idFrom(const std::vector<uint8_t>& v, c4::UniqueId* id) {
 
 /// Creates rank `rank` of an `n`-rank communicator whose unique id `creator` publishes under `key`.
 c4::Status initThroughStore(::c10d::Store& store, const std::string& key, bool creator, int rank, int n,
-                            const std::string& name, c4::Comm** comm) {
+                            const std::string& name, std::chrono::milliseconds timeout, c4::Comm** comm) {
   c4::UniqueId id;
   try {
     if (creator) {
@@ -314,6 +314,12 @@ c4::Status initThroughStore(::c10d::Store& store, const std::string& key, bool c
   }
   c4::Config cfg;
   cfg.name = name;
+  cfg.timeoutMs = std::max<int64_t>(1, timeout.count());  // C4_TIMEOUT, if set, wins
+  // Each group's calls run on a worker thread beside the training threads, so a rank spinning
+  // while it waits takes CPU from compute. c4comm's default spin (250 us, sized for ranks that have
+  // their cores to themselves) cost DDP 7% of its step on 2 ranks x 2 cores (bench/torch); 30 us
+  // gave the best step time. C4_SHM_SPIN, if set, wins.
+  cfg.spinUs = 30;
   return c4::commInitRank(comm, n, id, rank, cfg);
 }
 
@@ -330,7 +336,7 @@ ProcessGroupC4::ProcessGroupC4(const c10::intrusive_ptr<::c10d::Store>& store, i
   const std::string key = std::string(kKeyPrefix) + "uid/" + std::to_string(generation_);
   const std::string name = "torch-pg" + std::to_string(generation_);
   c4::Comm* comm = nullptr;
-  c4::Status st = initThroughStore(*store_, key, rank == 0, rank, size, name, &comm);
+  c4::Status st = initThroughStore(*store_, key, rank == 0, rank, size, name, timeout_, &comm);
   TORCH_CHECK(st.isOk(), "c4: creating the communicator of rank ", rank, "/", size, " failed: ", st.message());
   main_ = std::make_unique<Channel>(name, [comm](c4::Comm** out) {
     *out = comm;
@@ -383,8 +389,9 @@ Channel& ProcessGroupC4::p2pChannel(int peer, bool send) {
     c10::intrusive_ptr<::c10d::Store> store = store_;
     // Rank 0 of the pair communicator is the sender. Created on the channel's own thread, so the
     // caller never blocks waiting for the peer to show up.
-    ch = std::make_unique<Channel>(name, [store, key, send, name](c4::Comm** out) {
-      return initThroughStore(*store, key, send, send ? 0 : 1, 2, name, out);
+    const std::chrono::milliseconds timeout = timeout_;
+    ch = std::make_unique<Channel>(name, [store, key, send, name, timeout](c4::Comm** out) {
+      return initThroughStore(*store, key, send, send ? 0 : 1, 2, name, timeout, out);
     });
   }
   return *ch;

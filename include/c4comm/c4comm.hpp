@@ -35,6 +35,14 @@ struct Config {
   std::string name;
   /// Share resources with the parent in commSplit (accepted, not yet used).
   int splitShare = 0;
+  /// Longest any wait of this communicator (bootstrap, a peer, a collective) may see no
+  /// progress, in ms; 0: C4_TIMEOUT. C4_TIMEOUT, when set, wins (as NCCL's variables win over
+  /// ncclConfig_t).
+  int64_t timeoutMs = 0;
+  /// How long an idle rank of this communicator spins before it yields and sleeps, in us; -1: the
+  /// default (C4_SHM_SPIN: 250, or 0 when ranks outnumber cores). C4_SHM_SPIN, when set, wins.
+  /// Ranks that share their cores with compute threads (a PyTorch backend) want it short.
+  int64_t spinUs = -1;
 };
 
 /// Version as NCCL encodes it (major*10000 + minor*100 + patch); reports 2.28-compatible.

@@ -50,7 +50,7 @@ constexpr uint8_t kFlagInPlace = 1;  ///< kOp: sendbuff == recvbuff
 constexpr uint8_t kFlagNoop = 2;     ///< kOp: count 0, nothing moved
 /// kOp: the end was not timed (t1 == t0). One-shot calls end as soon as the last rank has arrived,
 /// so c4-trace takes the latest t0 of the call over the ranks as every rank's end; a second clock
-/// read would cost a tenth of an 8-byte AllReduce.
+/// read would cost a tenth of an 8-byte AllReduce. Their t0 is when the rank published its input.
 constexpr uint8_t kFlagNoEnd = 4;
 
 /// One event, exactly as stored in the ring and in trace files (40 bytes, little-endian).

@@ -31,6 +31,8 @@ class IntParam {
   IntParam(const char* name, const char* env, const char* ncclEnv, int64_t def, const char* defText, const char* help);
   /// The value; an unparsable value logs a warning once and yields the default.
   int64_t get() const;
+  /// True if the environment sets it (the C4 or the NCCL name).
+  bool isSet() const { return paramRaw(info_) != nullptr; }
 
  private:
   ParamInfo info_;

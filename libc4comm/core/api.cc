@@ -152,6 +152,16 @@ Status checkInitArgs(Comm** comm, int nranks, int rank) {
   return Status::ok();
 }
 
+Status checkConfig(const Config& c) {
+  if (c.timeoutMs < 0)
+    return makeError(Code::kInvalidArgument, "Config::timeoutMs %lld is negative (0: C4_TIMEOUT)",
+                     static_cast<long long>(c.timeoutMs));
+  if (c.spinUs < -1)
+    return makeError(Code::kInvalidArgument, "Config::spinUs %lld is below -1 (-1: the default)",
+                     static_cast<long long>(c.spinUs));
+  return Status::ok();
+}
+
 }  // namespace
 
 int version() { return 22809; }
@@ -165,6 +175,7 @@ Status getUniqueId(UniqueId* id) {
 
 Status commInitRank(Comm** comm, int nranks, const UniqueId& id, int rank, const Config& config) {
   C4_CHECK_RECORD(checkInitArgs(comm, nranks, rank));
+  C4_CHECK_RECORD(checkConfig(config));
   auto* c = new Comm();
   registerComm(c);
   if (tGroup.depth > 0) {
@@ -186,6 +197,7 @@ Status commInitRank(Comm** comm, int nranks, const UniqueId& id, int rank, const
 Status commInitAll(Comm** comms, int n, const Config& config) {
   if (!comms) return record(makeError(Code::kInvalidArgument, "comms array is NULL"));
   if (n < 1) return record(makeError(Code::kInvalidArgument, "ndev %d must be at least 1", n));
+  C4_CHECK_RECORD(checkConfig(config));
   UniqueId id;  // in-process ranks: never the fixed C4_COMM_ID port
   C4_CHECK_RECORD(detail::bootstrapEphemeralUniqueId("", &id));
   std::vector<Comm*> out(static_cast<size_t>(n), nullptr);
@@ -218,7 +230,8 @@ Status commInitFromEnv(Comm** comm, const Config& config) {
   LaunchInfo info;
   C4_CHECK_RECORD(readLaunchInfo(&info));
   UniqueId id;
-  C4_CHECK_RECORD(uniqueIdFromLaunch(info, commTimeoutMs(), &id));
+  C4_CHECK_RECORD(checkConfig(config));
+  C4_CHECK_RECORD(uniqueIdFromLaunch(info, commTimeoutMs(config), &id));
   return commInitRank(comm, info.nranks, id, info.rank, config);
 }
 

@@ -36,7 +36,11 @@ C4_PARAM_INT(TraceClockRounds, "C4_TRACE_CLOCK_ROUNDS", nullptr, 8,
              "Ping-pongs per rank with rank 0 that align trace clocks at init and finalize (0: none; same on all "
              "ranks)")
 
-int64_t commTimeoutMs() { return std::max<int64_t>(1, paramTimeout()) * 1000; }
+int64_t commTimeoutMs(const Config& config) {
+  // The environment wins over the Config, as NCCL's variables win over ncclConfig_t.
+  if (config.timeoutMs > 0 && !kC4ParamTimeout.isSet()) return config.timeoutMs;
+  return std::max<int64_t>(1, paramTimeout()) * 1000;
+}
 
 namespace {
 std::mutex& registryMu() {
@@ -133,7 +137,9 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   nranks = n;
   config = cfg;
   tag = commTagOf(id);
-  timeoutMs = commTimeoutMs();
+  timeoutMs = commTimeoutMs(cfg);
+  // As for the timeout, C4_SHM_SPIN wins over the Config.
+  spinNs = cfg.spinUs >= 0 && !transport::kC4ParamShmSpin.isSet() ? cfg.spinUs * 1000 : -1;
 
   RankInfo mine;
   mine.hostId = localHostId();
@@ -263,7 +269,7 @@ Status Comm::connection(int peer, transport::Connection** out) {
 }
 
 void Comm::idleWait(int idleRounds) {
-  const long us = transport::idleBackoffUs(idleRounds);
+  const long us = transport::idleBackoffUs(idleRounds, spinNs);
   if (us == 0) return;
   timespec ts{0, us * 1000};
   if (waitFds.empty()) {
@@ -370,7 +376,10 @@ size_t nominalBytes(const OpDesc& op, int n) {
 }  // namespace
 
 Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
-  p->traceT0 = tracer.on() ? trace::ticks() : 0;
+  const bool viaArena = oneShot.eligible(op);
+  // One-shot calls are stamped by OneShot when they publish (see OneShot::start).
+  p->traceOneShot = viaArena && tracer.on();
+  p->traceT0 = tracer.on() && !viaArena ? trace::ticks() : 0;
   p->traceAlgo = trace::kAlgoNone;
   p->op = op;
   p->noop = false;
@@ -389,7 +398,6 @@ Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
   sig.op = reduces ? (opv >= kNumBuiltinOps ? 0xff : static_cast<uint8_t>(opv)) : 0;
   p->sig = sig;
   p->collective = true;
-  const bool viaArena = oneShot.eligible(op);
   oneShot.announce(sig, viaArena);
   if (op.count == 0) {
     p->noop = true;
@@ -559,9 +567,13 @@ Status Comm::prepareP2p(const std::vector<OpDesc>& ops, Prepared* p) {
 
 Status Comm::startPrepared(Prepared* p) {
   if (p->noop) return Status::ok();
-  if (p->oneShot)
+  if (p->oneShot) {
+    trace::Event e;
+    if (p->traceOneShot) e = opEvent(p);
     return oneShot.start(p->op, p->sig, p->bases[static_cast<int>(BufBase::kInput)],
-                         const_cast<void*>(p->bases[static_cast<int>(BufBase::kOutput)]), p->kop);
+                         const_cast<void*>(p->bases[static_cast<int>(BufBase::kOutput)]), p->kop,
+                         p->traceOneShot ? &e : nullptr);
+  }
   return p->exec->start(p->bases);
 }
 
@@ -575,26 +587,35 @@ Status Comm::pollPrepared(Prepared* p, bool* done, bool* progressed) {
   return st;
 }
 
-void Comm::traceOp(const Prepared* p) {
+trace::Event Comm::opEvent(const Prepared* p) const {
   trace::Event e;
   e.type = trace::EventType::kOp;
-  e.t0 = p->traceT0;
-  const bool oneShot = p->traceAlgo == trace::kAlgoOneShot;
-  e.t1 = oneShot ? e.t0 : trace::ticks();  // see trace::kFlagNoEnd
   e.algo = p->traceAlgo;
+  const OpDesc& op = p->op;
+  e.bytes = nominalBytes(op, nranks);
+  e.seq = static_cast<uint32_t>(p->sig.seq);
+  e.peer = p->sig.root;
+  e.coll = p->sig.coll;
+  e.dtype = p->sig.dtype;
+  e.redop = p->sig.op;
+  e.flags = static_cast<uint8_t>((op.sendbuff == op.recvbuff ? trace::kFlagInPlace : 0) |
+                                 (p->noop ? trace::kFlagNoop : 0) | (p->oneShot ? trace::kFlagNoEnd : 0));
+  return e;
+}
+
+void Comm::traceOp(const Prepared* p) {
   if (p->collective) {
-    const OpDesc& op = p->op;
-    e.bytes = nominalBytes(op, nranks);
-    e.seq = static_cast<uint32_t>(p->sig.seq);
-    e.peer = p->sig.root;
-    e.coll = p->sig.coll;
-    e.dtype = p->sig.dtype;
-    e.redop = p->sig.op;
-    e.flags = static_cast<uint8_t>((op.sendbuff == op.recvbuff ? trace::kFlagInPlace : 0) |
-                                   (p->noop ? trace::kFlagNoop : 0) | (oneShot ? trace::kFlagNoEnd : 0));
+    trace::Event e = opEvent(p);
+    e.t0 = p->traceT0;
+    e.t1 = trace::ticks();
     tracer.record(e);
     return;
   }
+  trace::Event e;
+  e.type = trace::EventType::kOp;
+  e.t0 = p->traceT0;
+  e.t1 = trace::ticks();
+  e.algo = p->traceAlgo;
   // A point-to-point batch: one event per send/receive (self copies included), same interval.
   if (!p->owned) return;
   const ExecPlan& plan = p->owned->plan;

@@ -76,7 +76,8 @@ struct Comm {
     bool noop = false;
     bool postDivide = false;               // integer Avg: divide the result by nranks afterwards
     uint8_t traceAlgo = trace::kAlgoNone;  // what ran (trace::Event::algo)
-    uint64_t traceT0 = 0;                  // trace clock at prepare; 0: not traced
+    uint64_t traceT0 = 0;                  // trace clock at prepare; 0: not traced here
+    bool traceOneShot = false;             // traced, and OneShot records the event (see there)
     std::unique_ptr<CachedPlan> owned;     // point-to-point batches are built per call
   };
   Status prepareCollective(const OpDesc& op, Prepared* out);
@@ -86,6 +87,8 @@ struct Comm {
   Status pollPrepared(Prepared* p, bool* done, bool* progressed);
   /// After a prepared op completes: epilogue (integer Avg division).
   void finish(Prepared* p);
+  /// The op event of a prepared collective, without its times.
+  trace::Event opEvent(const Prepared* p) const;
   /// Records the op event(s) of a completed prepared call (level op and above).
   void traceOp(const Prepared* p);
   /// Clock alignment to rank 0 for the trace (which: 0 at init, 1 at finalize); a failure only
@@ -115,7 +118,8 @@ struct Comm {
   int localRanks = 1;           // ranks on this host
   bool oversubscribed = false;  // more ranks than cores on this machine (any network namespace)
   std::vector<pollfd> waitFds;  // Transport::waitFd of the transports in use
-  int64_t timeoutMs = 0;
+  int64_t timeoutMs = 0;        // Config::timeoutMs or C4_TIMEOUT
+  int64_t spinNs = -1;          // Config::spinUs in ns; -1: the transport's (C4_SHM_SPIN)
 
   std::unique_ptr<Bootstrap> bootstrap;
   std::vector<RankInfo> peers;
@@ -152,8 +156,9 @@ struct Comm {
   size_t scratchBytes_ = 0;
 };
 
-/// C4_TIMEOUT in milliseconds: how long any wait (bootstrap, a peer, a collective) may see no progress.
-int64_t commTimeoutMs();
+/// How long any wait (bootstrap, a peer, a collective) may see no progress, in ms: C4_TIMEOUT if
+/// set, else config.timeoutMs if positive, else C4_TIMEOUT's default.
+int64_t commTimeoutMs(const Config& config = {});
 
 /// Live-communicator registry, so a destroyed or bogus pointer is an error, not a crash.
 void registerComm(Comm* c);

@@ -9,6 +9,7 @@
 #include "common/params.hpp"
 #include "common/status.hpp"
 #include "core/comm.hpp"
+#include "trace/recorder.hpp"
 
 namespace c4 {
 
@@ -136,7 +137,8 @@ void OneShot::markDone(uint64_t seq) {
   if (arenas_ready_) storeRel(doneOf(rank_), seq + 1);
 }
 
-Status OneShot::start(const OpDesc& op, const OpSig& sig, const void* input, void* output, kernels::KOp kop) {
+Status OneShot::start(const OpDesc& op, const OpSig& sig, const void* input, void* output, kernels::KOp kop,
+                      const trace::Event* traceEvent) {
   seq_ = sig.seq + 1;
   sig_ = sig;
   coll_ = op.coll;
@@ -151,6 +153,8 @@ Status OneShot::start(const OpDesc& op, const OpSig& sig, const void* input, voi
   phase_ = Phase::kWaitReuse;
   sinceNs_ = lastHealthNs_ = 0;
   idlePolls_ = 0;
+  tracePending_ = traceEvent != nullptr;
+  if (tracePending_) traceEvent_ = *traceEvent;
   bool done = false;
   return poll(&done);
 }
@@ -228,6 +232,13 @@ Status OneShot::poll(bool* done) {
     phase_ = Phase::kWaitPeers;
     progressed_ = true;
     sinceNs_ = 0;
+    if (tracePending_) {
+      // Start fetching the first peer's line, then stamp and record while it travels.
+      __builtin_prefetch(dataOf(rank_ == 0 ? 1 : 0, seq_));
+      traceEvent_.t0 = traceEvent_.t1 = trace::ticks();
+      comm_->tracer.record(traceEvent_);
+      tracePending_ = false;
+    }
   }
   if (phase_ == Phase::kWaitPeers) {
     for (int r = 0; r < nranks_; ++r) {

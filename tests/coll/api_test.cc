@@ -236,6 +236,59 @@ TEST(Mismatch, CountAcrossPathsAndDifferentThresholds) {
   EXPECT_NE(all.find("C4_ONESHOT_BYTES"), std::string::npos) << all;
 }
 
+TEST(Api, BadConfigIsRejected) {
+  c4::Comm* comm = nullptr;
+  c4::UniqueId id;
+  ASSERT_TRUE(c4::getUniqueId(&id).isOk());
+  c4::Config bad;
+  bad.timeoutMs = -1;
+  EXPECT_CODE(c4::commInitRank(&comm, 1, id, 0, bad), Code::kInvalidArgument);
+  bad = c4::Config{};
+  bad.spinUs = -2;
+  EXPECT_CODE(c4::commInitRank(&comm, 1, id, 0, bad), Code::kInvalidArgument);
+  c4::Comm* comms[2] = {nullptr, nullptr};
+  EXPECT_CODE(c4::commInitAll(comms, 2, bad), Code::kInvalidArgument);
+  EXPECT_EQ(comm, nullptr);
+}
+
+// Config::timeoutMs bounds a wait on a silent (alive) peer; C4_TIMEOUT, when set, wins over it.
+// Config::spinUs changes only how the idle rank waits: the collective still completes.
+TEST(Failure, ConfigTimeoutAppliesAndTheEnvironmentWins) {
+  for (const char* env : {static_cast<const char*>(nullptr), "1"}) {
+    if (env) setenv("C4_TIMEOUT", env, 1);
+    auto outs = runForked(
+        2,
+        [](int rank, int n, const c4::UniqueId& id) -> Failures {
+          c4::Config cfg;
+          cfg.timeoutMs = getenv("C4_TIMEOUT") ? 60000 : 500;
+          cfg.spinUs = 0;
+          c4::Comm* comm = nullptr;
+          c4::Status st = c4::commInitRank(&comm, n, id, rank, cfg);
+          if (!st.isOk()) return {"init: " + st.toString()};
+          std::vector<float> b(64, 1.0f);
+          st = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+          Failures f;
+          if (!st.isOk() || b[0] != 2.0f) f.push_back("first allreduce: " + st.toString());
+          if (rank == 1) {
+            usleep(3000 * 1000);  // silent, but alive: only the timeout can end rank 0's wait
+          } else {
+            const char* want = getenv("C4_TIMEOUT") ? "no progress for 1000 ms" : "no progress for 500 ms";
+            int64_t t0 = monoMs();
+            st = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+            if (st.isOk() || st.message().find(want) == std::string::npos ||
+                st.message().find("rank 1") == std::string::npos)
+              f.push_back(std::string("UNEXPECTED: want '") + want + "' naming rank 1, got " + st.toString());
+            if (monoMs() - t0 > 2500) f.push_back("UNEXPECTED: took " + std::to_string(monoMs() - t0) + " ms");
+          }
+          (void)c4::commAbort(comm);
+          return f;
+        },
+        60);
+    if (env) unsetenv("C4_TIMEOUT");
+    for (const auto& o : outs) EXPECT_TRUE(!o.crashed && o.detail.empty()) << "rank " << o.rank << ": " << o.detail;
+  }
+}
+
 TEST(Failure, DeadPeerIsNamedNotAHang) {
   ScopedEnv timeout("C4_TIMEOUT", "15");
   int64_t t0 = monoMs();

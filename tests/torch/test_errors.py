@@ -65,15 +65,17 @@ def _silent_peer(ctx):
         except RuntimeError as e:
             out["later"] = str(e)
     else:
-        time.sleep(6)  # never joins the allreduce; C4_TIMEOUT=2 makes rank 0 give up first
+        time.sleep(6)  # never joins the allreduce; a 2 s timeout makes rank 0 give up first
     return out
 
 
-def test_silent_rank_times_out_with_its_name():
-    res = run_ranks(_silent_peer, 2, timeout=120, env={"C4_TIMEOUT": "2"}, with_gloo=False, pg_timeout=2)
+# The group's timeout applies to its communicator; C4_TIMEOUT, when set, overrides it.
+@pytest.mark.parametrize("env,pg_timeout", [({}, 2), ({"C4_TIMEOUT": "2"}, 60)], ids=["group-timeout", "env-wins"])
+def test_silent_rank_times_out_with_its_name(env, pg_timeout):
+    res = run_ranks(_silent_peer, 2, timeout=120, env=env, with_gloo=False, pg_timeout=pg_timeout)
     r0 = res[0]
     assert r0["wait"] is not None and "timed out" in r0["wait"], r0
-    assert r0["op"] is not None and "rank 1" in r0["op"], r0
+    assert r0["op"] is not None and "rank 1" in r0["op"] and "no progress for 2000 ms" in r0["op"], r0
     assert r0["later"] is not None, r0
 
 

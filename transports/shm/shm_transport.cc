@@ -993,7 +993,7 @@ Status createShmTransport(const Context& ctx, std::unique_ptr<Transport>* out) {
   return Status::ok();
 }
 
-long idleBackoffUs(int idleRounds) {
+long idleBackoffUs(int idleRounds, int64_t spinNs) {
   // Spin, then yield, then sleep, each phase measured in time. A sleep costs about 100 us here
   // whatever is asked (timer slack), so both earlier phases outlast one sleep of a peer:
   //  - spinning (ranks with cores to themselves): a rank that gave up sooner made its peer wait long
@@ -1005,13 +1005,14 @@ long idleBackoffUs(int idleRounds) {
   thread_local int64_t idleSinceNs = 0;
   thread_local int phase = 0;      // 0 spin, 1 yield, 2 sleep
   thread_local int sleepFrom = 0;  // the idle round at which sleeping started
+  if (spinNs < 0) spinNs = gSpinNs.load(std::memory_order_relaxed);
   if (idleRounds <= 1) {
     idleSinceNs = monoNs();
-    phase = gSpinNs.load(std::memory_order_relaxed) > 0 ? 0 : 1;
+    phase = spinNs > 0 ? 0 : 1;
   }
   if (phase < 2) {
     if ((idleRounds & 15) == 0) {  // the clock is read every 16 rounds
-      const int64_t idleNs = monoNs() - idleSinceNs, spinNs = gSpinNs.load(std::memory_order_relaxed);
+      const int64_t idleNs = monoNs() - idleSinceNs;
       phase = idleNs < spinNs ? 0 : idleNs < spinNs + kYieldNs ? 1 : 2;
       sleepFrom = idleRounds;
     }

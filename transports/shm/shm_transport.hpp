@@ -53,8 +53,9 @@ Status createShmTransport(const Context& ctx, std::unique_ptr<Transport>* out);
 void waitHint(int idleRounds);
 /// waitHint's first phases without its sleep: spins or yields and returns 0, or, once the caller
 /// should block, returns how long (us) without sleeping, so the caller can wait on file
-/// descriptors instead (see Transport::waitFd).
-long idleBackoffUs(int idleRounds);
+/// descriptors instead (see Transport::waitFd). `spinNs` >= 0 replaces the process's spin
+/// (C4_SHM_SPIN or its default) for this caller (Config::spinUs).
+long idleBackoffUs(int idleRounds, int64_t spinNs = -1);
 /// Overrides the spin phase chosen at shm setup: `oversubscribed` (more ranks than cores on this
 /// machine, counting ranks of other network namespaces too) means no spinning. C4_SHM_SPIN wins.
 void setOversubscribed(bool oversubscribed);

@@ -3,15 +3,12 @@
     import c4comm_torch                      # registers the backend
     torch.distributed.init_process_group("c4", rank=rank, world_size=world_size, ...)
 
-CPU tensors only for now (CUDA tensors raise a clear error). Timeouts: c4comm fails a call after
-C4_TIMEOUT seconds without progress, naming the rank it waited for. When C4_TIMEOUT is not set in
-the environment, each process group sets it from its own ``timeout`` (init_process_group /
-new_group argument) before creating its communicator, so torch's timeout is the one that applies.
+CPU tensors only for now (CUDA tensors raise a clear error). Timeouts: c4comm fails a call that
+sees no progress for the process group's ``timeout`` (init_process_group / new_group argument),
+naming the rank it waited for; C4_TIMEOUT in the environment overrides it.
 """
 
 import datetime
-import math
-import os
 
 import torch.distributed as _dist
 
@@ -22,15 +19,6 @@ __all__ = ["BACKEND_NAME", "c4_version", "is_registered"]
 BACKEND_NAME = "c4"
 c4_version = _C.c4_version
 
-# Whether the user chose C4_TIMEOUT; if not, every process group applies its own timeout.
-_USER_TIMEOUT = "C4_TIMEOUT" in os.environ
-
-# c4comm runs each process group's calls on a worker thread beside the training threads, so a rank
-# spinning while it waits takes CPU from compute. c4comm's default spin (250 us, sized for ranks that
-# have their cores to themselves) cost DDP 7% of its step on 2 ranks x 2 cores (bench/torch); 30 us
-# gave the best step time. The user's setting wins.
-os.environ.setdefault("C4_SHM_SPIN", "30")
-
 
 def _seconds(timeout):
     if isinstance(timeout, datetime.timedelta):
@@ -40,10 +28,7 @@ def _seconds(timeout):
 
 def _create(store, rank, world_size, timeout):
     """torch.distributed's creator function for backend "c4" (one call per process group)."""
-    seconds = _seconds(timeout)
-    if not _USER_TIMEOUT:
-        os.environ["C4_TIMEOUT"] = str(max(1, math.ceil(seconds)))
-    return _C._create(store, rank, world_size, seconds)
+    return _C._create(store, rank, world_size, _seconds(timeout))
 
 
 def is_registered():
