@@ -130,6 +130,16 @@ class Transport {
   /// blocked socket became writable), for callers that block while idle; -1 if the transport has
   /// none (shared memory is only polled).
   virtual int waitFd() const { return -1; }
+
+  /// Idle back-off (see shm's idleBackoffUs): publishCpu() tells the peers which CPU this rank
+  /// runs on (cheap: call it whenever the rank starts waiting); peerSharesCpu() publishes too and
+  /// says whether a peer reachable through this transport last reported this very CPU, so that
+  /// spinning while waiting for it would only keep it off the CPU.
+  virtual void publishCpu() {}
+  virtual bool peerSharesCpu() { return false; }
+  /// A diagnosis the transport wants in the trace (e.g. it moved this rank to another CPU), once;
+  /// empty if none. Polled by the communicator while it is idle.
+  virtual std::string takeNote() { return {}; }
 };
 
 }  // namespace c4::transport

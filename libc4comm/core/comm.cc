@@ -230,6 +230,7 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   transport::setOversubscribed(oversubscribed);
   // One-shot collectives run through the shm arenas: never when tcp carries everything.
   oneShot.init(this, shmT);
+  shmTransport = localRanks > 1 ? shmT : nullptr;
   p2pSendSeq.assign(static_cast<size_t>(n), 0);
   p2pRecvSeq.assign(static_cast<size_t>(n), 0);
   C4_CHECK(tuner.init(n, static_cast<int>(hosts.size()), caps));
@@ -269,7 +270,11 @@ Status Comm::connection(int peer, transport::Connection** out) {
 }
 
 void Comm::idleWait(int idleRounds) {
-  const long us = transport::idleBackoffUs(idleRounds, spinNs);
+  const long us = transport::idleBackoffUs(idleRounds, spinNs, shmTransport);
+  if (shmTransport && (idleRounds & 15) == 0) {
+    std::string note = shmTransport->takeNote();
+    if (!note.empty()) tracer.note(note);
+  }
   if (us == 0) return;
   timespec ts{0, us * 1000};
   if (waitFds.empty()) {

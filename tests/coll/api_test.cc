@@ -1,13 +1,17 @@
 // Communicator life cycle, groups, split, and errors: bad input gets a clear error before
 // anything is touched; ranks that disagree, die or abort make the others fail fast, never hang.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #include <atomic>
 #include <climits>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
+#include "c4comm/trace.hpp"
 #include "tests/coll/coll_matrix.hpp"
 
 namespace c4test {
@@ -287,6 +291,71 @@ TEST(Failure, ConfigTimeoutAppliesAndTheEnvironmentWins) {
     if (env) unsetenv("C4_TIMEOUT");
     for (const auto& o : outs) EXPECT_TRUE(!o.crashed && o.detail.empty()) << "rank " << o.rank << ": " << o.detail;
   }
+}
+
+// Fresh ranks often start on one CPU until the scheduler spreads them (~8 ms here). Spinning, they
+// took 250 us turns per call; now the waiting rank yields to a peer on its CPU, and the higher rank
+// of the pair moves itself to a free CPU of its affinity mask after 1 ms, leaving a trace note.
+// Rank 0 stays pinned to the shared CPU; only rank 1 may leave it.
+TEST(Idle, RanksSharingACpuAreSpread) {
+  cpu_set_t all;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+  if (CPU_COUNT(&all) < 2) GTEST_SKIP() << "needs 2 CPUs";
+  int first = 0;
+  while (!CPU_ISSET(first, &all)) ++first;
+  ScopedEnv timeout("C4_TIMEOUT", "30");
+  // The kernel may spread the pair itself before rank 1's 1 ms is up (1 run in 12 here): then
+  // there is no note, and the test tries again (at most 3 times).
+  std::string last;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    auto outs = runForked(
+        2,
+        [first](int rank, int n, const c4::UniqueId& id) -> Failures {
+          c4::Comm* comm = nullptr;
+          c4::Status st = c4::commInitRank(&comm, n, id, rank);
+          if (!st.isOk()) return {"init: " + st.toString()};
+          // Both onto one CPU (after init, which sizes the back-off from the affinity mask).
+          cpu_set_t mask, one;
+          sched_getaffinity(0, sizeof(mask), &mask);
+          CPU_ZERO(&one);
+          CPU_SET(first, &one);
+          if (sched_setaffinity(0, sizeof(one), &one) != 0) return {"cannot pin to CPU " + std::to_string(first)};
+          if (rank == 1) sched_setaffinity(0, sizeof(mask), &mask);
+          Failures f;
+          float x = 1.0f, y = 0.0f;
+          for (int i = 0; i < 20000 && f.empty(); ++i) {
+            st = c4::allReduce(&x, &y, 1, c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+            if (!st.isOk() || y != 2.0f) f.push_back("allreduce " + std::to_string(i) + ": " + st.toString());
+          }
+          int cpus[2] = {-1, -1};
+          int mine = sched_getcpu();
+          if (f.empty()) st = c4::allGather(&mine, cpus, 1, c4::DataType::kInt32, comm);
+          if (!st.isOk()) f.push_back("allgather: " + st.toString());
+          if (cpus[0] != first || cpus[1] == first)
+            f.push_back("rank 0 on CPU " + std::to_string(cpus[0]) + ", rank 1 on CPU " + std::to_string(cpus[1]) +
+                        ": rank 1 did not leave CPU " + std::to_string(first));
+          if (rank == 1) {
+            std::string path;
+            st = c4::trace::flush(comm, &path);
+            std::ifstream in(path, std::ios::binary);
+            std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+            if (!st.isOk() || bytes.find("with rank 0 for 1 ms while waiting: moved to CPU") == std::string::npos)
+              f.push_back("NO-NOTE: no 'moved to CPU' note in rank 1's trace " + path + " (" + st.toString() + ")");
+          }
+          (void)c4::commDestroy(comm);
+          return f;
+        },
+        60);
+    last = summarize(outs);
+    bool clean = true, retry = false;
+    for (const auto& o : outs) {
+      clean = clean && !o.crashed && o.detail.empty();
+      retry = retry || (!o.crashed && o.detail.rfind("NO-NOTE", 0) == 0);
+    }
+    if (clean) return;
+    if (!retry) break;
+  }
+  ADD_FAILURE() << last;
 }
 
 TEST(Failure, DeadPeerIsNamedNotAHang) {
