@@ -295,7 +295,7 @@ TEST(Failure, ConfigTimeoutAppliesAndTheEnvironmentWins) {
 
 // Fresh ranks often start on one CPU until the scheduler spreads them (~8 ms here). Spinning, they
 // took 250 us turns per call; now the waiting rank yields to a peer on its CPU, and the higher rank
-// of the pair moves itself to a free CPU of its affinity mask after 1 ms, leaving a trace note.
+// of the pair moves itself to a free CPU of its affinity mask after 0.2 ms, leaving a trace note.
 // Rank 0 stays pinned to the shared CPU; only rank 1 may leave it.
 TEST(Idle, RanksSharingACpuAreSpread) {
   cpu_set_t all;
@@ -304,7 +304,7 @@ TEST(Idle, RanksSharingACpuAreSpread) {
   int first = 0;
   while (!CPU_ISSET(first, &all)) ++first;
   ScopedEnv timeout("C4_TIMEOUT", "30");
-  // The kernel may spread the pair itself before rank 1's 1 ms is up (1 run in 12 here): then
+  // The kernel may spread the pair itself before rank 1 has waited 0.2 ms on its CPU (1 run in 12 here): then
   // there is no note, and the test tries again (at most 3 times).
   std::string last;
   for (int attempt = 0; attempt < 3; ++attempt) {
@@ -339,7 +339,7 @@ TEST(Idle, RanksSharingACpuAreSpread) {
             st = c4::trace::flush(comm, &path);
             std::ifstream in(path, std::ios::binary);
             std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-            if (!st.isOk() || bytes.find("with rank 0 for 1 ms while waiting: moved to CPU") == std::string::npos)
+            if (!st.isOk() || bytes.find("with rank 0 for 0.2 ms while waiting: moved to CPU") == std::string::npos)
               f.push_back("NO-NOTE: no 'moved to CPU' note in rank 1's trace " + path + " (" + st.toString() + ")");
           }
           (void)c4::commDestroy(comm);

@@ -642,6 +642,9 @@ bool ShmTransport::peerSharesCpu() {
   return false;
 }
 
+// How long a rank shares its CPU with a lower rank before it moves (see spreadFrom).
+constexpr int64_t kShareBeforeMoveNs = 200000;
+
 void ShmTransport::spreadFrom(int cpu, int peer) {
   // Yielding keeps both ranks going, but the scheduler took ~8 ms here to spread two fresh ranks
   // that started on one CPU (every call meanwhile cost a context switch: 8-byte AllReduce 2 to
@@ -653,7 +656,7 @@ void ShmTransport::spreadFrom(int cpu, int peer) {
     sharedSinceNs_ = now;
     return;
   }
-  if (now - sharedSinceNs_ < 1000000 || (lastMoveNs_ != 0 && now - lastMoveNs_ < 100000000)) return;
+  if (now - sharedSinceNs_ < kShareBeforeMoveNs || (lastMoveNs_ != 0 && now - lastMoveNs_ < 100000000)) return;
   sharedSinceNs_ = 0;
   lastMoveNs_ = now;
   cpu_set_t mask;
@@ -674,7 +677,7 @@ void ShmTransport::spreadFrom(int cpu, int peer) {
     if (sched_setaffinity(0, sizeof(one), &one) != 0) return;
     (void)sched_setaffinity(0, sizeof(mask), &mask);
     char text[160];
-    snprintf(text, sizeof(text), "shm: rank %d shared CPU %d with rank %d for 1 ms while waiting: moved to CPU %d",
+    snprintf(text, sizeof(text), "shm: rank %d shared CPU %d with rank %d for 0.2 ms while waiting: moved to CPU %d",
              rank_, cpu, peer, sched_getcpu());
     C4_INFO(kLogShm, "%s", text);
     note_ = text;

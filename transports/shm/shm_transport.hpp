@@ -39,7 +39,7 @@ C4_PARAM_INT(ShmSpin, "C4_SHM_SPIN", nullptr, -1,
              "Microseconds an idle rank spins before it yields and then sleeps (-1: 250, or 0 when the "
              "machine's ranks outnumber its CPUs)")
 C4_PARAM_INT(ShmSpread, "C4_SHM_SPREAD", nullptr, 1,
-             "shm: a rank that has shared its CPU with a lower rank of its host for 1 ms while waiting for it "
+             "shm: a rank that has shared its CPU with a lower rank of its host for 0.2 ms while waiting for it "
              "moves itself to a CPU of its affinity mask that no local rank reports (then restores the mask); "
              "0 = never (only yield)")
 C4_PARAM_INT(ShmSleepUs, "C4_SHM_SLEEP_US", nullptr, 50, "shm: longest sleep (us) in waitHint() when idle")
