@@ -39,9 +39,9 @@ struct Config {
   /// progress, in ms; 0: C4_TIMEOUT. C4_TIMEOUT, when set, wins (as NCCL's variables win over
   /// ncclConfig_t).
   int64_t timeoutMs = 0;
-  /// How long an idle rank of this communicator spins before it yields and sleeps, in us; -1: the
-  /// default (C4_SHM_SPIN: 250, or 0 when ranks outnumber cores). C4_SHM_SPIN, when set, wins.
-  /// Ranks that share their cores with compute threads (a PyTorch backend) want it short.
+  /// How long an idle rank of this communicator spins before it yields and sleeps, in us (at most
+  /// 60 s); -1: the default (C4_SHM_SPIN: 250, or 0 when ranks outnumber cores). C4_SHM_SPIN, when
+  /// set, wins. Ranks that share their cores with compute threads (a PyTorch backend) want it short.
   int64_t spinUs = -1;
 };
 

@@ -156,8 +156,8 @@ Status checkConfig(const Config& c) {
   if (c.timeoutMs < 0)
     return makeError(Code::kInvalidArgument, "Config::timeoutMs %lld is negative (0: C4_TIMEOUT)",
                      static_cast<long long>(c.timeoutMs));
-  if (c.spinUs < -1)
-    return makeError(Code::kInvalidArgument, "Config::spinUs %lld is below -1 (-1: the default)",
+  if (c.spinUs < -1 || c.spinUs > 60000000)
+    return makeError(Code::kInvalidArgument, "Config::spinUs %lld is outside [-1, 60000000] (-1: the default)",
                      static_cast<long long>(c.spinUs));
   return Status::ok();
 }

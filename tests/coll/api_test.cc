@@ -250,6 +250,8 @@ TEST(Api, BadConfigIsRejected) {
   bad = c4::Config{};
   bad.spinUs = -2;
   EXPECT_CODE(c4::commInitRank(&comm, 1, id, 0, bad), Code::kInvalidArgument);
+  bad.spinUs = 60000001;
+  EXPECT_CODE(c4::commInitRank(&comm, 1, id, 0, bad), Code::kInvalidArgument);
   c4::Comm* comms[2] = {nullptr, nullptr};
   EXPECT_CODE(c4::commInitAll(comms, 2, bad), Code::kInvalidArgument);
   EXPECT_EQ(comm, nullptr);
@@ -296,7 +298,8 @@ TEST(Failure, ConfigTimeoutAppliesAndTheEnvironmentWins) {
 // Fresh ranks often start on one CPU until the scheduler spreads them (~8 ms here). Spinning, they
 // took 250 us turns per call; now the waiting rank yields to a peer on its CPU, and the higher rank
 // of the pair moves itself to a free CPU of its affinity mask after 0.2 ms, leaving a trace note.
-// Rank 0 stays pinned to the shared CPU; only rank 1 may leave it.
+// Rank 0 stays pinned to the shared CPU; only rank 1 may leave it. Where the ranks end up is not
+// checked: with other tests loading the other CPU the scheduler may bring rank 1 back.
 TEST(Idle, RanksSharingACpuAreSpread) {
   cpu_set_t all;
   ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
@@ -304,8 +307,8 @@ TEST(Idle, RanksSharingACpuAreSpread) {
   int first = 0;
   while (!CPU_ISSET(first, &all)) ++first;
   ScopedEnv timeout("C4_TIMEOUT", "30");
-  // The kernel may spread the pair itself before rank 1 has waited 0.2 ms on its CPU (1 run in 12 here): then
-  // there is no note, and the test tries again (at most 3 times).
+  // The kernel may spread the pair itself before rank 1 has shared its CPU for 0.2 ms (1 run in
+  // 12 here): then there is no note, and the test tries again (at most 3 times).
   std::string last;
   for (int attempt = 0; attempt < 3; ++attempt) {
     auto outs = runForked(
@@ -327,13 +330,6 @@ TEST(Idle, RanksSharingACpuAreSpread) {
             st = c4::allReduce(&x, &y, 1, c4::DataType::kFloat32, c4::RedOp::kSum, comm);
             if (!st.isOk() || y != 2.0f) f.push_back("allreduce " + std::to_string(i) + ": " + st.toString());
           }
-          int cpus[2] = {-1, -1};
-          int mine = sched_getcpu();
-          if (f.empty()) st = c4::allGather(&mine, cpus, 1, c4::DataType::kInt32, comm);
-          if (!st.isOk()) f.push_back("allgather: " + st.toString());
-          if (cpus[0] != first || cpus[1] == first)
-            f.push_back("rank 0 on CPU " + std::to_string(cpus[0]) + ", rank 1 on CPU " + std::to_string(cpus[1]) +
-                        ": rank 1 did not leave CPU " + std::to_string(first));
           if (rank == 1) {
             std::string path;
             st = c4::trace::flush(comm, &path);
