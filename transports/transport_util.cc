@@ -5,6 +5,8 @@
 
 namespace c4::transport {
 
+namespace {
+
 Status checkSendArgs(const char* what, int peer, const void* buf, size_t bytes) {
   if (bytes > 0 && buf == nullptr)
     return makeError(Code::kInvalidArgument, "%s: isend of %zu bytes to rank %d with a null buffer", what, bytes, peer);
@@ -24,6 +26,25 @@ Status checkRecvArgs(const char* what, int peer, const void* dst, size_t bytes, 
                        what, peer, bytes, es);
   }
   return Status::ok();
+}
+
+/// Marks `req` pending, or failed with the first error of `standing` and `args`; returns that error.
+Status startRequest(Request* req, const Status& standing, const Status& args) {
+  const Status& st = !standing.isOk() ? standing : args;
+  req->state = st.isOk() ? Request::kPending : Request::kFailed;
+  req->error = st;
+  return st;
+}
+
+}  // namespace
+
+Status startSend(const char* what, int peer, const Status& standing, const void* buf, size_t bytes, Request* req) {
+  return startRequest(req, standing, standing.isOk() ? checkSendArgs(what, peer, buf, bytes) : Status());
+}
+
+Status startRecv(const char* what, int peer, const Status& standing, const void* dst, size_t bytes,
+                 const ReduceSpec* red, Request* req) {
+  return startRequest(req, standing, standing.isOk() ? checkRecvArgs(what, peer, dst, bytes, red) : Status());
 }
 
 Status matchError(const char* what, int peer, const std::string& peerText, int self, const OpSig& sent,

@@ -5,35 +5,42 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "transports/transport.hpp"
 
 namespace c4::transport {
 
-/// Marks `req` pending for a new isend/irecv; if `st` (the connection's standing error) is an error,
-/// fails the request with it instead. Returns `st`.
-inline Status startRequest(Request* req, const Status& st) {
-  req->state = Request::kPending;
-  req->error = Status();
-  if (!st.isOk()) {
-    req->error = st;
-    req->state = Request::kFailed;
-  }
-  return st;
-}
-
 inline void completeRequest(Request* r) { r->state = Request::kDone; }
+
+/// Drops from a transport's list of active connections (order does not matter) those `busy`
+/// says have nothing left to do, clearing their `inActiveList` mark.
+template <class Conn, class Busy>
+void pruneActive(std::vector<Conn*>* active, Busy busy) {
+  for (size_t i = 0; i < active->size();) {
+    Conn* c = (*active)[i];
+    if (busy(*c)) {
+      ++i;
+      continue;
+    }
+    c->inActiveList = false;
+    (*active)[i] = active->back();
+    active->pop_back();
+  }
+}
 inline void failRequest(Request* r, const Status& st) {
   r->error = st;
   r->state = Request::kFailed;
 }
 
-/// kInvalidArgument for a send of `bytes` > 0 from a null buffer; ok otherwise. `what` names the
-/// transport in the message ("shm", "tcp").
-Status checkSendArgs(const char* what, int peer, const void* buf, size_t bytes);
-/// kInvalidArgument for a null destination, or a reduction that is not a whole number of elements
-/// or has no local operand; ok otherwise.
-Status checkRecvArgs(const char* what, int peer, const void* dst, size_t bytes, const ReduceSpec* red);
+/// Starts `req` for a new isend: pending, or failed (and that status returned) if the connection
+/// has a standing error `standing` or the arguments are bad (`bytes` > 0 from a null buffer).
+/// `what` names the transport in messages ("shm", "tcp").
+Status startSend(const char* what, int peer, const Status& standing, const void* buf, size_t bytes, Request* req);
+/// The same for an irecv; bad arguments also include a reduction that is not a whole number of
+/// elements or has no local operand.
+Status startRecv(const char* what, int peer, const Status& standing, const void* dst, size_t bytes,
+                 const ReduceSpec* red, Request* req);
 
 /// Ok if a message sent under `sent` with `sentBytes` may be received by a receive posted under
 /// `expected` for `expectedBytes`; else kInvalidUsage naming both ranks and every difference (logged

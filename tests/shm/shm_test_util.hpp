@@ -312,3 +312,33 @@ using Body = std::function<std::string(int rank, Oob& oob)>;
     ::c4::Status s_ = (expr);                                                       \
     if (!s_.isOk()) return ::c4::strFormat("%s: %s", #expr, s_.toString().c_str()); \
   } while (0)
+
+namespace c4::transport::testing {
+
+/// The receiving side of a mismatch test (rank 1 sent `bytes` under testSig(5, bytes)): posts a
+/// receive that differs in the signature's count (`kind` 0) or in its size (1), and checks that it
+/// fails with kInvalidUsage naming both ranks and the difference, and that the broken connection
+/// refuses later receives. "" on success, else what went wrong.
+inline std::string receiveMismatched(Transport* t, Connection* c, size_t bytes, int kind) {
+  std::vector<char> buf(bytes + 64);
+  const OpSig expected = testSig(5, kind == 0 ? bytes + 1 : bytes);
+  const size_t want = kind == 0 ? bytes : bytes + 64;
+  Request req;
+  REQUIRE_OK(c->irecv(buf.data(), want, expected, nullptr, &req));
+  Status w = waitAll(t, {&req});
+  REQUIRE(w.code() == Code::kInvalidUsage, "receiver got %s", w.toString().c_str());
+  REQUIRE(req.state == Request::kFailed, "request not failed");
+  const std::string& m = w.message();
+  auto has = [&m](const std::string& s) { return m.find(s) != std::string::npos; };
+  REQUIRE(has("rank 1") && has("rank 0"), "%s", m.c_str());
+  if (kind == 0)
+    REQUIRE(has("count"), "signature difference not named: %s", m.c_str());
+  else
+    REQUIRE(has(strFormat("%zu bytes", bytes)) && has(strFormat("%zu bytes", want)), "sizes not named: %s", m.c_str());
+  Request again;
+  REQUIRE(!c->irecv(buf.data(), 8, testSig(6, 8), nullptr, &again).isOk(), "broken connection accepted irecv");
+  REQUIRE(again.state == Request::kFailed, "second request not failed");
+  return "";
+}
+
+}  // namespace c4::transport::testing

@@ -62,6 +62,16 @@ std::unique_ptr<Transport> create(int r, int n, const std::string& tag, Oob& oob
   return t;
 }
 
+/// Creates rank r's transport of a 2-rank test and connects it to the other rank: "" or what failed.
+std::string connectPair(int r, const std::string& tag, Oob& oob, std::unique_ptr<Transport>* t, Connection** c,
+                        int64_t timeoutMs = 60000) {
+  Status st;
+  *t = create(r, 2, tag, oob, &st, timeoutMs);
+  REQUIRE_OK(st);
+  REQUIRE_OK((*t)->connect(1 - r, c));
+  return "";
+}
+
 TcpTransport* tcpOf(const std::unique_ptr<Transport>& t) { return dynamic_cast<TcpTransport*>(t.get()); }
 
 uint32_t seedOf(int src, int dst, int i, size_t bytes) {
@@ -137,11 +147,10 @@ TEST_P(TcpLanes, SizesStripingAndGuards) {
 TEST_P(TcpLanes, ReceiveWithReduction) {
   std::string tag = testing::freshTag();
   runRanks(2, [&](int r, Oob& oob) -> std::string {
-    Status st;
-    auto t = create(r, 2, tag, oob, &st);
-    REQUIRE_OK(st);
+    std::unique_ptr<Transport> t;
     Connection* c = nullptr;
-    REQUIRE_OK(t->connect(1 - r, &c));
+    const std::string e = connectPair(r, tag, oob, &t, &c);
+    if (!e.empty()) return e;
     for (size_t count : {size_t{1}, size_t{1000}, size_t{(3u << 20) / 4 + 7}}) {
       std::vector<float> mine(count), got(count + 16, -1.f), local(count);
       for (size_t i = 0; i < count; ++i) {
@@ -186,11 +195,10 @@ TEST_P(TcpLanes, ReceiveWithReduction) {
 TEST_P(TcpLanes, ManyMessagesInFlightBothDirections) {
   std::string tag = testing::freshTag();
   runRanks(2, [&](int r, Oob& oob) -> std::string {
-    Status st;
-    auto t = create(r, 2, tag, oob, &st);
-    REQUIRE_OK(st);
+    std::unique_ptr<Transport> t;
     Connection* c = nullptr;
-    REQUIRE_OK(t->connect(1 - r, &c));
+    const std::string e = connectPair(r, tag, oob, &t, &c);
+    if (!e.empty()) return e;
     const int kMsgs = 300;
     auto sizeOf = [](int i) { return static_cast<size_t>(i % 7 == 0 ? 200000 + i : (i * 37) % 3000); };
     std::vector<std::vector<char>> outs(kMsgs), ins(kMsgs);
@@ -291,11 +299,10 @@ TEST(TcpTransport, LateReceivePostedOneAtATimeRestartsAStoppedLane) {
   const int kMsgs = 24;
   const size_t bytes = 400000;  // one piece each: lane k carries messages k, k+2, ...
   runRanks(2, [&](int r, Oob& oob) -> std::string {
-    Status st;
-    auto t = create(r, 2, tag, oob, &st, 20000);
-    REQUIRE_OK(st);
+    std::unique_ptr<Transport> t;
     Connection* c = nullptr;
-    REQUIRE_OK(t->connect(1 - r, &c));
+    const std::string e = connectPair(r, tag, oob, &t, &c, 20000);
+    if (!e.empty()) return e;
     std::vector<std::vector<char>> bufs(kMsgs, std::vector<char>(bytes));
     std::vector<Request> reqs(kMsgs);
     if (r == 0) {
@@ -328,37 +335,22 @@ TEST(TcpTransport, SignatureAndSizeMismatchNameBothRanks) {
   for (int kind = 0; kind < 2; ++kind) {
     std::string tag = testing::freshTag();
     runRanks(2, [&](int r, Oob& oob) -> std::string {
-      Status st;
-      auto t = create(r, 2, tag, oob, &st, 20000);
-      REQUIRE_OK(st);
+      std::unique_ptr<Transport> t;
       Connection* c = nullptr;
-      REQUIRE_OK(t->connect(1 - r, &c));
+      const std::string e = connectPair(r, tag, oob, &t, &c, 20000);
+      if (!e.empty()) return e;
       const size_t bytes = 100000;
-      std::vector<char> buf(bytes + 64);
-      Request req;
       if (r == 1) {
+        std::vector<char> buf(bytes);
+        Request req;
         REQUIRE_OK(c->isend(buf.data(), bytes, testSig(5, bytes), &req));
         Status w = waitAll(t.get(), {&req});
         if (!w.isOk()) REQUIRE(contains(w.message(), "rank 0"), "sender: %s", w.toString().c_str());
         REQUIRE_OK(oob.barrier());
         return "";
       }
-      OpSig expected = testSig(5, kind == 0 ? bytes + 1 : bytes);
-      size_t want = kind == 0 ? bytes : bytes + 64;
-      REQUIRE_OK(c->irecv(buf.data(), want, expected, nullptr, &req));
-      Status w = waitAll(t.get(), {&req});
-      REQUIRE(w.code() == Code::kInvalidUsage, "receiver got %s", w.toString().c_str());
-      REQUIRE(req.state == Request::kFailed, "request not failed");
-      const std::string& m = w.message();
-      REQUIRE(contains(m, "rank 1") && contains(m, "rank 0"), "%s", m.c_str());
-      if (kind == 0)
-        REQUIRE(contains(m, "count"), "signature difference not named: %s", m.c_str());
-      else
-        REQUIRE(contains(m, strFormat("%zu bytes", bytes)) && contains(m, strFormat("%zu bytes", want)),
-                "sizes not named: %s", m.c_str());
-      Request again;
-      REQUIRE(!c->irecv(buf.data(), 8, testSig(6, 8), nullptr, &again).isOk(), "broken connection accepted irecv");
-      REQUIRE(again.state == Request::kFailed, "second request not failed");
+      const std::string bad = testing::receiveMismatched(t.get(), c, bytes, kind);
+      if (!bad.empty()) return bad;
       REQUIRE(!t->progress().isOk(), "progress() does not report the error");
       REQUIRE_OK(oob.barrier());
       return "";
@@ -391,11 +383,10 @@ TEST(TcpTransport, PeerGoneMidMessageIsReported) {
   for (int how = 0; how < 3; ++how) {
     std::string tag = testing::freshTag();
     runRanks(2, [&](int r, Oob& oob) -> std::string {
-      Status st;
-      auto t = create(r, 2, tag, oob, &st, 15000);
-      REQUIRE_OK(st);
+      std::unique_ptr<Transport> t;
       Connection* c = nullptr;
-      REQUIRE_OK(t->connect(1 - r, &c));
+      const std::string e = connectPair(r, tag, oob, &t, &c, 15000);
+      if (!e.empty()) return e;
       const size_t bytes = 256u << 20;  // far more than the socket buffers hold
       std::vector<char> buf(bytes);
       Request req;
@@ -555,11 +546,10 @@ TEST(TcpTransport, AbortPropagatesToPeers) {
   ScopedEnv ports("C4_TCP_PORTS", "127.0.0.1");
   std::string tag = testing::freshTag();
   runRanks(2, [&](int r, Oob& oob) -> std::string {
-    Status st;
-    auto t = create(r, 2, tag, oob, &st, 20000);
-    REQUIRE_OK(st);
+    std::unique_ptr<Transport> t;
     Connection* c = nullptr;
-    REQUIRE_OK(t->connect(1 - r, &c));
+    const std::string e = connectPair(r, tag, oob, &t, &c, 20000);
+    if (!e.empty()) return e;
     char b[8] = {0};
     Request req;
     // One message first so that the lanes are up.

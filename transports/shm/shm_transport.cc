@@ -381,12 +381,7 @@ char* ShmConnection::slotAt(char* channel, uint64_t n) const {
 
 Status ShmConnection::isend(const void* buf, size_t bytes, const OpSig& sig, Request* req, SendHint hint) {
   const Status& ab = t_->abortStatus();
-  C4_CHECK(startRequest(req, !ab.isOk() ? ab : broken_));
-  Status e = checkSendArgs("shm", peer_, buf, bytes);
-  if (!e.isOk()) {
-    failRequest(req, e);
-    return e;
-  }
+  C4_CHECK(startSend("shm", peer_, !ab.isOk() ? ab : broken_, buf, bytes, req));
   // Single copy: the receiver reads straight from buf. Between processes only where the plan asks
   // for it: a receive that reduces would need CMA into staging and a second pass, slower than
   // reducing out of the ring's shared slots (docs/shm-transport.md). Within a process the reader
@@ -399,12 +394,7 @@ Status ShmConnection::isend(const void* buf, size_t bytes, const OpSig& sig, Req
 
 Status ShmConnection::irecv(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) {
   const Status& ab = t_->abortStatus();
-  C4_CHECK(startRequest(req, !ab.isOk() ? ab : broken_));
-  Status e = checkRecvArgs("shm", peer_, dst, bytes, red);
-  if (!e.isOk()) {
-    failRequest(req, e);
-    return e;
-  }
+  C4_CHECK(startRecv("shm", peer_, !ab.isOk() ? ab : broken_, dst, bytes, red, req));
   RecvOp op{static_cast<char*>(dst), bytes, sig, red ? *red : ReduceSpec{}, red != nullptr, req, 0, false, false, 0};
   recvs_.push_back(op);
   t_->activate(this);
@@ -1034,16 +1024,7 @@ Status ShmTransport::progress() {
       c->checkStalled(now);
     }
   }
-  // Drop connections with nothing pending (order does not matter).
-  for (size_t i = 0; i < active_.size();) {
-    if (!active_[i]->pending()) {
-      active_[i]->inActiveList = false;
-      active_[i] = active_.back();
-      active_.pop_back();
-    } else {
-      ++i;
-    }
-  }
+  pruneActive(&active_, [](const ShmConnection& c) { return c.pending(); });
   return firstError_;
 }
 

@@ -509,12 +509,7 @@ Status TcpConnection::prepareRequest(Request* req) {
 
 Status TcpConnection::isend(const void* buf, size_t bytes, const OpSig& sig, Request* req, SendHint) {
   const Status& ab = t_->abortStatus();
-  C4_CHECK(startRequest(req, !ab.isOk() ? ab : (!broken_.isOk() ? broken_ : closed_)));
-  Status e = checkSendArgs("tcp", peer_, buf, bytes);
-  if (!e.isOk()) {
-    failRequest(req, e);
-    return e;
-  }
+  C4_CHECK(startSend("tcp", peer_, !ab.isOk() ? ab : (!broken_.isOk() ? broken_ : closed_), buf, bytes, req));
   C4_CHECK(prepareRequest(req));
   const size_t piece = t_->pieceBytes();
   const size_t n = bytes == 0 ? 1 : (bytes + piece - 1) / piece;
@@ -542,12 +537,7 @@ Status TcpConnection::isend(const void* buf, size_t bytes, const OpSig& sig, Req
 
 Status TcpConnection::irecv(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) {
   const Status& ab = t_->abortStatus();
-  C4_CHECK(startRequest(req, !ab.isOk() ? ab : broken_));
-  Status e = checkRecvArgs("tcp", peer_, dst, bytes, red);
-  if (!e.isOk()) {
-    failRequest(req, e);
-    return e;
-  }
+  C4_CHECK(startRecv("tcp", peer_, !ab.isOk() ? ab : broken_, dst, bytes, red, req));
   C4_CHECK(prepareRequest(req));
   const uint64_t seq = recvBase_ + recvs_.size();
   recvs_.push_back(
@@ -1536,18 +1526,11 @@ Status TcpTransportImpl::progress() {
       it = next;
     }
   }
-  for (size_t i = 0; i < active_.size();) {
-    TcpConnection* c = active_[i];
+  pruneActive(&active_, [](const TcpConnection& c) {
     bool txLeft = false;
-    for (const Lane& l : c->lanes()) txLeft |= !l.txq.empty() || !l.hsOut.empty();
-    if (!c->pending() && !txLeft && !c->needRx) {
-      c->inActiveList = false;
-      active_[i] = active_.back();
-      active_.pop_back();
-    } else {
-      ++i;
-    }
-  }
+    for (const Lane& l : c.lanes()) txLeft |= !l.txq.empty() || !l.hsOut.empty();
+    return c.pending() || txLeft || c.needRx;
+  });
   return firstError_;
 }
 
