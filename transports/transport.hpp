@@ -66,6 +66,19 @@ class Connection {
   /// Queues a receive of exactly `bytes` into dst (or, with red, reduced into dst as data arrives,
   /// in pieces, in order). dst must stay valid until req is done.
   virtual Status irecv(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) = 0;
+
+  /// Receive-and-forward, NCCL's recvReduceCopySend / recvCopySend. True if this transport can run
+  /// irecvForward(..., to, ...) for a forwarded message of `bytes` sent with `hint`.
+  virtual bool canForward(const Connection* to, size_t bytes, SendHint hint) const { return false; }
+  /// irecv(dst, bytes, sig, red, req), plus a send of dst's bytes to `to` as this rank's next message
+  /// on that connection (`toSig`, completing `toReq`) that leaves piece by piece as the pieces land
+  /// (reduced, with `red`), instead of after the whole receive. Where the forward buffer has room,
+  /// each piece is written to dst and to `to`'s peer in the same pass over the incoming data, so
+  /// the forward costs no separate copy. Only where canForward(to, bytes, hint) said so.
+  virtual Status irecvForward(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req,
+                              Connection* to, const OpSig& toSig, Request* toReq) {
+    return Status(Code::kInternalError, "this transport cannot forward a receive");
+  }
 };
 
 /// What a transport can do, and its cost model for the tuner: time(bytes) = latencyUs + bytes/bwGBps.

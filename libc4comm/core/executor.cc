@@ -6,11 +6,17 @@
 #include <cstring>
 
 #include "common/logging.hpp"
+#include "common/params.hpp"
 #include "common/status.hpp"
 #include "core/comm.hpp"
 #include "kernels/host/reduce.hpp"
 
 namespace c4 {
+
+C4_PARAM_INT(Forward, "C4_FORWARD", nullptr, 1,
+             "1: a send of what a receive just produced leaves piece by piece as the pieces land, written in the "
+             "same pass as the receive where the transport can (shm; NCCL's recvReduceCopySend); 0: after the "
+             "whole receive")
 
 using sched::StepKind;
 
@@ -116,11 +122,35 @@ Status Executor::bind(Comm* comm, const ExecPlan* plan) {
       initialLocal_.push_back(static_cast<uint32_t>(i));
     }
   }
+  findForwards();
   remaining_.resize(n);
   reqs_.resize(n);
   inflight_.reserve(n);
   localReady_.reserve(n);
   return Status::ok();
+}
+
+void Executor::findForwards() {
+  const size_t n = plan_->steps.size();
+  forward_.assign(n, kNoForward);
+  if (paramForward() == 0) return;
+  for (size_t i = 0; i < n; ++i) {
+    const ExecStep& s = plan_->steps[i];
+    if (s.kind != StepKind::kSend) continue;
+    for (uint32_t d = s.depBegin; d < s.depEnd; ++d) {
+      const uint32_t r = plan_->deps[d];
+      const ExecStep& rs = plan_->steps[r];
+      if ((rs.kind != StepKind::kRecv && rs.kind != StepKind::kRecvReduce) || forward_[r] != kNoForward ||
+          rs.bytes != s.bytes || rs.dst.base != s.src.base || rs.dst.offset != s.src.offset)
+        continue;
+      const transport::Connection* from = peers_[static_cast<size_t>(peerSlot_[static_cast<size_t>(rs.peer)])].conn;
+      const transport::Connection* to = peers_[static_cast<size_t>(peerSlot_[static_cast<size_t>(s.peer)])].conn;
+      if (from->canForward(to, s.bytes, transport::SendHint{plan_->singleCopy && !s.peerReduces})) {
+        forward_[r] = static_cast<uint32_t>(i);
+        break;
+      }
+    }
+  }
 }
 
 Status Executor::start(const void* const bases[kNumBufBases]) {
@@ -186,23 +216,41 @@ Status Executor::postReady() {
       inflight_.push_back(idx);
       progressed_ = true;
     }
-    while (q.nextRecv < q.recvs.size() && remaining_[q.recvs[q.nextRecv]] == 0) {
-      uint32_t idx = q.recvs[q.nextRecv++];
-      const ExecStep& s = plan_->steps[idx];
-      if (traceSteps_) postTicks_[idx] = trace::ticks();
-      if (s.kind == StepKind::kRecvReduce) {
-        transport::ReduceSpec red;
-        red.local = addr(s.src);
-        red.dtype = plan_->dtype;
-        red.op = plan_->op;
-        C4_CHECK(q.conn->irecv(addr(s.dst), s.bytes, plan_->sigOf(s), &red, &reqs_[idx]));
-      } else {
-        C4_CHECK(q.conn->irecv(addr(s.dst), s.bytes, plan_->sigOf(s), nullptr, &reqs_[idx]));
-      }
-      inflight_.push_back(idx);
-      progressed_ = true;
-    }
+    while (q.nextRecv < q.recvs.size() && remaining_[q.recvs[q.nextRecv]] == 0)
+      C4_CHECK(postRecv(q.recvs[q.nextRecv++]));
   }
+  return Status::ok();
+}
+
+Status Executor::postRecv(uint32_t idx) {
+  const ExecStep& s = plan_->steps[idx];
+  transport::Connection* conn = peers_[static_cast<size_t>(peerSlot_[static_cast<size_t>(s.peer)])].conn;
+  const uint64_t t = traceSteps_ ? trace::ticks() : 0;
+  if (traceSteps_) postTicks_[idx] = t;
+  transport::ReduceSpec red;
+  if (s.kind == StepKind::kRecvReduce) {
+    red.local = addr(s.src);
+    red.dtype = plan_->dtype;
+    red.op = plan_->op;
+  }
+  const transport::ReduceSpec* redp = s.kind == StepKind::kRecvReduce ? &red : nullptr;
+  // The forward rides along if it is next in line to its peer and waits for nothing else (it
+  // depends on this receive, so its count of unfinished deps is at least 1).
+  const uint32_t f = forward_[idx];
+  PeerQueue* fq = f == kNoForward || remaining_[f] != 1
+                      ? nullptr
+                      : &peers_[static_cast<size_t>(peerSlot_[static_cast<size_t>(plan_->steps[f].peer)])];
+  if (fq && fq->nextSend < fq->sends.size() && fq->sends[fq->nextSend] == f) {
+    ++fq->nextSend;
+    if (traceSteps_) postTicks_[f] = t;
+    C4_CHECK(conn->irecvForward(addr(s.dst), s.bytes, plan_->sigOf(s), redp, &reqs_[idx], fq->conn,
+                                plan_->sigOf(plan_->steps[f]), &reqs_[f]));
+    inflight_.push_back(f);
+  } else {
+    C4_CHECK(conn->irecv(addr(s.dst), s.bytes, plan_->sigOf(s), redp, &reqs_[idx]));
+  }
+  inflight_.push_back(idx);
+  progressed_ = true;
   return Status::ok();
 }
 

@@ -80,6 +80,11 @@ class Executor {
   };
   Status complete(uint32_t idx);
   Status postReady();
+  /// Posts receive `idx`, fused with its forward when that is the next send to its peer and waits
+  /// only for this receive.
+  Status postRecv(uint32_t idx);
+  /// Finds forward_ for every receive of the plan.
+  void findForwards();
   Status runLocal(uint32_t idx);
   std::string pendingSummary() const;
   /// Records step `idx` (level step) that began at `t0` (trace ticks) and ended now.
@@ -101,6 +106,11 @@ class Executor {
   std::vector<uint32_t> localReady_;
   std::vector<PeerQueue> peers_;
   std::vector<int32_t> peerSlot_;  // rank -> index in peers_ or -1
+  // Per receive step: the send that forwards what it receives (its source is the receive's
+  // destination and it depends on it) where the transport can stream it on as it lands
+  // (Connection::irecvForward); kNoForward otherwise.
+  static constexpr uint32_t kNoForward = UINT32_MAX;
+  std::vector<uint32_t> forward_;
   size_t completed_ = 0;
   bool progressed_ = false;
   int64_t lastProgressNs_ = 0;

@@ -266,6 +266,139 @@ TEST_P(ShmModes, ReceiveWithReduction) {
   });
 }
 
+// Receive-and-forward (irecvForward) along 0 -> 1 -> 2: rank 1 forwards every message, plain or
+// reduced, in place or not, to rank 2. Rings of two slots, so pieces trickle. In the first round
+// rank 2 receives at once and rank 1 writes most pieces to dst and to rank 2 in the same pass; in
+// the second rank 2 starts late, so rank 1's ring to it fills and forwards fall back to sending
+// pieces after the receive wrote them, and back. Some forwards queue behind a plain send; rank 0
+// offers single copy for every other message, so forwards also follow receives that pull. Rank
+// 1's results and rank 2's copies must be exact.
+TEST_P(ShmModes, ForwardedReceivesArriveWholeWhateverTheRingDoes) {
+  const size_t p = slotPayload();
+  const std::vector<size_t> sizes = {4, p - 4, p, p + 4, 3 * p + 8, (1u << 20) + 4};
+  // Within one process a message above the local copy threshold goes by single copy unless that
+  // is off, and a forward cannot be one; between processes a forward always streams.
+  const bool singleLocal = GetParam().mode == Mode::kThreads && GetParam().singleCopy;
+  std::string tag = tag_;
+  auto dataOf = [](size_t m, size_t i) { return static_cast<int32_t>((i * 7 + m * 131) % 100003); };
+  auto localOf = [](size_t m, size_t i) { return static_cast<int32_t>((i * 5 + m) % 65521) - 30000; };
+  ScopedEnv slots("C4_SHM_SLOTS", "2");
+  runRanks(GetParam().mode, 3, [&](int r, Oob& oob) -> std::string {
+    Status st;
+    auto t = create(r, 3, tag, oob, &st);
+    REQUIRE_OK(st);
+    // Messages m = round * perRound + 2 * size index + (0: plain, 1: reduced int32 sum); every
+    // third one at rank 1 follows an extra 100-byte send to rank 2.
+    const size_t perRound = 2 * sizes.size(), nmsg = 2 * perRound;
+    auto bytesOf = [&](size_t m) { return sizes[m % perRound / 2]; };
+    auto reduced = [](size_t m) { return m % 2 == 1; };
+    auto extra = [](size_t m) { return m % 3 == 1; };
+    auto sigIn = [&](size_t m) { return testSig(m, bytesOf(m), Coll::kAllReduce, DataType::kInt32); };
+    auto sigOut = [&](size_t m) { return testSig(1000 + m, bytesOf(m), Coll::kAllReduce, DataType::kInt32); };
+    std::vector<std::vector<char>> bufs(nmsg), extras(nmsg);
+    std::vector<Request> reqs(2 * nmsg), extraReqs(nmsg);
+    std::vector<Request*> all;
+    if (r == 0) {
+      Connection* c = nullptr;
+      REQUIRE_OK(t->connect(1, &c));
+      for (size_t m = 0; m < nmsg; ++m) {
+        bufs[m].resize(bytesOf(m));
+        for (size_t i = 0; i < bytesOf(m) / 4; ++i) {
+          const int32_t v = dataOf(m, i);
+          memcpy(bufs[m].data() + 4 * i, &v, 4);
+        }
+        REQUIRE_OK(c->isend(bufs[m].data(), bytesOf(m), sigIn(m), &reqs[m], SendHint{m % 4 < 2}));
+        all.push_back(&reqs[m]);
+      }
+      REQUIRE_OK(waitAll(t.get(), all));
+      return "";
+    }
+    if (r == 2) {
+      Connection* c = nullptr;
+      REQUIRE_OK(t->connect(1, &c));
+      for (size_t m = 0; m < nmsg; ++m) {
+        if (m == perRound) {
+          REQUIRE_OK(waitAll(t.get(), all));
+          usleep(100000);  // let rank 1's ring to us fill up
+        }
+        if (extra(m)) {
+          extras[m].resize(100);
+          REQUIRE_OK(c->irecv(extras[m].data(), 100, testSig(2000 + m, 100), nullptr, &extraReqs[m]));
+          all.push_back(&extraReqs[m]);
+        }
+        bufs[m].resize(bytesOf(m));
+        REQUIRE_OK(c->irecv(bufs[m].data(), bytesOf(m), sigOut(m), nullptr, &reqs[m]));
+        all.push_back(&reqs[m]);
+      }
+      REQUIRE_OK(waitAll(t.get(), all));
+      for (size_t m = 0; m < nmsg; ++m) {
+        if (extra(m))
+          REQUIRE(checkPattern(extras[m].data(), 100, seedOf(1, 2, static_cast<int>(m), 100)), "extra %zu", m);
+        for (size_t i = 0; i < bytesOf(m) / 4; ++i) {
+          int32_t got;
+          memcpy(&got, bufs[m].data() + 4 * i, 4);
+          const int32_t want = reduced(m) ? dataOf(m, i) + localOf(m, i) : dataOf(m, i);
+          REQUIRE(got == want, "rank 2, message %zu (%zu bytes), element %zu: %d, expected %d", m, bytesOf(m), i, got,
+                  want);
+        }
+      }
+      return "";
+    }
+    Connection *from = nullptr, *to = nullptr;
+    REQUIRE_OK(t->connect(0, &from));
+    REQUIRE_OK(t->connect(2, &to));
+    REQUIRE(from->canForward(to, 100, SendHint{true}), "a 100-byte forward was refused");
+    REQUIRE(from->canForward(to, 1 << 20, SendHint{false}) == !singleLocal, "1 MiB forward: wrong answer");
+    std::vector<std::vector<char>> locals(nmsg);
+    std::vector<ReduceSpec> reds(nmsg);
+    size_t forwarded = 0;
+    for (size_t m = 0; m < nmsg; ++m) {
+      if (extra(m)) {
+        extras[m].resize(100);
+        fillPattern(extras[m].data(), 100, seedOf(1, 2, static_cast<int>(m), 100));
+        REQUIRE_OK(to->isend(extras[m].data(), 100, testSig(2000 + m, 100), &extraReqs[m]));
+        all.push_back(&extraReqs[m]);
+      }
+      bufs[m].resize(bytesOf(m));
+      ReduceSpec* red = nullptr;
+      if (reduced(m)) {
+        locals[m].resize(bytesOf(m));
+        for (size_t i = 0; i < bytesOf(m) / 4; ++i) {
+          const int32_t v = localOf(m, i);
+          memcpy(locals[m].data() + 4 * i, &v, 4);
+        }
+        reds[m] = ReduceSpec{locals[m].data(), DataType::kInt32, kernels::KOp::kSum};
+        red = &reds[m];
+      }
+      char* dst = reduced(m) && m % 4 == 3 ? locals[m].data() : bufs[m].data();  // some in place
+      if (from->canForward(to, bytesOf(m), SendHint{false})) {
+        REQUIRE_OK(from->irecvForward(dst, bytesOf(m), sigIn(m), red, &reqs[m], to, sigOut(m), &reqs[nmsg + m]));
+        all.push_back(&reqs[m]);
+        all.push_back(&reqs[nmsg + m]);
+        ++forwarded;
+      } else {  // as the executor does: receive, then send
+        REQUIRE_OK(from->irecv(dst, bytesOf(m), sigIn(m), red, &reqs[m]));
+        REQUIRE_OK(waitAll(t.get(), {&reqs[m]}));
+        REQUIRE_OK(to->isend(dst, bytesOf(m), sigOut(m), &reqs[nmsg + m]));
+        all.push_back(&reqs[nmsg + m]);
+      }
+    }
+    // (Within one process: the four sizes up to the 32 KiB threshold, plain and reduced, twice.)
+    REQUIRE(forwarded == (singleLocal ? 16u : nmsg), "only %zu of %zu messages forwarded", forwarded, nmsg);
+    REQUIRE_OK(waitAll(t.get(), all));
+    for (size_t m = 0; m < nmsg; ++m) {
+      const char* got = reduced(m) && m % 4 == 3 ? locals[m].data() : bufs[m].data();
+      for (size_t i = 0; i < bytesOf(m) / 4; ++i) {
+        int32_t v;
+        memcpy(&v, got + 4 * i, 4);
+        const int32_t want = reduced(m) ? dataOf(m, i) + localOf(m, i) : dataOf(m, i);
+        REQUIRE(v == want, "rank 1, message %zu, element %zu: %d, expected %d", m, i, v, want);
+      }
+    }
+    return "";
+  });
+}
+
 // A receive whose signature or size differs fails on the receiver with kInvalidUsage naming both
 // ranks and the difference; the receiver then aborts and the sender fails fast.
 TEST_P(ShmModes, SignatureAndSizeMismatchNameBothRanks) {

@@ -178,7 +178,11 @@ struct SendOp {
   size_t off;
   bool started;
   bool single;
+  size_t ready;  // bytes of buf that hold data: `bytes`, or up to what a forwarding receive produced
+  uint64_t id;   // per connection, to find the forward of a receive (see irecvForward)
 };
+
+class ShmConnection;
 
 struct RecvOp {
   char* dst;
@@ -190,7 +194,9 @@ struct RecvOp {
   size_t off;
   bool started;
   bool single;
-  uint64_t addr;  // sender's buffer (single copy)
+  uint64_t addr;       // sender's buffer (single copy)
+  ShmConnection* fwd;  // irecvForward: the connection the bytes go on to (null: a plain receive)
+  uint64_t fwdId;      // the forward's SendOp::id there
 };
 
 struct AckWait {
@@ -210,6 +216,9 @@ class ShmConnection final : public Connection {
   int peer() const override { return peer_; }
   Status isend(const void* buf, size_t bytes, const OpSig& sig, Request* req, SendHint hint = {}) override;
   Status irecv(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) override;
+  bool canForward(const Connection* to, size_t bytes, SendHint hint) const override;
+  Status irecvForward(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req, Connection* to,
+                      const OpSig& toSig, Request* toReq) override;
 
   bool pending() const { return !sends_.empty() || !acks_.empty() || !recvs_.empty(); }
   /// One pass over both directions; true if anything moved. Failures break the connection.
@@ -223,6 +232,20 @@ class ShmConnection final : public Connection {
 
  private:
   char* slotAt(char* channel, uint64_t n) const;
+  /// True if a message of `bytes` sent with `hint` goes by single copy.
+  bool sendsSingle(size_t bytes, SendHint hint) const;
+  /// Forwarding (irecvForward) as seen from the forward's connection: the pending send `id`, or
+  /// null once it is gone (sent or failed).
+  SendOp* findSend(uint64_t id);
+  /// The payload of the next outbound slot if `f` may put its piece at `off` there now (it is first
+  /// in line, has sent everything before `off`, and the ring has room); else null.
+  char* forwardSlot(SendOp& f, size_t off);
+  /// Publishes the next piece of `op` (`n` bytes, already in the next outbound slot's payload).
+  void publishPiece(SendOp& op, size_t n);
+  /// Hands the bytes a forwarding receive has produced so far (its `off`) to its forward.
+  static void advanceForward(const RecvOp& op);
+  /// One piece of a receive: dst = incoming (or reduced), and into the forward's slot if it has one.
+  void consumePiece(RecvOp& op, const char* src, size_t n);
   bool progressSend();
   bool progressRecv();
   bool pullSingle(RecvOp& op);
@@ -247,6 +270,7 @@ class ShmConnection final : public Connection {
   uint64_t sent_ = 0;       // slots filled
   uint64_t tailCache_ = 0;  // last seen outCtl_->tail
   uint64_t singles_ = 0;    // single-copy descriptors posted
+  uint64_t sendIds_ = 0;    // SendOp::id of the last send queued
   std::deque<SendOp> sends_;
   std::deque<AckWait> acks_;
   // Receive side.
@@ -386,19 +410,138 @@ Status ShmConnection::isend(const void* buf, size_t bytes, const OpSig& sig, Req
   // for it: a receive that reduces would need CMA into staging and a second pass, slower than
   // reducing out of the ring's shared slots (docs/shm-transport.md). Within a process the reader
   // reduces straight from buf, which always wins.
-  bool single = bytes > t_->singleThreshold(samePid_) && t_->singleCopyTo(samePid_) && (samePid_ || hint.singleCopy);
-  sends_.push_back(SendOp{static_cast<const char*>(buf), bytes, sig, req, 0, false, single});
+  sends_.push_back(
+      SendOp{static_cast<const char*>(buf), bytes, sig, req, 0, false, sendsSingle(bytes, hint), bytes, ++sendIds_});
   t_->activate(this);
   return Status::ok();
+}
+
+bool ShmConnection::sendsSingle(size_t bytes, SendHint hint) const {
+  return bytes > t_->singleThreshold(samePid_) && t_->singleCopyTo(samePid_) && (samePid_ || hint.singleCopy);
 }
 
 Status ShmConnection::irecv(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) {
   const Status& ab = t_->abortStatus();
   C4_CHECK(startRecv("shm", peer_, !ab.isOk() ? ab : broken_, dst, bytes, red, req));
-  RecvOp op{static_cast<char*>(dst), bytes, sig, red ? *red : ReduceSpec{}, red != nullptr, req, 0, false, false, 0};
+  RecvOp op{static_cast<char*>(dst),
+            bytes,
+            sig,
+            red ? *red : ReduceSpec{},
+            red != nullptr,
+            req,
+            0,
+            false,
+            false,
+            0,
+            nullptr,
+            0};
   recvs_.push_back(op);
   t_->activate(this);
   return Status::ok();
+}
+
+// Forwarding. The forward is an ordinary streamed send queued on `to` whose data is not there
+// yet: SendOp::ready says how much of it the receive has produced, and progressSend sends no
+// further. While the forward is first in line on `to` and has sent everything so far, the receive
+// writes each incoming piece straight into `to`'s next slot as well as into dst (consumePiece),
+// which saves the separate copy of dst into the slot. Otherwise the piece goes to dst only and
+// progressSend copies it on later. A receive whose connection breaks leaves its forward waiting;
+// the transport's error ends the run (progress() returns it).
+bool ShmConnection::canForward(const Connection* to, size_t bytes, SendHint hint) const {
+  const auto* c = dynamic_cast<const ShmConnection*>(to);
+  return c && c->t_ == t_ && !c->sendsSingle(bytes, hint);
+}
+
+Status ShmConnection::irecvForward(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req,
+                                   Connection* to, const OpSig& toSig, Request* toReq) {
+  auto* f = dynamic_cast<ShmConnection*>(to);
+  if (!f || f->t_ != t_)
+    return makeError(Code::kInternalError, "shm: rank %d cannot forward a receive from rank %d to another transport",
+                     t_->rank(), peer_);
+  const Status& ab = t_->abortStatus();
+  C4_CHECK(startSend("shm", f->peer_, !ab.isOk() ? ab : f->broken_, dst, bytes, toReq));
+  Status st = startRecv("shm", peer_, !ab.isOk() ? ab : broken_, dst, bytes, red, req);
+  if (!st.isOk()) {
+    failRequest(toReq, st);
+    return st;
+  }
+  f->sends_.push_back(SendOp{static_cast<const char*>(dst), bytes, toSig, toReq, 0, false, false, 0, ++f->sendIds_});
+  recvs_.push_back(RecvOp{static_cast<char*>(dst), bytes, sig, red ? *red : ReduceSpec{}, red != nullptr, req, 0, false,
+                          false, 0, f, f->sendIds_});
+  t_->activate(f);
+  t_->activate(this);
+  return Status::ok();
+}
+
+SendOp* ShmConnection::findSend(uint64_t id) {
+  for (SendOp& s : sends_) {
+    if (s.id == id) return &s;
+    if (s.id > id) break;
+  }
+  return nullptr;
+}
+
+char* ShmConnection::forwardSlot(SendOp& f, size_t off) {
+  if (!broken_.isOk() || &sends_.front() != &f || f.off != off) return nullptr;
+  if (sent_ - tailCache_ >= t_->numSlots()) {
+    tailCache_ = loadAcquire(&outCtl_->tail);
+    if (sent_ - tailCache_ >= t_->numSlots()) return nullptr;
+  }
+  return slotAt(out_, sent_) + kSlotHeaderBytes;
+}
+
+void ShmConnection::publishPiece(SendOp& op, size_t n) {
+  auto* h = reinterpret_cast<SlotHeader*>(slotAt(out_, sent_));
+  if (!op.started) {
+    h->totalBytes = op.bytes;
+    h->sig = op.sig;
+    h->kind = kFirst;
+    op.started = true;
+  } else {
+    h->kind = kNext;
+  }
+  h->pieceBytes = static_cast<uint32_t>(n);
+  storeRelease(&h->flag, ++sent_);
+  op.off += n;
+  stallSinceMs_ = 0;  // a forwarding receive on another connection may have written it
+  if (op.off == op.bytes) {
+    completeRequest(op.req);  // eager: the data now lives in the peer's ring
+    sends_.pop_front();
+  }
+}
+
+void ShmConnection::advanceForward(const RecvOp& op) {
+  if (!op.fwd) return;
+  if (SendOp* f = op.fwd->findSend(op.fwdId)) f->ready = op.off;
+}
+
+// Blocks of a fused piece: reduced into dst, then copied to the forward's slot while in L1.
+constexpr size_t kForwardBlock = 16384;
+
+void ShmConnection::consumePiece(RecvOp& op, const char* src, size_t n) {
+  char* dst = op.dst + op.off;
+  const char* local = op.hasRed ? static_cast<const char*>(op.red.local) + op.off : nullptr;
+  const size_t es = op.hasRed ? dataTypeSize(op.red.dtype) : 1;
+  SendOp* f = op.fwd ? op.fwd->findSend(op.fwdId) : nullptr;
+  char* slot = f ? op.fwd->forwardSlot(*f, op.off) : nullptr;
+  if (slot) {
+    for (size_t b = 0; b < n; b += kForwardBlock) {
+      const size_t m = std::min(kForwardBlock, n - b);
+      if (op.hasRed)
+        kernels::reduce(dst + b, local + b, src + b, m / es, op.red.dtype, op.red.op);
+      else
+        memcpy(dst + b, src + b, m);
+      memcpy(slot + b, dst + b, m);
+    }
+  } else if (op.hasRed) {
+    kernels::reduce(dst, local, src, n / es, op.red.dtype, op.red.op);
+  } else {
+    memcpy(dst, src, n);
+  }
+  op.off += n;
+  if (!f) return;
+  f->ready = op.off;
+  if (slot) op.fwd->publishPiece(*f, n);  // may complete and drop f
 }
 
 bool ShmConnection::progressSend() {
@@ -424,24 +567,11 @@ bool ShmConnection::progressSend() {
       moved = true;
       continue;
     }
-    size_t n = std::min(payload, op.bytes - op.off);
-    if (!op.started) {
-      h->totalBytes = op.bytes;
-      h->sig = op.sig;
-      h->kind = kFirst;
-      op.started = true;
-    } else {
-      h->kind = kNext;
-    }
-    h->pieceBytes = static_cast<uint32_t>(n);
+    const size_t n = std::min(payload, op.ready - op.off);
+    if (n == 0 && op.off < op.bytes) break;  // a forward waiting for its receive
     if (n) memcpy(reinterpret_cast<char*>(h) + kSlotHeaderBytes, op.buf + op.off, n);
-    storeRelease(&h->flag, ++sent_);
-    op.off += n;
+    publishPiece(op, n);
     moved = true;
-    if (op.off == op.bytes) {
-      completeRequest(op.req);  // eager: the data now lives in the peer's ring
-      sends_.pop_front();
-    }
   }
   if (!acks_.empty()) {
     uint64_t done = loadAcquire(&outCtl_->singleDone);
@@ -541,19 +671,12 @@ bool ShmConnection::progressRecv() {
         fail(protocolError("piece size out of range"));
         return true;
       }
-      const char* src = reinterpret_cast<const char*>(h) + kSlotHeaderBytes;
-      if (n) {
-        if (op.hasRed)
-          kernels::reduce(op.dst + op.off, static_cast<const char*>(op.red.local) + op.off, src,
-                          n / dataTypeSize(op.red.dtype), op.red.dtype, op.red.op);
-        else
-          memcpy(op.dst + op.off, src, n);
-      }
-      op.off += n;
+      if (n) consumePiece(op, reinterpret_cast<const char*>(h) + kSlotHeaderBytes, n);
       storeRelease(&inCtl_->tail, ++consumed_);
       moved = true;
     } else {
       if (!pullSingle(op)) return true;
+      advanceForward(op);
       moved = true;
       if (op.off < op.bytes) break;  // budget spent; other connections get their turn
       storeRelease(&inCtl_->singleDone, ++singleDone_);
