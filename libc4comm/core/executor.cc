@@ -14,9 +14,9 @@
 namespace c4 {
 
 C4_PARAM_INT(Forward, "C4_FORWARD", nullptr, 1,
-             "1: a send of what a receive just produced leaves piece by piece as the pieces land, written in the "
-             "same pass as the receive where the transport can (shm; NCCL's recvReduceCopySend); 0: after the "
-             "whole receive")
+             "1: a send of what a reducing receive just produced leaves piece by piece as the pieces land, written "
+             "in the same pass as the reduction where the transport can (shm; NCCL's recvReduceCopySend); 0: after "
+             "the whole receive")
 
 using sched::StepKind;
 
@@ -140,8 +140,9 @@ void Executor::findForwards() {
     for (uint32_t d = s.depBegin; d < s.depEnd; ++d) {
       const uint32_t r = plan_->deps[d];
       const ExecStep& rs = plan_->steps[r];
-      if ((rs.kind != StepKind::kRecv && rs.kind != StepKind::kRecvReduce) || forward_[r] != kNoForward ||
-          rs.bytes != s.bytes || rs.dst.base != s.src.base || rs.dst.offset != s.src.offset)
+      // Receives that reduce only: a plain chain (Broadcast at 4 ranks) measured slower fused.
+      if (rs.kind != StepKind::kRecvReduce || forward_[r] != kNoForward || rs.bytes != s.bytes ||
+          rs.dst.base != s.src.base || rs.dst.offset != s.src.offset)
         continue;
       const transport::Connection* from = peers_[static_cast<size_t>(peerSlot_[static_cast<size_t>(rs.peer)])].conn;
       const transport::Connection* to = peers_[static_cast<size_t>(peerSlot_[static_cast<size_t>(s.peer)])].conn;

@@ -106,7 +106,7 @@ class Executor {
   std::vector<uint32_t> localReady_;
   std::vector<PeerQueue> peers_;
   std::vector<int32_t> peerSlot_;  // rank -> index in peers_ or -1
-  // Per receive step: the send that forwards what it receives (its source is the receive's
+  // Per receive-reduce step: the send that forwards what it produces (its source is the receive's
   // destination and it depends on it) where the transport can stream it on as it lands
   // (Connection::irecvForward); kNoForward otherwise.
   static constexpr uint32_t kNoForward = UINT32_MAX;

@@ -1,0 +1,105 @@
+#!/usr/bin/python3
+"""Where a DDP step goes on CPU: compute alone against DDP with gloo and with c4, and the raw
+AllReduce of the whole gradient with each backend.
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/torch/ddp_breakdown.py --ranks 2 --batch 1
+
+The model and settings are ddp_bench.py's. Per round and rank, in the same processes: DDP steps
+with gloo, with c4, DDP steps under no_sync() (no communication: the compute-only bound), and one
+all_reduce of a tensor as large as the gradient per step with each backend. Prints rank 0's median
+per variant in ms.
+"""
+
+import argparse
+import datetime
+import multiprocessing as mp
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ddp_bench  # noqa: E402
+
+VARIANTS = ["gloo", "c4", "no_sync", "allreduce gloo", "allreduce c4"]
+
+
+def _rank(rank, ws, store, args, out):
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import c4comm_torch  # noqa: F401
+
+    torch.set_num_threads(1)
+    timeout = datetime.timedelta(seconds=300)
+    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=ws, timeout=timeout)
+    groups = {"gloo": dist.group.WORLD, "c4": dist.new_group(backend="c4", timeout=timeout)}
+    times = {v: [] for v in VARIANTS}
+    for _ in range(args.rounds):
+        for variant in VARIANTS:
+            group = groups["gloo" if "gloo" in variant else "c4"]
+            torch.manual_seed(0)
+            model = ddp_bench._model(torch, args.width, args.depth, args.inp)
+            ddp = DDP(model, process_group=group)
+            opt = torch.optim.SGD(ddp.parameters(), lr=1e-4)
+            x = torch.randn(args.batch, args.inp, generator=torch.Generator().manual_seed(rank))
+            flat = torch.randn(sum(p.numel() for p in model.parameters()))
+            for step in range(args.warmup + args.steps):
+                dist.barrier(group=groups["gloo"])
+                t0 = time.perf_counter()
+                if variant.startswith("allreduce"):
+                    dist.all_reduce(flat, group=group)
+                elif variant == "no_sync":
+                    with ddp.no_sync():
+                        opt.zero_grad()
+                        ddp(x).square().mean().backward()
+                        opt.step()
+                else:
+                    opt.zero_grad()
+                    ddp(x).square().mean().backward()
+                    opt.step()
+                if step >= args.warmup:
+                    times[variant].append(time.perf_counter() - t0)
+            del ddp, model, opt
+        if rank == 0:
+            print("  round done", file=sys.stderr, flush=True)
+    if rank == 0:
+        out.put(times)
+    dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ranks", type=int, nargs="+", default=[2])
+    ap.add_argument("--width", type=int, default=2048)
+    ap.add_argument("--depth", type=int, default=3, help="hidden layers")
+    ap.add_argument("--inp", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=10, help="timed steps per round and variant")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    print("| ranks | batch | " + " | ".join(v + " (ms)" for v in VARIANTS) + " |")
+    print("|---|---|" + "---|" * len(VARIANTS))
+    for ws in args.ranks:
+        ctx = mp.get_context("spawn")
+        out = ctx.Queue()
+        store = os.path.join(tempfile.mkdtemp(prefix="c4ddp-"), "store")
+        procs = [ctx.Process(target=_rank, args=(r, ws, store, args, out)) for r in range(ws)]
+        for p in procs:
+            p.start()
+        times = out.get(timeout=1800)
+        for p in procs:
+            p.join()
+        shutil.rmtree(os.path.dirname(store), ignore_errors=True)
+        if any(p.exitcode != 0 for p in procs):
+            sys.exit("a rank failed")
+        cells = " | ".join("%.1f" % (statistics.median(times[v]) * 1e3) for v in VARIANTS)
+        print("| %d | %d | %s |" % (ws, args.batch, cells), flush=True)
+
+
+if __name__ == "__main__":
+    main()
