@@ -232,6 +232,9 @@ class ShmConnection final : public Connection {
 
  private:
   char* slotAt(char* channel, uint64_t n) const;
+  /// Appends a receive (with its forward's connection and SendOp::id, or null and 0).
+  void queueRecv(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req, ShmConnection* fwd,
+                 uint64_t fwdId);
   /// True if a message of `bytes` sent with `hint` goes by single copy.
   bool sendsSingle(size_t bytes, SendHint hint) const;
   /// Forwarding (irecvForward) as seen from the forward's connection: the pending send `id`, or
@@ -416,6 +419,12 @@ Status ShmConnection::isend(const void* buf, size_t bytes, const OpSig& sig, Req
   return Status::ok();
 }
 
+void ShmConnection::queueRecv(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req,
+                              ShmConnection* fwd, uint64_t fwdId) {
+  recvs_.push_back(RecvOp{static_cast<char*>(dst), bytes, sig, red ? *red : ReduceSpec{}, red != nullptr, req, 0, false,
+                          false, 0, fwd, fwdId});
+}
+
 bool ShmConnection::sendsSingle(size_t bytes, SendHint hint) const {
   return bytes > t_->singleThreshold(samePid_) && t_->singleCopyTo(samePid_) && (samePid_ || hint.singleCopy);
 }
@@ -423,19 +432,7 @@ bool ShmConnection::sendsSingle(size_t bytes, SendHint hint) const {
 Status ShmConnection::irecv(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) {
   const Status& ab = t_->abortStatus();
   C4_CHECK(startRecv("shm", peer_, !ab.isOk() ? ab : broken_, dst, bytes, red, req));
-  RecvOp op{static_cast<char*>(dst),
-            bytes,
-            sig,
-            red ? *red : ReduceSpec{},
-            red != nullptr,
-            req,
-            0,
-            false,
-            false,
-            0,
-            nullptr,
-            0};
-  recvs_.push_back(op);
+  queueRecv(dst, bytes, sig, red, req, nullptr, 0);
   t_->activate(this);
   return Status::ok();
 }
@@ -466,8 +463,7 @@ Status ShmConnection::irecvForward(void* dst, size_t bytes, const OpSig& sig, co
     return st;
   }
   f->sends_.push_back(SendOp{static_cast<const char*>(dst), bytes, toSig, toReq, 0, false, false, 0, ++f->sendIds_});
-  recvs_.push_back(RecvOp{static_cast<char*>(dst), bytes, sig, red ? *red : ReduceSpec{}, red != nullptr, req, 0, false,
-                          false, 0, f, f->sendIds_});
+  queueRecv(dst, bytes, sig, red, req, f, f->sendIds_);
   t_->activate(f);
   t_->activate(this);
   return Status::ok();
