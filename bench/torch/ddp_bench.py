@@ -29,17 +29,42 @@ def _model(torch, width, depth, inp):
     return torch.nn.Sequential(*layers)
 
 
-def _rank(rank, ws, store, args, out):
+def setup(rank, ws, store):
+    """In a rank's process: one thread, the gloo world group and a c4 group over the same ranks."""
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     import c4comm_torch  # noqa: F401
 
     torch.set_num_threads(1)
     timeout = datetime.timedelta(seconds=300)
     dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=ws, timeout=timeout)
-    groups = {"gloo": dist.group.WORLD, "c4": dist.new_group(backend="c4", timeout=timeout)}
+    return {"gloo": dist.group.WORLD, "c4": dist.new_group(backend="c4", timeout=timeout)}
+
+
+def spawn(ws, target, args):
+    """Runs target(rank, ws, store, args, queue) in ws fresh processes; returns what rank 0 put."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    store = os.path.join(tempfile.mkdtemp(prefix="c4ddp-"), "store")
+    procs = [ctx.Process(target=target, args=(r, ws, store, args, out)) for r in range(ws)]
+    for p in procs:
+        p.start()
+    result = out.get(timeout=1800)
+    for p in procs:
+        p.join()
+    shutil.rmtree(os.path.dirname(store), ignore_errors=True)
+    if any(p.exitcode != 0 for p in procs):
+        sys.exit("a rank failed")
+    return result
+
+
+def _rank(rank, ws, store, args, out):
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    groups = setup(rank, ws, store)
     times = {k: [] for k in groups}
     params = 0
     for rnd in range(args.rounds):
@@ -66,22 +91,6 @@ def _rank(rank, ws, store, args, out):
     dist.destroy_process_group()
 
 
-def run(ws, args):
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    store = os.path.join(tempfile.mkdtemp(prefix="c4ddp-"), "store")
-    procs = [ctx.Process(target=_rank, args=(r, ws, store, args, out)) for r in range(ws)]
-    for p in procs:
-        p.start()
-    params, times = out.get(timeout=1800)
-    for p in procs:
-        p.join()
-    shutil.rmtree(os.path.dirname(store), ignore_errors=True)
-    if any(p.exitcode != 0 for p in procs):
-        sys.exit("a rank failed")
-    return params, times
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
@@ -96,7 +105,7 @@ def main():
     print("| ranks | params | gloo median step (ms) | c4 median step (ms) | c4 / gloo |")
     print("|---|---|---|---|---|")
     for ws in args.ranks:
-        params, times = run(ws, args)
+        params, times = spawn(ws, _rank, args)
         g = statistics.median(times["gloo"]) * 1e3
         c = statistics.median(times["c4"]) * 1e3
         print("| %d | %.1f M | %.1f | %.1f | %.2f |" % (ws, params / 1e6, g, c, c / g), flush=True)

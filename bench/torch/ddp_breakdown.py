@@ -11,13 +11,9 @@ per variant in ms.
 """
 
 import argparse
-import datetime
-import multiprocessing as mp
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -31,12 +27,7 @@ def _rank(rank, ws, store, args, out):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    import c4comm_torch  # noqa: F401
-
-    torch.set_num_threads(1)
-    timeout = datetime.timedelta(seconds=300)
-    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=ws, timeout=timeout)
-    groups = {"gloo": dist.group.WORLD, "c4": dist.new_group(backend="c4", timeout=timeout)}
+    groups = ddp_bench.setup(rank, ws, store)
     times = {v: [] for v in VARIANTS}
     for _ in range(args.rounds):
         for variant in VARIANTS:
@@ -85,18 +76,7 @@ def main():
     print("| ranks | batch | " + " | ".join(v + " (ms)" for v in VARIANTS) + " |")
     print("|---|---|" + "---|" * len(VARIANTS))
     for ws in args.ranks:
-        ctx = mp.get_context("spawn")
-        out = ctx.Queue()
-        store = os.path.join(tempfile.mkdtemp(prefix="c4ddp-"), "store")
-        procs = [ctx.Process(target=_rank, args=(r, ws, store, args, out)) for r in range(ws)]
-        for p in procs:
-            p.start()
-        times = out.get(timeout=1800)
-        for p in procs:
-            p.join()
-        shutil.rmtree(os.path.dirname(store), ignore_errors=True)
-        if any(p.exitcode != 0 for p in procs):
-            sys.exit("a rank failed")
+        times = ddp_bench.spawn(ws, _rank, args)
         cells = " | ".join("%.1f" % (statistics.median(times[v]) * 1e3) for v in VARIANTS)
         print("| %d | %d | %s |" % (ws, args.batch, cells), flush=True)
 
