@@ -83,7 +83,7 @@ class Executor {
   /// Posts receive `idx`, fused with its forward when that is the next send to its peer and waits
   /// only for this receive.
   Status postRecv(uint32_t idx);
-  /// Finds forward_ for every receive of the plan.
+  /// Finds forward_ for every reducing receive of the plan.
   void findForwards();
   Status runLocal(uint32_t idx);
   std::string pendingSummary() const;

@@ -233,6 +233,61 @@ TEST(Trace, StepLevelEventsForEveryCollective) {
   EXPECT_EQ(c4test::summarize(outs), "");
 }
 
+// Receive-and-forward as the step trace sees it: in a 2-rank ring AllReduce every send of a
+// reduced segment is posted together with the receive that reduces it (both steps begin at the
+// same tick), and with C4_FORWARD=0 none is. The result is checked either way.
+Failures forwardedSends(int rank, int n, const c4::UniqueId& id, bool forward, const std::string& dir, size_t* fused,
+                        size_t* reduces) {
+  Failures f;
+  setenv("C4_TRACE", "step", 1);
+  setenv("C4_TRACE_DIR", dir.c_str(), 1);
+  setenv("C4_ALGO", "ring", 1);
+  setenv("C4_SHM_SPREAD", "0", 1);
+  setenv("C4_FORWARD", forward ? "1" : "0", 1);
+  c4::Comm* comm = nullptr;
+  if (!c4::commInitRank(&comm, n, id, rank).isOk()) return {"init failed"};
+  const size_t count = 1 << 18;  // 1 MiB: several pipeline pieces per half
+  std::vector<float> in(count), out(count, -1.0f);
+  for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i * 7 + static_cast<size_t>(rank)) % 1000);
+  c4::Status st = c4::allReduce(in.data(), out.data(), count, DataType::kFloat32, RedOp::kSum, comm);
+  CHECK_OR(st.isOk(), "allReduce: " + st.toString());
+  for (size_t i = 0; i < count && f.empty(); ++i) {
+    float want = 0;
+    for (int r = 0; r < n; ++r) want += static_cast<float>((i * 7 + static_cast<size_t>(r)) % 1000);
+    CHECK_OR(out[i] == want, "element " + std::to_string(i));
+  }
+  std::vector<Event> evs;
+  uint64_t dropped = 0;
+  CHECK_OR(c4::trace::readEvents(comm, &evs, &dropped).isOk(), "readEvents");
+  std::vector<uint64_t> reduceStarts;
+  for (const Event& e : evs)
+    if (e.type == EventType::kStep && static_cast<c4::trace::StepKind>(e.redop) == c4::trace::StepKind::kRecvReduce)
+      reduceStarts.push_back(e.t0);
+  *reduces = reduceStarts.size();
+  *fused = 0;
+  for (const Event& e : evs)
+    if (e.type == EventType::kStep && static_cast<c4::trace::StepKind>(e.redop) == c4::trace::StepKind::kSend)
+      for (uint64_t t : reduceStarts) *fused += e.t0 == t;
+  CHECK_OR(c4::commDestroy(comm).isOk(), "destroy");
+  return f;
+}
+
+TEST(Trace, ReducedSegmentsLeaveWithTheirReceive) {
+  for (bool forward : {true, false}) {
+    std::string dir = tempDir();
+    auto outs = c4test::runForked(2, [&](int r, int n, const c4::UniqueId& id) {
+      size_t fused = 0, reduces = 0;
+      Failures f = forwardedSends(r, n, id, forward, dir, &fused, &reduces);
+      if (reduces < 2) f.push_back("only " + std::to_string(reduces) + " reducing receives");
+      if (forward && fused != reduces)
+        f.push_back(std::to_string(fused) + " of " + std::to_string(reduces) + " reduced segments forwarded with it");
+      if (!forward && fused != 0) f.push_back(std::to_string(fused) + " sends fused with C4_FORWARD=0");
+      return f;
+    });
+    EXPECT_EQ(c4test::summarize(outs), "") << "C4_FORWARD=" << forward;
+  }
+}
+
 TEST(Trace, LevelZeroRecordsNothingUntilEnabled) {
   std::string dir = tempDir();
   auto outs = c4test::runForked(2, [&](int rank, int n, const c4::UniqueId& id) {
