@@ -13,10 +13,6 @@
 
 namespace c4torch {
 
-void traceTorchOp(c4::Comm* /*comm*/, const char* /*opName*/, uint64_t /*seq*/) {
-  // Intentionally empty until libc4comm exposes its tracer (see the declaration).
-}
-
 namespace {
 
 using ::c10d::OpType;
@@ -406,9 +402,16 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::enqueue(Channel& ch, OpType typ
   std::string describe = std::string("c4 ") + opName + " (op " + std::to_string(seq) + " of process group " +
                          std::to_string(generation_) + ", rank " + std::to_string(rank_) + "/" + std::to_string(size_) +
                          ")";
-  Channel::Op traced = [op = std::move(op), opName, seq](c4::Comm* comm) {
-    traceTorchOp(comm, opName, seq);
-    return op(comm);
+  // c4comm's tracer gets PyTorch's name of the operation: a span named `opName` over the c4 calls
+  // it made, so the report (application spans) and the timeline (span track above the
+  // collectives) say which PyTorch call each c4 operation served. bytes: the outputs' size.
+  uint64_t bytes = 0;
+  for (const at::Tensor& t : work->result()) bytes += t.nbytes();
+  Channel::Op traced = [op = std::move(op), opName, bytes](c4::Comm* comm) {
+    const uint64_t begin = c4::trace::now();
+    c4::Status st = op(comm);
+    (void)c4::trace::addSpan(comm, opName, begin, c4::trace::now(), bytes);  // the worker's comm is live
+    return st;
   };
   ch.enqueue(work, std::move(traced), std::move(describe));
   return work;

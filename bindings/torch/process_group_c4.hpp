@@ -29,15 +29,9 @@
 
 #include "bindings/torch/compat.hpp"
 #include "c4comm/c4comm.hpp"
+#include "c4comm/trace.hpp"
 
 namespace c4torch {
-
-/// Hook for c4comm's event tracer: called on the worker thread right before the c4 calls of an
-/// operation, with PyTorch's name of it ("allreduce", "_allgather_base", ...) and the process
-/// group's operation sequence number. libc4comm has no tracer API yet (libc4comm/trace is a later
-/// issue); until then this records nothing and the name is carried by WorkC4 (error messages,
-/// torch profiler title).
-void traceTorchOp(c4::Comm* comm, const char* opName, uint64_t seq);
 
 /// A Work whose completion is set by the worker that ran the operation.
 class WorkC4 : public ::c10d::Work {
