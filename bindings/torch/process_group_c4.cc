@@ -10,6 +10,7 @@
 #include <exception>
 #include <numeric>
 #include <stdexcept>
+#include <type_traits>
 #include <utility>
 
 namespace c4torch {
@@ -100,10 +101,16 @@ Reduction reduceOf(const ReduceOp& rop, at::ScalarType st, const char* op) {
       auto* sup = dynamic_cast<::c10d::NCCLPreMulSumSupplement*>(rop.supplement_.get());
       TORCH_CHECK(sup != nullptr, "c4 ", op, ": PREMUL_SUM without its factor");
       r.preMul = true;
-      if (!sup->tensor_factors.empty()) {
-        TORCH_CHECK(sup->tensor_factors.size() == 1, "c4 ", op, ": PREMUL_SUM expects one factor, got ",
-                    sup->tensor_factors.size());
-        const at::Tensor& f = sup->tensor_factors[0];
+      // torch 1.x keeps a tensor factor in a vector, 2.x in one tensor.
+#if TORCH_VERSION_MAJOR >= 2
+      const at::Tensor* factor = sup->tensor_factor.defined() ? &sup->tensor_factor : nullptr;
+#else
+      TORCH_CHECK(sup->tensor_factors.size() <= 1, "c4 ", op, ": PREMUL_SUM expects one factor, got ",
+                  sup->tensor_factors.size());
+      const at::Tensor* factor = sup->tensor_factors.empty() ? nullptr : &sup->tensor_factors[0];
+#endif
+      if (factor) {
+        const at::Tensor& f = *factor;
         TORCH_CHECK(f.numel() == 1, "c4 ", op, ": the PREMUL_SUM factor must have one element, got ", f.numel());
         checkTensor(f, op);
         r.factorTensor = f;
@@ -186,7 +193,8 @@ WorkC4::WorkC4(int rank, OpType type, const char* opName, const char* profilingT
 
 bool WorkC4::wait(std::chrono::milliseconds timeout) {
   {
-    std::unique_lock<std::mutex> lock(mutex_);
+    // Work's mutex_ is a std::mutex, or a std::timed_mutex in some 2.x releases.
+    std::unique_lock<std::decay_t<decltype(mutex_)>> lock(mutex_);
     if (timeout == kNoTimeout) {
       cv_.wait(lock, [&] { return completed_; });
     } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
