@@ -13,6 +13,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "c4comm/trace.hpp"
+
 namespace c4torch {
 
 namespace {

@@ -29,7 +29,6 @@
 
 #include "bindings/torch/compat.hpp"
 #include "c4comm/c4comm.hpp"
-#include "c4comm/trace.hpp"
 
 namespace c4torch {
 
