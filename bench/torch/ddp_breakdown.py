@@ -5,7 +5,8 @@ AllReduce of the whole gradient with each backend.
     PYTHONPATH=build/python /usr/bin/python3 bench/torch/ddp_breakdown.py --ranks 2 --batch 1
 
 The model and settings are ddp_bench.py's. Per round and rank, in the same processes: DDP steps
-with gloo, with c4, DDP steps under no_sync() (no communication: the compute-only bound), and one
+with gloo, with c4, DDP steps under no_sync() (no communication: the compute-only bound), DDP
+steps with a comm hook that communicates nothing (DDP's own bucket copies and hooks), and one
 all_reduce of a tensor as large as the gradient per step with each backend. Prints rank 0's median
 per variant in ms.
 """
@@ -19,7 +20,15 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ddp_bench  # noqa: E402
 
-VARIANTS = ["gloo", "c4", "no_sync", "allreduce gloo", "allreduce c4"]
+VARIANTS = ["gloo", "c4", "no_sync", "noop hook", "allreduce gloo", "allreduce c4"]
+
+
+def _noop_hook(state, bucket):
+    import torch
+
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
 
 
 def _rank(rank, ws, store, args, out):
@@ -35,6 +44,8 @@ def _rank(rank, ws, store, args, out):
             torch.manual_seed(0)
             model = ddp_bench._model(torch, args.width, args.depth, args.inp)
             ddp = DDP(model, process_group=group)
+            if variant == "noop hook":  # DDP's own work (bucket copies, hooks) without communication
+                ddp.register_comm_hook(None, _noop_hook)
             opt = torch.optim.SGD(ddp.parameters(), lr=1e-4)
             x = torch.randn(args.batch, args.inp, generator=torch.Generator().manual_seed(rank))
             flat = torch.randn(sum(p.numel() for p in model.parameters()))

@@ -411,6 +411,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::enqueue(Channel& ch, OpType typ
                                                          Channel::Op op) {
   std::lock_guard<std::mutex> g(seqMu_);
   const uint64_t seq = seq_++;
+  uint64_t bytes = 0;  // for the trace span below
+  for (const at::Tensor& t : outputs) bytes += t.nbytes();
   auto work = c10::make_intrusive<WorkC4>(rank_, type, opName, profilingTitle, seq, std::move(outputs));
   std::string describe = std::string("c4 ") + opName + " (op " + std::to_string(seq) + " of process group " +
                          std::to_string(generation_) + ", rank " + std::to_string(rank_) + "/" + std::to_string(size_) +
@@ -418,8 +420,6 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::enqueue(Channel& ch, OpType typ
   // c4comm's tracer gets PyTorch's name of the operation: a span named `opName` over the c4 calls
   // it made, so the report (application spans) and the timeline (span track above the
   // collectives) say which PyTorch call each c4 operation served. bytes: the outputs' size.
-  uint64_t bytes = 0;
-  for (const at::Tensor& t : work->result()) bytes += t.nbytes();
   Channel::Op traced = [op = std::move(op), opName, bytes](c4::Comm* comm) {
     const uint64_t begin = c4::trace::now();
     c4::Status st = op(comm);
