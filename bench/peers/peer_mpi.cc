@@ -113,6 +113,14 @@ class MpiBackend : public Backend {
 
   std::string unsupported(Coll coll, DataType dt, RedOp op) const override { return ""; }
 
+  void* allocRegistered(size_t bytes) override {
+    void* p = nullptr;
+    if (bytes > static_cast<size_t>(INT64_MAX)) return nullptr;
+    return MPI_Alloc_mem(static_cast<MPI_Aint>(bytes), MPI_INFO_NULL, &p) == MPI_SUCCESS ? p : nullptr;
+  }
+  void freeRegistered(void* p) override { MPI_Free_mem(p); }
+  std::string registeredName() const override { return "MPI_Alloc_mem"; }
+
   Status run(Coll coll, const void* send, void* recv, size_t count, DataType dt, RedOp op, int root) override {
     if (count > static_cast<size_t>(INT32_MAX) / static_cast<size_t>(nranks_))
       return Status(Code::kInvalidArgument, "count exceeds MPI's int counts");

@@ -71,6 +71,13 @@ class C4Backend : public Backend {
     }
   }
 
+  void* allocRegistered(size_t bytes) override {
+    void* p = nullptr;
+    return memAlloc(&p, bytes).isOk() ? p : nullptr;
+  }
+  void freeRegistered(void* p) override { (void)memFree(p); }
+  std::string registeredName() const override { return "ncclMemAlloc"; }
+
   Status allReduceDouble(double* v, ReduceMode mode) override {
     RedOp op = mode == ReduceMode::kMin ? RedOp::kMin : mode == ReduceMode::kMax ? RedOp::kMax : RedOp::kSum;
     return withContext(allReduce(v, v, 1, DataType::kFloat64, op, comm_), "allReduce(double)");

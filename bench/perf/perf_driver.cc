@@ -136,16 +136,20 @@ bool hasRoot(Coll coll) {
   return coll == Coll::kBroadcast || coll == Coll::kReduce || coll == Coll::kGather || coll == Coll::kScatter;
 }
 
-struct AlignedFree {
-  void operator()(void* p) const { free(p); }
+// Frees with the backend that allocated (-R 1) or free().
+struct BufferFree {
+  Backend* registeredBy = nullptr;
+  void operator()(void* p) const { registeredBy ? registeredBy->freeRegistered(p) : free(p); }
 };
-using Buffer = std::unique_ptr<char, AlignedFree>;
+using Buffer = std::unique_ptr<char, BufferFree>;
 
-Buffer allocBuffer(size_t bytes) {
-  void* p = nullptr;
-  if (posix_memalign(&p, 4096, std::max<size_t>(bytes, 64)) != 0) return Buffer();
-  memset(p, 0, std::max<size_t>(bytes, 64));  // fault the pages in before timing
-  return Buffer(static_cast<char*>(p));
+Buffer allocBuffer(size_t bytes, Backend* registeredBy) {
+  bytes = std::max<size_t>(bytes, 64);
+  void* p = registeredBy ? registeredBy->allocRegistered(bytes) : nullptr;
+  if (registeredBy && !p) return Buffer(nullptr, BufferFree{registeredBy});
+  if (!registeredBy && posix_memalign(&p, 4096, bytes) != 0) return Buffer();
+  memset(p, 0, bytes);  // fault the pages in before timing
+  return Buffer(static_cast<char*>(p), BufferFree{registeredBy});
 }
 
 // Where one call reads and writes, out of place or in place (nccl-tests'
@@ -361,6 +365,7 @@ void Sweep::printHeader() {
             "# Blocking Enabled: host collectives complete before "
             "returning (no extra barrier)\n");
   fprintf(out_, "# Library: %s\n", info_.library.c_str());
+  if (opts_.registered) fprintf(out_, "# Buffers: registered (%s)\n", be_.registeredName().c_str());
   if (info_.spawnMs >= 0)
     fprintf(out_,
             "# Init time: %.1f ms for %d ranks (slowest rank; %.1f ms from "
@@ -395,10 +400,20 @@ int Sweep::run() {
   if (opts_.coll == Coll::kSend) root_ = -1;
   // Every layout stays within maxBytes (rounded up to whole 8-byte elements).
   const size_t bytes = (opts_.maxBytes + 8) & ~size_t{7};
-  sendBuf_ = allocBuffer(bytes);
-  recvBuf_ = allocBuffer(bytes);
+  Backend* reg = nullptr;
+  if (opts_.registered) {
+    if (be_.registeredName().empty()) {
+      if (rank_ == 0)
+        fprintf(stderr, "%s: -R 1: %s has no allocator of its own\n", info_.program.c_str(), info_.library.c_str());
+      return kExitFailed;
+    }
+    reg = &be_;
+  }
+  sendBuf_ = allocBuffer(bytes, reg);
+  recvBuf_ = allocBuffer(bytes, reg);
   if (!sendBuf_ || !recvBuf_) {
-    fprintf(stderr, "%s: rank %d: cannot allocate 2 x %zu bytes\n", info_.program.c_str(), rank_, bytes);
+    fprintf(stderr, "%s: rank %d: cannot allocate 2 x %zu bytes%s%s\n", info_.program.c_str(), rank_, bytes,
+            reg ? " with " : "", reg ? be_.registeredName().c_str() : "");
     return kExitFailed;
   }
   printHeader();
@@ -491,6 +506,8 @@ void printUsage(FILE* out, const char* prog) {
           "min, 3 max (default 1)\n"
           "  -z, --blocking <0/1>      accepted (host collectives always block)\n"
           "  -G, --cudagraph <n>       accepted (ignored on host memory)\n"
+          "  -R, --local_register <0/1>  1: buffers from the library's allocator (c4: ncclMemAlloc,\n"
+          "                            zero-copy on one host; MPI: MPI_Alloc_mem) (default 0)\n"
           "  -t, --nthreads / -g, --ngpus <1>   accepted when 1\n"
           "  -np <N>                   spawn N local ranks (otherwise a launcher's "
           "ranks, or 1 rank)\n"
@@ -543,12 +560,21 @@ bool parseOptions(int argc, char** argv, Options* o, bool* help, std::string* er
       int* dst;
     };
     int stepFactor = -1, nthreads = 1, ngpus = 1, ignored = 0;
-    const IntFlag ints[] = {
-        {"-f", "--stepfactor", &stepFactor}, {"-n", "--iters", &o->iters},     {"-w", "--warmup_iters", &o->warmup},
-        {"-c", "--check", &o->check},        {"-r", "--root", &o->root},       {"-a", "--average", &o->average},
-        {"-z", "--blocking", &o->blocking},  {"-G", "--cudagraph", &o->graph}, {"-t", "--nthreads", &nthreads},
-        {"-g", "--ngpus", &ngpus},           {"-np", "--np", &o->np},          {"-m", "--agg_iters", &ignored},
-        {"-p", "--parallel_init", &ignored}, {"-T", "--timeout", &ignored}};
+    const IntFlag ints[] = {{"-f", "--stepfactor", &stepFactor},
+                            {"-n", "--iters", &o->iters},
+                            {"-w", "--warmup_iters", &o->warmup},
+                            {"-c", "--check", &o->check},
+                            {"-r", "--root", &o->root},
+                            {"-a", "--average", &o->average},
+                            {"-z", "--blocking", &o->blocking},
+                            {"-G", "--cudagraph", &o->graph},
+                            {"-R", "--local_register", &o->registered},
+                            {"-t", "--nthreads", &nthreads},
+                            {"-g", "--ngpus", &ngpus},
+                            {"-np", "--np", &o->np},
+                            {"-m", "--agg_iters", &ignored},
+                            {"-p", "--parallel_init", &ignored},
+                            {"-T", "--timeout", &ignored}};
     bool matched = false;
     for (const IntFlag& f : ints) {
       if (!is(f.s, f.l)) continue;
@@ -603,6 +629,7 @@ bool parseOptions(int argc, char** argv, Options* o, bool* help, std::string* er
   if (o->stepFactor <= 1 && o->stepBytes == 0) return *err = "stepbytes must be > 0 when stepfactor <= 1", false;
   if (o->iters < 1 || o->warmup < 0) return *err = "iters must be >= 1 and warmup >= 0", false;
   if (o->average < 0 || o->average > 3) return *err = "average must be 0..3", false;
+  if (o->registered < 0 || o->registered > 1) return *err = "-R must be 0 or 1", false;
   if (o->np < 0) return *err = "-np must be >= 1", false;
   return true;
 }

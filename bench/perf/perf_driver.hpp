@@ -34,6 +34,7 @@ struct Options {
   int average = 1;                                  // -a: 0 rank 0, 1 average, 2 min, 3 max over ranks
   int blocking = 0;                                 // -z (accepted; host calls always block)
   int graph = 0;                                    // -G (accepted; no CUDA graphs on host memory)
+  int registered = 0;                               // -R: 1 = buffers from the library's allocator
   Coll coll = Coll::kAllReduce;                     // -C
   int np = 0;                                       // -np: spawn this many local ranks (0: launcher or 1 rank)
   bool listParams = false;                          // --list-params
@@ -70,6 +71,12 @@ class Backend {
   /// reducescatter results). For sendrecv each rank sends to rank+1 and
   /// receives from rank-1. Blocks until done.
   virtual Status run(Coll coll, const void* send, void* recv, size_t count, DataType dt, RedOp op, int root) = 0;
+  /// -R 1: a buffer from the library's own allocator (c4: ncclMemAlloc's, which collectives use
+  /// zero-copy; MPI: MPI_Alloc_mem), or null if it has none. Freed with freeRegistered.
+  virtual void* allocRegistered(size_t bytes) { return nullptr; }
+  virtual void freeRegistered(void* p) {}
+  /// What allocRegistered gives, for the header ("ncclMemAlloc", "MPI_Alloc_mem").
+  virtual std::string registeredName() const { return ""; }
   /// *v = reduction of *v over all ranks.
   virtual Status allReduceDouble(double* v, ReduceMode mode) = 0;
   /// Concatenates `bytes` from every rank into `all` (rank order).

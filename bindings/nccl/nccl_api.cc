@@ -270,22 +270,15 @@ void pncclResetDebugInit() { c4::logReload(); }
 ncclResult_t pncclMemAlloc(void** ptr, size_t size) {
   C4_NCCL_CHECK(checkPtr("ncclMemAlloc", "ptr", ptr));
   if (size == 0) return fail(ncclInvalidArgument, "ncclMemAlloc: size is 0");
-  // Host-only build: page-aligned host memory (the granularity NCCL rounds to is the page here).
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  if (size > SIZE_MAX - page) return fail(ncclInvalidArgument, "ncclMemAlloc: size %zu is too large", size);
-  const size_t rounded = (size + page - 1) / page * page;
-  void* p = nullptr;
-  int rc = posix_memalign(&p, page, rounded);
-  if (rc != 0) {
-    return fail(ncclSystemError, "ncclMemAlloc: allocating %zu bytes failed: %s", rounded, strerror(rc));
-  }
-  *ptr = p;
+  // Host-only build: page-aligned host memory that the ranks of a host can map (collectives on it
+  // run zero-copy, docs/shm-transport.md).
+  C4_NCCL_CHECK(fromStatus(c4::memAlloc(ptr, size)));
   return ncclSuccess;
 }
 
 ncclResult_t pncclMemFree(void* ptr) {
   C4_NCCL_CHECK(checkPtr("ncclMemFree", "ptr", ptr));
-  free(ptr);
+  C4_NCCL_CHECK(fromStatus(c4::memFree(ptr)));
   return ncclSuccess;
 }
 

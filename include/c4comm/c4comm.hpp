@@ -48,6 +48,14 @@ struct Config {
 /// Version as NCCL encodes it (major*10000 + minor*100 + patch); reports 2.28-compatible.
 int version();
 
+/// Allocates `size` bytes (rounded up to a page) of zeroed host memory that the ranks of one host
+/// can share (ncclMemAlloc). Collectives whose buffers every rank allocated this way run on the
+/// zero-copy path when all ranks share one host: each rank reads and writes the peers' buffers in
+/// place (docs/shm-transport.md, "Zero-copy path"). Usable like any other memory.
+Status memAlloc(void** ptr, size_t size);
+/// Frees what memAlloc returned (kInvalidArgument for anything else).
+Status memFree(void* ptr);
+
 /// Creates a unique id for a new communicator and starts the bootstrap root that serves it in
 /// this process. The root address comes from C4_COMM_ID / NCCL_COMM_ID ("host:port") if set,
 /// otherwise an interface chosen by C4_SOCKET_IFNAME / NCCL_SOCKET_IFNAME.

@@ -38,9 +38,10 @@ enum class EventType : uint8_t {
 };
 
 /// Algorithm codes in Event::algo: sched::Algo values (0 ring, 1 tree, 2 rhd, 3 direct, 4 hier), or:
-constexpr uint8_t kAlgoOneShot = 0xfd;  ///< the shared-memory one-shot path (small messages, one host)
-constexpr uint8_t kAlgoP2p = 0xfe;      ///< a point-to-point batch
-constexpr uint8_t kAlgoNone = 0xff;     ///< nothing ran (count 0) or not applicable
+constexpr uint8_t kAlgoZeroCopy = 0xfc;  ///< the zero-copy path (shareable buffers, one host)
+constexpr uint8_t kAlgoOneShot = 0xfd;   ///< the shared-memory one-shot path (small messages, one host)
+constexpr uint8_t kAlgoP2p = 0xfe;       ///< a point-to-point batch
+constexpr uint8_t kAlgoNone = 0xff;      ///< nothing ran (count 0) or not applicable
 
 /// Step kinds in Event::redop for kStep events (Event::coll is the operation's collective).
 enum class StepKind : uint8_t { kSend = 0, kRecv = 1, kRecvReduce = 2, kCopy = 3, kReduce = 4 };

@@ -14,6 +14,7 @@
 #include "core/bootstrap.hpp"
 #include "core/comm.hpp"
 #include "core/group.hpp"
+#include "core/memory.hpp"
 
 namespace c4 {
 
@@ -167,6 +168,9 @@ Status checkConfig(const Config& c) {
 int version() { return 22809; }
 
 const char* lastError(const Comm*) { return tLastError.c_str(); }
+
+Status memAlloc(void** ptr, size_t size) { return record(memAllocShared(ptr, size)); }
+Status memFree(void* ptr) { return record(memFreeShared(ptr)); }
 
 Status getUniqueId(UniqueId* id) {
   if (!id) return record(makeError(Code::kInvalidArgument, "uniqueId is NULL"));

@@ -230,6 +230,7 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   transport::setOversubscribed(oversubscribed);
   // One-shot collectives run through the shm arenas: never when tcp carries everything.
   oneShot.init(this, shmT);
+  C4_CHECK(zeroCopy.init(this, &oneShot, shmT));
   shmTransport = localRanks > 1 ? shmT : nullptr;
   p2pSendSeq.assign(static_cast<size_t>(n), 0);
   p2pRecvSeq.assign(static_cast<size_t>(n), 0);
@@ -403,7 +404,10 @@ Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
   sig.op = reduces ? (opv >= kNumBuiltinOps ? 0xff : static_cast<uint8_t>(opv)) : 0;
   p->sig = sig;
   p->collective = true;
-  oneShot.announce(sig, viaArena);
+  // A rank whose buffers are shareable offers the zero-copy path; the message plan below stays the
+  // fallback in case a peer does not (ZeroCopy decides at start).
+  p->zeroCopy = !viaArena && zeroCopy.offer(op, sig);
+  oneShot.announce(sig, viaArena ? CallMode::kOneShot : p->zeroCopy ? CallMode::kZeroCopy : CallMode::kMessages);
   if (op.count == 0) {
     p->noop = true;
     return Status::ok();
@@ -579,6 +583,10 @@ Status Comm::startPrepared(Prepared* p) {
                          const_cast<void*>(p->bases[static_cast<int>(BufBase::kOutput)]), p->kop,
                          p->traceOneShot ? &e : nullptr);
   }
+  if (p->zeroCopy) {
+    zeroCopy.start(p->op, p->sig, p->kop);
+    return Status::ok();
+  }
   return p->exec->start(p->bases);
 }
 
@@ -586,6 +594,17 @@ Status Comm::pollPrepared(Prepared* p, bool* done, bool* progressed) {
   if (p->noop) {
     *done = *progressed = true;
     return Status::ok();
+  }
+  if (p->zeroCopy) {
+    bool fallback = false;
+    Status st = zeroCopy.poll(done, &fallback);
+    *progressed = zeroCopy.madeProgress();
+    if (*done) p->traceAlgo = trace::kAlgoZeroCopy;
+    if (!st.isOk() || !fallback) return st;
+    // A peer runs this call through messages: so does every rank.
+    p->zeroCopy = false;
+    *done = false;
+    return p->exec->start(p->bases);
   }
   Status st = p->oneShot ? oneShot.poll(done) : p->exec->poll(done);
   *progressed = p->oneShot ? oneShot.madeProgress() : p->exec->madeProgress();

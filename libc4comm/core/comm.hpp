@@ -18,6 +18,7 @@
 #include "core/executor.hpp"
 #include "core/oneshot.hpp"
 #include "core/tuner.hpp"
+#include "core/zerocopy.hpp"
 #include "sched/schedule.hpp"
 #include "trace/recorder.hpp"
 #include "transports/transport.hpp"
@@ -68,6 +69,7 @@ struct Comm {
   struct Prepared {
     Executor* exec = nullptr;  // message path; null for one-shot and no-op calls
     bool oneShot = false;      // runs through the shared arena (see OneShot)
+    bool zeroCopy = false;     // offered to the zero-copy path, not fallen back (see ZeroCopy)
     const void* bases[kNumBufBases] = {nullptr, nullptr, nullptr, nullptr};
     OpDesc op;
     OpSig sig;
@@ -138,6 +140,7 @@ struct Comm {
 
   Tuner tuner;
   OneShot oneShot;
+  ZeroCopy zeroCopy;
   trace::Recorder tracer;
 
  private:

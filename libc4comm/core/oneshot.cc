@@ -19,7 +19,6 @@ C4_PARAM_INT(OneShotMaxRanks, "C4_ONESHOT_MAX_RANKS", nullptr, 8, "Most ranks fo
 
 namespace {
 constexpr size_t kLine = 64;
-constexpr uint32_t kModeOneShot = 1, kModeMessages = 2;
 constexpr int64_t kHealthEveryNs = 100 * 1000000LL;
 
 int64_t nowNs() {
@@ -52,10 +51,11 @@ struct OneShot::DataHdr {
 static_assert(sizeof(OneShot::DataHdr) == 48, "header then payload in the first line");
 constexpr size_t kPayloadOff = sizeof(OneShot::DataHdr);
 
-// Arena layout (offsets): done line, two announce lines, then two data slots.
+// Arena layout (offsets): done line, two announce lines, two zero-copy records, then two data slots.
 namespace {
 constexpr size_t kAnnounceOff = kLine;
-constexpr size_t kDataOff = 3 * kLine;
+constexpr size_t kZeroCopyOff = 3 * kLine;
+constexpr size_t kDataOff = 5 * kLine;
 }  // namespace
 
 void OneShot::init(Comm* comm, transport::Transport* t) {
@@ -97,6 +97,12 @@ OneShot::DataHdr* OneShot::dataOf(int rank, uint64_t seq) const {
 
 uint64_t* OneShot::doneOf(int rank) const { return reinterpret_cast<uint64_t*>(arenas_[static_cast<size_t>(rank)]); }
 
+char* OneShot::zeroCopyRecord(int rank, uint64_t seq) const {
+  return arenas_[static_cast<size_t>(rank)] + kZeroCopyOff + (seq % 2) * kLine;
+}
+
+uint64_t* OneShot::zeroCopySeq(int rank) const { return doneOf(rank) + 1; }
+
 size_t OneShot::publishedBytes(const OpDesc& op) const {
   size_t es = dataTypeSize(op.dtype);
   switch (op.coll) {
@@ -121,14 +127,14 @@ bool OneShot::eligible(const OpDesc& op) const {
   }
 }
 
-void OneShot::announce(const OpSig& sig, bool oneShot) {
+void OneShot::announce(const OpSig& sig, CallMode mode) {
   if (!arenas_ready_) return;
   uint64_t seq = sig.seq + 1;
   Announce* a = announceOf(rank_, seq);
   // Seqlock write: readers check seq before and after reading the fields.
   storeRel(&a->seq, 0);
   __atomic_thread_fence(__ATOMIC_RELEASE);
-  a->mode = oneShot ? kModeOneShot : kModeMessages;
+  a->mode = static_cast<uint32_t>(mode);
   a->sig = sig;
   storeRel(&a->seq, seq);
 }
@@ -151,59 +157,55 @@ Status OneShot::start(const OpDesc& op, const OpSig& sig, const void* input, voi
   std::fill(announced_.begin(), announced_.end(), 0);
   announced_[static_cast<size_t>(rank_)] = 1;
   phase_ = Phase::kWaitReuse;
-  sinceNs_ = lastHealthNs_ = 0;
-  idlePolls_ = 0;
+  watch_.reset();
   tracePending_ = traceEvent != nullptr;
   if (tracePending_) traceEvent_ = *traceEvent;
   bool done = false;
   return poll(&done);
 }
 
-Status OneShot::checkAnnounce(int peer, bool* passed) {
-  *passed = false;
-  Announce* a = announceOf(peer, seq_);
+Status OneShot::peerMode(int peer, const OpSig& sig, CallMode* mode) const {
+  *mode = CallMode::kNotYet;
+  const uint64_t seq = sig.seq + 1;
+  Announce* a = announceOf(peer, seq);
   uint64_t q = loadAcq(&a->seq);
-  if (q == 0 || q < seq_) {
+  if (q == 0 || q < seq) {
     // The other parity slot may show that the peer is already past this call.
-    *passed = loadAcq(&announceOf(peer, seq_ + 1)->seq) > seq_;
+    if (loadAcq(&announceOf(peer, seq + 1)->seq) > seq) *mode = CallMode::kPassed;
     return Status::ok();
   }
-  if (q > seq_) {
-    *passed = true;
+  if (q > seq) {
+    *mode = CallMode::kPassed;
     return Status::ok();
   }
-  uint32_t mode = a->mode;
-  OpSig sig = a->sig;
+  uint32_t m = a->mode;
+  OpSig theirs = a->sig;
   __atomic_thread_fence(__ATOMIC_ACQUIRE);
   if (loadAcq(&a->seq) != q) return Status::ok();  // rewritten while we read: look again later
-  if (!sigMatches(sig, sig_))
+  if (!sigMatches(theirs, sig))
     return makeError(Code::kInvalidUsage,
                      "rank %d and rank %d disagree on collective %llu: rank %d called %s but rank %d called %s (%s)",
-                     rank_, peer, static_cast<unsigned long long>(sig_.seq), peer, describeSig(sig).c_str(), rank_,
-                     describeSig(sig_).c_str(), diffSigs(sig, sig_).c_str());
-  if (mode != kModeOneShot)
-    return makeError(Code::kInvalidUsage,
-                     "rank %d runs %s through messages while rank %d uses the one-shot path: C4_ONESHOT_BYTES or "
-                     "C4_ONESHOT_MAX_RANKS differ between ranks",
-                     peer, describeSig(sig_).c_str(), rank_);
-  return Status::ok();  // announced this very call; its data is on the way
+                     rank_, peer, static_cast<unsigned long long>(sig.seq), peer, describeSig(theirs).c_str(), rank_,
+                     describeSig(sig).c_str(), diffSigs(theirs, sig).c_str());
+  *mode = static_cast<CallMode>(m);
+  return Status::ok();
 }
 
-Status OneShot::idleChecks() {
-  // The clock is read every 64 idle polls only: a cheap wait is the point of this path.
-  if ((++idlePolls_ & 63) != 1) return Status::ok();
+Status IdleWatch::check(Comm* comm, transport::Transport* t, int waitingFor, const OpSig& sig) {
+  // The clock is read every 64 idle polls only: a cheap wait is the point of these paths.
+  if ((++polls_ & 63) != 1) return Status::ok();
   int64_t now = nowNs();
   if (sinceNs_ == 0) {
     sinceNs_ = lastHealthNs_ = now;
     return Status::ok();
   }
-  if (waitingFor_ >= 0 && now - lastHealthNs_ > kHealthEveryNs) {
+  if (waitingFor >= 0 && now - lastHealthNs_ > kHealthEveryNs) {
     lastHealthNs_ = now;
-    C4_CHECK(t_->peerHealth(waitingFor_));
+    C4_CHECK(t->peerHealth(waitingFor));
   }
-  if (now - sinceNs_ > comm_->timeoutMs * 1000000LL)
+  if (now - sinceNs_ > comm->timeoutMs * 1000000LL)
     return makeError(Code::kRemoteError, "rank %d: %s made no progress for %lld ms (C4_TIMEOUT); waiting on rank %d",
-                     rank_, describeSig(sig_).c_str(), static_cast<long long>(comm_->timeoutMs), waitingFor_);
+                     comm->rank, describeSig(sig).c_str(), static_cast<long long>(comm->timeoutMs), waitingFor);
   return Status::ok();
 }
 
@@ -218,7 +220,7 @@ Status OneShot::poll(bool* done) {
       knownDone_[static_cast<size_t>(r)] = loadAcq(doneOf(r));
       if (knownDone_[static_cast<size_t>(r)] < need) {
         waitingFor_ = r;
-        return idleChecks();
+        return watch_.check(comm_, t_, r, sig_);
       }
     }
     DataHdr* d = dataOf(rank_, seq_);
@@ -226,12 +228,12 @@ Status OneShot::poll(bool* done) {
     bool publishes = coll_ != Coll::kBroadcast || rank_ == root_;
     if (publishes && bytes) memcpy(reinterpret_cast<char*>(d) + kPayloadOff, input_, bytes);
     d->bytes = publishes ? bytes : 0;
-    d->mode = kModeOneShot;
+    d->mode = static_cast<uint32_t>(CallMode::kOneShot);
     d->sig = sig_;
     storeRel(&d->seq, seq_);
     phase_ = Phase::kWaitPeers;
     progressed_ = true;
-    sinceNs_ = 0;
+    watch_.reset();
     if (tracePending_) {
       // Start fetching the first peer's line, then stamp and record while it travels.
       __builtin_prefetch(dataOf(rank_ == 0 ? 1 : 0, seq_));
@@ -257,15 +259,20 @@ Status OneShot::poll(bool* done) {
         continue;
       }
       // Not there: is the peer behind, or running something else?
-      bool passed = false;
-      C4_CHECK(checkAnnounce(r, &passed));
-      if (passed && loadAcq(&dataOf(r, seq_)->seq) != seq_)
+      CallMode mode = CallMode::kNotYet;
+      C4_CHECK(peerMode(r, sig_, &mode));
+      if (mode == CallMode::kPassed && loadAcq(&dataOf(r, seq_)->seq) != seq_)
         return makeError(Code::kInvalidUsage,
                          "rank %d finished %s without publishing it for the one-shot path of rank %d: the ranks "
                          "disagree on this call",
                          r, describeSig(sig_).c_str(), rank_);
+      if (mode != CallMode::kNotYet && mode != CallMode::kPassed && mode != CallMode::kOneShot)
+        return makeError(Code::kInvalidUsage,
+                         "rank %d runs %s through messages while rank %d uses the one-shot path: C4_ONESHOT_BYTES or "
+                         "C4_ONESHOT_MAX_RANKS differ between ranks",
+                         r, describeSig(sig_).c_str(), rank_);
       waitingFor_ = r;
-      return idleChecks();
+      return watch_.check(comm_, t_, r, sig_);
     }
     compute();
     // Every peer announced seq_, so each finished seq_ - 1.

@@ -8,9 +8,12 @@
 // latency path (8-byte AllReduce).
 //
 // Arena of one rank:
-//   [0, 64)        doneSeq: the last sequence number this rank finished (every collective)
+//   [0, 64)        doneSeq: the last sequence number this rank finished (every collective);
+//                  zeroCopySeq: the last call whose direct-path share this rank wrote (ZeroCopy)
 //   announce[2]    {seq, mode, sig}: written by every collective at its start, slot seq % 2, so a
 //                  one-shot rank detects a peer that is running a different call at once
+//   zerocopy[2]      {seq, send, recv}: where this rank's buffers lie in shareable memory, for a
+//                  call it offers to run on the zero-copy path (ZeroCopy), slot seq % 2
 //   data[2]        {seq, bytes, payload}: written by one-shot collectives only, slot seq % 2
 // Reuse rule: a rank rewrites data slot s % 2 only after every peer finished s - 2 (doneSeq),
 // because a peer may still be reading it. Announcements are read seqlock-style (seq, fields, seq)
@@ -32,6 +35,28 @@ namespace c4 {
 struct Comm;
 struct OpDesc;
 
+/// How a rank announced a call (OneShot::peerMode).
+enum class CallMode : uint32_t {
+  kNotYet = 0,    // the peer has not announced this call yet
+  kOneShot = 1,   // through the arena (small calls)
+  kMessages = 2,  // through the transports
+  kZeroCopy = 3,  // offers the zero-copy path (core/zerocopy.hpp), else through the transports
+  kPassed = 4,    // the peer is already past this call (so it did not wait for this rank)
+};
+
+/// Timeout and peer-liveness checks for a rank that polls shared memory for its peers.
+class IdleWatch {
+ public:
+  void reset() { sinceNs_ = lastHealthNs_ = 0, polls_ = 0; }
+  /// Call on every idle poll; reads the clock every 64 calls only. An error once nothing moved
+  /// for the communicator's timeout, or once `waitingFor` is found dead.
+  Status check(Comm* comm, transport::Transport* t, int waitingFor, const OpSig& sig);
+
+ private:
+  int64_t sinceNs_ = 0, lastHealthNs_ = 0;
+  uint32_t polls_ = 0;
+};
+
 class OneShot {
  public:
   /// Enables the path if every rank is on this host and `t` offers arenas. Reads C4_ONESHOT_BYTES.
@@ -39,8 +64,17 @@ class OneShot {
   bool enabled() const { return enabled_; }
   /// True if this call runs one-shot. Depends only on the call's arguments (same on every rank).
   bool eligible(const OpDesc& op) const;
-  /// Every collective announces itself (also those that run elsewhere, and count 0).
-  void announce(const OpSig& sig, bool oneShot);
+  /// Every collective announces itself (also those that run elsewhere, and count 0). A kZeroCopy
+  /// announcement goes after this rank's direct record for the call (zeroCopyRecord) is written.
+  void announce(const OpSig& sig, CallMode mode);
+  /// How `peer` announced call `sig.seq` (kNotYet while it has not); an error if it announced a
+  /// different call under that sequence number.
+  Status peerMode(int peer, const OpSig& sig, CallMode* mode) const;
+  /// Every rank's arena is mapped (all ranks on this host); the calls are announced.
+  bool arenasReady() const { return arenas_ready_; }
+  /// The direct-path record of `rank` for call seq (slot seq % 2; 64 bytes) and its zeroCopySeq.
+  char* zeroCopyRecord(int rank, uint64_t seq) const;
+  uint64_t* zeroCopySeq(int rank) const;
   /// Starts a one-shot collective: `input` is what this rank publishes (already scaled for
   /// PreMulSum/Avg), `output` its recvbuff. `traceEvent` (null: not traced) is the call's op
   /// event without its time: it is stamped and recorded when this rank publishes its input,
@@ -64,10 +98,7 @@ class OneShot {
   DataHdr* dataOf(int rank, uint64_t seq) const;
   uint64_t* doneOf(int rank) const;
   size_t publishedBytes(const OpDesc& op) const;
-  /// Mismatch check against the peer's announcement; *passed if it is already past this call.
-  Status checkAnnounce(int peer, bool* passed);
   void compute();
-  Status idleChecks();
 
   Comm* comm_ = nullptr;
   transport::Transport* t_ = nullptr;
@@ -94,8 +125,7 @@ class OneShot {
   std::vector<uint8_t> announced_;  // peer's data slot for this call seen
   int waitingFor_ = -1;
   bool progressed_ = false;
-  int64_t sinceNs_ = 0, lastHealthNs_ = 0;
-  uint32_t idlePolls_ = 0;
+  IdleWatch watch_;
   bool tracePending_ = false;
   trace::Event traceEvent_;
 };

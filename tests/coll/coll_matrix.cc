@@ -1,6 +1,9 @@
 #include "tests/coll/coll_matrix.hpp"
 
 #include <cstdio>
+#include <memory>
+
+#include "c4comm/trace.hpp"
 
 namespace c4test {
 
@@ -9,18 +12,52 @@ constexpr size_t kGuard = 64;
 constexpr unsigned char kGuardByte = 0xCD;
 constexpr unsigned char kPoison = 0xA5;
 
-/// A buffer with guard bytes on both sides, to catch writes outside the result.
+/// A buffer with guard bytes on both sides, to catch writes outside the result; from
+/// c4::memAlloc when `shareable` (the zero-copy path then reads and writes it from other ranks).
 struct Guarded {
-  std::vector<unsigned char> mem;
+  struct Free {
+    bool shared;
+    void operator()(unsigned char* p) const {
+      if (shared) {
+        (void)c4::memFree(p);
+      } else {
+        delete[] p;
+      }
+    }
+  };
+  std::unique_ptr<unsigned char, Free> mem;
   size_t bytes = 0;
-  explicit Guarded(size_t b) : mem(b + 2 * kGuard, kGuardByte), bytes(b) { memset(data(), kPoison, b); }
-  unsigned char* data() { return mem.data() + kGuard; }
+  Guarded(size_t b, bool shareable) : mem(nullptr, Free{shareable}), bytes(b) {
+    void* p = nullptr;
+    if (shareable && !c4::memAlloc(&p, b + 2 * kGuard).isOk()) abort();
+    mem.reset(shareable ? static_cast<unsigned char*>(p) : new unsigned char[b + 2 * kGuard]);
+    memset(mem.get(), kGuardByte, b + 2 * kGuard);
+    memset(data(), kPoison, b);
+  }
+  unsigned char* data() { return mem.get() + kGuard; }
   bool guardsIntact() const {
     for (size_t i = 0; i < kGuard; ++i)
-      if (mem[i] != kGuardByte || mem[kGuard + bytes + i] != kGuardByte) return false;
+      if (mem.get()[i] != kGuardByte || mem.get()[kGuard + bytes + i] != kGuardByte) return false;
     return true;
   }
 };
+
+/// What the zero-copy path takes (core/zerocopy.cc, ZeroCopy::offer): these collectives, and
+/// reductions other than PreMulSum and floating-point Avg.
+bool zeroCopyCall(Coll c, DataType dt, RedOp op, size_t count) {
+  if (count == 0) return false;
+  switch (c) {
+    case Coll::kAllReduce:
+    case Coll::kReduceScatter:
+    case Coll::kReduce:
+      return static_cast<int>(op) < static_cast<int>(RedOp::kAvg) || (op == RedOp::kAvg && !c4::isFloatType(dt));
+    case Coll::kAllGather:
+    case Coll::kBroadcast:
+      return true;
+    default:
+      return false;
+  }
+}
 
 bool reduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce; }
 }  // namespace
@@ -78,7 +115,8 @@ bool MatrixRunner::runCase(Coll coll, DataType dt, RedOp op, size_t count, bool 
     default:
       break;
   }
-  Guarded in(inElems * es), out(outElems * es);
+  const bool shareable = opt_.shareable == 1 || (opt_.shareable == 2 && rank_ % 2 == 0);
+  Guarded in(inElems * es, shareable), out(outElems * es, shareable);
   // Fill this rank's input.
   if (reduces(coll)) {
     for (size_t i = 0; i < inElems; ++i) {
@@ -159,7 +197,7 @@ bool MatrixRunner::runCase(Coll coll, DataType dt, RedOp op, size_t count, bool 
     case Coll::kSend: {
       // Ring exchange plus a message to self, all in one group.
       int next = (rank_ + 1) % n_, prev = (rank_ - 1 + n_) % n_;
-      Guarded self(count * es);
+      Guarded self(count * es, false);
       st = c4::groupStart();
       if (st.isOk()) st = c4::send(in.data(), count, dt, next, comm_);
       if (st.isOk()) st = c4::recv(out.data(), count, dt, prev, comm_);
@@ -189,6 +227,7 @@ bool MatrixRunner::runCase(Coll coll, DataType dt, RedOp op, size_t count, bool 
     fail(name + ": call failed: " + st.toString());
     return false;
   }
+  if (opt_.shareable == 1 && n_ > 1 && zeroCopyCall(coll, dt, op, count)) ++zeroCopyExpected_;
   int before = failCount_;
   if (!in.guardsIntact() || !out.guardsIntact()) fail(name + ": wrote outside its buffers");
   if (!inPlace && in.bytes && memcmp(in.data(), inCopy.data(), in.bytes) != 0)
@@ -264,6 +303,7 @@ bool MatrixRunner::runCase(Coll coll, DataType dt, RedOp op, size_t count, bool 
 }
 
 Failures MatrixRunner::run(const MatrixOptions& opt) {
+  opt_ = opt;
   const Coll kReducing[] = {Coll::kAllReduce, Coll::kReduceScatter, Coll::kReduce};
   const Coll kMoving[] = {Coll::kAllGather, Coll::kBroadcast, Coll::kAlltoAll,
                           Coll::kGather,    Coll::kScatter,   Coll::kSend};
@@ -303,6 +343,19 @@ Failures MatrixRunner::run(const MatrixOptions& opt) {
       if (dt == DataType::kFloat32)
         for (Coll c : kMoving) runCase(c, dt, RedOp::kSum, count / static_cast<size_t>(n_) + 1, false, n_ > 1 ? 1 : 0);
     }
+  }
+  if (opt.checkZeroCopy) {
+    std::vector<c4::trace::Event> events;
+    uint64_t dropped = 0;
+    c4::Status st = c4::trace::readEvents(comm_, &events, &dropped);
+    size_t ran = 0;
+    for (const c4::trace::Event& e : events)
+      ran += e.type == c4::trace::EventType::kOp && e.algo == c4::trace::kAlgoZeroCopy;
+    if (!st.isOk() || dropped)
+      fail("reading the trace: " + st.toString() + ", " + std::to_string(dropped) + " events dropped");
+    else if (ran != zeroCopyExpected_)
+      fail("rank " + std::to_string(rank_) + ": " + std::to_string(ran) + " calls ran zero-copy, expected " +
+           std::to_string(zeroCopyExpected_));
   }
   if (failCount_ > 20) failures_.push_back("... and " + std::to_string(failCount_ - 20) + " more failures");
   return failures_;

@@ -193,6 +193,12 @@ struct MatrixOptions {
   std::vector<size_t> counts = quickMatrix() ? std::vector<size_t>{0, 1, 1009} : std::vector<size_t>{0, 1, 1009, 70001};
   size_t bigBytes = quickMatrix() ? (256u << 10) : (3u << 20);  // one large size, for a subset (see run())
   bool allTypesForMovement = true;
+  /// Buffers from c4::memAlloc (shareable: the zero-copy path runs where every rank has them):
+  /// 0 none, 1 every rank, 2 even ranks only (so every call falls back to messages).
+  int shareable = 0;
+  /// Also check how many calls ran zero-copy (trace events): every eligible call when every rank
+  /// is shareable, none otherwise. The test turns one-shot off, so every nonzero count counts.
+  bool checkZeroCopy = false;
 
   /// Applies the quick trim to options a test set itself.
   MatrixOptions& trimmedIfQuick() {
@@ -209,6 +215,8 @@ class MatrixRunner {
   MatrixRunner(c4::Comm* comm, int rank, int nranks) : comm_(comm), rank_(rank), n_(nranks) {}
 
   Failures run(const MatrixOptions& opt);
+  /// Calls that should have run zero-copy so far (MatrixOptions::checkZeroCopy).
+  size_t zeroCopyExpected() const { return zeroCopyExpected_; }
 
   /// Runs one case; records failures (capped) and returns false on failure.
   bool runCase(Coll coll, DataType dt, RedOp op, size_t count, bool inPlace, int root);
@@ -219,6 +227,8 @@ class MatrixRunner {
 
   c4::Comm* comm_;
   int rank_, n_;
+  MatrixOptions opt_;
+  size_t zeroCopyExpected_ = 0;
   Failures failures_;
   int failCount_ = 0;
 };

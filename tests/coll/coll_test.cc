@@ -115,6 +115,48 @@ INSTANTIATE_TEST_SUITE_P(Tcp, TcpMatrix,
                            return std::string(std::get<1>(i.param).name) + "_np" + std::to_string(std::get<0>(i.param));
                          });
 
+/// Buffers from c4::memAlloc: the zero-copy path on every eligible call ("all": every rank's
+/// buffers shareable; the trace must show each of those calls zero-copy), and the fall back to
+/// messages when only some ranks' are ("some": the trace must show none). One-shot is off so
+/// that small counts take the path too. Forked ranks map each other's memory; "threads" ranks
+/// share one process and use it in place.
+struct ZeroCopyConfig {
+  const char* name;
+  int shareable;  // MatrixOptions::shareable
+  bool threads;
+};
+void PrintTo(const ZeroCopyConfig& c, std::ostream* os) { *os << c.name; }
+class ZeroCopyMatrix : public ::testing::TestWithParam<std::tuple<int, ZeroCopyConfig>> {};
+
+TEST_P(ZeroCopyMatrix, AllCollectivesTypesOpsCounts) {
+  int n = std::get<0>(GetParam());
+  const ZeroCopyConfig& cfg = std::get<1>(GetParam());
+  setenv("C4_ONESHOT_BYTES", "0", 1);
+  setenv("C4_TRACE", "op", 1);
+  MatrixOptions opt;
+  opt.counts = {1, 1009, 70001};
+  opt.bigBytes = 1u << 20;
+  opt.allTypesForMovement = false;
+  opt.shareable = cfg.shareable;
+  opt.checkZeroCopy = true;
+  opt.trimmedIfQuick();
+  auto body = [&](int r, int nr, const c4::UniqueId& id) { return matrixBody(r, nr, id, opt); };
+  auto outs = cfg.threads ? runThreads(n, body) : runForked(n, body);
+  unsetenv("C4_ONESHOT_BYTES");
+  unsetenv("C4_TRACE");
+  std::string s = summarize(outs);
+  EXPECT_TRUE(s.empty()) << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(ZeroCopy, ZeroCopyMatrix,
+                         ::testing::Combine(::testing::Values(2, 3, 4),
+                                            ::testing::Values(ZeroCopyConfig{"all", 1, false},
+                                                              ZeroCopyConfig{"some", 2, false},
+                                                              ZeroCopyConfig{"threads", 1, true})),
+                         [](const ::testing::TestParamInfo<std::tuple<int, ZeroCopyConfig>>& i) {
+                           return std::string(std::get<1>(i.param).name) + "_np" + std::to_string(std::get<0>(i.param));
+                         });
+
 class ThreadMatrix : public ::testing::TestWithParam<int> {};
 
 TEST_P(ThreadMatrix, AllCollectivesTypesOpsCounts) {

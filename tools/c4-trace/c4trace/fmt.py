@@ -16,7 +16,7 @@ COLLS = ["AllReduce", "AllGather", "Broadcast", "ReduceScatter", "Reduce", "Allt
 DTYPES = ["int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16",
           "fp8e4m3", "fp8e5m2"]
 REDOPS = ["sum", "prod", "max", "min", "avg"]
-ALGOS = {0: "ring", 1: "tree", 2: "rhd", 3: "direct", 4: "hier", 0xfd: "oneshot", 0xfe: "p2p", 0xff: "-"}
+ALGOS = {0: "ring", 1: "tree", 2: "rhd", 3: "direct", 4: "hier", 0xfc: "zerocopy", 0xfd: "oneshot", 0xfe: "p2p", 0xff: "-"}
 STEPKINDS = ["send", "recv", "recvReduce", "copy", "reduce"]
 LANES = ["shm", "tcp"]
 LEVELS = ["0", "op", "step"]

@@ -1,0 +1,184 @@
+#include "core/memory.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "common/logging.hpp"
+#include "common/status.hpp"
+
+namespace c4 {
+
+namespace {
+
+struct Alloc {
+  size_t bytes;
+  uint64_t id;
+  int fd;
+};
+
+struct Registry {
+  std::mutex mu;
+  std::map<uintptr_t, Alloc> byBase;
+  std::map<uint64_t, uintptr_t> byId;
+  uint64_t nextId = 1;
+};
+
+Registry& registry() {
+  static Registry* r = new Registry();  // never destroyed: buffers may be freed during exit
+  return *r;
+}
+
+// Lets lookups of ordinary buffers skip the lock while no shareable memory exists.
+std::atomic<size_t> liveAllocs{0};
+
+size_t pageSize() {
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+}  // namespace
+
+Status memAllocShared(void** ptr, size_t size) {
+  if (!ptr) return makeError(Code::kInvalidArgument, "memAlloc: ptr is NULL");
+  if (size == 0) return makeError(Code::kInvalidArgument, "memAlloc: size is 0");
+  const size_t page = pageSize();
+  if (size > SIZE_MAX - page) return makeError(Code::kInvalidArgument, "memAlloc: size %zu is too large", size);
+  const size_t bytes = (size + page - 1) / page * page;
+  int fd = memfd_create("c4comm-mem", MFD_CLOEXEC);
+  if (fd < 0) return makeError(Code::kSystemError, "memAlloc: memfd_create failed: %s", strerror(errno));
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    int e = errno;
+    close(fd);
+    return makeError(Code::kSystemError, "memAlloc: sizing %zu bytes failed: %s", bytes, strerror(e));
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    close(fd);
+    return makeError(Code::kSystemError, "memAlloc: mapping %zu bytes failed: %s", bytes, strerror(e));
+  }
+  Registry& r = registry();
+  {
+    std::lock_guard<std::mutex> lk(r.mu);
+    uint64_t id = r.nextId++;
+    r.byBase[reinterpret_cast<uintptr_t>(p)] = Alloc{bytes, id, fd};
+    r.byId[id] = reinterpret_cast<uintptr_t>(p);
+  }
+  liveAllocs.fetch_add(1, std::memory_order_release);
+  *ptr = p;
+  return Status::ok();
+}
+
+Status memFreeShared(void* ptr) {
+  if (!ptr) return makeError(Code::kInvalidArgument, "memFree: ptr is NULL");
+  Registry& r = registry();
+  Alloc a;
+  {
+    std::lock_guard<std::mutex> lk(r.mu);
+    auto it = r.byBase.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == r.byBase.end())
+      return makeError(Code::kInvalidArgument, "memFree: %p was not returned by memAlloc (or was freed already)", ptr);
+    a = it->second;
+    r.byId.erase(a.id);
+    r.byBase.erase(it);
+  }
+  liveAllocs.fetch_sub(1, std::memory_order_release);
+  munmap(ptr, a.bytes);
+  close(a.fd);
+  return Status::ok();
+}
+
+bool memLookup(const void* p, size_t len, MemRef* ref) {
+  if (liveAllocs.load(std::memory_order_acquire) == 0 || !p) return false;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lk(r.mu);
+  auto it = r.byBase.upper_bound(a);
+  if (it == r.byBase.begin()) return false;
+  --it;
+  const uintptr_t off = a - it->first;
+  if (off >= it->second.bytes || len > it->second.bytes - off) return false;
+  ref->id = it->second.id;
+  ref->fd = it->second.fd;
+  ref->off = off;
+  return true;
+}
+
+char* memLocalBase(uint64_t id, size_t* size) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lk(r.mu);
+  auto it = r.byId.find(id);
+  if (it == r.byId.end()) return nullptr;
+  *size = r.byBase[it->second].bytes;
+  return reinterpret_cast<char*>(it->second);
+}
+
+PeerMappings::~PeerMappings() {
+  for (const Map& m : maps_)
+    if (m.pid != getpid()) munmap(m.base, m.bytes);
+}
+
+Status PeerMappings::resolve(int32_t pid, const MemRef& ref, size_t len, char** out) {
+  auto inRange = [&](const Map& m) { return ref.off <= m.bytes && len <= m.bytes - ref.off; };
+  for (auto it = maps_.begin(); it != maps_.end(); ++it) {
+    if (it->pid != pid || it->id != ref.id) continue;
+    if (!inRange(*it))
+      return makeError(Code::kInvalidUsage, "direct access: %zu bytes at offset %llu exceed allocation %llu of pid %d",
+                       len, static_cast<unsigned long long>(ref.off), static_cast<unsigned long long>(ref.id), pid);
+    if (it != maps_.begin()) maps_.splice(maps_.begin(), maps_, it);
+    *out = maps_.front().base + ref.off;
+    return Status::ok();
+  }
+  Map m{pid, ref.id, nullptr, 0};
+  if (pid == getpid()) {
+    m.base = memLocalBase(ref.id, &m.bytes);
+    if (!m.base)
+      return makeError(Code::kInvalidUsage, "direct access: allocation %llu of this process is not live",
+                       static_cast<unsigned long long>(ref.id));
+  } else {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", pid, ref.fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+      return makeError(Code::kSystemError, "direct access: cannot open %s (a peer's buffer): %s", path,
+                       strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+      close(fd);
+      return makeError(Code::kSystemError, "direct access: %s has no size", path);
+    }
+    m.bytes = static_cast<size_t>(st.st_size);
+    void* p = mmap(nullptr, m.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int e = errno;
+    close(fd);
+    if (p == MAP_FAILED)
+      return makeError(Code::kSystemError, "direct access: mapping %zu bytes of %s failed: %s", m.bytes, path,
+                       strerror(e));
+    m.base = static_cast<char*>(p);
+  }
+  if (!inRange(m)) {
+    if (pid != getpid()) munmap(m.base, m.bytes);
+    return makeError(Code::kInvalidUsage, "direct access: %zu bytes at offset %llu exceed allocation %llu of pid %d",
+                     len, static_cast<unsigned long long>(ref.off), static_cast<unsigned long long>(ref.id), pid);
+  }
+  maps_.push_front(m);
+  while (maps_.size() > capacity_) {
+    const Map& old = maps_.back();
+    if (old.pid != getpid()) munmap(old.base, old.bytes);
+    C4_TRACE(kLogColl, "direct access: unmapped allocation %llu of pid %d (cache full)",
+             static_cast<unsigned long long>(old.id), old.pid);
+    maps_.pop_back();
+  }
+  *out = m.base + ref.off;
+  return Status::ok();
+}
+
+}  // namespace c4

@@ -1,0 +1,60 @@
+// Shareable host memory (c4::memAlloc, ncclMemAlloc) and the mappings of other ranks' memory.
+//
+// memAlloc backs each allocation with its own memfd mapped MAP_SHARED, and records it in a
+// process-wide registry. A rank of the same host maps a peer's allocation by opening
+// /proc/<pid>/fd/<fd> (the same check as reading /proc/<pid>/mem, weaker than CMA's), so
+// collectives on such buffers can read and write the peers' buffers directly (core/zerocopy.hpp).
+// Ranks of one process find each other's allocations in the registry and use them in place.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <string>
+
+#include "c4comm/status.hpp"
+
+namespace c4 {
+
+/// Where a buffer lies inside a shareable allocation.
+struct MemRef {
+  uint64_t id = 0;   // process-unique allocation id (never reused); 0: not shareable
+  int32_t fd = -1;   // the allocation's memfd in its owner's process
+  uint64_t off = 0;  // offset of the buffer in the allocation
+};
+
+/// Allocates `size` bytes (rounded up to a page) of zeroed, page-aligned, shareable memory.
+Status memAllocShared(void** ptr, size_t size);
+/// Frees what memAllocShared returned; anything else is kInvalidArgument.
+Status memFreeShared(void* ptr);
+/// True if [p, p + len) lies inside one live allocation of this process; fills *ref.
+bool memLookup(const void* p, size_t len, MemRef* ref);
+/// Base address of allocation `id` of this process, or null if it is not live.
+char* memLocalBase(uint64_t id, size_t* size);
+
+/// One rank's cache of the allocations of other processes that it mapped, least recently used
+/// first out. Not thread-safe (one per communicator; collectives of a communicator are serial).
+class PeerMappings {
+ public:
+  explicit PeerMappings(size_t capacity = 32) : capacity_(capacity) {}
+  ~PeerMappings();
+  PeerMappings(const PeerMappings&) = delete;
+  PeerMappings& operator=(const PeerMappings&) = delete;
+
+  /// The address of [ref.off, ref.off + len) of allocation ref.id of process `pid` (this process:
+  /// in place). Maps the allocation on first use.
+  Status resolve(int32_t pid, const MemRef& ref, size_t len, char** out);
+  size_t size() const { return maps_.size(); }
+
+ private:
+  struct Map {
+    int32_t pid;
+    uint64_t id;
+    char* base;
+    size_t bytes;
+  };
+  std::list<Map> maps_;  // most recently used first
+  size_t capacity_;
+};
+
+}  // namespace c4

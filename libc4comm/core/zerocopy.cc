@@ -1,0 +1,327 @@
+#include "core/zerocopy.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/logging.hpp"
+#include "common/params.hpp"
+#include "common/status.hpp"
+#include "core/comm.hpp"
+
+namespace c4 {
+
+C4_PARAM_INT(ZeroCopy, "C4_ZEROCOPY", nullptr, 1,
+             "1 = collectives whose buffers all ranks of one host allocated with ncclMemAlloc / c4::memAlloc read "
+             "and write the peers' buffers in place (the zero-copy path); 0 = never (same on all ranks)")
+
+struct ZeroCopy::Record {
+  uint64_t seq;  // written last (release)
+  MemRef send;
+  MemRef recv;
+};
+static_assert(sizeof(ZeroCopy::Record) <= 64, "one arena line");
+
+namespace {
+uint64_t loadAcq(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+void storeRel(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+
+constexpr uint64_t kProbeMagic = 0xc4d1ec7000000000ULL;
+// Reductions go block by block so that a block is still in L1 when it is copied to the peers.
+constexpr size_t kBlockBytes = 16384;
+
+struct Bytes {
+  size_t send = 0, recv = 0;  // 0: the buffer is not used by this rank
+};
+
+Bytes bytesOf(const OpDesc& op, int rank, int n) {
+  const size_t b = op.count * dataTypeSize(op.dtype);
+  const size_t all = b * static_cast<size_t>(n);
+  switch (op.coll) {
+    case Coll::kAllReduce:
+      return {b, b};
+    case Coll::kReduceScatter:
+      return {all, b};
+    case Coll::kAllGather:
+      return {b, all};
+    case Coll::kBroadcast:
+      return {rank == op.root ? b : 0, b};
+    case Coll::kReduce:
+      return {b, rank == op.root ? b : 0};
+    default:
+      return {};
+  }
+}
+
+// Rank r's slice [*b, *e) of `count` elements, cut at cache-line multiples so that no two ranks
+// write one line.
+void sliceOf(int r, int n, size_t count, size_t es, size_t* b, size_t* e) {
+  const size_t unit = std::max<size_t>(1, 64 / es);
+  const size_t units = (count + unit - 1) / unit;
+  *b = std::min(count, units * static_cast<size_t>(r) / static_cast<size_t>(n) * unit);
+  *e = std::min(count, units * static_cast<size_t>(r + 1) / static_cast<size_t>(n) * unit);
+}
+}  // namespace
+
+Status ZeroCopy::init(Comm* comm, OneShot* os, transport::Transport* t) {
+  comm_ = comm;
+  os_ = os;
+  t_ = t;
+  rank_ = comm->rank;
+  nranks_ = comm->nranks;
+  enabled_ = false;
+  if (!os->arenasReady()) return Status::ok();
+  pids_.resize(static_cast<size_t>(nranks_));
+  for (int r = 0; r < nranks_; ++r) pids_[static_cast<size_t>(r)] = comm->peers[static_cast<size_t>(r)].pid;
+  in_.assign(static_cast<size_t>(nranks_), nullptr);
+  out_.assign(static_cast<size_t>(nranks_), nullptr);
+  seen_.assign(static_cast<size_t>(nranks_), 0);
+
+  // Probe: can this rank map the next rank's memory? (Opening /proc/<pid>/fd/<fd> needs the
+  // same user and a dumpable process; ranks are alike, so one neighbour stands for all.)
+  struct Probe {
+    MemRef ref;
+    int32_t want;
+    int32_t ok;
+  };
+  void* page = nullptr;
+  Probe mine{};
+  mine.want = paramZeroCopy() != 0;
+  if (mine.want && memAllocShared(&page, 64).isOk()) {
+    *static_cast<uint64_t*>(page) = kProbeMagic ^ static_cast<uint64_t>(rank_);
+    memLookup(page, 8, &mine.ref);
+  }
+  std::vector<Probe> all(static_cast<size_t>(nranks_));
+  all[static_cast<size_t>(rank_)] = mine;
+  Status st = comm->bootstrap->allGather(all.data(), sizeof(Probe));
+  if (st.isOk()) {
+    const int next = (rank_ + 1) % nranks_;
+    const Probe& p = all[static_cast<size_t>(next)];
+    bool ok = mine.ref.id != 0 && p.ref.id != 0;
+    std::string why = ok ? "" : "C4_ZEROCOPY=0 or no memfd";
+    if (ok) {
+      PeerMappings probe(1);
+      char* q = nullptr;
+      Status rs = probe.resolve(pids_[static_cast<size_t>(next)], p.ref, 8, &q);
+      ok = rs.isOk() && *reinterpret_cast<uint64_t*>(q) == (kProbeMagic ^ static_cast<uint64_t>(next));
+      if (!rs.isOk()) why = rs.message();
+    }
+    if (!ok && mine.want)
+      C4_INFO(kLogInit, "rank %d: zero-copy path off: cannot map rank %d's memory (%s)", rank_, next, why.c_str());
+    for (Probe& a : all) a.ok = 0;
+    all[static_cast<size_t>(rank_)].ok = ok;
+    st = comm->bootstrap->allGather(all.data(), sizeof(Probe));
+    if (st.isOk()) {
+      enabled_ = true;
+      for (const Probe& a : all) enabled_ = enabled_ && a.ok;
+    }
+  }
+  if (page) (void)memFreeShared(page);
+  C4_CHECK(st);
+  if (enabled_)
+    C4_INFO(kLogInit, "rank %d: zero-copy path on for buffers from ncclMemAlloc / c4::memAlloc (%d ranks, one host)",
+            rank_, nranks_);
+  return Status::ok();
+}
+
+bool ZeroCopy::offer(const OpDesc& op, const OpSig& sig) {
+  if (!enabled_ || op.count == 0) return false;
+  switch (op.coll) {
+    case Coll::kAllReduce:
+    case Coll::kReduceScatter:
+    case Coll::kReduce: {
+      // PreMulSum and floating-point Avg scale each rank's input first: not here.
+      const int opv = static_cast<int>(op.op);
+      if (opv > static_cast<int>(RedOp::kAvg)) return false;
+      if (opv == static_cast<int>(RedOp::kAvg) && isFloatType(op.dtype)) return false;
+      break;
+    }
+    case Coll::kAllGather:
+    case Coll::kBroadcast:
+      break;
+    default:
+      return false;
+  }
+  const Bytes need = bytesOf(op, rank_, nranks_);
+  Record rec{};
+  if (need.send && !memLookup(op.sendbuff, need.send, &rec.send)) return false;
+  if (need.recv && !memLookup(op.recvbuff, need.recv, &rec.recv)) return false;
+  auto* r = reinterpret_cast<Record*>(os_->zeroCopyRecord(rank_, sig.seq + 1));
+  storeRel(&r->seq, 0);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  r->send = rec.send;
+  r->recv = rec.recv;
+  storeRel(&r->seq, sig.seq + 1);
+  return true;
+}
+
+void ZeroCopy::start(const OpDesc& op, const OpSig& sig, kernels::KOp kop) {
+  sig_ = sig;
+  coll_ = op.coll;
+  count_ = op.count;
+  dtype_ = op.dtype;
+  root_ = op.root;
+  kop_ = kop;
+  std::fill(seen_.begin(), seen_.end(), 0);
+  seen_[static_cast<size_t>(rank_)] = 1;
+  const Bytes need = bytesOf(op, rank_, nranks_);
+  in_[static_cast<size_t>(rank_)] = need.send ? static_cast<const char*>(op.sendbuff) : nullptr;
+  out_[static_cast<size_t>(rank_)] = need.recv ? static_cast<char*>(op.recvbuff) : nullptr;
+  phase_ = Phase::kDecide;
+  watch_.reset();
+}
+
+Status ZeroCopy::decide(bool* decided, bool* fallback) {
+  *decided = *fallback = false;
+  for (int r = 0; r < nranks_; ++r) {
+    if (seen_[static_cast<size_t>(r)]) continue;
+    CallMode mode = CallMode::kNotYet;
+    C4_CHECK(os_->peerMode(r, sig_, &mode));
+    if (mode == CallMode::kNotYet) return watch_.check(comm_, t_, r, sig_);
+    if (mode != CallMode::kZeroCopy) {
+      // This peer runs the call through messages (or already did, without waiting for us).
+      *decided = *fallback = true;
+      return Status::ok();
+    }
+    seen_[static_cast<size_t>(r)] = 1;
+    progressed_ = true;
+  }
+  *decided = true;
+  return Status::ok();
+}
+
+Status ZeroCopy::resolvePeers() {
+  const uint64_t seq = sig_.seq + 1;
+  OpDesc op;
+  op.coll = coll_;
+  op.count = count_;
+  op.dtype = dtype_;
+  op.root = root_;
+  for (int r = 0; r < nranks_; ++r) {
+    if (r == rank_) continue;
+    auto* rec = reinterpret_cast<Record*>(os_->zeroCopyRecord(r, seq));
+    if (loadAcq(&rec->seq) != seq)
+      return makeError(Code::kInternalError, "rank %d: rank %d offered %s for the zero-copy path without its record",
+                       rank_, r, describeSig(sig_).c_str());
+    const Bytes need = bytesOf(op, r, nranks_);
+    const int32_t pid = pids_[static_cast<size_t>(r)];
+    char* p = nullptr;
+    if (need.send) C4_CHECK(maps_.resolve(pid, rec->send, need.send, &p));
+    in_[static_cast<size_t>(r)] = need.send ? p : nullptr;
+    p = nullptr;
+    if (need.recv) C4_CHECK(maps_.resolve(pid, rec->recv, need.recv, &p));
+    out_[static_cast<size_t>(r)] = need.recv ? p : nullptr;
+  }
+  return Status::ok();
+}
+
+Status ZeroCopy::poll(bool* done, bool* fallback) {
+  progressed_ = false;
+  *done = *fallback = false;
+  if (phase_ == Phase::kDecide) {
+    bool decided = false;
+    C4_CHECK(decide(&decided, fallback));
+    if (!decided) return Status::ok();
+    if (*fallback) {
+      phase_ = Phase::kDone;
+      progressed_ = true;
+      return Status::ok();
+    }
+    C4_CHECK(resolvePeers());
+    compute();
+    storeRel(os_->zeroCopySeq(rank_), sig_.seq + 1);
+    phase_ = Phase::kWaitPeers;
+    progressed_ = true;
+    watch_.reset();
+  }
+  if (phase_ == Phase::kWaitPeers) {
+    // Every rank has written its share into our output and read what it needed of our input.
+    for (int r = 0; r < nranks_; ++r) {
+      if (r == rank_ || loadAcq(os_->zeroCopySeq(r)) > sig_.seq) continue;
+      return watch_.check(comm_, t_, r, sig_);
+    }
+    phase_ = Phase::kDone;
+    progressed_ = true;
+  }
+  *done = phase_ == Phase::kDone;
+  return Status::ok();
+}
+
+void ZeroCopy::compute() {
+  const size_t es = dataTypeSize(dtype_);
+  const size_t n = static_cast<size_t>(nranks_);
+  const size_t me = static_cast<size_t>(rank_);
+  const size_t bytes = count_ * es;
+  const size_t blockElems = kBlockBytes / es;
+  switch (coll_) {
+    case Coll::kAllReduce:
+    case Coll::kReduce: {
+      // Reduce this rank's slice from every input, starting with our own (our output may alias
+      // it), then copy it to every output. In place, a peer's output block is its input block,
+      // already read when the copy overwrites it.
+      alignas(64) static thread_local char tmp[kBlockBytes];
+      size_t b, e;
+      sliceOf(rank_, nranks_, count_, es, &b, &e);
+      const bool toAll = coll_ == Coll::kAllReduce;
+      const size_t root = static_cast<size_t>(root_);
+      for (size_t x = b; x < e; x += blockElems) {
+        const size_t cnt = std::min(blockElems, e - x);
+        const size_t off = x * es;
+        // AllReduce accumulates in our own output; Reduce in a local block (the root's output
+        // is remote, and in place also its input).
+        char* acc = toAll ? out_[me] + off : (me == root ? out_[me] + off : tmp);
+        const size_t first = me == 0 ? 1 : 0;
+        kernels::reduce(acc, in_[me] + off, in_[first] + off, cnt, dtype_, kop_);
+        for (size_t k = 0; k < n; ++k)
+          if (k != me && k != first) kernels::reduce(acc, acc, in_[k] + off, cnt, dtype_, kop_);
+        if (toAll) {
+          for (size_t k = 0; k < n; ++k)
+            if (k != me) memcpy(out_[k] + off, acc, cnt * es);
+        } else if (me != root) {
+          memcpy(out_[root] + off, acc, cnt * es);
+        }
+      }
+      return;
+    }
+    case Coll::kReduceScatter: {
+      char* out = out_[me];
+      const size_t base = me * bytes;
+      const size_t first = me == 0 ? 1 : 0;
+      for (size_t x = 0; x < count_; x += blockElems) {
+        const size_t cnt = std::min(blockElems, count_ - x);
+        const size_t off = x * es;
+        kernels::reduce(out + off, in_[me] + base + off, in_[first] + base + off, cnt, dtype_, kop_);
+        for (size_t k = 0; k < n; ++k)
+          if (k != me && k != first) kernels::reduce(out + off, out + off, in_[k] + base + off, cnt, dtype_, kop_);
+      }
+      return;
+    }
+    case Coll::kAllGather:
+      // Pull every block into our own output.
+      for (size_t k = 0; k < n; ++k) {
+        char* dst = out_[me] + k * bytes;
+        if (dst != in_[k]) kernels::copy(dst, in_[k], bytes);
+      }
+      return;
+    case Coll::kBroadcast: {
+      const size_t root = static_cast<size_t>(root_);
+      const bool inPlace = out_[root] == in_[root];
+      if (n == 2 && inPlace) {
+        // Two ranks, in place: the root pushes the second half while the other pulls the first.
+        size_t half = bytes / 2 / 64 * 64;
+        if (me == root)
+          kernels::copy(out_[1 - root] + half, in_[root] + half, bytes - half);
+        else
+          kernels::copy(out_[me], in_[root], half);
+        return;
+      }
+      if (out_[me] != in_[root]) kernels::copy(out_[me], in_[root], bytes);
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+}  // namespace c4

@@ -1,0 +1,78 @@
+// The zero-copy path: collectives on shareable buffers (c4::memAlloc / ncclMemAlloc) of ranks that
+// all share one host read and write each other's buffers in place, with no staging copy.
+//
+// A rank whose buffers for a call are all shareable writes where they lie (its record in
+// the arena, OneShot::zeroCopyRecord) and announces the call as CallMode::kZeroCopy. At start it
+// reads every peer's announcement: if all offered, the call runs zero-copy; if any did not (plain
+// buffers, C4_ZEROCOPY=0, or the peer is already past the call), every rank falls back to the
+// message path, so all ranks agree without an extra exchange. A rank whose buffers are not
+// shareable does not wait at all.
+//
+// Running zero-copy, each rank computes its share of the result from the peers' mapped buffers
+// (AllReduce: one slice of the vector, reduced from every input and written to every output),
+// publishes zeroCopySeq, and returns once every peer has: after that nobody reads or writes its
+// buffers. See docs/shm-transport.md, "Zero-copy path".
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "c4comm/status.hpp"
+#include "common/opsig.hpp"
+#include "core/memory.hpp"
+#include "core/oneshot.hpp"
+#include "kernels/host/reduce.hpp"
+
+namespace c4 {
+
+struct Comm;
+struct OpDesc;
+
+class ZeroCopy {
+ public:
+  /// Collective over the communicator when every rank is on this host (two bootstrap
+  /// allGathers): checks that each rank can map the next rank's memory. Otherwise a no-op.
+  Status init(Comm* comm, OneShot* oneShot, transport::Transport* t);
+  bool enabled() const { return enabled_; }
+
+  /// At prepare: true if this rank offers call `sig` (its buffers for `op` are shareable and the
+  /// op runs here); then its direct record is written and the caller announces kDirect.
+  bool offer(const OpDesc& op, const OpSig& sig);
+  /// Starts an offered call. `kop`: the reduction (Avg only on integers, divided afterwards).
+  void start(const OpDesc& op, const OpSig& sig, kernels::KOp kop);
+  /// Advances. *fallback: a peer did not offer, run the call on the message path instead.
+  Status poll(bool* done, bool* fallback);
+  bool madeProgress() const { return progressed_; }
+
+  /// Where a rank's buffers of one call lie (arena record, file comment).
+  struct Record;
+
+ private:
+  Status decide(bool* decided, bool* fallback);
+  Status resolvePeers();
+  void compute();
+
+  Comm* comm_ = nullptr;
+  OneShot* os_ = nullptr;
+  transport::Transport* t_ = nullptr;
+  bool enabled_ = false;
+  int rank_ = 0, nranks_ = 1;
+  std::vector<int32_t> pids_;
+  PeerMappings maps_;
+
+  enum class Phase { kDecide, kWaitPeers, kDone };
+  Phase phase_ = Phase::kDone;
+  OpSig sig_;
+  Coll coll_ = Coll::kAllReduce;
+  size_t count_ = 0;
+  DataType dtype_ = DataType::kFloat32;
+  int root_ = 0;
+  kernels::KOp kop_ = kernels::KOp::kSum;
+  std::vector<const char*> in_;  // every rank's input, in this address space (null: unused)
+  std::vector<char*> out_;       // every rank's output
+  std::vector<uint8_t> seen_;
+  bool progressed_ = false;
+  IdleWatch watch_;
+};
+
+}  // namespace c4
