@@ -28,13 +28,6 @@ using c4::Code;
     }                                                               \
   } while (0)
 
-/// Sets an environment variable for the lifetime of the object (forked children inherit it).
-struct ScopedEnv {
-  std::string name;
-  ScopedEnv(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
-  ~ScopedEnv() { unsetenv(name.c_str()); }
-};
-
 TEST(Api, VersionAndErrorStrings) {
   EXPECT_EQ(c4::version(), 22809);
   EXPECT_STREQ(c4::codeName(Code::kInvalidArgument), "invalid argument");

@@ -29,6 +29,13 @@ struct RankOutcome {
   std::string detail;    // failures or the reason for a crash
 };
 
+/// Sets an environment variable for the lifetime of the object (forked children inherit it).
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
+  ~ScopedEnv() { unsetenv(name.c_str()); }
+};
+
 inline int64_t monoMs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
