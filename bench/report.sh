@@ -35,6 +35,8 @@ for np in 2 4; do
   done
 done
 
+OUT="$OUT" REP="$REP" bench/report_registered.sh ${1:-}
+
 step "AllReduce over tcp on loopback, 2 ranks (c4 C4_TRANSPORT=tcp vs Gloo's TCP and Open MPI's tcp BTL)"
 C4_TRANSPORT=tcp C4_MPIRUN_ARGS="--mca btl tcp,self --mca btl_tcp_if_include lo" \
   cmp -C allreduce -np 2 -b 1M -e 64M -f 4 -d float -o sum -n $ITERS -w 3 --peers mpi,gloo \

@@ -68,6 +68,7 @@ constexpr unsigned int kSimInfoMagic = 0x74685283;
 // ncclConfig_t first appeared in NCCL 2.14; a smaller version code is not a config at all.
 constexpr unsigned int kFirstConfigVersion = 21400;
 constexpr uint64_t kRegHandleMagic = 0x633472656768646eull;  // "c4reghdn"
+constexpr uint64_t kWinHandleMagic = 0x633477696e68646eull;  // "c4winhdn"
 
 // ---- last error -------------------------------------------------------------------------------
 // This layer finds some errors itself (null arguments, bad config, missing features); the core
@@ -466,14 +467,31 @@ ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, n
   C4_NCCL_CHECK(checkComm(fn, comm));
   C4_NCCL_CHECK(checkPtr(fn, "buff", buff));
   C4_NCCL_CHECK(checkPtr(fn, "win", win));
-  return notImplemented(fn, "symmetric memory windows need device memory support in the core");
+  if (size == 0) return fail(ncclInvalidArgument, "%s: size is 0", fn);
+  if (winFlags != NCCL_WIN_DEFAULT && winFlags != NCCL_WIN_COLL_SYMMETRIC)
+    return fail(ncclInvalidArgument, "%s: winFlags 0x%x is not NCCL_WIN_DEFAULT or NCCL_WIN_COLL_SYMMETRIC", fn,
+                winFlags);
+  // The other ranks reach a window through its memfd: it must come from ncclMemAlloc.
+  if (!c4::memShareable(buff, size))
+    return fail(ncclInvalidArgument, "%s: [%p, +%zu) does not lie in one buffer from ncclMemAlloc", fn, buff, size);
+  *win = reinterpret_cast<ncclWindow_t>(new RegHandle{kWinHandleMagic, comm, buff, size});
+  return ncclSuccess;
 }
 
 ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   const char* fn = "ncclCommWindowDeregister";
   C4_NCCL_CHECK(checkComm(fn, comm));
   C4_NCCL_CHECK(checkPtr(fn, "win", win));
-  return notImplemented(fn, "symmetric memory windows need device memory support in the core");
+  auto* reg = reinterpret_cast<RegHandle*>(win);
+  if (reg->magic != kWinHandleMagic)
+    return fail(ncclInvalidArgument, "%s: window %p did not come from ncclCommWindowRegister (or was deregistered)", fn,
+                static_cast<void*>(win));
+  if (reg->comm != comm)
+    return fail(ncclInvalidArgument, "%s: window %p was registered on communicator %p, not %p", fn,
+                static_cast<void*>(win), static_cast<void*>(reg->comm), static_cast<void*>(comm));
+  reg->magic = 0;
+  delete reg;
+  return ncclSuccess;
 }
 
 // ---- user reduction operators -------------------------------------------------------------------

@@ -55,6 +55,8 @@ int version();
 Status memAlloc(void** ptr, size_t size);
 /// Frees what memAlloc returned (kInvalidArgument for anything else).
 Status memFree(void* ptr);
+/// True if [ptr, ptr + size) lies inside one live memAlloc allocation of this process.
+bool memShareable(const void* ptr, size_t size);
 
 /// Creates a unique id for a new communicator and starts the bootstrap root that serves it in
 /// this process. The root address comes from C4_COMM_ID / NCCL_COMM_ID ("host:port") if set,

@@ -171,6 +171,10 @@ const char* lastError(const Comm*) { return tLastError.c_str(); }
 
 Status memAlloc(void** ptr, size_t size) { return record(memAllocShared(ptr, size)); }
 Status memFree(void* ptr) { return record(memFreeShared(ptr)); }
+bool memShareable(const void* ptr, size_t size) {
+  MemRef ref;
+  return memLookup(ptr, size, &ref);
+}
 
 Status getUniqueId(UniqueId* id) {
   if (!id) return record(makeError(Code::kInvalidArgument, "uniqueId is NULL"));

@@ -195,13 +195,29 @@ void testCollectives(ncclComm_t comm, int rank, int n) {
     NCCL_OK(ncclCommDestroy(half));
   }
 
-  // Registration and ncclMemAlloc: host memory is accepted as is.
+  // Registration and ncclMemAlloc: host memory is accepted as is; an AllReduce on ncclMemAlloc
+  // buffers (zero-copy when the ranks share the host) gives the same result.
+  const size_t kMemCount = 16384;
   void* mem = nullptr;
-  NCCL_OK(ncclMemAlloc(&mem, 1000));
+  NCCL_OK(ncclMemAlloc(&mem, kMemCount * sizeof(float)));
   EXPECT(mem != nullptr && reinterpret_cast<uintptr_t>(mem) % 4096 == 0, "ncclMemAlloc gave %p", mem);
   void* handle = nullptr;
-  NCCL_OK(ncclCommRegister(comm, mem, 1000, &handle));
+  NCCL_OK(ncclCommRegister(comm, mem, kMemCount * sizeof(float), &handle));
   EXPECT(handle != nullptr, "ncclCommRegister gave a NULL handle");
+  ncclWindow_t win = nullptr;
+  NCCL_OK(ncclCommWindowRegister(comm, mem, kMemCount * sizeof(float), &win, NCCL_WIN_COLL_SYMMETRIC));
+  EXPECT(win != nullptr, "ncclCommWindowRegister gave a NULL window");
+  float* fm = static_cast<float*>(mem);
+  for (size_t i = 0; i < kMemCount; ++i) fm[i] = static_cast<float>(rank + i % 7);
+  NCCL_OK(ncclAllReduce(fm, fm, kMemCount, ncclFloat, ncclSum, comm, kNoStream));
+  for (size_t i = 0; i < kMemCount; ++i) {
+    float want = static_cast<float>(n * (n - 1) / 2 + n * static_cast<int>(i % 7));
+    if (fm[i] != want) {
+      EXPECT(false, "ncclMemAlloc allreduce element %zu = %g, expected %g", i, fm[i], want);
+      break;
+    }
+  }
+  NCCL_OK(ncclCommWindowDeregister(comm, win));
   NCCL_OK(ncclCommDeregister(comm, handle));
   NCCL_OK(ncclMemFree(mem));
 
@@ -238,14 +254,20 @@ void testErrors(ncclComm_t comm) {
   r = ncclCommRegister(comm, nullptr, 16, &h);
   EXPECT(r == ncclInvalidArgument, "ncclCommRegister(NULL buff) -> %d", static_cast<int>(r));
 
-  // Not implemented yet: a clear ncclInvalidUsage, with the reason in ncclGetLastError.
+  // A window must lie in ncclMemAlloc memory (the other ranks map it from there).
   char buf[64];
   ncclWindow_t win = nullptr;
   r = ncclCommWindowRegister(comm, buf, sizeof(buf), &win, NCCL_WIN_DEFAULT);
-  EXPECT(r == ncclInvalidUsage, "ncclCommWindowRegister -> %d, expected ncclInvalidUsage", static_cast<int>(r));
-  EXPECT(strstr(ncclGetLastError(comm), "not implemented") != nullptr, "last error '%s'", ncclGetLastError(comm));
+  EXPECT(r == ncclInvalidArgument, "ncclCommWindowRegister(stack buffer) -> %d, expected ncclInvalidArgument",
+         static_cast<int>(r));
+  EXPECT(strstr(ncclGetLastError(comm), "ncclMemAlloc") != nullptr, "last error '%s'", ncclGetLastError(comm));
+  r = ncclMemFree(buf);
+  EXPECT(r == ncclInvalidArgument, "ncclMemFree(stack buffer) -> %d", static_cast<int>(r));
+
+  // Not implemented yet: a clear ncclInvalidUsage, with the reason in ncclGetLastError.
   r = ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT);
   EXPECT(r == ncclInvalidUsage, "ncclCommRevoke -> %d", static_cast<int>(r));
+  EXPECT(strstr(ncclGetLastError(comm), "not implemented") != nullptr, "last error '%s'", ncclGetLastError(comm));
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
   r = ncclGroupSimulateEnd(&sim);
   EXPECT(r == ncclInvalidUsage, "ncclGroupSimulateEnd -> %d", static_cast<int>(r));
