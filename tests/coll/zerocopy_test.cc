@@ -85,6 +85,50 @@ TEST(ZeroCopy, FreedAndReallocatedBuffersAreRemapped) {
   EXPECT_TRUE(s.empty()) << s;
 }
 
+// One thread drives every rank through a group, two collectives per communicator: each rank's
+// zero-copy wait must let the others progress in the same loop.
+TEST(ZeroCopy, OneThreadDrivesAllRanksInAGroup) {
+  ScopedEnv trace("C4_TRACE", "op");
+  const int n = 3;
+  const size_t count = 100000;
+  c4::Comm* comms[n];
+  ASSERT_TRUE(c4::commInitAll(comms, n).isOk());
+  int32_t* bufs[n];
+  float* gathered[n];
+  for (int r = 0; r < n; ++r) {
+    void* p = nullptr;
+    ASSERT_TRUE(c4::memAlloc(&p, count * sizeof(int32_t)).isOk());
+    bufs[r] = static_cast<int32_t*>(p);
+    ASSERT_TRUE(c4::memAlloc(&p, n * count * sizeof(float)).isOk());
+    gathered[r] = static_cast<float*>(p);
+    for (size_t i = 0; i < count; ++i) {
+      bufs[r][i] = static_cast<int32_t>(i % 100) * (r + 1);
+      gathered[r][static_cast<size_t>(r) * count + i] = static_cast<float>(r * 1000) + static_cast<float>(i % 977);
+    }
+  }
+  ASSERT_TRUE(c4::groupStart().isOk());
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(c4::allReduce(bufs[r], bufs[r], count, c4::DataType::kInt32, c4::RedOp::kSum, comms[r]).isOk());
+    ASSERT_TRUE(c4::allGather(gathered[r] + static_cast<size_t>(r) * count, gathered[r], count, c4::DataType::kFloat32,
+                              comms[r])
+                    .isOk());
+  }
+  ASSERT_TRUE(c4::groupEnd().isOk());
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < count; i += 997) ASSERT_EQ(bufs[r][i], static_cast<int32_t>(i % 100) * 6);
+    for (int s = 0; s < n; ++s)
+      for (size_t i = 0; i < count; i += 991)
+        ASSERT_EQ(gathered[r][static_cast<size_t>(s) * count + i],
+                  static_cast<float>(s * 1000) + static_cast<float>(i % 977));
+    EXPECT_EQ(zeroCopyOps(comms[r]), 2u) << "rank " << r;
+  }
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(c4::commDestroy(comms[r]).isOk());
+    EXPECT_TRUE(c4::memFree(bufs[r]).isOk());
+    EXPECT_TRUE(c4::memFree(gathered[r]).isOk());
+  }
+}
+
 /// Both ranks offer the zero-copy path; their calls differ. Each must fail fast with the
 /// difference named.
 TEST(ZeroCopy, MismatchIsNamed) {
