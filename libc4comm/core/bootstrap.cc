@@ -1110,36 +1110,60 @@ Status Bootstrap::recv(int peer, uint32_t tag, void* data, size_t bytes, int64_t
   Impl& m = *impl_;
   if (peer < 0 || peer >= m.nranks)
     return makeError(Code::kInvalidArgument, "%s: recv from rank %d of %d", m.prefix.c_str(), peer, m.nranks);
+  int from = peer;
+  return recvAny({peer}, tag, &from, data, bytes, timeoutMs);
+}
+
+Status Bootstrap::recvAny(const std::vector<int>& from, uint32_t tag, int* peer, void* data, size_t bytes,
+                          int64_t timeoutMs) {
+  Impl& m = *impl_;
+  for (int p : from)
+    if (p < 0 || p >= m.nranks)
+      return makeError(Code::kInvalidArgument, "%s: recv from rank %d of %d", m.prefix.c_str(), p, m.nranks);
+  if (from.empty()) return makeError(Code::kInvalidArgument, "%s: recv from no rank", m.prefix.c_str());
   if (data == nullptr && bytes > 0)
     return makeError(Code::kInvalidArgument, "%s: recv: data is null", m.prefix.c_str());
   const int64_t start = nowMs();
   const auto until =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs >= 0 ? timeoutMs : m.timeoutMs);
   std::unique_lock<std::mutex> lk(m.mu);
-  const auto key = std::make_pair(peer, tag);
+  // The lowest rank of `from` with a message waiting, or -1.
+  auto ready = [&]() {
+    int best = -1;
+    for (int p : from) {
+      auto it = m.inbox.find(std::make_pair(p, tag));
+      if (it != m.inbox.end() && !it->second.empty() && (best < 0 || p < best)) best = p;
+    }
+    return best;
+  };
   for (;;) {
     if (m.aborted.load()) return m.abortedError("recv");
-    auto it = m.inbox.find(key);
-    if (it != m.inbox.end() && !it->second.empty()) {
+    const int p = ready();
+    if (p >= 0) {
+      auto it = m.inbox.find(std::make_pair(p, tag));
       std::vector<char> msg = std::move(it->second.front());
       it->second.pop_front();
       if (it->second.empty()) m.inbox.erase(it);
       lk.unlock();
+      *peer = p;
       if (msg.size() != bytes)
         return makeError(Code::kInvalidUsage, "%s: recv from rank %d (tag %u) expected %zu bytes, rank %d sent %zu",
-                         m.prefix.c_str(), peer, tag, bytes, peer, msg.size());
+                         m.prefix.c_str(), p, tag, bytes, p, msg.size());
       if (bytes) memcpy(data, msg.data(), bytes);
       return Status::ok();
     }
-    if (m.inboundOpen[peer] == 0 && !m.peerErrors[peer].empty())
-      return makeError(Code::kRemoteError, "%s: recv from rank %d (tag %u): %s", m.prefix.c_str(), peer, tag,
-                       m.peerErrors[peer].c_str());
+    for (int q : from)
+      if (m.inboundOpen[q] == 0 && !m.peerErrors[q].empty())
+        return makeError(Code::kRemoteError, "%s: recv from rank %d (tag %u): %s", m.prefix.c_str(), q, tag,
+                         m.peerErrors[q].c_str());
     if (m.cv.wait_until(lk, until) == std::cv_status::timeout && std::chrono::steady_clock::now() >= until) {
-      auto again = m.inbox.find(key);
-      if (again != m.inbox.end() && !again->second.empty()) continue;
-      return makeError(Code::kRemoteError, "%s: recv of %zu bytes from rank %d (tag %u) timed out after %lld ms%s",
-                       m.prefix.c_str(), bytes, peer, tag, static_cast<long long>(nowMs() - start),
-                       m.inboundOpen[peer] == 0 ? " (that rank never connected to this one)" : "");
+      if (ready() >= 0) continue;
+      const int q = from.size() == 1 ? from[0] : -1;
+      return makeError(Code::kRemoteError, "%s: recv of %zu bytes from %s (tag %u) timed out after %lld ms%s",
+                       m.prefix.c_str(), bytes,
+                       q >= 0 ? strFormat("rank %d", q).c_str() : strFormat("any of %zu ranks", from.size()).c_str(),
+                       tag, static_cast<long long>(nowMs() - start),
+                       q >= 0 && m.inboundOpen[q] == 0 ? " (that rank never connected to this one)" : "");
     }
   }
 }
@@ -1151,18 +1175,29 @@ Status clockSyncToRank0(Bootstrap& b, int rounds, int64_t timeoutMs, int64_t (*c
   rounds = std::max(1, rounds);
   ClockOffset best;
   best.atNs = clockNs();
+  const std::vector<RankInfo>& infos = b.rankInfo();
+  auto sharesClock = [&](int p) { return infos[static_cast<size_t>(p)].clockId == infos[0].clockId; };
   if (rank == 0) {
-    for (int p = 1; p < n; ++p) {
-      for (int k = 0; k < rounds; ++k) {
-        int64_t t0 = 0;
-        C4_CHECK(b.recv(p, kTagClock, &t0, sizeof(t0), timeoutMs));
-        int64_t t12[2];
-        t12[0] = clockNs();
-        t12[1] = clockNs();
-        C4_CHECK(b.send(p, kTagClock, t12, sizeof(t12)));
-      }
+    // Serve pings as they come: every rank's rounds run at once.
+    std::vector<int> owed(static_cast<size_t>(n - 1), rounds);  // pings still due from rank p + 1
+    std::vector<int> from;
+    for (int p = 1; p < n; ++p)
+      if (!sharesClock(p)) from.push_back(p);
+    while (!from.empty()) {
+      int64_t t0 = 0;
+      int p = -1;
+      C4_CHECK(b.recvAny(from, kTagClock, &p, &t0, sizeof(t0), timeoutMs));
+      int64_t t12[2];
+      t12[0] = clockNs();
+      t12[1] = clockNs();
+      C4_CHECK(b.send(p, kTagClock, t12, sizeof(t12)));
+      if (--owed[static_cast<size_t>(p - 1)] == 0) from.erase(std::find(from.begin(), from.end(), p));
     }
     *out = best;
+    return Status::ok();
+  }
+  if (sharesClock(rank)) {
+    *out = best;  // rank 0's clock itself
     return Status::ok();
   }
   best.rttNs = INT64_MAX;

@@ -21,7 +21,8 @@ namespace c4 {
 
 /// What each rank tells the others at bootstrap.
 struct RankInfo {
-  uint64_t hostId = 0;  // see localHostId()
+  uint64_t hostId = 0;   // see localHostId()
+  uint64_t clockId = 0;  // see localClockId()
   int32_t pid = 0;
   int32_t localRankHint = -1;  // from the launcher, if known
   char hostname[64] = {0};
@@ -30,6 +31,10 @@ struct RankInfo {
 /// hash(hostname, boot id, network-namespace inode), or C4_HOSTID if set. Ranks in different
 /// network namespaces on one machine get different ids.
 uint64_t localHostId();
+/// hash(boot id, time-namespace inode, skewNs): ranks with equal ids read the same trace clock
+/// (CLOCK_MONOTONIC of one kernel plus the test-only skew, C4_TRACE_TEST_SKEW_NS), so their traces
+/// need no clock alignment.
+uint64_t localClockId(int64_t skewNs);
 
 /// Fills *id and starts a root thread in this process that serves exactly one communicator
 /// (it exits once all ranks have been served, or after the bootstrap timeout). The root binds to
@@ -70,6 +75,10 @@ class Bootstrap : public transport::Oob {
   /// < 0: the bootstrap's timeout.
   Status send(int peer, uint32_t tag, const void* data, size_t bytes);
   Status recv(int peer, uint32_t tag, void* data, size_t bytes, int64_t timeoutMs = -1);
+  /// recv from whichever rank of `from` has a message with `tag` first (lowest rank among those
+  /// already there); *peer says which. Fails if one of them closed with an error before sending.
+  Status recvAny(const std::vector<int>& from, uint32_t tag, int* peer, void* data, size_t bytes,
+                 int64_t timeoutMs = -1);
   /// Makes every blocked or later call fail fast with kRemoteError (thread-safe, never blocks).
   void abort();
 
@@ -79,8 +88,10 @@ class Bootstrap : public transport::Oob {
   std::unique_ptr<Impl> impl_;
 };
 
-/// Clock alignment to rank 0 (for the tracer), NTP-style over the side channel: rank 0 answers
-/// `rounds` pings from every other rank, in rank order; every other rank keeps the sample with the
+/// Clock alignment to rank 0 (for the tracer), NTP-style over the side channel. Ranks whose
+/// RankInfo::clockId equals rank 0's read its very clock: offset 0, no messages. Rank 0 answers
+/// `rounds` pings from every other rank, in the order they arrive (all ranks ping at once, so 64
+/// oversubscribed ranks take `rounds` scheduling delays, not 63 x `rounds`); every other rank keeps the sample with the
 /// smallest round trip: offset = ((t1 - t0) + (t2 - t3)) / 2 = rank 0's clock minus this rank's,
 /// wrong by at most rtt / 2. `clockNs` is the clock compared. Collective; each receive waits at
 /// most `timeoutMs`. On rank 0 the result is {0, 0, now}.

@@ -141,12 +141,21 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   // As for the timeout, C4_SHM_SPIN wins over the Config.
   spinNs = cfg.spinUs >= 0 && !transport::kC4ParamShmSpin.isSet() ? cfg.spinUs * 1000 : -1;
 
+  // Phase times for the INFO line at the end (init time grows with ranks: docs/performance.md).
+  auto msNow = [] {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+  };
+  const double tStart = msNow();
   RankInfo mine;
   mine.hostId = localHostId();
+  mine.clockId = localClockId(trace::configuredSkewNs());
   mine.pid = static_cast<int32_t>(getpid());
   gethostname(mine.hostname, sizeof(mine.hostname) - 1);
   C4_CHECK(Bootstrap::create(id, r, n, mine, timeoutMs, &bootstrap));
   peers = bootstrap->rankInfo();
+  const double tBootstrap = msNow();
 
   std::set<uint64_t> hosts;
   localRanks = 0;
@@ -229,8 +238,10 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
     if (t->waitFd() >= 0) waitFds.push_back(pollfd{t->waitFd(), POLLIN, 0});
   transport::setOversubscribed(oversubscribed);
   // One-shot collectives run through the shm arenas: never when tcp carries everything.
+  const double tTransports = msNow();
   oneShot.init(this, shmT);
   C4_CHECK(zeroCopy.init(this, &oneShot, shmT));
+  const double tZeroCopy = msNow();
   shmTransport = localRanks > 1 ? shmT : nullptr;
   p2pSendSeq.assign(static_cast<size_t>(n), 0);
   p2pRecvSeq.assign(static_cast<size_t>(n), 0);
@@ -251,9 +262,13 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   ti.host = mine.hostname;
   C4_CHECK(tracer.init(ti));
   traceClockSync(0, timeoutMs);
-  C4_INFO(kLogInit, "comm %s rank %d/%d pid %d: %zu host(s), %d rank(s) on this host%s, transports: %s", tag.c_str(), r,
-          n, mine.pid, hosts.size(), localRanks, oversubscribed ? " (more ranks than cores)" : "",
-          names.empty() ? "none" : names.c_str());
+  const double tEnd = msNow();
+  C4_INFO(kLogInit,
+          "comm %s rank %d/%d pid %d: %zu host(s), %d rank(s) on this host%s, transports: %s; init %.1f ms (bootstrap "
+          "%.1f, transports %.1f, zero-copy probe %.1f, tuner and trace clock %.1f)",
+          tag.c_str(), r, n, mine.pid, hosts.size(), localRanks, oversubscribed ? " (more ranks than cores)" : "",
+          names.empty() ? "none" : names.c_str(), tEnd - tStart, tBootstrap - tStart, tTransports - tBootstrap,
+          tZeroCopy - tTransports, tEnd - tZeroCopy);
   return Status::ok();
 }
 
@@ -406,7 +421,8 @@ Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
   p->collective = true;
   // A rank whose buffers are shareable offers the zero-copy path; the message plan below stays the
   // fallback in case a peer does not (ZeroCopy decides at start).
-  p->zeroCopy = !viaArena && zeroCopy.offer(op, sig);
+  p->zeroCopy = false;
+  if (!viaArena) C4_CHECK(zeroCopy.offer(op, sig, &p->zeroCopy));
   oneShot.announce(sig, viaArena ? CallMode::kOneShot : p->zeroCopy ? CallMode::kZeroCopy : CallMode::kMessages);
   if (op.count == 0) {
     p->noop = true;

@@ -24,6 +24,18 @@ const uint8_t kHostIdKey[16] = {'c', '4', 'c', 'o', 'm', 'm', '-', 'h', 'o', 's'
 
 uint64_t hashString(const std::string& s) { return sipHash24(kHostIdKey, s.data(), s.size()); }
 
+std::string bootId() {
+  std::string id;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::getline(f, id);
+  return id;
+}
+
+unsigned long long nsInode(const char* path) {
+  struct stat st;
+  return ::stat(path, &st) == 0 ? static_cast<unsigned long long>(st.st_ino) : 0;
+}
+
 }  // namespace
 
 uint64_t localHostId() {
@@ -37,16 +49,13 @@ uint64_t localHostId() {
   }
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
-  std::string bootId;
-  {
-    std::ifstream f("/proc/sys/kernel/random/boot_id");
-    std::getline(f, bootId);
-  }
-  struct stat st;
-  unsigned long long netns = 0;
-  if (::stat("/proc/self/ns/net", &st) == 0) netns = static_cast<unsigned long long>(st.st_ino);
   // Separators keep ("ab","c") and ("a","bc") apart.
-  return hashString(std::string(host) + '\n' + bootId + '\n' + std::to_string(netns));
+  return hashString(std::string(host) + '\n' + bootId() + '\n' + std::to_string(nsInode("/proc/self/ns/net")));
+}
+
+uint64_t localClockId(int64_t skewNs) {
+  return hashString("clock\n" + bootId() + '\n' + std::to_string(nsInode("/proc/self/ns/time")) + '\n' +
+                    std::to_string(skewNs));
 }
 
 }  // namespace c4

@@ -101,7 +101,7 @@ char* OneShot::zeroCopyRecord(int rank, uint64_t seq) const {
   return arenas_[static_cast<size_t>(rank)] + kZeroCopyOff + (seq % 2) * kLine;
 }
 
-uint64_t* OneShot::zeroCopySeq(int rank) const { return doneOf(rank) + 1; }
+char* OneShot::zeroCopyState(int rank) const { return reinterpret_cast<char*>(doneOf(rank) + 1); }
 
 size_t OneShot::publishedBytes(const OpDesc& op) const {
   size_t es = dataTypeSize(op.dtype);

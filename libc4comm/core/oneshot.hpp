@@ -9,7 +9,7 @@
 //
 // Arena of one rank:
 //   [0, 64)        doneSeq: the last sequence number this rank finished (every collective);
-//                  zeroCopySeq: the last call whose direct-path share this rank wrote (ZeroCopy)
+//                  then 56 bytes of ZeroCopy state (zeroCopySeq, its probe; see zerocopy.cc)
 //   announce[2]    {seq, mode, sig}: written by every collective at its start, slot seq % 2, so a
 //                  one-shot rank detects a peer that is running a different call at once
 //   zerocopy[2]      {seq, send, recv}: where this rank's buffers lie in shareable memory, for a
@@ -72,9 +72,10 @@ class OneShot {
   Status peerMode(int peer, const OpSig& sig, CallMode* mode) const;
   /// Every rank's arena is mapped (all ranks on this host); the calls are announced.
   bool arenasReady() const { return arenas_ready_; }
-  /// The direct-path record of `rank` for call seq (slot seq % 2; 64 bytes) and its zeroCopySeq.
+  /// The zero-copy record of `rank` for call seq (slot seq % 2; 64 bytes), and the 56 bytes of
+  /// zero-copy state after its doneSeq.
   char* zeroCopyRecord(int rank, uint64_t seq) const;
-  uint64_t* zeroCopySeq(int rank) const;
+  char* zeroCopyState(int rank) const;
   /// Starts a one-shot collective: `input` is what this rank publishes (already scaled for
   /// PreMulSum/Avg), `output` its recvbuff. `traceEvent` (null: not traced) is the call's op
   /// event without its time: it is stamped and recorded when this rank publishes its input,

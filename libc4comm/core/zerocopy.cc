@@ -9,6 +9,7 @@
 #include "common/params.hpp"
 #include "common/status.hpp"
 #include "core/comm.hpp"
+#include "transports/shm/shm_transport.hpp"
 
 namespace c4 {
 
@@ -23,11 +24,22 @@ struct ZeroCopy::Record {
 };
 static_assert(sizeof(ZeroCopy::Record) <= 64, "one arena line");
 
+// After the owner's doneSeq in the first arena line.
+struct ZeroCopy::State {
+  uint64_t seq;         // the last call whose share this rank wrote (release)
+  uint64_t probeState;  // 0: not yet; kProbePublished: `probe` is valid; kProbeNone: no probe
+  uint64_t capable;     // 0: not yet; kCapable: this rank mapped the next rank's probe; kIncapable
+  MemRef probe;
+};
+static_assert(sizeof(ZeroCopy::State) <= 56, "fits after doneSeq");
+
 namespace {
 uint64_t loadAcq(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 void storeRel(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 
 constexpr uint64_t kProbeMagic = 0xc4d1ec7000000000ULL;
+constexpr uint64_t kProbePublished = 1, kProbeNone = 2;
+constexpr uint64_t kCapable = 1, kIncapable = 2;
 // Reductions go block by block so that a block is still in L1 when it is copied to the peers.
 constexpr size_t kBlockBytes = 16384;
 
@@ -64,6 +76,12 @@ void sliceOf(int r, int n, size_t count, size_t es, size_t* b, size_t* e) {
 }
 }  // namespace
 
+ZeroCopy::State* ZeroCopy::stateOf(int rank) const { return reinterpret_cast<State*>(os_->zeroCopyState(rank)); }
+
+ZeroCopy::~ZeroCopy() {
+  if (probePage_) (void)memFreeShared(probePage_);
+}
+
 Status ZeroCopy::init(Comm* comm, OneShot* os, transport::Transport* t) {
   comm_ = comm;
   os_ = os;
@@ -72,88 +90,101 @@ Status ZeroCopy::init(Comm* comm, OneShot* os, transport::Transport* t) {
   nranks_ = comm->nranks;
   enabled_ = false;
   if (!os->arenasReady()) return Status::ok();
+  enabled_ = true;
   pids_.resize(static_cast<size_t>(nranks_));
   for (int r = 0; r < nranks_; ++r) pids_[static_cast<size_t>(r)] = comm->peers[static_cast<size_t>(r)].pid;
   in_.assign(static_cast<size_t>(nranks_), nullptr);
   out_.assign(static_cast<size_t>(nranks_), nullptr);
   seen_.assign(static_cast<size_t>(nranks_), 0);
 
-  // Probe: can this rank map the next rank's memory? (Opening /proc/<pid>/fd/<fd> needs the
-  // same user and a dumpable process; ranks are alike, so one neighbour stands for all.)
-  struct Probe {
-    MemRef ref;
-    int32_t want;
-    int32_t ok;
-  };
-  void* page = nullptr;
-  Probe mine{};
-  mine.want = paramZeroCopy() != 0;
-  if (mine.want && memAllocShared(&page, 64).isOk()) {
-    *static_cast<uint64_t*>(page) = kProbeMagic ^ static_cast<uint64_t>(rank_);
-    memLookup(page, 8, &mine.ref);
+  // Probe: can this rank map the next rank's memory? (Opening /proc/<pid>/fd/<fd> needs the same
+  // user and a dumpable process; ranks are alike, so one neighbour stands for all.) The page
+  // stays until the communicator goes: the previous rank maps it whenever it gets here.
+  State* mine = stateOf(rank_);
+  if (paramZeroCopy() != 0 && memAllocShared(&probePage_, 64).isOk()) {
+    *static_cast<uint64_t*>(probePage_) = kProbeMagic ^ static_cast<uint64_t>(rank_);
+    (void)memLookup(probePage_, 8, &mine->probe);
+    storeRel(&mine->probeState, kProbePublished);
+  } else {
+    storeRel(&mine->probeState, kProbeNone);
   }
-  std::vector<Probe> all(static_cast<size_t>(nranks_));
-  all[static_cast<size_t>(rank_)] = mine;
-  Status st = comm->bootstrap->allGather(all.data(), sizeof(Probe));
-  if (st.isOk()) {
-    const int next = (rank_ + 1) % nranks_;
-    const Probe& p = all[static_cast<size_t>(next)];
-    bool ok = mine.ref.id != 0 && p.ref.id != 0;
-    std::string why = ok ? "" : "C4_ZEROCOPY=0 or no memfd";
-    if (ok) {
-      PeerMappings probe(1);
-      char* q = nullptr;
-      Status rs = probe.resolve(pids_[static_cast<size_t>(next)], p.ref, 8, &q);
-      ok = rs.isOk() && *reinterpret_cast<uint64_t*>(q) == (kProbeMagic ^ static_cast<uint64_t>(next));
-      if (!rs.isOk()) why = rs.message();
-    }
-    if (!ok && mine.want)
-      C4_INFO(kLogInit, "rank %d: zero-copy path off: cannot map rank %d's memory (%s)", rank_, next, why.c_str());
-    for (Probe& a : all) a.ok = 0;
-    all[static_cast<size_t>(rank_)].ok = ok;
-    st = comm->bootstrap->allGather(all.data(), sizeof(Probe));
-    if (st.isOk()) {
-      enabled_ = true;
-      for (const Probe& a : all) enabled_ = enabled_ && a.ok;
-    }
+  const int next = (rank_ + 1) % nranks_;
+  State* theirs = stateOf(next);
+  watch_.reset();
+  OpSig none;
+  uint64_t ps;
+  while ((ps = loadAcq(&theirs->probeState)) == 0) {
+    C4_CHECK(watch_.check(comm_, t_, next, none));
+    transport::waitHint(1);
   }
-  if (page) (void)memFreeShared(page);
-  C4_CHECK(st);
-  if (enabled_)
-    C4_INFO(kLogInit, "rank %d: zero-copy path on for buffers from ncclMemAlloc / c4::memAlloc (%d ranks, one host)",
-            rank_, nranks_);
+  bool ok = ps == kProbePublished && probePage_ != nullptr;
+  std::string why = ok ? "" : "C4_ZEROCOPY=0 or no memfd";
+  if (ok) {
+    PeerMappings probe(1);
+    char* q = nullptr;
+    Status rs = probe.resolve(pids_[static_cast<size_t>(next)], theirs->probe, 8, &q);
+    ok = rs.isOk() && *reinterpret_cast<uint64_t*>(q) == (kProbeMagic ^ static_cast<uint64_t>(next));
+    if (!rs.isOk()) why = rs.message();
+  }
+  if (!ok && probePage_)
+    C4_INFO(kLogInit, "rank %d: zero-copy path off: cannot map rank %d's memory (%s)", rank_, next, why.c_str());
+  storeRel(&mine->capable, ok ? kCapable : kIncapable);
   return Status::ok();
 }
 
-bool ZeroCopy::offer(const OpDesc& op, const OpSig& sig) {
-  if (!enabled_ || op.count == 0) return false;
+Status ZeroCopy::awaitProbes() {
+  watch_.reset();
+  OpSig none;
+  for (int r = 0; r < nranks_; ++r) {
+    uint64_t c;
+    while ((c = loadAcq(&stateOf(r)->capable)) == 0) {
+      C4_CHECK(watch_.check(comm_, t_, r, none));
+      transport::waitHint(1);
+    }
+    if (c != kCapable) {
+      allCapable_ = 0;
+      return Status::ok();
+    }
+  }
+  allCapable_ = 1;
+  C4_INFO(kLogInit, "rank %d: zero-copy path on for buffers from ncclMemAlloc / c4::memAlloc (%d ranks, one host)",
+          rank_, nranks_);
+  return Status::ok();
+}
+
+Status ZeroCopy::offer(const OpDesc& op, const OpSig& sig, bool* offered) {
+  *offered = false;
+  if (!enabled_ || op.count == 0) return Status::ok();
   switch (op.coll) {
     case Coll::kAllReduce:
     case Coll::kReduceScatter:
     case Coll::kReduce: {
       // PreMulSum and floating-point Avg scale each rank's input first: not here.
       const int opv = static_cast<int>(op.op);
-      if (opv > static_cast<int>(RedOp::kAvg)) return false;
-      if (opv == static_cast<int>(RedOp::kAvg) && isFloatType(op.dtype)) return false;
+      if (opv > static_cast<int>(RedOp::kAvg)) return Status::ok();
+      if (opv == static_cast<int>(RedOp::kAvg) && isFloatType(op.dtype)) return Status::ok();
       break;
     }
     case Coll::kAllGather:
     case Coll::kBroadcast:
       break;
     default:
-      return false;
+      return Status::ok();
   }
   const Bytes need = bytesOf(op, rank_, nranks_);
   Record rec{};
-  if (need.send && !memLookup(op.sendbuff, need.send, &rec.send)) return false;
-  if (need.recv && !memLookup(op.recvbuff, need.recv, &rec.recv)) return false;
+  if (need.send && !memLookup(op.sendbuff, need.send, &rec.send)) return Status::ok();
+  if (need.recv && !memLookup(op.recvbuff, need.recv, &rec.recv)) return Status::ok();
+  if (allCapable_ < 0) C4_CHECK(awaitProbes());
+  if (allCapable_ == 0) return Status::ok();
   auto* r = reinterpret_cast<Record*>(os_->zeroCopyRecord(rank_, sig.seq + 1));
   storeRel(&r->seq, 0);
   __atomic_thread_fence(__ATOMIC_RELEASE);
   r->send = rec.send;
   r->recv = rec.recv;
   storeRel(&r->seq, sig.seq + 1);
-  return true;
+  *offered = true;
+  return Status::ok();
 }
 
 void ZeroCopy::start(const OpDesc& op, const OpSig& sig, kernels::KOp kop) {
@@ -230,7 +261,7 @@ Status ZeroCopy::poll(bool* done, bool* fallback) {
     }
     C4_CHECK(resolvePeers());
     compute();
-    storeRel(os_->zeroCopySeq(rank_), sig_.seq + 1);
+    storeRel(&stateOf(rank_)->seq, sig_.seq + 1);
     phase_ = Phase::kWaitPeers;
     progressed_ = true;
     watch_.reset();
@@ -238,7 +269,7 @@ Status ZeroCopy::poll(bool* done, bool* fallback) {
   if (phase_ == Phase::kWaitPeers) {
     // Every rank has written its share into our output and read what it needed of our input.
     for (int r = 0; r < nranks_; ++r) {
-      if (r == rank_ || loadAcq(os_->zeroCopySeq(r)) > sig_.seq) continue;
+      if (r == rank_ || loadAcq(&stateOf(r)->seq) > sig_.seq) continue;
       return watch_.check(comm_, t_, r, sig_);
     }
     phase_ = Phase::kDone;

@@ -30,14 +30,17 @@ struct OpDesc;
 
 class ZeroCopy {
  public:
-  /// Collective over the communicator when every rank is on this host (two bootstrap
-  /// allGathers): checks that each rank can map the next rank's memory. Otherwise a no-op.
+  /// When every rank is on this host: publishes a probe page in this rank's arena, waits for the
+  /// next rank's, maps it and publishes whether that worked (no collective: each rank waits only
+  /// for its neighbour, which publishes before it waits). Otherwise a no-op.
   Status init(Comm* comm, OneShot* oneShot, transport::Transport* t);
+  ~ZeroCopy();
   bool enabled() const { return enabled_; }
 
-  /// At prepare: true if this rank offers call `sig` (its buffers for `op` are shareable and the
-  /// op runs here); then its direct record is written and the caller announces kDirect.
-  bool offer(const OpDesc& op, const OpSig& sig);
+  /// At prepare: *offered if this rank offers call `sig` (its buffers for `op` are shareable, the
+  /// op runs here, and every rank can map its neighbour's memory: the first such call waits for
+  /// all ranks' probe results); then its record is written and the caller announces kZeroCopy.
+  Status offer(const OpDesc& op, const OpSig& sig, bool* offered);
   /// Starts an offered call. `kop`: the reduction (Avg only on integers, divided afterwards).
   void start(const OpDesc& op, const OpSig& sig, kernels::KOp kop);
   /// Advances. *fallback: a peer did not offer, run the call on the message path instead.
@@ -46,8 +49,13 @@ class ZeroCopy {
 
   /// Where a rank's buffers of one call lie (arena record, file comment).
   struct Record;
+  /// This rank's zero-copy state in its arena (zeroCopySeq and the probe).
+  struct State;
 
  private:
+  State* stateOf(int rank) const;
+  /// Waits until every rank published its probe result; sets allCapable_.
+  Status awaitProbes();
   Status decide(bool* decided, bool* fallback);
   Status resolvePeers();
   void compute();
@@ -56,6 +64,8 @@ class ZeroCopy {
   OneShot* os_ = nullptr;
   transport::Transport* t_ = nullptr;
   bool enabled_ = false;
+  int allCapable_ = -1;  // -1 not known yet, 0 some rank cannot map its neighbour, 1 all can
+  void* probePage_ = nullptr;
   int rank_ = 0, nranks_ = 1;
   std::vector<int32_t> pids_;
   PeerMappings maps_;

@@ -204,6 +204,8 @@ void initClock() { std::call_once(gClockOnce, calibrate); }
 
 int64_t clockNs() { return monoNs() + gSkewNs.load(std::memory_order_relaxed); }
 
+int64_t configuredSkewNs() { return paramTraceTestSkewNs(); }
+
 double ticksPerNs() { return rateNow(true); }
 
 int64_t toNs(uint64_t t) {

@@ -54,6 +54,8 @@ inline uint64_t ticks() {
 /// CLOCK_MONOTONIC in ns plus the test-only skew (C4_TRACE_TEST_SKEW_NS): the clock that trace
 /// timestamps convert to and that clock alignment measures. Async-signal-safe.
 int64_t clockNs();
+/// C4_TRACE_TEST_SKEW_NS: what clockNs() adds to CLOCK_MONOTONIC (tests emulate other machines).
+int64_t configuredSkewNs();
 /// Ticks per ns from the process-start calibration (1.0 without the TSC).
 double ticksPerNs();
 /// Converts with the process anchor and calibration (for readEvents; files carry their own).

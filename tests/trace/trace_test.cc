@@ -539,6 +539,15 @@ TEST(Trace, ClockSkewIsRecoveredAndMergedTimelinesLineUp) {
       if (r == 0) {
         EXPECT_EQ(s.rttNs, 0);
       }
+      // Rank 2 reads rank 0's very clock (same kernel, no skew): no ping-pong, offset exactly 0.
+      // Rank 1's skewed clock is measured.
+      if (r == 2) {
+        EXPECT_EQ(s.rttNs, 0);
+        EXPECT_EQ(s.offsetNs, 0);
+      }
+      if (r == 1) {
+        EXPECT_GT(s.rttNs, 0);
+      }
     }
   }
   // Merged by c4-trace: without alignment the activity would span more than 5 s.
