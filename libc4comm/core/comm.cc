@@ -237,8 +237,9 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   for (auto& t : transports)
     if (t->waitFd() >= 0) waitFds.push_back(pollfd{t->waitFd(), POLLIN, 0});
   transport::setOversubscribed(oversubscribed);
-  // One-shot collectives run through the shm arenas: never when tcp carries everything.
   const double tTransports = msNow();
+  // One-shot and zero-copy collectives run through the shm arenas: never when tcp carries
+  // everything.
   oneShot.init(this, shmT);
   C4_CHECK(zeroCopy.init(this, &oneShot, shmT));
   const double tZeroCopy = msNow();

@@ -191,7 +191,7 @@ Status OneShot::peerMode(int peer, const OpSig& sig, CallMode* mode) const {
   return Status::ok();
 }
 
-Status IdleWatch::check(Comm* comm, transport::Transport* t, int waitingFor, const OpSig& sig) {
+Status IdleWatch::check(Comm* comm, transport::Transport* t, int waitingFor, const OpSig& sig, const char* what) {
   // The clock is read every 64 idle polls only: a cheap wait is the point of these paths.
   if ((++polls_ & 63) != 1) return Status::ok();
   int64_t now = nowNs();
@@ -205,7 +205,8 @@ Status IdleWatch::check(Comm* comm, transport::Transport* t, int waitingFor, con
   }
   if (now - sinceNs_ > comm->timeoutMs * 1000000LL)
     return makeError(Code::kRemoteError, "rank %d: %s made no progress for %lld ms (C4_TIMEOUT); waiting on rank %d",
-                     comm->rank, describeSig(sig).c_str(), static_cast<long long>(comm->timeoutMs), waitingFor);
+                     comm->rank, what ? what : describeSig(sig).c_str(), static_cast<long long>(comm->timeoutMs),
+                     waitingFor);
   return Status::ok();
 }
 

@@ -49,8 +49,9 @@ class IdleWatch {
  public:
   void reset() { sinceNs_ = lastHealthNs_ = 0, polls_ = 0; }
   /// Call on every idle poll; reads the clock every 64 calls only. An error once nothing moved
-  /// for the communicator's timeout, or once `waitingFor` is found dead.
-  Status check(Comm* comm, transport::Transport* t, int waitingFor, const OpSig& sig);
+  /// for the communicator's timeout, or once `waitingFor` is found dead. The error names the call
+  /// (`sig`), or `what` if given.
+  Status check(Comm* comm, transport::Transport* t, int waitingFor, const OpSig& sig, const char* what = nullptr);
 
  private:
   int64_t sinceNs_ = 0, lastHealthNs_ = 0;

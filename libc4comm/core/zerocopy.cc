@@ -111,11 +111,10 @@ Status ZeroCopy::init(Comm* comm, OneShot* os, transport::Transport* t) {
   const int next = (rank_ + 1) % nranks_;
   State* theirs = stateOf(next);
   watch_.reset();
-  OpSig none;
   uint64_t ps;
-  while ((ps = loadAcq(&theirs->probeState)) == 0) {
-    C4_CHECK(watch_.check(comm_, t_, next, none));
-    transport::waitHint(1);
+  for (int idle = 1; (ps = loadAcq(&theirs->probeState)) == 0; ++idle) {
+    C4_CHECK(watch_.check(comm_, t_, next, OpSig(), "the zero-copy probe at init"));
+    transport::waitHint(idle);
   }
   bool ok = ps == kProbePublished && probePage_ != nullptr;
   std::string why = ok ? "" : "C4_ZEROCOPY=0 or no memfd";
@@ -134,12 +133,11 @@ Status ZeroCopy::init(Comm* comm, OneShot* os, transport::Transport* t) {
 
 Status ZeroCopy::awaitProbes() {
   watch_.reset();
-  OpSig none;
   for (int r = 0; r < nranks_; ++r) {
     uint64_t c;
-    while ((c = loadAcq(&stateOf(r)->capable)) == 0) {
-      C4_CHECK(watch_.check(comm_, t_, r, none));
-      transport::waitHint(1);
+    for (int idle = 1; (c = loadAcq(&stateOf(r)->capable)) == 0; ++idle) {
+      C4_CHECK(watch_.check(comm_, t_, r, OpSig(), "the zero-copy probe results"));
+      transport::waitHint(idle);
     }
     if (c != kCapable) {
       allCapable_ = 0;
