@@ -61,6 +61,12 @@ Bytes bytesOf(const OpDesc& op, int rank, int n) {
       return {rank == op.root ? b : 0, b};
     case Coll::kReduce:
       return {b, rank == op.root ? b : 0};
+    case Coll::kAlltoAll:
+      return {all, all};
+    case Coll::kGather:
+      return {b, rank == op.root ? all : 0};
+    case Coll::kScatter:
+      return {rank == op.root ? all : 0, b};
     default:
       return {};
   }
@@ -165,6 +171,12 @@ Status ZeroCopy::offer(const OpDesc& op, const OpSig& sig, bool* offered) {
     }
     case Coll::kAllGather:
     case Coll::kBroadcast:
+    case Coll::kGather:
+    case Coll::kScatter:
+      break;
+    case Coll::kAlltoAll:
+      // In place, a rank would overwrite blocks the others still have to read.
+      if (op.sendbuff == op.recvbuff) return Status::ok();
       break;
     default:
       return Status::ok();
@@ -346,6 +358,22 @@ void ZeroCopy::compute() {
         return;
       }
       if (out_[me] != in_[root]) kernels::copy(out_[me], in_[root], bytes);
+      return;
+    }
+    case Coll::kAlltoAll:
+      // Pull block `me` of every rank's input (out of place only, see offer()).
+      for (size_t k = 0; k < n; ++k) kernels::copy(out_[me] + k * bytes, in_[k] + me * bytes, bytes);
+      return;
+    case Coll::kGather: {
+      // Push our block into the root's output (in place at the root it is there already).
+      char* dst = out_[static_cast<size_t>(root_)] + me * bytes;
+      if (dst != in_[me]) kernels::copy(dst, in_[me], bytes);
+      return;
+    }
+    case Coll::kScatter: {
+      // Pull our block from the root's input.
+      const char* src = in_[static_cast<size_t>(root_)] + me * bytes;
+      if (out_[me] != src) kernels::copy(out_[me], src, bytes);
       return;
     }
     default:

@@ -42,9 +42,9 @@ struct Guarded {
   }
 };
 
-/// What the zero-copy path takes (core/zerocopy.cc, ZeroCopy::offer): these collectives, and
-/// reductions other than PreMulSum and floating-point Avg.
-bool zeroCopyCall(Coll c, DataType dt, RedOp op, size_t count) {
+/// What the zero-copy path takes (core/zerocopy.cc, ZeroCopy::offer): every collective but
+/// Send/Recv and in-place AlltoAll, and reductions other than PreMulSum and floating-point Avg.
+bool zeroCopyCall(Coll c, DataType dt, RedOp op, size_t count, bool inPlace) {
   if (count == 0) return false;
   switch (c) {
     case Coll::kAllReduce:
@@ -53,7 +53,11 @@ bool zeroCopyCall(Coll c, DataType dt, RedOp op, size_t count) {
       return static_cast<int>(op) < static_cast<int>(RedOp::kAvg) || (op == RedOp::kAvg && !c4::isFloatType(dt));
     case Coll::kAllGather:
     case Coll::kBroadcast:
+    case Coll::kGather:
+    case Coll::kScatter:
       return true;
+    case Coll::kAlltoAll:
+      return !inPlace;
     default:
       return false;
   }
@@ -227,7 +231,7 @@ bool MatrixRunner::runCase(Coll coll, DataType dt, RedOp op, size_t count, bool 
     fail(name + ": call failed: " + st.toString());
     return false;
   }
-  if (opt_.shareable == 1 && n_ > 1 && zeroCopyCall(coll, dt, op, count)) ++zeroCopyExpected_;
+  if (opt_.shareable == 1 && n_ > 1 && zeroCopyCall(coll, dt, op, count, inPlace)) ++zeroCopyExpected_;
   int before = failCount_;
   if (!in.guardsIntact() || !out.guardsIntact()) fail(name + ": wrote outside its buffers");
   if (!inPlace && in.bytes && memcmp(in.data(), inCopy.data(), in.bytes) != 0)
