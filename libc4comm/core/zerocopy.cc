@@ -86,6 +86,7 @@ ZeroCopy::State* ZeroCopy::stateOf(int rank) const { return reinterpret_cast<Sta
 
 ZeroCopy::~ZeroCopy() {
   if (probePage_) (void)memFreeShared(probePage_);
+  if (staging_) (void)memFreeShared(staging_);
 }
 
 Status ZeroCopy::init(Comm* comm, OneShot* os, transport::Transport* t) {
@@ -175,8 +176,6 @@ Status ZeroCopy::offer(const OpDesc& op, const OpSig& sig, bool* offered) {
     case Coll::kScatter:
       break;
     case Coll::kAlltoAll:
-      // In place, a rank would overwrite blocks the others still have to read.
-      if (op.sendbuff == op.recvbuff) return Status::ok();
       break;
     default:
       return Status::ok();
@@ -187,6 +186,21 @@ Status ZeroCopy::offer(const OpDesc& op, const OpSig& sig, bool* offered) {
   if (need.recv && !memLookup(op.recvbuff, need.recv, &rec.recv)) return Status::ok();
   if (allCapable_ < 0) C4_CHECK(awaitProbes());
   if (allCapable_ == 0) return Status::ok();
+  sendFrom_ = static_cast<const char*>(op.sendbuff);
+  if (op.coll == Coll::kAlltoAll && op.sendbuff == op.recvbuff) {
+    // In place, this rank's pulls overwrite blocks the others still have to read: they read a
+    // snapshot in shareable staging instead (as the message path works from a copy).
+    if (stagingBytes_ < need.send) {
+      if (staging_) (void)memFreeShared(staging_);
+      staging_ = nullptr;
+      stagingBytes_ = 0;
+      if (!memAllocShared(&staging_, need.send).isOk()) return Status::ok();
+      stagingBytes_ = need.send;
+    }
+    kernels::copy(staging_, op.sendbuff, need.send);
+    (void)memLookup(staging_, need.send, &rec.send);
+    sendFrom_ = static_cast<const char*>(staging_);
+  }
   auto* r = reinterpret_cast<Record*>(os_->zeroCopyRecord(rank_, sig.seq + 1));
   storeRel(&r->seq, 0);
   __atomic_thread_fence(__ATOMIC_RELEASE);
@@ -207,7 +221,7 @@ void ZeroCopy::start(const OpDesc& op, const OpSig& sig, kernels::KOp kop) {
   std::fill(seen_.begin(), seen_.end(), 0);
   seen_[static_cast<size_t>(rank_)] = 1;
   const Bytes need = bytesOf(op, rank_, nranks_);
-  in_[static_cast<size_t>(rank_)] = need.send ? static_cast<const char*>(op.sendbuff) : nullptr;
+  in_[static_cast<size_t>(rank_)] = need.send ? sendFrom_ : nullptr;
   out_[static_cast<size_t>(rank_)] = need.recv ? static_cast<char*>(op.recvbuff) : nullptr;
   phase_ = Phase::kDecide;
   watch_.reset();
@@ -361,7 +375,7 @@ void ZeroCopy::compute() {
       return;
     }
     case Coll::kAlltoAll:
-      // Pull block `me` of every rank's input (out of place only, see offer()).
+      // Pull block `me` of every rank's input (in place: of its staged copy, see offer()).
       for (size_t k = 0; k < n; ++k) kernels::copy(out_[me] + k * bytes, in_[k] + me * bytes, bytes);
       return;
     case Coll::kGather: {

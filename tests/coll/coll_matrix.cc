@@ -43,8 +43,8 @@ struct Guarded {
 };
 
 /// What the zero-copy path takes (core/zerocopy.cc, ZeroCopy::offer): every collective but
-/// Send/Recv and in-place AlltoAll, and reductions other than PreMulSum and floating-point Avg.
-bool zeroCopyCall(Coll c, DataType dt, RedOp op, size_t count, bool inPlace) {
+/// Send/Recv, and reductions other than PreMulSum and floating-point Avg.
+bool zeroCopyCall(Coll c, DataType dt, RedOp op, size_t count) {
   if (count == 0) return false;
   switch (c) {
     case Coll::kAllReduce:
@@ -55,9 +55,8 @@ bool zeroCopyCall(Coll c, DataType dt, RedOp op, size_t count, bool inPlace) {
     case Coll::kBroadcast:
     case Coll::kGather:
     case Coll::kScatter:
-      return true;
     case Coll::kAlltoAll:
-      return !inPlace;
+      return true;
     default:
       return false;
   }
@@ -231,7 +230,7 @@ bool MatrixRunner::runCase(Coll coll, DataType dt, RedOp op, size_t count, bool 
     fail(name + ": call failed: " + st.toString());
     return false;
   }
-  if (opt_.shareable == 1 && n_ > 1 && zeroCopyCall(coll, dt, op, count, inPlace)) ++zeroCopyExpected_;
+  if (opt_.shareable == 1 && n_ > 1 && zeroCopyCall(coll, dt, op, count)) ++zeroCopyExpected_;
   int before = failCount_;
   if (!in.guardsIntact() || !out.guardsIntact()) fail(name + ": wrote outside its buffers");
   if (!inPlace && in.bytes && memcmp(in.data(), inCopy.data(), in.bytes) != 0)
