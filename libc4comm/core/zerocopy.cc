@@ -86,7 +86,6 @@ ZeroCopy::State* ZeroCopy::stateOf(int rank) const { return reinterpret_cast<Sta
 
 ZeroCopy::~ZeroCopy() {
   if (probePage_) (void)memFreeShared(probePage_);
-  if (staging_) (void)memFreeShared(staging_);
 }
 
 Status ZeroCopy::init(Comm* comm, OneShot* os, transport::Transport* t) {
@@ -186,21 +185,6 @@ Status ZeroCopy::offer(const OpDesc& op, const OpSig& sig, bool* offered) {
   if (need.recv && !memLookup(op.recvbuff, need.recv, &rec.recv)) return Status::ok();
   if (allCapable_ < 0) C4_CHECK(awaitProbes());
   if (allCapable_ == 0) return Status::ok();
-  sendFrom_ = static_cast<const char*>(op.sendbuff);
-  if (op.coll == Coll::kAlltoAll && op.sendbuff == op.recvbuff) {
-    // In place, this rank's pulls overwrite blocks the others still have to read: they read a
-    // snapshot in shareable staging instead (as the message path works from a copy).
-    if (stagingBytes_ < need.send) {
-      if (staging_) (void)memFreeShared(staging_);
-      staging_ = nullptr;
-      stagingBytes_ = 0;
-      if (!memAllocShared(&staging_, need.send).isOk()) return Status::ok();
-      stagingBytes_ = need.send;
-    }
-    kernels::copy(staging_, op.sendbuff, need.send);
-    (void)memLookup(staging_, need.send, &rec.send);
-    sendFrom_ = static_cast<const char*>(staging_);
-  }
   auto* r = reinterpret_cast<Record*>(os_->zeroCopyRecord(rank_, sig.seq + 1));
   storeRel(&r->seq, 0);
   __atomic_thread_fence(__ATOMIC_RELEASE);
@@ -221,7 +205,7 @@ void ZeroCopy::start(const OpDesc& op, const OpSig& sig, kernels::KOp kop) {
   std::fill(seen_.begin(), seen_.end(), 0);
   seen_[static_cast<size_t>(rank_)] = 1;
   const Bytes need = bytesOf(op, rank_, nranks_);
-  in_[static_cast<size_t>(rank_)] = need.send ? sendFrom_ : nullptr;
+  in_[static_cast<size_t>(rank_)] = need.send ? static_cast<const char*>(op.sendbuff) : nullptr;
   out_[static_cast<size_t>(rank_)] = need.recv ? static_cast<char*>(op.recvbuff) : nullptr;
   phase_ = Phase::kDecide;
   watch_.reset();
@@ -374,10 +358,37 @@ void ZeroCopy::compute() {
       if (out_[me] != in_[root]) kernels::copy(out_[me], in_[root], bytes);
       return;
     }
-    case Coll::kAlltoAll:
-      // Pull block `me` of every rank's input (in place: of its staged copy, see offer()).
-      for (size_t k = 0; k < n; ++k) kernels::copy(out_[me] + k * bytes, in_[k] + me * bytes, bytes);
+    case Coll::kAlltoAll: {
+      // Pairwise exchange: for ranks i < j, block j of i's input goes to block i of j's output and
+      // back. Nobody else touches those two blocks, so one rank can swap them through an L1
+      // block, in place or not (each side may alias its input and output). The pair belongs to
+      // the rank it is nearer to around the ring; a pair half-way round is split in halves.
+      alignas(64) static thread_local char tmp[kBlockBytes];
+      auto exchange = [&](size_t i, size_t j, size_t from, size_t to) {
+        for (size_t off = from; off < to; off += kBlockBytes) {
+          const size_t len = std::min(kBlockBytes, to - off);
+          memcpy(tmp, in_[i] + j * bytes + off, len);                        // i's block for j
+          memcpy(out_[i] + j * bytes + off, in_[j] + i * bytes + off, len);  // j's block for i
+          memcpy(out_[j] + i * bytes + off, tmp, len);
+        }
+      };
+      if (out_[me] + me * bytes != in_[me] + me * bytes)
+        kernels::copy(out_[me] + me * bytes, in_[me] + me * bytes, bytes);
+      const size_t half = bytes / 2 / 64 * 64;
+      for (size_t d = 1; d < n; ++d) {
+        const size_t k = (me + d) % n;  // the pair (me, k), d steps ahead of me
+        const size_t i = std::min(me, k), j = std::max(me, k);
+        if (2 * d < n) {
+          exchange(i, j, 0, bytes);  // nearer to me going forward: mine
+        } else if (2 * d == n) {
+          if (me == i)
+            exchange(i, j, 0, half);  // half-way: lower rank the first half
+          else
+            exchange(i, j, half, bytes);
+        }
+      }
       return;
+    }
     case Coll::kGather: {
       // Push our block into the root's output (in place at the root it is there already).
       char* dst = out_[static_cast<size_t>(root_)] + me * bytes;

@@ -66,9 +66,6 @@ class ZeroCopy {
   bool enabled_ = false;
   int allCapable_ = -1;  // -1 not known yet, 0 some rank cannot map its neighbour, 1 all can
   void* probePage_ = nullptr;
-  void* staging_ = nullptr;  // in-place AlltoAll: a shareable snapshot of the input
-  size_t stagingBytes_ = 0;
-  const char* sendFrom_ = nullptr;  // what the peers read of this rank's offered call
   int rank_ = 0, nranks_ = 1;
   std::vector<int32_t> pids_;
   PeerMappings maps_;
