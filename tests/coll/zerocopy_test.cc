@@ -129,6 +129,37 @@ TEST(ZeroCopy, OneThreadDrivesAllRanksInAGroup) {
   }
 }
 
+// C4_ZEROCOPY=0 on one rank turns the path off on every rank (its probe says so), and calls on
+// shareable buffers still give the right result through messages.
+TEST(ZeroCopy, OffOnOneRankIsOffEverywhere) {
+  auto outs = runForked(3, [](int rank, int n, const c4::UniqueId& id) -> Failures {
+    setenv("C4_TRACE", "op", 1);
+    if (rank == 1) setenv("C4_ZEROCOPY", "0", 1);
+    c4::Comm* comm = nullptr;
+    c4::Status st = c4::commInitRank(&comm, n, id, rank);
+    if (!st.isOk()) return {"init: " + st.toString()};
+    const size_t count = 50000;
+    void* p = nullptr;
+    if (!c4::memAlloc(&p, count * sizeof(int64_t)).isOk()) return {"memAlloc failed"};
+    auto* v = static_cast<int64_t*>(p);
+    for (size_t i = 0; i < count; ++i) v[i] = static_cast<int64_t>(i) + rank;
+    Failures f;
+    for (int k = 0; k < 3 && f.empty(); ++k) {
+      st = c4::allReduce(v, v, count, c4::DataType::kInt64, c4::RedOp::kMax, comm);
+      if (!st.isOk()) f.push_back(st.toString());
+      for (size_t i = 0; i < count && f.empty(); i += 101)
+        if (v[i] != static_cast<int64_t>(i) + n - 1) f.push_back("element " + std::to_string(i) + " wrong");
+    }
+    if (f.empty() && zeroCopyOps(comm) != 0)
+      f.push_back(std::to_string(zeroCopyOps(comm)) + " calls ran zero-copy with the path off on rank 1");
+    (void)c4::commDestroy(comm);
+    (void)c4::memFree(p);
+    return f;
+  });
+  std::string s = summarize(outs);
+  EXPECT_TRUE(s.empty()) << s;
+}
+
 /// Both ranks offer the zero-copy path; their calls differ. Each must fail fast with the
 /// difference named.
 TEST(ZeroCopy, MismatchIsNamed) {
