@@ -173,11 +173,10 @@ Status ZeroCopy::offer(const OpDesc& op, const OpSig& sig, bool* offered) {
     case Coll::kBroadcast:
     case Coll::kGather:
     case Coll::kScatter:
-      break;
     case Coll::kAlltoAll:
       break;
     default:
-      return Status::ok();
+      return Status::ok();  // Send/Recv
   }
   const Bytes need = bytesOf(op, rank_, nranks_);
   Record rec{};
