@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -53,7 +54,27 @@ Status memAllocShared(void** ptr, size_t size) {
   if (size > SIZE_MAX - page) return makeError(Code::kInvalidArgument, "memAlloc: size %zu is too large", size);
   const size_t bytes = (size + page - 1) / page * page;
   int fd = memfd_create("c4comm-mem", MFD_CLOEXEC);
-  if (fd < 0) return makeError(Code::kSystemError, "memAlloc: memfd_create failed: %s", strerror(errno));
+  if (fd < 0 && errno == EMFILE) {
+    // Every allocation holds its memfd: raise the soft limit on open files to the hard one (as
+    // runtimes that hold many descriptors do) and try once more.
+    rlimit lim;
+    if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+      const rlim_t was = lim.rlim_cur;
+      lim.rlim_cur = lim.rlim_max;
+      if (setrlimit(RLIMIT_NOFILE, &lim) == 0) {
+        C4_INFO(kLogAlloc, "memAlloc: raised the open-file limit from %llu to %llu (one per allocation)",
+                static_cast<unsigned long long>(was), static_cast<unsigned long long>(lim.rlim_cur));
+        fd = memfd_create("c4comm-mem", MFD_CLOEXEC);
+      }
+    }
+  }
+  if (fd < 0) {
+    const int e = errno;
+    return makeError(Code::kSystemError, "memAlloc: memfd_create failed: %s%s", strerror(e),
+                     e == EMFILE ? " (each allocation holds a file descriptor: allocate fewer, larger buffers, or "
+                                   "raise ulimit -n)"
+                                 : "");
+  }
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     int e = errno;
     close(fd);

@@ -4,6 +4,7 @@
 // them, never a hang.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -44,6 +45,38 @@ TEST(ZeroCopy, AllocatorRejectsBadInput) {
   EXPECT_TRUE(c4::memFree(p).isOk());
   EXPECT_EQ(c4::memFree(p).code(), c4::Code::kInvalidArgument) << "double free must be refused";
   EXPECT_EQ(c4::memFree(nullptr).code(), c4::Code::kInvalidArgument);
+}
+
+// Each allocation holds a file descriptor: past the soft limit memAlloc raises it to the hard one;
+// past the hard one it fails with a clear error, and what was allocated stays usable.
+TEST(ZeroCopy, AllocationsPastTheOpenFileLimit) {
+  auto outs = runForked(1, [](int, int, const c4::UniqueId&) -> Failures {
+    const rlim_t kSoft = 64, kHard = 160;
+    rlimit lim{kSoft, kHard};
+    if (setrlimit(RLIMIT_NOFILE, &lim) != 0) return {"setrlimit failed"};
+    std::vector<void*> ptrs;
+    c4::Status st;
+    for (int i = 0; i < 400; ++i) {
+      void* p = nullptr;
+      st = c4::memAlloc(&p, 4096);
+      if (!st.isOk()) break;
+      static_cast<char*>(p)[0] = static_cast<char>(i);
+      ptrs.push_back(p);
+    }
+    Failures f;
+    if (ptrs.size() <= kSoft) f.push_back("the soft limit was not raised: " + std::to_string(ptrs.size()));
+    if (ptrs.size() >= kHard)
+      f.push_back("more allocations than the hard limit allows: " + std::to_string(ptrs.size()));
+    if (st.isOk() || st.code() != c4::Code::kSystemError || st.message().find("file descriptor") == std::string::npos)
+      f.push_back("expected a clear error past the hard limit, got: " + st.toString());
+    for (size_t i = 0; i < ptrs.size(); ++i) {
+      if (static_cast<char*>(ptrs[i])[0] != static_cast<char>(i)) f.push_back("allocation " + std::to_string(i));
+      if (!c4::memFree(ptrs[i]).isOk()) f.push_back("memFree " + std::to_string(i));
+    }
+    return f;
+  });
+  std::string s = summarize(outs);
+  EXPECT_TRUE(s.empty()) << s;
 }
 
 // More allocations than the peer-mapping cache holds (32), each freed after use, so file
