@@ -23,6 +23,7 @@ struct Alloc {
   size_t bytes;
   uint64_t id;
   int fd;
+  bool internal;
 };
 
 struct Registry {
@@ -37,8 +38,10 @@ Registry& registry() {
   return *r;
 }
 
-// Lets lookups of ordinary buffers skip the lock while no shareable memory exists.
+// Lets lookups of ordinary buffers skip the lock while no shareable memory exists
+// (liveUserAllocs: the program's, without the library's probe pages).
 std::atomic<size_t> liveAllocs{0};
+std::atomic<size_t> liveUserAllocs{0};
 
 size_t pageSize() {
   static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -47,7 +50,7 @@ size_t pageSize() {
 
 }  // namespace
 
-Status memAllocShared(void** ptr, size_t size) {
+Status memAllocShared(void** ptr, size_t size, bool internal) {
   if (!ptr) return makeError(Code::kInvalidArgument, "memAlloc: ptr is NULL");
   if (size == 0) return makeError(Code::kInvalidArgument, "memAlloc: size is 0");
   const size_t page = pageSize();
@@ -90,10 +93,11 @@ Status memAllocShared(void** ptr, size_t size) {
   {
     std::lock_guard<std::mutex> lk(r.mu);
     uint64_t id = r.nextId++;
-    r.byBase[reinterpret_cast<uintptr_t>(p)] = Alloc{bytes, id, fd};
+    r.byBase[reinterpret_cast<uintptr_t>(p)] = Alloc{bytes, id, fd, internal};
     r.byId[id] = reinterpret_cast<uintptr_t>(p);
   }
   liveAllocs.fetch_add(1, std::memory_order_release);
+  if (!internal) liveUserAllocs.fetch_add(1, std::memory_order_release);
   *ptr = p;
   return Status::ok();
 }
@@ -112,6 +116,7 @@ Status memFreeShared(void* ptr) {
     r.byBase.erase(it);
   }
   liveAllocs.fetch_sub(1, std::memory_order_release);
+  if (!a.internal) liveUserAllocs.fetch_sub(1, std::memory_order_release);
   munmap(ptr, a.bytes);
   close(a.fd);
   return Status::ok();
@@ -132,6 +137,8 @@ bool memLookup(const void* p, size_t len, MemRef* ref) {
   ref->off = off;
   return true;
 }
+
+bool memUserAllocations() { return liveUserAllocs.load(std::memory_order_acquire) != 0; }
 
 char* memLocalBase(uint64_t id, size_t* size) {
   Registry& r = registry();

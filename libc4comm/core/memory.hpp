@@ -24,11 +24,14 @@ struct MemRef {
 };
 
 /// Allocates `size` bytes (rounded up to a page) of zeroed, page-aligned, shareable memory.
-Status memAllocShared(void** ptr, size_t size);
+/// `internal`: the library's own (a probe page), not counted by memUserAllocations().
+Status memAllocShared(void** ptr, size_t size, bool internal = false);
 /// Frees what memAllocShared returned; anything else is kInvalidArgument.
 Status memFreeShared(void* ptr);
 /// True if [p, p + len) lies inside one live allocation of this process; fills *ref.
 bool memLookup(const void* p, size_t len, MemRef* ref);
+/// False while the program holds no shareable memory: collectives then skip the lookups.
+bool memUserAllocations();
 /// Base address of allocation `id` of this process, or null if it is not live.
 char* memLocalBase(uint64_t id, size_t* size);
 

@@ -15,7 +15,8 @@ namespace c4 {
 
 C4_PARAM_INT(ZeroCopy, "C4_ZEROCOPY", nullptr, 1,
              "1 = collectives whose buffers all ranks of one host allocated with ncclMemAlloc / c4::memAlloc read "
-             "and write the peers' buffers in place (the zero-copy path); 0 = never (same on all ranks)")
+             "and write the peers' buffers in place (the zero-copy path); 0 = never (0 on any rank turns the path off "
+             "for the whole communicator)")
 
 struct ZeroCopy::Record {
   uint64_t seq;  // written last (release)
@@ -107,7 +108,7 @@ Status ZeroCopy::init(Comm* comm, OneShot* os, transport::Transport* t) {
   // user and a dumpable process; ranks are alike, so one neighbour stands for all.) The page
   // stays until the communicator goes: the previous rank maps it whenever it gets here.
   State* mine = stateOf(rank_);
-  if (paramZeroCopy() != 0 && memAllocShared(&probePage_, 64).isOk()) {
+  if (paramZeroCopy() != 0 && memAllocShared(&probePage_, 64, /*internal=*/true).isOk()) {
     *static_cast<uint64_t*>(probePage_) = kProbeMagic ^ static_cast<uint64_t>(rank_);
     (void)memLookup(probePage_, 8, &mine->probe);
     storeRel(&mine->probeState, kProbePublished);
@@ -158,7 +159,7 @@ Status ZeroCopy::awaitProbes() {
 
 Status ZeroCopy::offer(const OpDesc& op, const OpSig& sig, bool* offered) {
   *offered = false;
-  if (!enabled_ || op.count == 0) return Status::ok();
+  if (!enabled_ || op.count == 0 || !memUserAllocations()) return Status::ok();
   switch (op.coll) {
     case Coll::kAllReduce:
     case Coll::kReduceScatter:
