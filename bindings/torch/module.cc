@@ -2,6 +2,7 @@
 // torch.distributed (the package's __init__.py registers them as backend "c4").
 #include <torch/python.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -20,6 +21,16 @@ c10::intrusive_ptr<c4torch::BackendBase> create(const c10::intrusive_ptr<::c10d:
   return c10::make_intrusive<c4torch::ProcessGroupC4>(store, rank, size, timeout);
 }
 
+// `nbytes` of zeroed memory from c4::memAlloc (ncclMemAlloc's), as a uint8 tensor that frees it.
+at::Tensor sharedBytes(int64_t nbytes) {
+  TORCH_CHECK(nbytes >= 0, "c4: negative size ", nbytes);
+  void* p = nullptr;
+  c4::Status st = c4::memAlloc(&p, static_cast<size_t>(std::max<int64_t>(nbytes, 1)));
+  TORCH_CHECK(st.isOk(), "c4: ", st.toString());
+  return torch::from_blob(
+      p, {nbytes}, [](void* q) { (void)c4::memFree(q); }, at::TensorOptions().dtype(at::kByte));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -30,5 +41,7 @@ PYBIND11_MODULE(_C, m) {
         "Creates the process group (torch 1.x: a ProcessGroup; 2.x: a Backend) for one group's store.");
   m.def(
       "c4_version", [] { return c4::version(); }, "c4comm's version, encoded as NCCL does (major*10000+...)");
+  m.def("_shared_bytes", &sharedBytes, py::arg("nbytes"),
+        "A uint8 CPU tensor of nbytes zeroed bytes on shareable memory (ncclMemAlloc's).");
   m.attr("torch_api") = TORCH_VERSION_MAJOR >= 2 ? "Backend" : "ProcessGroup";
 }

@@ -14,7 +14,7 @@ import torch.distributed as _dist
 
 from . import _C
 
-__all__ = ["BACKEND_NAME", "c4_version", "is_registered"]
+__all__ = ["BACKEND_NAME", "c4_version", "empty", "is_registered"]
 
 BACKEND_NAME = "c4"
 c4_version = _C.c4_version
@@ -29,6 +29,25 @@ def _seconds(timeout):
 def _create(store, rank, world_size, timeout):
     """torch.distributed's creator function for backend "c4" (one call per process group)."""
     return _C._create(store, rank, world_size, _seconds(timeout))
+
+
+def empty(*size, dtype=None):
+    """A CPU tensor like ``torch.empty(*size, dtype=dtype)`` (zero-filled), on the shareable memory
+    ``ncclMemAlloc`` returns. Backend c4 runs collectives on such tensors zero-copy when every rank
+    passes one and all ranks share the host: each rank reads and writes the others' tensors in
+    place (docs/shm-transport.md, "Zero-copy path"). Allocate a few large buffers (each holds a
+    file descriptor) and reuse them, e.g. one flat gradient buffer."""
+    import torch
+
+    if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+        size = tuple(size[0])
+    dtype = dtype or torch.get_default_dtype()
+    numel = 1
+    for s in size:
+        numel *= int(s)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    raw = _C._shared_bytes(numel * itemsize)
+    return raw.view(dtype).reshape(size)
 
 
 def is_registered():
