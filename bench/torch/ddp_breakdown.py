@@ -7,8 +7,13 @@ AllReduce of the whole gradient with each backend.
 The model and settings are ddp_bench.py's. Per round and rank, in the same processes: DDP steps
 with gloo, with c4, DDP steps under no_sync() (no communication: the compute-only bound), DDP
 steps with a comm hook that communicates nothing (DDP's own bucket copies and hooks), and one
-all_reduce of a tensor as large as the gradient per step with each backend. Prints rank 0's median
-per variant in ms.
+all_reduce of a tensor as large as the gradient per step with each backend. Two variants use a
+tensor from c4comm_torch.empty (shareable memory, so c4 reduces it zero-copy): "allreduce c4
+shared" is that all_reduce alone; "flat grads c4 shared" is a training step without DDP whose
+parameters' .grad are views of one such flat buffer (backward accumulates straight into it), then
+one all_reduce of the buffer and a division by the world size before the optimizer step (no
+overlap of communication with the backward, no bucket copies). Prints rank 0's median per variant
+in ms.
 """
 
 import argparse
@@ -20,7 +25,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ddp_bench  # noqa: E402
 
-VARIANTS = ["gloo", "c4", "no_sync", "noop hook", "allreduce gloo", "allreduce c4"]
+VARIANTS = ["gloo", "c4", "no_sync", "noop hook", "allreduce gloo", "allreduce c4", "allreduce c4 shared",
+            "flat grads c4 shared"]
 
 
 def _noop_hook(state, bucket):
@@ -36,6 +42,8 @@ def _rank(rank, ws, store, args, out):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    import c4comm_torch
+
     groups = ddp_bench.setup(rank, ws, store)
     times = {v: [] for v in VARIANTS}
     for _ in range(args.rounds):
@@ -43,17 +51,31 @@ def _rank(rank, ws, store, args, out):
             group = groups["gloo" if "gloo" in variant else "c4"]
             torch.manual_seed(0)
             model = ddp_bench._model(torch, args.width, args.depth, args.inp)
-            ddp = DDP(model, process_group=group)
+            shared = "shared" in variant
+            ddp = model if variant == "flat grads c4 shared" else DDP(model, process_group=group)
             if variant == "noop hook":  # DDP's own work (bucket copies, hooks) without communication
                 ddp.register_comm_hook(None, _noop_hook)
             opt = torch.optim.SGD(ddp.parameters(), lr=1e-4)
             x = torch.randn(args.batch, args.inp, generator=torch.Generator().manual_seed(rank))
-            flat = torch.randn(sum(p.numel() for p in model.parameters()))
+            numel = sum(p.numel() for p in model.parameters())
+            flat = c4comm_torch.empty(numel) if shared else torch.empty(numel)
+            flat.copy_(torch.randn(numel))
+            if variant == "flat grads c4 shared":
+                off = 0
+                for p in model.parameters():  # .grad are views of the flat buffer
+                    p.grad = flat[off:off + p.numel()].view_as(p)
+                    off += p.numel()
             for step in range(args.warmup + args.steps):
                 dist.barrier(group=groups["gloo"])
                 t0 = time.perf_counter()
                 if variant.startswith("allreduce"):
                     dist.all_reduce(flat, group=group)
+                elif variant == "flat grads c4 shared":
+                    flat.zero_()
+                    ddp(x).square().mean().backward()
+                    dist.all_reduce(flat, group=group)
+                    flat.div_(ws)
+                    opt.step()
                 elif variant == "no_sync":
                     with ddp.no_sync():
                         opt.zero_grad()
