@@ -7,6 +7,11 @@ Every rank trains the same MLP (12.6 M parameters by default) on its own data wi
 backends run in the same processes, alternating rounds (gloo, c4, gloo, c4, ...), so both see
 the same machine load. Reported: the median step time (rank 0, after warm-up) per backend and
 c4/gloo (lower is better). torch.set_num_threads(1) per rank.
+
+--bucket-view builds every DDP with gradient_as_bucket_view=True. --shared-buckets adds a third
+variant, "c4 shared": DDP over c4 with gradient_as_bucket_view=True, built and run for its first
+two steps inside c4comm_torch.shared_allocations(), so its buckets (the gradients) live in
+shareable memory and c4 reduces them zero-copy (docs/torch.md).
 """
 
 import argparse
@@ -65,14 +70,24 @@ def _rank(rank, ws, store, args, out):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     groups = setup(rank, ws, store)
-    times = {k: [] for k in groups}
+    variants = dict(groups)
+    if args.shared_buckets:
+        variants["c4 shared"] = groups["c4"]
+    times = {k: [] for k in variants}
     params = 0
     for rnd in range(args.rounds):
-        for name, group in groups.items():
+        for name, group in variants.items():
             torch.manual_seed(0)
             model = _model(torch, args.width, args.depth, args.inp)
             params = sum(p.numel() for p in model.parameters())
-            ddp = DDP(model, process_group=group)
+            ctx = None
+            if name == "c4 shared":  # left after the second step (DDP rebuilds its buckets there)
+                import c4comm_torch
+
+                ctx = c4comm_torch.shared_allocations()
+                ctx.__enter__()
+            view = args.bucket_view or name == "c4 shared"
+            ddp = DDP(model, process_group=group, gradient_as_bucket_view=view)
             opt = torch.optim.SGD(ddp.parameters(), lr=1e-4)
             gen = torch.Generator().manual_seed(rank)
             x = torch.randn(args.batch, args.inp, generator=gen)
@@ -85,6 +100,9 @@ def _rank(rank, ws, store, args, out):
                 dt = time.perf_counter() - t0
                 if step >= args.warmup:
                     times[name].append(dt)
+                if ctx is not None and step == 1:
+                    ctx.__exit__(None, None, None)
+                    ctx = None
             del ddp, model, opt
     if rank == 0:
         out.put((params, times))
@@ -99,16 +117,25 @@ def main():
     ap.add_argument("--inp", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--steps", type=int, default=10, help="timed steps per round and backend")
-    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps per round and backend (at least 2)")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--bucket-view", action="store_true", help="gradient_as_bucket_view=True for every DDP")
+    ap.add_argument("--shared-buckets", action="store_true", help="add the 'c4 shared' variant (see above)")
     args = ap.parse_args()
-    print("| ranks | params | gloo median step (ms) | c4 median step (ms) | c4 / gloo |")
-    print("|---|---|---|---|---|")
+    args.warmup = max(2, args.warmup)
+    shared = args.shared_buckets
+    print("| ranks | params | gloo median step (ms) | c4 median step (ms) | c4 / gloo |" +
+          (" c4 shared (ms) | c4 shared / gloo |" if shared else ""))
+    print("|---|---|---|---|---|" + ("---|---|" if shared else ""))
     for ws in args.ranks:
         params, times = spawn(ws, _rank, args)
         g = statistics.median(times["gloo"]) * 1e3
         c = statistics.median(times["c4"]) * 1e3
-        print("| %d | %.1f M | %.1f | %.1f | %.2f |" % (ws, params / 1e6, g, c, c / g), flush=True)
+        row = "| %d | %.1f M | %.1f | %.1f | %.2f |" % (ws, params / 1e6, g, c, c / g)
+        if shared:
+            cs = statistics.median(times["c4 shared"]) * 1e3
+            row += " %.1f | %.2f |" % (cs, cs / g)
+        print(row, flush=True)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ shared" is that all_reduce alone; "flat grads c4 shared" is a training step with
 parameters' .grad are views of one such flat buffer (backward accumulates straight into it), then
 one all_reduce of the buffer and a division by the world size before the optimizer step (no
 overlap of communication with the backward, no bucket copies). Prints rank 0's median per variant
-in ms.
+in ms. "c4 shared buckets" is DDP with gradient_as_bucket_view=True, built and run for its first
+two steps inside c4comm_torch.shared_allocations(), so that its buckets live in shareable memory
+and c4 reduces them zero-copy.
 """
 
 import argparse
@@ -25,8 +27,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ddp_bench  # noqa: E402
 
-VARIANTS = ["gloo", "c4", "no_sync", "noop hook", "allreduce gloo", "allreduce c4", "allreduce c4 shared",
-            "flat grads c4 shared"]
+VARIANTS = ["gloo", "c4", "c4 shared buckets", "no_sync", "noop hook", "allreduce gloo", "allreduce c4",
+            "allreduce c4 shared", "flat grads c4 shared"]
 
 
 def _noop_hook(state, bucket):
@@ -52,7 +54,15 @@ def _rank(rank, ws, store, args, out):
             torch.manual_seed(0)
             model = ddp_bench._model(torch, args.width, args.depth, args.inp)
             shared = "shared" in variant
-            ddp = model if variant == "flat grads c4 shared" else DDP(model, process_group=group)
+            ctx = None
+            if variant == "c4 shared buckets":  # left after the second step (DDP rebuilds its buckets there)
+                ctx = c4comm_torch.shared_allocations()
+                ctx.__enter__()
+                ddp = DDP(model, process_group=group, gradient_as_bucket_view=True)
+            elif variant == "flat grads c4 shared":
+                ddp = model
+            else:
+                ddp = DDP(model, process_group=group)
             if variant == "noop hook":  # DDP's own work (bucket copies, hooks) without communication
                 ddp.register_comm_hook(None, _noop_hook)
             opt = torch.optim.SGD(ddp.parameters(), lr=1e-4)
@@ -87,6 +97,9 @@ def _rank(rank, ws, store, args, out):
                     opt.step()
                 if step >= args.warmup:
                     times[variant].append(time.perf_counter() - t0)
+                if ctx is not None and step == 1:
+                    ctx.__exit__(None, None, None)
+                    ctx = None
             del ddp, model, opt
         if rank == 0:
             print("  round done", file=sys.stderr, flush=True)
@@ -103,7 +116,7 @@ def main():
     ap.add_argument("--inp", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--steps", type=int, default=10, help="timed steps per round and variant")
-    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps per round and variant (at least 2)")
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     print("| ranks | batch | " + " | ".join(v + " (ms)" for v in VARIANTS) + " |")

@@ -1,5 +1,6 @@
 // The Python extension module c4comm_torch._C: creates ProcessGroupC4 instances for
 // torch.distributed (the package's __init__.py registers them as backend "c4").
+#include <c10/core/CPUAllocator.h>
 #include <torch/python.h>
 
 #include <algorithm>
@@ -31,6 +32,62 @@ at::Tensor sharedBytes(int64_t nbytes) {
       p, {nbytes}, [](void* q) { (void)c4::memFree(q); }, at::TensorOptions().dtype(at::kByte));
 }
 
+#if TORCH_VERSION_MAJOR < 2
+// c4comm_torch.shared_allocations(): while set, CPU allocations of at least minBytes come from
+// c4::memAlloc (so DDP's gradient buckets, made inside, are reduced zero-copy); smaller ones from
+// the allocator that was current. Every tensor allocated meanwhile, of either kind, frees through
+// sharedOrPrevDelete, which tells the two apart, so raw_allocate keeps working too.
+c10::DeleterFnPtr gPrevRawDeleter = nullptr;
+
+void sharedOrPrevDelete(void* p) {
+  if (p && c4::memShareable(p, 1)) {
+    (void)c4::memFree(p);
+  } else if (gPrevRawDeleter) {
+    gPrevRawDeleter(p);
+  }
+}
+
+struct SharedCpuAllocator final : at::Allocator {
+  at::Allocator* prev = nullptr;
+  size_t minBytes = 0;
+  at::DataPtr allocate(size_t n) const override {
+    void* p = nullptr;
+    if (n >= minBytes && n > 0 && c4::memAlloc(&p, n).isOk())
+      return {p, p, &sharedOrPrevDelete, at::Device(at::DeviceType::CPU)};
+    if (!gPrevRawDeleter) return prev->allocate(n);  // the previous allocator has no raw form
+    at::DataPtr d = prev->allocate(n);
+    void* q = d.release_context();  // its raw form: context == data, freed by its raw deleter
+    return {q, q, &sharedOrPrevDelete, at::Device(at::DeviceType::CPU)};
+  }
+  at::DeleterFnPtr raw_deleter() const override { return gPrevRawDeleter ? &sharedOrPrevDelete : nullptr; }
+};
+
+SharedCpuAllocator gShared;
+constexpr uint8_t kAllocatorPriority = 100;
+
+void setSharedAllocator(int64_t minBytes) {
+  TORCH_CHECK(minBytes >= 0, "c4: min_bytes must be >= 0");
+  TORCH_CHECK(!gShared.prev, "c4: shared_allocations() does not nest");
+  at::Allocator* prev = c10::GetCPUAllocator();
+  gPrevRawDeleter = prev->raw_deleter();
+  gShared.prev = prev;
+  gShared.minBytes = static_cast<size_t>(minBytes);
+  c10::SetCPUAllocator(&gShared, kAllocatorPriority);
+  TORCH_CHECK(c10::GetCPUAllocator() == &gShared, "c4: another CPU allocator with a higher priority is installed");
+}
+
+void resetAllocator() {
+  if (!gShared.prev) return;
+  c10::SetCPUAllocator(gShared.prev, kAllocatorPriority);
+  gShared.prev = nullptr;
+}
+#else
+void setSharedAllocator(int64_t) {
+  TORCH_CHECK(false, "c4: shared_allocations() is not built for torch 2.x yet (its Allocator interface differs)");
+}
+void resetAllocator() {}
+#endif
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -43,5 +100,7 @@ PYBIND11_MODULE(_C, m) {
       "c4_version", [] { return c4::version(); }, "c4comm's version, encoded as NCCL does (major*10000+...)");
   m.def("_shared_bytes", &sharedBytes, py::arg("nbytes"),
         "A uint8 CPU tensor of nbytes zeroed bytes on shareable memory (ncclMemAlloc's).");
+  m.def("_set_shared_allocator", &setSharedAllocator, py::arg("min_bytes"));
+  m.def("_reset_allocator", &resetAllocator);
   m.attr("torch_api") = TORCH_VERSION_MAJOR >= 2 ? "Backend" : "ProcessGroup";
 }

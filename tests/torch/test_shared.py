@@ -54,3 +54,69 @@ def test_shared_tensors_run_zero_copy_with_the_same_results():
             # input did not.
             assert algos.count("zerocopy") == 2, (f.rank, algos)
             assert len(ops) == 3, (f.rank, algos)
+
+
+STEPS = 20
+
+
+def _ddp_shared(ctx):
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import c4comm_torch
+
+    def train(group, shared):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
+                                    torch.nn.ReLU(), torch.nn.Linear(64, 8))
+        gen = torch.Generator().manual_seed(1000 + ctx.rank)
+        opt = None
+        ddp = None
+
+        def step():
+            x = torch.randn(16, 32, generator=gen)
+            y = torch.randn(16, 8, generator=gen)
+            opt.zero_grad(set_to_none=False)
+            torch.nn.functional.mse_loss(ddp(x), y).backward()
+            opt.step()
+
+        if shared:
+            # DDP's buckets (made at construction, and rebuilt once at the second step) in
+            # shareable memory; the gradients are views of them.
+            with c4comm_torch.shared_allocations(min_bytes=4096):
+                ddp = DDP(model, process_group=group, gradient_as_bucket_view=True)
+                opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+                step()
+                step()
+            done = 2
+        else:
+            ddp = DDP(model, process_group=group)
+            opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+            done = 0
+        for _ in range(STEPS - done):
+            step()
+        return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+    errs = []
+    ref = train(ctx.gloo, False)
+    got = train(ctx.c4, True)
+    everyone = [torch.empty_like(got) for _ in range(ctx.world_size)]
+    dist.all_gather(everyone, got, group=ctx.gloo)
+    for r, p in enumerate(everyone):
+        if not torch.equal(p, got):
+            errs.append("rank %d's parameters differ from rank %d's" % (r, ctx.rank))
+    if not torch.allclose(got, ref, rtol=1e-4, atol=1e-5):
+        errs.append("c4 (shared buckets) vs gloo: max abs diff %g" % (got - ref).abs().max().item())
+    return errs
+
+
+def test_ddp_with_buckets_in_shared_memory_runs_zero_copy_and_matches_gloo():
+    with tempfile.TemporaryDirectory(prefix="c4torch-ddp-shared-") as d:
+        run_ranks(_ddp_shared, 2, timeout=300, env={"C4_TRACE_DIR": d, "C4_TRACE": "op"})
+        files = [f for f in (fmt.TraceFile(p) for p in fmt.find_files(d)) if "p2p" not in f.name]
+        assert len(files) == 2, [f.path for f in files]
+        for f in files:
+            algos = [fmt.ALGOS.get(e[9], e[9]) for e in f.events() if e[5] == fmt.T_OP]
+            # Every step after the bucket rebuild reduces its (one) bucket zero-copy.
+            assert algos.count("zerocopy") >= STEPS - 2, (f.rank, algos)

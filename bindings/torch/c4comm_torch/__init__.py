@@ -8,13 +8,14 @@ sees no progress for the process group's ``timeout`` (init_process_group / new_g
 naming the rank it waited for; C4_TIMEOUT in the environment overrides it.
 """
 
+import contextlib
 import datetime
 
 import torch.distributed as _dist
 
 from . import _C
 
-__all__ = ["BACKEND_NAME", "c4_version", "empty", "is_registered"]
+__all__ = ["BACKEND_NAME", "c4_version", "empty", "is_registered", "shared_allocations"]
 
 BACKEND_NAME = "c4"
 c4_version = _C.c4_version
@@ -48,6 +49,21 @@ def empty(*size, dtype=None):
     itemsize = torch.empty((), dtype=dtype).element_size()
     raw = _C._shared_bytes(numel * itemsize)
     return raw.view(dtype).reshape(size)
+
+
+@contextlib.contextmanager
+def shared_allocations(min_bytes=1 << 20):
+    """Inside, CPU tensors of at least ``min_bytes`` are allocated like ``c4comm_torch.empty``'s
+    (shareable memory), the rest as usual. Meant for DDP: build it with
+    ``gradient_as_bucket_view=True`` and run its first two steps inside (DDP rebuilds its buckets
+    once, at the second step); its buckets, and so the parameters' gradients, then live in
+    shareable memory and backend c4 reduces them zero-copy. Tensors keep their memory after the
+    block. Not reentrant; torch 1.x only for now."""
+    _C._set_shared_allocator(int(min_bytes))
+    try:
+        yield
+    finally:
+        _C._reset_allocator()
 
 
 def is_registered():
