@@ -336,6 +336,16 @@ void copy(void* dst, const void* src, size_t bytes) {
   }
 }
 
+void copyStreaming(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  const KernelTable& t = active();
+  if (t.copyNonTemporal != nullptr) {
+    t.copyNonTemporal(dst, src, bytes);
+  } else {
+    std::memcpy(dst, src, bytes);
+  }
+}
+
 const char* isaName() { return active().name; }
 
 bool setIsaForTesting(const char* isa) {

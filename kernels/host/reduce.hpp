@@ -32,6 +32,9 @@ void divide(void* dst, const void* src, size_t count, DataType dt, int divisor);
 /// memcpy tuned for large copies (non-temporal stores above a threshold). dst and src must not
 /// overlap.
 void copy(void* dst, const void* src, size_t bytes);
+/// copy() with non-temporal stores whatever the size (memcpy where the ISA has none), for one
+/// block of a transfer too large for the caches. Fenced: a later flag store publishes the data.
+void copyStreaming(void* dst, const void* src, size_t bytes);
 
 /// Name of the instruction set the dispatch chose ("avx512", "avx2", "scalar"). The choice is made
 /// once, at first use, from the CPU (__builtin_cpu_supports) and C4_KERNELS_ISA (auto|avx512|avx2|

@@ -303,6 +303,9 @@ void ZeroCopy::compute() {
       size_t b, e;
       sliceOf(rank_, nranks_, count_, es, &b, &e);
       const bool toAll = coll_ == Coll::kAllReduce;
+      // Beyond the caches, the peers' copies go out with streaming stores (no read for ownership).
+      // (C4_COPY_NT_THRESHOLD; 64 MiB out of place at 2 ranks: 11.6-11.9 GB/s against 10.5-10.7.)
+      const bool stream = bytes >= kernels::copyNonTemporalThreshold();
       const size_t root = static_cast<size_t>(root_);
       for (size_t x = b; x < e; x += blockElems) {
         const size_t cnt = std::min(blockElems, e - x);
@@ -315,8 +318,13 @@ void ZeroCopy::compute() {
         for (size_t k = 0; k < n; ++k)
           if (k != me && k != first) kernels::reduce(acc, acc, in_[k] + off, cnt, dtype_, kop_);
         if (toAll) {
-          for (size_t k = 0; k < n; ++k)
-            if (k != me) memcpy(out_[k] + off, acc, cnt * es);
+          for (size_t k = 0; k < n; ++k) {
+            if (k == me) continue;
+            if (stream)
+              kernels::copyStreaming(out_[k] + off, acc, cnt * es);
+            else
+              memcpy(out_[k] + off, acc, cnt * es);
+          }
         } else if (me != root) {
           memcpy(out_[root] + off, acc, cnt * es);
         }
