@@ -748,7 +748,12 @@ void TcpConnection::flush(Lane& l) {
     l.hsOut.erase(0, static_cast<size_t>(n));
   }
   if (l.state != LaneState::kUp) return;
-  while (!l.txq.empty()) {
+  // At most this much per call, as a receive takes at most 8 MiB per readable lane: against a
+  // peer that drains as fast as we send, one call would otherwise send a whole message before
+  // the caller (its timeouts, other connections, a test watching the progress) runs again. The
+  // next progress() call goes on (the lane is not waiting for EPOLLOUT).
+  size_t budget = 8u << 20;
+  while (!l.txq.empty() && budget > 0) {
     iovec iov[kMaxIov];
     int niov = 0;
     for (size_t i = 0; i < l.txq.size() && niov + 2 <= kMaxIov; ++i) {
@@ -777,6 +782,7 @@ void TcpConnection::flush(Lane& l) {
       return;
     }
     moved(l, static_cast<size_t>(n), true);
+    budget -= std::min(budget, static_cast<size_t>(n));
     size_t left = static_cast<size_t>(n);
     while (left > 0 || (!l.txq.empty() && l.txq.front().done == kHdrBytes + l.txq.front().hdr.bytes)) {
       TxPiece& p = l.txq.front();
