@@ -17,6 +17,7 @@
 #include "core/bootstrap.hpp"
 #include "core/executor.hpp"
 #include "core/oneshot.hpp"
+#include "core/opdesc.hpp"
 #include "core/tuner.hpp"
 #include "core/zerocopy.hpp"
 #include "sched/schedule.hpp"
@@ -24,17 +25,6 @@
 #include "transports/transport.hpp"
 
 namespace c4 {
-
-/// One call as the user made it, validated.
-struct OpDesc {
-  Coll coll = Coll::kAllReduce;
-  const void* sendbuff = nullptr;
-  void* recvbuff = nullptr;
-  size_t count = 0;
-  DataType dtype = DataType::kFloat32;
-  RedOp op = RedOp::kSum;
-  int root = 0;  // root for rooted collectives, peer for Send/Recv
-};
 
 /// A PreMulSum operator created on a communicator.
 struct UserOp {

@@ -38,9 +38,8 @@ Registry& registry() {
   return *r;
 }
 
-// Lets lookups of ordinary buffers skip the lock while no shareable memory exists
-// (liveUserAllocs: the program's, without the library's probe pages).
-std::atomic<size_t> liveAllocs{0};
+// The program's live allocations (not the library's probe pages): while 0, collectives skip the
+// lookups (memUserAllocations).
 std::atomic<size_t> liveUserAllocs{0};
 
 size_t pageSize() {
@@ -96,7 +95,6 @@ Status memAllocShared(void** ptr, size_t size, bool internal) {
     r.byBase[reinterpret_cast<uintptr_t>(p)] = Alloc{bytes, id, fd, internal};
     r.byId[id] = reinterpret_cast<uintptr_t>(p);
   }
-  liveAllocs.fetch_add(1, std::memory_order_release);
   if (!internal) liveUserAllocs.fetch_add(1, std::memory_order_release);
   *ptr = p;
   return Status::ok();
@@ -115,7 +113,6 @@ Status memFreeShared(void* ptr) {
     r.byId.erase(a.id);
     r.byBase.erase(it);
   }
-  liveAllocs.fetch_sub(1, std::memory_order_release);
   if (!a.internal) liveUserAllocs.fetch_sub(1, std::memory_order_release);
   munmap(ptr, a.bytes);
   close(a.fd);
@@ -123,7 +120,7 @@ Status memFreeShared(void* ptr) {
 }
 
 bool memLookup(const void* p, size_t len, MemRef* ref) {
-  if (liveAllocs.load(std::memory_order_acquire) == 0 || !p) return false;
+  if (!p) return false;
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   Registry& r = registry();
   std::lock_guard<std::mutex> lk(r.mu);
@@ -145,7 +142,7 @@ char* memLocalBase(uint64_t id, size_t* size) {
   std::lock_guard<std::mutex> lk(r.mu);
   auto it = r.byId.find(id);
   if (it == r.byId.end()) return nullptr;
-  *size = r.byBase[it->second].bytes;
+  *size = r.byBase.at(it->second).bytes;
   return reinterpret_cast<char*>(it->second);
 }
 
@@ -155,53 +152,54 @@ PeerMappings::~PeerMappings() {
 }
 
 Status PeerMappings::resolve(int32_t pid, const MemRef& ref, size_t len, char** out) {
-  auto inRange = [&](const Map& m) { return ref.off <= m.bytes && len <= m.bytes - ref.off; };
+  const bool self = pid == getpid();
+  auto outOfRange = [&](const Map& m) -> Status {
+    if (ref.off <= m.bytes && len <= m.bytes - ref.off) return Status::ok();
+    return makeError(Code::kInvalidUsage, "zero-copy: %zu bytes at offset %llu exceed allocation %llu of pid %d", len,
+                     static_cast<unsigned long long>(ref.off), static_cast<unsigned long long>(ref.id), pid);
+  };
   for (auto it = maps_.begin(); it != maps_.end(); ++it) {
     if (it->pid != pid || it->id != ref.id) continue;
-    if (!inRange(*it))
-      return makeError(Code::kInvalidUsage, "direct access: %zu bytes at offset %llu exceed allocation %llu of pid %d",
-                       len, static_cast<unsigned long long>(ref.off), static_cast<unsigned long long>(ref.id), pid);
+    C4_CHECK(outOfRange(*it));
     if (it != maps_.begin()) maps_.splice(maps_.begin(), maps_, it);
     *out = maps_.front().base + ref.off;
     return Status::ok();
   }
   Map m{pid, ref.id, nullptr, 0};
-  if (pid == getpid()) {
+  if (self) {
     m.base = memLocalBase(ref.id, &m.bytes);
     if (!m.base)
-      return makeError(Code::kInvalidUsage, "direct access: allocation %llu of this process is not live",
+      return makeError(Code::kInvalidUsage, "zero-copy: allocation %llu of this process is not live",
                        static_cast<unsigned long long>(ref.id));
   } else {
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/fd/%d", pid, ref.fd);
     int fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0)
-      return makeError(Code::kSystemError, "direct access: cannot open %s (a peer's buffer): %s", path,
-                       strerror(errno));
+      return makeError(Code::kSystemError, "zero-copy: cannot open %s (a peer's buffer): %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || st.st_size <= 0) {
       close(fd);
-      return makeError(Code::kSystemError, "direct access: %s has no size", path);
+      return makeError(Code::kSystemError, "zero-copy: %s has no size", path);
     }
     m.bytes = static_cast<size_t>(st.st_size);
     void* p = mmap(nullptr, m.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     int e = errno;
     close(fd);
     if (p == MAP_FAILED)
-      return makeError(Code::kSystemError, "direct access: mapping %zu bytes of %s failed: %s", m.bytes, path,
-                       strerror(e));
+      return makeError(Code::kSystemError, "zero-copy: mapping %zu bytes of %s failed: %s", m.bytes, path, strerror(e));
     m.base = static_cast<char*>(p);
   }
-  if (!inRange(m)) {
-    if (pid != getpid()) munmap(m.base, m.bytes);
-    return makeError(Code::kInvalidUsage, "direct access: %zu bytes at offset %llu exceed allocation %llu of pid %d",
-                     len, static_cast<unsigned long long>(ref.off), static_cast<unsigned long long>(ref.id), pid);
+  Status range = outOfRange(m);
+  if (!range.isOk()) {
+    if (!self) munmap(m.base, m.bytes);
+    return range;
   }
   maps_.push_front(m);
   while (maps_.size() > capacity_) {
     const Map& old = maps_.back();
     if (old.pid != getpid()) munmap(old.base, old.bytes);
-    C4_TRACE(kLogColl, "direct access: unmapped allocation %llu of pid %d (cache full)",
+    C4_TRACE(kLogColl, "zero-copy: unmapped allocation %llu of pid %d (cache full)",
              static_cast<unsigned long long>(old.id), old.pid);
     maps_.pop_back();
   }

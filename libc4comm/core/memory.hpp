@@ -30,7 +30,8 @@ Status memAllocShared(void** ptr, size_t size, bool internal = false);
 Status memFreeShared(void* ptr);
 /// True if [p, p + len) lies inside one live allocation of this process; fills *ref.
 bool memLookup(const void* p, size_t len, MemRef* ref);
-/// False while the program holds no shareable memory: collectives then skip the lookups.
+/// False while the program holds no shareable memory (the library's own probe pages do not count):
+/// collectives then skip the lookups.
 bool memUserAllocations();
 /// Base address of allocation `id` of this process, or null if it is not live.
 char* memLocalBase(uint64_t id, size_t* size);

@@ -1,7 +1,5 @@
 #include "core/zerocopy.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 
@@ -98,8 +96,6 @@ Status ZeroCopy::init(Comm* comm, OneShot* os, transport::Transport* t) {
   enabled_ = false;
   if (!os->arenasReady()) return Status::ok();
   enabled_ = true;
-  pids_.resize(static_cast<size_t>(nranks_));
-  for (int r = 0; r < nranks_; ++r) pids_[static_cast<size_t>(r)] = comm->peers[static_cast<size_t>(r)].pid;
   in_.assign(static_cast<size_t>(nranks_), nullptr);
   out_.assign(static_cast<size_t>(nranks_), nullptr);
   seen_.assign(static_cast<size_t>(nranks_), 0);
@@ -128,7 +124,7 @@ Status ZeroCopy::init(Comm* comm, OneShot* os, transport::Transport* t) {
   if (ok) {
     PeerMappings probe(1);
     char* q = nullptr;
-    Status rs = probe.resolve(pids_[static_cast<size_t>(next)], theirs->probe, 8, &q);
+    Status rs = probe.resolve(comm->peers[static_cast<size_t>(next)].pid, theirs->probe, 8, &q);
     ok = rs.isOk() && *reinterpret_cast<uint64_t*>(q) == (kProbeMagic ^ static_cast<uint64_t>(next));
     if (!rs.isOk()) why = rs.message();
   }
@@ -197,10 +193,7 @@ Status ZeroCopy::offer(const OpDesc& op, const OpSig& sig, bool* offered) {
 
 void ZeroCopy::start(const OpDesc& op, const OpSig& sig, kernels::KOp kop) {
   sig_ = sig;
-  coll_ = op.coll;
-  count_ = op.count;
-  dtype_ = op.dtype;
-  root_ = op.root;
+  op_ = op;
   kop_ = kop;
   std::fill(seen_.begin(), seen_.end(), 0);
   seen_[static_cast<size_t>(rank_)] = 1;
@@ -232,19 +225,14 @@ Status ZeroCopy::decide(bool* decided, bool* fallback) {
 
 Status ZeroCopy::resolvePeers() {
   const uint64_t seq = sig_.seq + 1;
-  OpDesc op;
-  op.coll = coll_;
-  op.count = count_;
-  op.dtype = dtype_;
-  op.root = root_;
   for (int r = 0; r < nranks_; ++r) {
     if (r == rank_) continue;
     auto* rec = reinterpret_cast<Record*>(os_->zeroCopyRecord(r, seq));
     if (loadAcq(&rec->seq) != seq)
       return makeError(Code::kInternalError, "rank %d: rank %d offered %s for the zero-copy path without its record",
                        rank_, r, describeSig(sig_).c_str());
-    const Bytes need = bytesOf(op, r, nranks_);
-    const int32_t pid = pids_[static_cast<size_t>(r)];
+    const Bytes need = bytesOf(op_, r, nranks_);
+    const int32_t pid = comm_->peers[static_cast<size_t>(r)].pid;
     char* p = nullptr;
     if (need.send) C4_CHECK(maps_.resolve(pid, rec->send, need.send, &p));
     in_[static_cast<size_t>(r)] = need.send ? p : nullptr;
@@ -288,35 +276,40 @@ Status ZeroCopy::poll(bool* done, bool* fallback) {
 }
 
 void ZeroCopy::compute() {
-  const size_t es = dataTypeSize(dtype_);
+  const size_t es = dataTypeSize(op_.dtype);
   const size_t n = static_cast<size_t>(nranks_);
   const size_t me = static_cast<size_t>(rank_);
-  const size_t bytes = count_ * es;
+  const size_t root = static_cast<size_t>(op_.root);
+  const size_t count = op_.count;
+  const size_t bytes = count * es;
   const size_t blockElems = kBlockBytes / es;
-  switch (coll_) {
+  alignas(64) static thread_local char tmp[kBlockBytes];  // one L1 block
+  // acc = every rank's input at byte offset `at`, `cnt` elements, starting with our own (acc may
+  // alias it), so that acc may be our output even in place.
+  const size_t first = me == 0 ? 1 : 0;
+  auto reduceAll = [&](char* acc, size_t at, size_t cnt) {
+    kernels::reduce(acc, in_[me] + at, in_[first] + at, cnt, op_.dtype, kop_);
+    for (size_t k = 0; k < n; ++k)
+      if (k != me && k != first) kernels::reduce(acc, acc, in_[k] + at, cnt, op_.dtype, kop_);
+  };
+  switch (op_.coll) {
     case Coll::kAllReduce:
     case Coll::kReduce: {
-      // Reduce this rank's slice from every input, starting with our own (our output may alias
-      // it), then copy it to every output. In place, a peer's output block is its input block,
-      // already read when the copy overwrites it.
-      alignas(64) static thread_local char tmp[kBlockBytes];
+      // Reduce this rank's slice, then copy it to every output. In place, a peer's output block
+      // is its input block, already read when the copy overwrites it.
       size_t b, e;
-      sliceOf(rank_, nranks_, count_, es, &b, &e);
-      const bool toAll = coll_ == Coll::kAllReduce;
-      // Beyond the caches, the peers' copies go out with streaming stores (no read for ownership).
-      // (C4_COPY_NT_THRESHOLD; 64 MiB out of place at 2 ranks: 11.6-11.9 GB/s against 10.5-10.7.)
+      sliceOf(rank_, nranks_, count, es, &b, &e);
+      const bool toAll = op_.coll == Coll::kAllReduce;
+      // Beyond the caches, the peers' copies go out with streaming stores (no read for ownership;
+      // C4_COPY_NT_THRESHOLD).
       const bool stream = bytes >= kernels::copyNonTemporalThreshold();
-      const size_t root = static_cast<size_t>(root_);
       for (size_t x = b; x < e; x += blockElems) {
         const size_t cnt = std::min(blockElems, e - x);
         const size_t off = x * es;
         // AllReduce accumulates in our own output; Reduce in a local block (the root's output
         // is remote, and in place also its input).
-        char* acc = toAll ? out_[me] + off : (me == root ? out_[me] + off : tmp);
-        const size_t first = me == 0 ? 1 : 0;
-        kernels::reduce(acc, in_[me] + off, in_[first] + off, cnt, dtype_, kop_);
-        for (size_t k = 0; k < n; ++k)
-          if (k != me && k != first) kernels::reduce(acc, acc, in_[k] + off, cnt, dtype_, kop_);
+        char* acc = toAll || me == root ? out_[me] + off : tmp;
+        reduceAll(acc, off, cnt);
         if (toAll) {
           for (size_t k = 0; k < n; ++k) {
             if (k == me) continue;
@@ -331,19 +324,11 @@ void ZeroCopy::compute() {
       }
       return;
     }
-    case Coll::kReduceScatter: {
-      char* out = out_[me];
-      const size_t base = me * bytes;
-      const size_t first = me == 0 ? 1 : 0;
-      for (size_t x = 0; x < count_; x += blockElems) {
-        const size_t cnt = std::min(blockElems, count_ - x);
-        const size_t off = x * es;
-        kernels::reduce(out + off, in_[me] + base + off, in_[first] + base + off, cnt, dtype_, kop_);
-        for (size_t k = 0; k < n; ++k)
-          if (k != me && k != first) kernels::reduce(out + off, out + off, in_[k] + base + off, cnt, dtype_, kop_);
-      }
+    case Coll::kReduceScatter:
+      // Our block of every input into our output (in place it is our input's own block).
+      for (size_t x = 0; x < count; x += blockElems)
+        reduceAll(out_[me] + x * es, me * bytes + x * es, std::min(blockElems, count - x));
       return;
-    }
     case Coll::kAllGather:
       // Pull every block into our own output.
       for (size_t k = 0; k < n; ++k) {
@@ -352,7 +337,6 @@ void ZeroCopy::compute() {
       }
       return;
     case Coll::kBroadcast: {
-      const size_t root = static_cast<size_t>(root_);
       const bool inPlace = out_[root] == in_[root];
       if (n == 2 && inPlace) {
         // Two ranks, in place: the root pushes the second half while the other pulls the first.
@@ -371,7 +355,6 @@ void ZeroCopy::compute() {
       // back. Nobody else touches those two blocks, so one rank can swap them through an L1
       // block, in place or not (each side may alias its input and output). The pair belongs to
       // the rank it is nearer to around the ring; a pair half-way round is split in halves.
-      alignas(64) static thread_local char tmp[kBlockBytes];
       auto exchange = [&](size_t i, size_t j, size_t from, size_t to) {
         for (size_t off = from; off < to; off += kBlockBytes) {
           const size_t len = std::min(kBlockBytes, to - off);
@@ -399,13 +382,13 @@ void ZeroCopy::compute() {
     }
     case Coll::kGather: {
       // Push our block into the root's output (in place at the root it is there already).
-      char* dst = out_[static_cast<size_t>(root_)] + me * bytes;
+      char* dst = out_[root] + me * bytes;
       if (dst != in_[me]) kernels::copy(dst, in_[me], bytes);
       return;
     }
     case Coll::kScatter: {
       // Pull our block from the root's input.
-      const char* src = in_[static_cast<size_t>(root_)] + me * bytes;
+      const char* src = in_[root] + me * bytes;
       if (out_[me] != src) kernels::copy(out_[me], src, bytes);
       return;
     }

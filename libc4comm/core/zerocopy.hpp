@@ -21,12 +21,12 @@
 #include "common/opsig.hpp"
 #include "core/memory.hpp"
 #include "core/oneshot.hpp"
+#include "core/opdesc.hpp"
 #include "kernels/host/reduce.hpp"
 
 namespace c4 {
 
 struct Comm;
-struct OpDesc;
 
 class ZeroCopy {
  public:
@@ -67,16 +67,12 @@ class ZeroCopy {
   int allCapable_ = -1;  // -1 not known yet, 0 some rank cannot map its neighbour, 1 all can
   void* probePage_ = nullptr;
   int rank_ = 0, nranks_ = 1;
-  std::vector<int32_t> pids_;
   PeerMappings maps_;
 
   enum class Phase { kDecide, kWaitPeers, kDone };
   Phase phase_ = Phase::kDone;
   OpSig sig_;
-  Coll coll_ = Coll::kAllReduce;
-  size_t count_ = 0;
-  DataType dtype_ = DataType::kFloat32;
-  int root_ = 0;
+  OpDesc op_;  // the running call
   kernels::KOp kop_ = kernels::KOp::kSum;
   std::vector<const char*> in_;  // every rank's input, in this address space (null: unused)
   std::vector<char*> out_;       // every rank's output

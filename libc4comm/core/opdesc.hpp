@@ -1,0 +1,21 @@
+// One call as the user made it (shared by the communicator and its paths).
+#pragma once
+
+#include <cstddef>
+
+#include "c4comm/types.hpp"
+
+namespace c4 {
+
+/// One call as the user made it, validated.
+struct OpDesc {
+  Coll coll = Coll::kAllReduce;
+  const void* sendbuff = nullptr;
+  void* recvbuff = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  RedOp op = RedOp::kSum;
+  int root = 0;  // root for rooted collectives, peer for Send/Recv
+};
+
+}  // namespace c4
