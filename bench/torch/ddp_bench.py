@@ -64,6 +64,22 @@ def spawn(ws, target, args):
     return result
 
 
+def shared_buckets(DDP, model, group):
+    """DDP over `group` with gradient_as_bucket_view=True whose buckets live in shareable memory
+    (c4comm_torch.shared_allocations, docs/torch.md). Returns (ddp, leave): call leave() after the
+    second step, when DDP has rebuilt its buckets; it returns None."""
+    import c4comm_torch
+
+    ctx = c4comm_torch.shared_allocations()
+    ctx.__enter__()
+    try:
+        ddp = DDP(model, process_group=group, gradient_as_bucket_view=True)
+    except BaseException:
+        ctx.__exit__(None, None, None)
+        raise
+    return ddp, lambda: ctx.__exit__(None, None, None)
+
+
 def _rank(rank, ws, store, args, out):
     import torch
     import torch.distributed as dist
@@ -80,14 +96,11 @@ def _rank(rank, ws, store, args, out):
             torch.manual_seed(0)
             model = _model(torch, args.width, args.depth, args.inp)
             params = sum(p.numel() for p in model.parameters())
-            ctx = None
-            if name == "c4 shared":  # left after the second step (DDP rebuilds its buckets there)
-                import c4comm_torch
-
-                ctx = c4comm_torch.shared_allocations()
-                ctx.__enter__()
-            view = args.bucket_view or name == "c4 shared"
-            ddp = DDP(model, process_group=group, gradient_as_bucket_view=view)
+            leave = None
+            if name == "c4 shared":
+                ddp, leave = shared_buckets(DDP, model, group)
+            else:
+                ddp = DDP(model, process_group=group, gradient_as_bucket_view=args.bucket_view)
             opt = torch.optim.SGD(ddp.parameters(), lr=1e-4)
             gen = torch.Generator().manual_seed(rank)
             x = torch.randn(args.batch, args.inp, generator=gen)
@@ -100,9 +113,8 @@ def _rank(rank, ws, store, args, out):
                 dt = time.perf_counter() - t0
                 if step >= args.warmup:
                     times[name].append(dt)
-                if ctx is not None and step == 1:
-                    ctx.__exit__(None, None, None)
-                    ctx = None
+                if leave and step == 1:
+                    leave = leave()
             del ddp, model, opt
     if rank == 0:
         out.put((params, times))

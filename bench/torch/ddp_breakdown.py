@@ -54,11 +54,9 @@ def _rank(rank, ws, store, args, out):
             torch.manual_seed(0)
             model = ddp_bench._model(torch, args.width, args.depth, args.inp)
             shared = "shared" in variant
-            ctx = None
-            if variant == "c4 shared buckets":  # left after the second step (DDP rebuilds its buckets there)
-                ctx = c4comm_torch.shared_allocations()
-                ctx.__enter__()
-                ddp = DDP(model, process_group=group, gradient_as_bucket_view=True)
+            leave = None
+            if variant == "c4 shared buckets":
+                ddp, leave = ddp_bench.shared_buckets(DDP, model, group)
             elif variant == "flat grads c4 shared":
                 ddp = model
             else:
@@ -97,9 +95,8 @@ def _rank(rank, ws, store, args, out):
                     opt.step()
                 if step >= args.warmup:
                     times[variant].append(time.perf_counter() - t0)
-                if ctx is not None and step == 1:
-                    ctx.__exit__(None, None, None)
-                    ctx = None
+                if leave and step == 1:
+                    leave = leave()
             del ddp, model, opt
         if rank == 0:
             print("  round done", file=sys.stderr, flush=True)
