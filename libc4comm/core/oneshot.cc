@@ -147,10 +147,7 @@ Status OneShot::start(const OpDesc& op, const OpSig& sig, const void* input, voi
                       const trace::Event* traceEvent) {
   seq_ = sig.seq + 1;
   sig_ = sig;
-  coll_ = op.coll;
-  count_ = op.count;
-  dtype_ = op.dtype;
-  root_ = op.root;
+  op_ = op;
   kop_ = kop;
   input_ = input;
   output_ = output;
@@ -225,8 +222,8 @@ Status OneShot::poll(bool* done) {
       }
     }
     DataHdr* d = dataOf(rank_, seq_);
-    size_t bytes = publishedBytes(OpDesc{coll_, nullptr, nullptr, count_, dtype_, RedOp::kSum, root_});
-    bool publishes = coll_ != Coll::kBroadcast || rank_ == root_;
+    size_t bytes = publishedBytes(op_);
+    bool publishes = op_.coll != Coll::kBroadcast || rank_ == op_.root;
     if (publishes && bytes) memcpy(reinterpret_cast<char*>(d) + kPayloadOff, input_, bytes);
     d->bytes = publishes ? bytes : 0;
     d->mode = static_cast<uint32_t>(CallMode::kOneShot);
@@ -287,24 +284,24 @@ Status OneShot::poll(bool* done) {
 }
 
 void OneShot::compute() {
-  const size_t es = dataTypeSize(dtype_);
-  const size_t bytes = count_ * es;
+  const size_t es = dataTypeSize(op_.dtype);
+  const size_t bytes = op_.count * es;
   auto payload = [this](int r) -> const char* { return reinterpret_cast<const char*>(dataOf(r, seq_)) + kPayloadOff; };
   char* out = static_cast<char*>(output_);
-  switch (coll_) {
+  switch (op_.coll) {
     case Coll::kAllReduce:
     case Coll::kReduce:
     case Coll::kReduceScatter: {
-      if (coll_ == Coll::kReduce && rank_ != root_) return;
+      if (op_.coll == Coll::kReduce && rank_ != op_.root) return;
       // Reduce in rank order from the published copies (never from recvbuff, which may alias
       // this rank's input), so every rank computes the same bits.
-      size_t off = coll_ == Coll::kReduceScatter ? static_cast<size_t>(rank_) * bytes : 0;
+      size_t off = op_.coll == Coll::kReduceScatter ? static_cast<size_t>(rank_) * bytes : 0;
       if (nranks_ == 1) {
         memcpy(out, payload(0) + off, bytes);
         return;
       }
-      kernels::reduce(out, payload(0) + off, payload(1) + off, count_, dtype_, kop_);
-      for (int r = 2; r < nranks_; ++r) kernels::reduce(out, out, payload(r) + off, count_, dtype_, kop_);
+      kernels::reduce(out, payload(0) + off, payload(1) + off, op_.count, op_.dtype, kop_);
+      for (int r = 2; r < nranks_; ++r) kernels::reduce(out, out, payload(r) + off, op_.count, op_.dtype, kop_);
       return;
     }
     case Coll::kAllGather:
@@ -315,7 +312,7 @@ void OneShot::compute() {
       }
       return;
     case Coll::kBroadcast: {
-      const char* src = rank_ == root_ ? static_cast<const char*>(input_) : payload(root_);
+      const char* src = rank_ == op_.root ? static_cast<const char*>(input_) : payload(op_.root);
       if (out != src) memcpy(out, src, bytes);
       return;
     }

@@ -27,13 +27,13 @@
 #include "c4comm/status.hpp"
 #include "c4comm/trace.hpp"
 #include "common/opsig.hpp"
+#include "core/opdesc.hpp"
 #include "kernels/host/reduce.hpp"
 #include "transports/transport.hpp"
 
 namespace c4 {
 
 struct Comm;
-struct OpDesc;
 
 /// How a rank announced a call (OneShot::peerMode).
 enum class CallMode : uint32_t {
@@ -117,10 +117,7 @@ class OneShot {
   Phase phase_ = Phase::kIdle;
   uint64_t seq_ = 0;  // sig.seq + 1 (0 means never)
   OpSig sig_;
-  Coll coll_ = Coll::kAllReduce;
-  size_t count_ = 0;
-  DataType dtype_ = DataType::kFloat32;
-  int root_ = 0;
+  OpDesc op_;  // buffers unused: input_ and output_ are what this path reads and writes
   kernels::KOp kop_ = kernels::KOp::kSum;
   const void* input_ = nullptr;
   void* output_ = nullptr;
