@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 
 #include "bindings/torch/process_group_c4.hpp"
 #include "c4comm/c4comm.hpp"
@@ -32,7 +34,6 @@ at::Tensor sharedBytes(int64_t nbytes) {
       p, {nbytes}, [](void* q) { (void)c4::memFree(q); }, at::TensorOptions().dtype(at::kByte));
 }
 
-#if TORCH_VERSION_MAJOR < 2
 // c4comm_torch.shared_allocations(): while set, CPU allocations of at least minBytes come from
 // c4::memAlloc (so DDP's gradient buckets, made inside, are reduced zero-copy); smaller ones from
 // the allocator that was current. Every tensor allocated meanwhile, of either kind, frees through
@@ -47,22 +48,42 @@ void sharedOrPrevDelete(void* p) {
   }
 }
 
-struct SharedCpuAllocator final : at::Allocator {
+at::DataPtr sharedOrPrevAllocate(at::Allocator* prev, size_t minBytes, size_t n) {
+  void* p = nullptr;
+  if (n >= minBytes && n > 0 && c4::memAlloc(&p, n).isOk())
+    return {p, p, &sharedOrPrevDelete, at::Device(at::DeviceType::CPU)};
+  if (!gPrevRawDeleter) return prev->allocate(n);  // the previous allocator has no raw form
+  at::DataPtr d = prev->allocate(n);
+  void* q = d.release_context();  // its raw form: context == data, freed by its raw deleter
+  return {q, q, &sharedOrPrevDelete, at::Device(at::DeviceType::CPU)};
+}
+
+// at::Allocator::allocate is const in torch 1.x and early 2.x; later 2.x releases made it non-const
+// and added a pure virtual copy_data. The override takes whichever form the headers declare.
+constexpr bool kAllocateIsConst =
+    std::is_same<decltype(&at::Allocator::allocate), at::DataPtr (at::Allocator::*)(size_t) const>::value;
+
+struct SharedAllocatorBase : at::Allocator {
   at::Allocator* prev = nullptr;
   size_t minBytes = 0;
-  at::DataPtr allocate(size_t n) const override {
-    void* p = nullptr;
-    if (n >= minBytes && n > 0 && c4::memAlloc(&p, n).isOk())
-      return {p, p, &sharedOrPrevDelete, at::Device(at::DeviceType::CPU)};
-    if (!gPrevRawDeleter) return prev->allocate(n);  // the previous allocator has no raw form
-    at::DataPtr d = prev->allocate(n);
-    void* q = d.release_context();  // its raw form: context == data, freed by its raw deleter
-    return {q, q, &sharedOrPrevDelete, at::Device(at::DeviceType::CPU)};
-  }
   at::DeleterFnPtr raw_deleter() const override { return gPrevRawDeleter ? &sharedOrPrevDelete : nullptr; }
+  // Overrides the pure virtual of later torch 2.x (no `override`: older torch has no such member).
+  void copy_data(void* dest, const void* src, size_t count) const { memcpy(dest, src, count); }
 };
 
-SharedCpuAllocator gShared;
+// Partial specializations, so that only the one for these headers is instantiated.
+template <typename Base, bool IsConst>
+struct SharedAllocatorOf;
+template <typename Base>
+struct SharedAllocatorOf<Base, true> : Base {
+  at::DataPtr allocate(size_t n) const override { return sharedOrPrevAllocate(this->prev, this->minBytes, n); }
+};
+template <typename Base>
+struct SharedAllocatorOf<Base, false> : Base {
+  at::DataPtr allocate(size_t n) override { return sharedOrPrevAllocate(this->prev, this->minBytes, n); }
+};
+
+SharedAllocatorOf<SharedAllocatorBase, kAllocateIsConst> gShared;
 constexpr uint8_t kAllocatorPriority = 100;
 
 void setSharedAllocator(int64_t minBytes) {
@@ -81,12 +102,6 @@ void resetAllocator() {
   c10::SetCPUAllocator(gShared.prev, kAllocatorPriority);
   gShared.prev = nullptr;
 }
-#else
-void setSharedAllocator(int64_t) {
-  TORCH_CHECK(false, "c4: shared_allocations() is not built for torch 2.x yet (its Allocator interface differs)");
-}
-void resetAllocator() {}
-#endif
 
 }  // namespace
 

@@ -58,7 +58,7 @@ def shared_allocations(min_bytes=1 << 20):
     ``gradient_as_bucket_view=True`` and run its first two steps inside (DDP rebuilds its buckets
     once, at the second step); its buckets, and so the parameters' gradients, then live in
     shareable memory and backend c4 reduces them zero-copy. Tensors keep their memory after the
-    block. Not reentrant; torch 1.x only for now."""
+    block. Not reentrant."""
     _C._set_shared_allocator(int(min_bytes))
     try:
         yield
