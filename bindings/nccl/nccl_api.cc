@@ -222,6 +222,16 @@ struct RegHandle {
   size_t size;
 };
 
+// The configuration of a communicator made from a parent: a null config inherits the parent's
+// (*out stays null), else it is parsed into *storage.
+ncclResult_t childConfig(const char* fn, ncclConfig_t* config, c4::Config* storage, const c4::Config** out) {
+  *out = nullptr;
+  if (config == nullptr) return ncclSuccess;
+  C4_NCCL_CHECK(parseConfig(fn, config, storage));
+  *out = storage;
+  return ncclSuccess;
+}
+
 }  // namespace
 
 // ================================ entry points (pnccl*) =========================================
@@ -351,13 +361,9 @@ ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* new
   if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
     return fail(ncclInvalidArgument, "%s: color %d is invalid (expected >= 0 or NCCL_SPLIT_NOCOLOR)", fn, color);
   }
-  // A null config inherits the parent's configuration.
   c4::Config cfg;
   const c4::Config* cfgPtr = nullptr;
-  if (config != nullptr) {
-    C4_NCCL_CHECK(parseConfig(fn, config, &cfg));
-    cfgPtr = &cfg;
-  }
+  C4_NCCL_CHECK(childConfig(fn, config, &cfg, &cfgPtr));
   c4::Comm* c = nullptr;
   c4::Status s = c4::commSplit(toC4(comm), color, key, &c, cfgPtr);
   if (s.isOk() || s.code() == c4::Code::kInProgress) *newcomm = toNccl(c);
@@ -376,7 +382,14 @@ ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int exclude
   if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT) {
     return fail(ncclInvalidArgument, "%s: shrinkFlags 0x%x is invalid", fn, shrinkFlags);
   }
-  return notImplemented(fn, "the core has no shrink (agreement on the surviving ranks) yet");
+  c4::Config cfg;
+  const c4::Config* cfgPtr = nullptr;
+  C4_NCCL_CHECK(childConfig(fn, config, &cfg, &cfgPtr));
+  c4::Comm* c = nullptr;
+  c4::Status s =
+      c4::commShrink(toC4(comm), excludeRanksList, excludeRanksCount, &c, cfgPtr, shrinkFlags == NCCL_SHRINK_ABORT);
+  if (s.isOk() || s.code() == c4::Code::kInProgress) *newcomm = toNccl(c);
+  return fromStatus(s);
 }
 
 ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
@@ -385,7 +398,9 @@ ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   if (revokeFlags != NCCL_REVOKE_DEFAULT) {
     return fail(ncclInvalidArgument, "%s: revokeFlags 0x%x is invalid (must be NCCL_REVOKE_DEFAULT)", fn, revokeFlags);
   }
-  return notImplemented(fn, "the core cannot stop in-flight operations and keep the communicator yet");
+  return notImplemented(fn,
+                        "c4 does not track calls in flight on other threads, so it cannot tell when a revoked "
+                        "communicator is quiescent; use ncclCommShrink with NCCL_SHRINK_ABORT");
 }
 
 ncclResult_t pncclCommFinalize(ncclComm_t comm) {

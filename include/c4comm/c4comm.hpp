@@ -79,6 +79,16 @@ Status commInitFromEnv(Comm** comm, const Config& config = {});
 /// ordering by (key, old rank). Collective over `comm`.
 Status commSplit(Comm* comm, int color, int key, Comm** newcomm, const Config* config = nullptr);
 
+/// ncclCommShrink: a new communicator of every rank of `comm` except the `nexclude` ranks listed
+/// in `exclude` (ranks keep their order and close the gaps). Called by each rank that is left, not
+/// by the excluded ones (which may be dead); they must all pass the same list. Works on a
+/// communicator that failed (a peer died): the ranks agree over the bootstrap's point-to-point
+/// links, which outlive a failure. `abortParent`: first fail `comm`, so that a call blocked on it
+/// in another thread returns, and leave it usable for destroy only (NCCL_SHRINK_ABORT). A null
+/// `config` inherits the parent's. Waits at most the parent's timeout for the others.
+Status commShrink(Comm* comm, const int* exclude, int nexclude, Comm** newcomm, const Config* config = nullptr,
+                  bool abortParent = false);
+
 /// Flushes outstanding work. The communicator stays valid for commDestroy only.
 Status commFinalize(Comm* comm);
 /// Frees the communicator (finalizes first if needed).

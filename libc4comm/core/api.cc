@@ -273,6 +273,73 @@ Status commSplit(Comm* comm, int color, int key, Comm** newcomm, const Config* c
   return commInitRank(newcomm, static_cast<int>(members.size()), ids[static_cast<size_t>(members[0])], newRank, cfg);
 }
 
+Status commShrink(Comm* comm, const int* exclude, int nexclude, Comm** newcomm, const Config* config,
+                  bool abortParent) {
+  C4_CHECK_RECORD(checkComm(comm));
+  if (!newcomm) return record(makeError(Code::kInvalidArgument, "newcomm is NULL"));
+  if (nexclude < 0) return record(makeError(Code::kInvalidArgument, "exclude count %d is negative", nexclude));
+  if (nexclude > 0 && !exclude) return record(makeError(Code::kInvalidArgument, "exclude list is NULL"));
+  if (comm->finalized) return record(makeError(Code::kInvalidUsage, "rank %d: communicator was finalized", comm->rank));
+  std::vector<char> excluded(static_cast<size_t>(comm->nranks), 0);
+  for (int i = 0; i < nexclude; ++i) {
+    const int r = exclude[i];
+    if (r < 0 || r >= comm->nranks)
+      return record(
+          makeError(Code::kInvalidArgument, "exclude list entry %d: rank %d is not in 0..%d", i, r, comm->nranks - 1));
+    if (excluded[static_cast<size_t>(r)])
+      return record(makeError(Code::kInvalidArgument, "exclude list names rank %d twice", r));
+    excluded[static_cast<size_t>(r)] = 1;
+  }
+  if (excluded[static_cast<size_t>(comm->rank)])
+    return record(makeError(Code::kInvalidUsage,
+                            "rank %d is in its own exclude list: excluded ranks must not call commShrink", comm->rank));
+  if (abortParent)
+    comm->fail(makeError(Code::kRemoteError, "rank %d aborted the communicator to shrink it", comm->rank));
+  std::vector<int> members;
+  for (int r = 0; r < comm->nranks; ++r)
+    if (!excluded[static_cast<size_t>(r)]) members.push_back(r);
+  // The first member creates the new id and sends it, with the exclude set it was given, to
+  // every other member over the parent's bootstrap links (point to point: no dead rank in the way).
+  struct Offer {
+    UniqueId id;
+    uint64_t excludeHash;
+    int32_t members;
+  };
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a over the exclude bitmap
+  for (char e : excluded) hash = (hash ^ static_cast<uint8_t>(e)) * 1099511628211ull;
+  const uint32_t tag = 0x5348524Bu + comm->shrinks++;  // "SHRK" + the n-th shrink of this communicator
+  const int leader = members[0];
+  Offer offer{};
+  if (comm->rank == leader) {
+    C4_CHECK_RECORD(detail::bootstrapEphemeralUniqueId("", &offer.id));
+    offer.excludeHash = hash;
+    offer.members = static_cast<int32_t>(members.size());
+    for (size_t i = 1; i < members.size(); ++i) {
+      Status st = comm->bootstrap->send(members[i], tag, &offer, sizeof(offer));
+      if (!st.isOk())
+        return record(makeError(st.code(), "rank %d: commShrink: sending the new communicator's id to rank %d: %s",
+                                comm->rank, members[i], st.message().c_str()));
+    }
+  } else {
+    Status st = comm->bootstrap->recv(leader, tag, &offer, sizeof(offer));
+    if (!st.isOk())
+      return record(makeError(st.code(),
+                              "rank %d: commShrink: waiting for the new communicator's id from rank %d "
+                              "(the lowest rank not excluded): %s",
+                              comm->rank, leader, st.message().c_str()));
+    if (offer.excludeHash != hash || offer.members != static_cast<int32_t>(members.size()))
+      return record(makeError(Code::kInvalidUsage,
+                              "rank %d: commShrink: ranks disagree on the exclude list: rank %d keeps %d ranks, this "
+                              "rank %zu (or another set)",
+                              comm->rank, leader, offer.members, members.size()));
+  }
+  const int newRank = static_cast<int>(std::find(members.begin(), members.end(), comm->rank) - members.begin());
+  Config cfg = config ? *config : comm->config;
+  C4_INFO(kLogInit, "rank %d: commShrink to %zu of %d ranks (new rank %d)", comm->rank, members.size(), comm->nranks,
+          newRank);
+  return commInitRank(newcomm, static_cast<int>(members.size()), offer.id, newRank, cfg);
+}
+
 Status commFinalize(Comm* comm) {
   C4_CHECK_RECORD(checkComm(comm));
   // Host collectives complete before they return, so nothing is outstanding.

@@ -685,6 +685,8 @@ struct Bootstrap::Impl {
   Fd listen;
   Fd wakeFd;  // eventfd: written by abort() / the destructor, never drained
   std::atomic<bool> aborted{false};
+  Fd ringWakeFd;  // eventfd: written by abort() and interruptCollectives(), never drained
+  std::atomic<bool> ringInterrupted{false};
   std::atomic<bool> stopping{false};
   std::thread progress;
 
@@ -713,9 +715,13 @@ struct Bootstrap::Impl {
     if (progress.joinable()) progress.join();
   }
   void wake() {
-    if (!wakeFd.valid()) return;
+    signal(wakeFd);
+    signal(ringWakeFd);
+  }
+  static void signal(const Fd& fd) {
+    if (!fd.valid()) return;
     uint64_t one = 1;
-    ssize_t rc = C4_SYSCALL_RETRY(::write(wakeFd.get(), &one, sizeof(one)));
+    ssize_t rc = C4_SYSCALL_RETRY(::write(fd.get(), &one, sizeof(one)));
     (void)rc;  // only fails when the counter would overflow: it is readable then anyway
   }
   Status abortedError(const char* op) const {
@@ -908,6 +914,8 @@ Status Bootstrap::create(const UniqueId& id, int rank, int nranks, const RankInf
   if (!st.isOk()) return makeError(st.code(), "%s: %s", pfx, st.message().c_str());
   impl->wakeFd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!impl->wakeFd.valid()) return sysError("eventfd", errno);
+  impl->ringWakeFd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!impl->ringWakeFd.valid()) return sysError("eventfd", errno);
   try {
     impl->progress = std::thread([p = impl.get()] { p->progressMain(); });
   } catch (const std::system_error& e) {
@@ -1003,9 +1011,19 @@ void Bootstrap::abort() {
   impl_->cv.notify_all();
 }
 
+void Bootstrap::interruptCollectives() {
+  impl_->ringInterrupted.store(true);
+  Impl::signal(impl_->ringWakeFd);
+}
+
 Status Bootstrap::Impl::ringExchange(uint32_t op, void* data, size_t bytesPerRank) {
   const char* opName = op == 1 ? "allGather" : "barrier";
   if (aborted.load()) return abortedError(opName);
+  auto interruptedError = [&] {
+    return makeError(Code::kRemoteError, "%s: %s: the communicator failed, its bootstrap collectives are off",
+                     prefix.c_str(), opName);
+  };
+  if (ringInterrupted.load()) return interruptedError();
   if (nranks == 1) return Status::ok();
   std::lock_guard<std::mutex> g(ringMu);
   Fd* prevFd;
@@ -1026,11 +1044,12 @@ Status Bootstrap::Impl::ringExchange(uint32_t op, void* data, size_t bytesPerRan
     const int recvIdx = (rank - s - 1 + nranks) % nranks;
     if (bytesPerRank) memcpy(sbuf.data() + sizeof(h), base + sendIdx * bytesPerRank, bytesPerRank);
     Status st = detail::sendRecvAll(ringNext.get(), sbuf.data(), sbuf.size(), prevFd->get(), rbuf.data(), rbuf.size(),
-                                    dl, wakeFd.get(),
+                                    dl, ringWakeFd.get(),
                                     strFormat("%s: %s #%llu step %d (to rank %d, from rank %d)", prefix.c_str(), opName,
                                               static_cast<unsigned long long>(seq), s, next, prev));
     if (!st.isOk()) {
       if (aborted.load()) return abortedError(opName);
+      if (ringInterrupted.load()) return interruptedError();
       return st;
     }
     RingHdr in;

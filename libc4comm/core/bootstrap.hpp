@@ -81,6 +81,10 @@ class Bootstrap : public transport::Oob {
                  int64_t timeoutMs = -1);
   /// Makes every blocked or later call fail fast with kRemoteError (thread-safe, never blocks).
   void abort();
+  /// Makes blocked and later allGather/barrier calls fail fast with kRemoteError; send and recv
+  /// keep working, so the ranks that are left can still agree on something (commShrink) after a
+  /// failure. Thread-safe, never blocks.
+  void interruptCollectives();
 
  private:
   struct Impl;

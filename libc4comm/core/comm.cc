@@ -324,7 +324,8 @@ void Comm::fail(const Status& st) {
   C4_WARN(kLogColl, "rank %d: communicator %s failed: %s", rank, tag.c_str(), st.toString().c_str());
   tracer.error(static_cast<int>(st.code()), st.message(), -1);
   for (auto& t : transports) t->abort(st.message());
-  if (bootstrap) bootstrap->abort();
+  // The ring collectives stop; send/recv stay up for commShrink among the ranks that are left.
+  if (bootstrap) bootstrap->interruptCollectives();
 }
 
 Status Comm::failure() {

@@ -127,6 +127,7 @@ struct Comm {
   Status asyncError;
   std::atomic<bool> failed{false};
   bool finalized = false;
+  uint32_t shrinks = 0;  // commShrink calls on this communicator (each has its own bootstrap tag)
 
   Tuner tuner;
   OneShot oneShot;

@@ -195,6 +195,24 @@ void testCollectives(ncclComm_t comm, int rank, int n) {
     NCCL_OK(ncclCommDestroy(half));
   }
 
+  // Shrink: every rank but 0 (which does not call) makes a communicator without rank 0.
+  ncclComm_t rest = nullptr;
+  EXPECT(ncclCommShrink(comm, nullptr, 0, &rest, nullptr, 0x7) == ncclInvalidArgument, "bad shrinkFlags accepted");
+  if (n > 1 && rank > 0) {
+    int zero[] = {0};
+    NCCL_OK(ncclCommShrink(comm, zero, 1, &rest, nullptr, NCCL_SHRINK_DEFAULT));
+    EXPECT(rest != nullptr, "ncclCommShrink returned a NULL communicator");
+    if (rest != nullptr) {
+      int rn = 0, rr = -1, v = rank, sum = -1;
+      NCCL_OK(ncclCommCount(rest, &rn));
+      NCCL_OK(ncclCommUserRank(rest, &rr));
+      EXPECT(rn == n - 1 && rr == rank - 1, "shrunk rank/size %d/%d", rr, rn);
+      NCCL_OK(ncclAllReduce(&v, &sum, 1, ncclInt, ncclSum, rest, kNoStream));
+      EXPECT(sum == n * (n - 1) / 2, "shrunk allreduce = %d", sum);
+      NCCL_OK(ncclCommDestroy(rest));
+    }
+  }
+
   // Registration and ncclMemAlloc: host memory is accepted as is; an AllReduce on ncclMemAlloc
   // buffers (zero-copy when the ranks share the host) gives the same result.
   const size_t kMemCount = 16384;

@@ -439,6 +439,136 @@ TEST(Lifecycle, SplitByColorAndKey) {
   EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
 }
 
+// Sum over the ranks of a communicator of (parent rank + 1), and a check of its size and rank.
+std::string checkShrunk(c4::Comm* c, int parentRank, const std::vector<int>& members) {
+  int nr = -1, r = -1;
+  (void)c4::commCount(c, &nr);
+  (void)c4::commUserRank(c, &r);
+  const int want = static_cast<int>(std::find(members.begin(), members.end(), parentRank) - members.begin());
+  if (nr != static_cast<int>(members.size()) || r != want)
+    return "rank/size " + std::to_string(r) + "/" + std::to_string(nr) + ", expected " + std::to_string(want) + "/" +
+           std::to_string(members.size());
+  std::vector<int32_t> v(5000, parentRank + 1);  // above the one-shot size: the transports carry it
+  c4::Status st = c4::allReduce(v.data(), v.data(), v.size(), c4::DataType::kInt32, c4::RedOp::kSum, c);
+  int32_t exp = 0;
+  for (int m : members) exp += m + 1;
+  if (!st.isOk() || v.front() != exp || v.back() != exp)
+    return "allreduce: " + st.toString() + " got " + std::to_string(v.front()) + " want " + std::to_string(exp);
+  return "";
+}
+
+TEST(Lifecycle, ShrinkKeepsTheParentAndCanRepeat) {
+  auto outs = runForked(4, [](int rank, int n, const c4::UniqueId& id) -> Failures {
+    Failures f;
+    c4::Comm* comm = nullptr;
+    c4::Status st = c4::commInitRank(&comm, n, id, rank);
+    if (!st.isOk()) return {"init: " + st.toString()};
+    // Bad input, checked before anything is sent.
+    c4::Comm* sub = nullptr;
+    const int outOfRange[] = {4}, twice[] = {1, 1}, self[] = {rank};
+    struct Bad {
+      const int* list;
+      int count;
+      Code want;
+      const char* says;
+    } bad[] = {{outOfRange, 1, Code::kInvalidArgument, "not in 0..3"},
+               {twice, 2, Code::kInvalidArgument, "twice"},
+               {self, 1, Code::kInvalidUsage, "its own exclude list"},
+               {nullptr, 1, Code::kInvalidArgument, "NULL"},
+               {twice, -1, Code::kInvalidArgument, "negative"}};
+    for (const Bad& b : bad) {
+      st = c4::commShrink(comm, b.list, b.count, &sub);
+      if (st.code() != b.want || st.message().find(b.says) == std::string::npos || sub != nullptr)
+        f.push_back(std::string("bad input (") + b.says + "): " + st.toString());
+    }
+    st = c4::commShrink(comm, nullptr, 0, nullptr);
+    if (st.code() != Code::kInvalidArgument) f.push_back("null newcomm: " + st.toString());
+    // Rank 1 stays out (it does not call); ranks 0, 2, 3 shrink twice: without 1, then without 1 and 3.
+    if (rank != 1) {
+      const int without1[] = {1};
+      st = c4::commShrink(comm, without1, 1, &sub);
+      if (!st.isOk()) return {"shrink: " + st.toString()};
+      std::string e = checkShrunk(sub, rank, {0, 2, 3});
+      if (!e.empty()) f.push_back("first shrink: " + e);
+      (void)c4::commDestroy(sub);
+      if (rank != 3) {
+        const int without13[] = {3, 1};  // any order
+        st = c4::commShrink(comm, without13, 2, &sub);
+        if (!st.isOk()) return {"second shrink: " + st.toString()};
+        e = checkShrunk(sub, rank, {0, 2});
+        if (!e.empty()) f.push_back("second shrink: " + e);
+        (void)c4::commDestroy(sub);
+      }
+    }
+    // Without the abort flag the parent goes on, with every rank.
+    std::string e = checkShrunk(comm, rank, {0, 1, 2, 3});
+    if (!e.empty()) f.push_back("parent after shrink: " + e);
+    (void)c4::commDestroy(comm);
+    return f;
+  });
+  EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
+}
+
+TEST(Failure, ShrinkAfterAPeerDiedGoesOnWithTheRest) {
+  // Rank 0 dies: the lowest rank left (1) leads the shrink. The parent failed, so the ranks agree
+  // over the bootstrap's point-to-point links, which outlive the failure.
+  ScopedEnv timeout("C4_TIMEOUT", "15");
+  int64_t t0 = monoMs();
+  auto outs = runForked(
+      4,
+      [](int rank, int n, const c4::UniqueId& id) -> Failures {
+        c4::Comm* comm = nullptr;
+        c4::Status st = c4::commInitRank(&comm, n, id, rank);
+        if (!st.isOk()) return {"init: " + st.toString()};
+        if (rank == 0) _exit(0);
+        Failures f;
+        std::vector<float> b(1 << 18, 1.0f);
+        st = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+        if (st.isOk()) f.push_back("UNEXPECTED-OK: allreduce with a dead rank");
+        // Ranks 1 and 3 abort the parent as part of the shrink (NCCL_SHRINK_ABORT), rank 2 does not.
+        const int dead[] = {0};
+        c4::Comm* sub = nullptr;
+        st = c4::commShrink(comm, dead, 1, &sub, nullptr, rank != 2);
+        if (!st.isOk()) return {"shrink: " + st.toString()};
+        std::string e = checkShrunk(sub, rank, {1, 2, 3});
+        if (!e.empty()) f.push_back(e);
+        (void)c4::commDestroy(sub);
+        (void)c4::commAbort(comm);
+        return f;
+      },
+      90);
+  EXPECT_LT(monoMs() - t0, 60000);
+  for (int r = 1; r < 4; ++r) EXPECT_EQ(outs[static_cast<size_t>(r)].detail, "") << "rank " << r;
+}
+
+TEST(Failure, ShrinkWithDifferentExcludeListsFailsClearly) {
+  // Rank 1 leaves rank 2 out, ranks 0 and 2 keep everyone: rank 1 is told the lists differ, the
+  // others fail when rank 1 never joins the new communicator. Nobody hangs.
+  ScopedEnv timeout("C4_TIMEOUT", "5");
+  int64_t t0 = monoMs();
+  auto outs = runForked(
+      3,
+      [](int rank, int n, const c4::UniqueId& id) -> Failures {
+        c4::Comm* comm = nullptr;
+        c4::Status st = c4::commInitRank(&comm, n, id, rank);
+        if (!st.isOk()) return {"init: " + st.toString()};
+        const int two[] = {2};
+        c4::Comm* sub = nullptr;
+        st = c4::commShrink(comm, two, rank == 1 ? 1 : 0, &sub);
+        Failures f{st.isOk() ? std::string("UNEXPECTED-OK") : st.message()};
+        if (sub) (void)c4::commDestroy(sub);
+        (void)c4::commAbort(comm);
+        return f;
+      },
+      60);
+  EXPECT_LT(monoMs() - t0, 30000);
+  EXPECT_NE(outs[1].detail.find("disagree on the exclude list"), std::string::npos) << outs[1].detail;
+  for (int r : {0, 2}) {
+    EXPECT_EQ(outs[static_cast<size_t>(r)].detail.find("UNEXPECTED-OK"), std::string::npos) << "rank " << r;
+    EXPECT_EQ(outs[static_cast<size_t>(r)].detail.find("hung"), std::string::npos) << "rank " << r;
+  }
+}
+
 TEST(Lifecycle, InitAllAndGroupAcrossCommunicatorsOfOneThread) {
   const int n = 3;
   c4::Comm* comms[n];
