@@ -612,8 +612,10 @@ ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
                 "%s: simInfo was not initialized with NCCL_SIM_INFO_INITIALIZER (magic 0x%x, expected 0x%x)", fn,
                 simInfo->magic, kSimInfoMagic);
   }
-  // The open group (if any) is left as it is: the caller can still end it with ncclGroupEnd.
-  return notImplemented(fn, "the tuner has no time model to simulate a group with yet");
+  double us = 0;
+  c4::Status s = c4::groupSimulateEnd(&us);
+  if (s.isOk()) simInfo->estimatedTime = static_cast<float>(us);
+  return fromStatus(s);
 }
 
 // ================================ ncclXxx = weak alias of pncclXxx ==============================

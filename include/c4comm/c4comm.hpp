@@ -139,5 +139,10 @@ Status recv(void* recvbuff, size_t count, DataType dt, int peer, Comm* comm, voi
 /// groupEnd (batched point-to-point, aggregated collectives, several communicators at once).
 Status groupStart();
 Status groupEnd();
+/// ncclGroupSimulateEnd: ends the group like groupEnd but runs nothing; *estimatedUs is the
+/// tuner's modelled time of what the group holds (per communicator the sum of its operations,
+/// communicators in parallel; each with the algorithm the tuner would choose). The model is the
+/// alpha-beta-gamma one the tuner chooses by (docs/architecture.md), not a measurement.
+Status groupSimulateEnd(double* estimatedUs);
 
 }  // namespace c4

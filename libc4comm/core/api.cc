@@ -563,6 +563,35 @@ Status groupEnd() {
   return st;
 }
 
+Status groupSimulateEnd(double* estimatedUs) {
+  if (!estimatedUs) return record(makeError(Code::kInvalidArgument, "estimatedUs is NULL"));
+  *estimatedUs = 0;
+  if (tGroup.depth == 0)
+    return record(makeError(Code::kInvalidUsage, "groupSimulateEnd without a matching groupStart"));
+  if (--tGroup.depth > 0) return Status::ok();
+  std::vector<DeferredInit> inits;
+  std::vector<GroupItem> items;
+  inits.swap(tGroup.inits);
+  items.swap(tGroup.items);
+  Status err = tGroup.error;
+  tGroup.error = Status::ok();
+  if (err.isOk() && !inits.empty())
+    err = makeError(Code::kInvalidUsage,
+                    "groupSimulateEnd: the group initializes %zu communicator(s), which cannot be simulated",
+                    inits.size());
+  if (!err.isOk()) {
+    for (DeferredInit& d : inits) d.comm->fail(err);
+    tLastError = err.message();
+    return err;
+  }
+  for (const GroupItem& item : items) {
+    double us = 0;
+    for (const OpDesc& op : item.ops) us += item.comm->estimateUs(op);
+    *estimatedUs = std::max(*estimatedUs, us);
+  }
+  return Status::ok();
+}
+
 // ---- tracer (include/c4comm/trace.hpp) ----
 namespace trace {
 

@@ -398,6 +398,12 @@ size_t nominalBytes(const OpDesc& op, int n) {
 }
 }  // namespace
 
+double Comm::estimateUs(const OpDesc& op) const {
+  const size_t bytes = nominalBytes(op, nranks);
+  if (op.coll == Coll::kSend || op.coll == Coll::kRecv) return tuner.estimateUs(sched::Algo::kDirect, op.coll, bytes);
+  return tuner.estimateUs(tuner.choose(op.coll, bytes).algo, op.coll, bytes);
+}
+
 Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
   const bool viaArena = oneShot.eligible(op);
   // One-shot calls are stamped by OneShot when they publish (see OneShot::start).

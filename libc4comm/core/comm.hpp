@@ -46,6 +46,8 @@ struct Comm {
   Status runCollective(const OpDesc& op);
   /// Runs a batch of point-to-point ops (all posted together).
   Status runP2p(const std::vector<OpDesc>& ops);
+  /// The tuner's modelled time of `op` (microseconds), with the algorithm it would choose.
+  double estimateUs(const OpDesc& op) const;
 
   /// A plan built for one distinct operation (coll, dtype, count, root) and the executor bound
   /// to it; cached, so a repeated call only rebinds buffers.

@@ -286,9 +286,17 @@ void testErrors(ncclComm_t comm) {
   r = ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT);
   EXPECT(r == ncclInvalidUsage, "ncclCommRevoke -> %d", static_cast<int>(r));
   EXPECT(strstr(ncclGetLastError(comm), "not implemented") != nullptr, "last error '%s'", ncclGetLastError(comm));
+
+  // ncclGroupSimulateEnd: the tuner's estimate, and nothing runs; without a group, a usage error.
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
   r = ncclGroupSimulateEnd(&sim);
-  EXPECT(r == ncclInvalidUsage, "ncclGroupSimulateEnd -> %d", static_cast<int>(r));
+  EXPECT(r == ncclInvalidUsage, "ncclGroupSimulateEnd outside a group -> %d", static_cast<int>(r));
+  float simOut = -1.f;
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclAllReduce(&x, &simOut, 1, ncclFloat, ncclSum, comm, kNoStream));
+  NCCL_OK(ncclGroupSimulateEnd(&sim));
+  EXPECT(sim.estimatedTime > 0.f, "estimatedTime %g", static_cast<double>(sim.estimatedTime));
+  EXPECT(simOut == -1.f, "the simulated AllReduce ran (%g)", static_cast<double>(simOut));
 
   // The communicator still works after all those errors.
   NCCL_OK(ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, kNoStream));

@@ -569,6 +569,57 @@ TEST(Failure, ShrinkWithDifferentExcludeListsFailsClearly) {
   }
 }
 
+TEST(Lifecycle, GroupSimulateEndEstimatesAndRunsNothing) {
+  auto outs = runThreads(2, [](int rank, int n, const c4::UniqueId& id) -> Failures {
+    Failures f;
+    c4::Comm* comm = nullptr;
+    c4::Status st = c4::commInitRank(&comm, n, id, rank);
+    if (!st.isOk()) return {"init: " + st.toString()};
+    double us = -1;
+    st = c4::groupSimulateEnd(&us);
+    if (st.code() != Code::kInvalidUsage) f.push_back("simulate outside a group: " + st.toString());
+    // Estimates grow with the size; the buffers are not touched.
+    double prev = 0;
+    for (size_t count : {size_t{256}, size_t{1} << 16, size_t{1} << 22}) {
+      std::vector<float> in(count, 1.0f), out(count, -1.0f);
+      (void)c4::groupStart();
+      st = c4::allReduce(in.data(), out.data(), count, c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+      if (!st.isOk()) f.push_back("allreduce in a group: " + st.toString());
+      st = c4::groupSimulateEnd(&us);
+      if (!st.isOk() || !(us > prev))
+        f.push_back("estimate for " + std::to_string(count) + ": " + st.toString() + " " + std::to_string(us) +
+                    " us after " + std::to_string(prev));
+      if (out.front() != -1.0f || out.back() != -1.0f) f.push_back("the simulated allreduce ran");
+      prev = us;
+    }
+    // A group of two collectives and a send/recv pair estimates more than its AllReduce alone.
+    std::vector<float> a(1 << 16, 1.0f), b(1 << 16, 0.0f);
+    (void)c4::groupStart();
+    (void)c4::allReduce(a.data(), b.data(), a.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+    (void)c4::groupSimulateEnd(&us);
+    const double one = us;
+    (void)c4::groupStart();
+    (void)c4::allReduce(a.data(), b.data(), a.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+    (void)c4::broadcast(a.data(), b.data(), a.size(), c4::DataType::kFloat32, 0, comm);
+    (void)c4::send(a.data(), a.size(), c4::DataType::kFloat32, 1 - rank, comm);
+    (void)c4::recv(b.data(), b.size(), c4::DataType::kFloat32, 1 - rank, comm);
+    st = c4::groupSimulateEnd(&us);
+    if (!st.isOk() || !(us > one)) f.push_back("group of four: " + st.toString() + " " + std::to_string(us));
+    // A rejected call makes the simulation fail like groupEnd would.
+    (void)c4::groupStart();
+    (void)c4::allReduce(nullptr, b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+    st = c4::groupSimulateEnd(&us);
+    if (st.code() != Code::kInvalidArgument) f.push_back("group with a rejected call: " + st.toString());
+    // Nothing was consumed: a real call matches on both ranks and is right.
+    float x = static_cast<float>(rank + 1);
+    st = c4::allReduce(&x, &x, 1, c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+    if (!st.isOk() || x != 3.0f) f.push_back("allreduce after simulations: " + st.toString());
+    (void)c4::commDestroy(comm);
+    return f;
+  });
+  EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
+}
+
 TEST(Lifecycle, InitAllAndGroupAcrossCommunicatorsOfOneThread) {
   const int n = 3;
   c4::Comm* comms[n];
