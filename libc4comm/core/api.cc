@@ -525,21 +525,33 @@ Status groupStart() {
   return Status::ok();
 }
 
-Status groupEnd() {
-  if (tGroup.depth == 0) return record(makeError(Code::kInvalidUsage, "groupEnd without a matching groupStart"));
+/// Closes a group level for `fn` (groupEnd, groupSimulateEnd). *outermost is set when this closed
+/// the outermost level: then the group's contents move to *inits and *items. An error if there was
+/// no group, or if a call in the group was rejected (then nothing is to run, so that no rank
+/// half-executes the group, and the communicators the group initializes are failed).
+static Status closeGroup(const char* fn, bool* outermost, std::vector<DeferredInit>* inits,
+                         std::vector<GroupItem>* items) {
+  *outermost = false;
+  if (tGroup.depth == 0) return record(makeError(Code::kInvalidUsage, "%s without a matching groupStart", fn));
   if (--tGroup.depth > 0) return Status::ok();
-  std::vector<DeferredInit> inits;
-  std::vector<GroupItem> items;
-  inits.swap(tGroup.inits);
-  items.swap(tGroup.items);
+  *outermost = true;
+  inits->swap(tGroup.inits);
+  items->swap(tGroup.items);
   Status err = tGroup.error;
   tGroup.error = Status::ok();
   if (!err.isOk()) {
-    // An operation in the group was rejected: run nothing, so no rank half-executes the group.
-    for (DeferredInit& d : inits) d.comm->fail(err);
+    for (DeferredInit& d : *inits) d.comm->fail(err);
     tLastError = err.message();
-    return err;
   }
+  return err;
+}
+
+Status groupEnd() {
+  bool outermost = false;
+  std::vector<DeferredInit> inits;
+  std::vector<GroupItem> items;
+  C4_CHECK(closeGroup("groupEnd", &outermost, &inits, &items));
+  if (!outermost) return Status::ok();
   Status first;
   if (inits.size() == 1) {
     first = initComm(inits[0].comm, inits[0].nranks, inits[0].id, inits[0].rank, inits[0].config);
@@ -566,23 +578,17 @@ Status groupEnd() {
 Status groupSimulateEnd(double* estimatedUs) {
   if (!estimatedUs) return record(makeError(Code::kInvalidArgument, "estimatedUs is NULL"));
   *estimatedUs = 0;
-  if (tGroup.depth == 0)
-    return record(makeError(Code::kInvalidUsage, "groupSimulateEnd without a matching groupStart"));
-  if (--tGroup.depth > 0) return Status::ok();
+  bool outermost = false;
   std::vector<DeferredInit> inits;
   std::vector<GroupItem> items;
-  inits.swap(tGroup.inits);
-  items.swap(tGroup.items);
-  Status err = tGroup.error;
-  tGroup.error = Status::ok();
-  if (err.isOk() && !inits.empty())
-    err = makeError(Code::kInvalidUsage,
-                    "groupSimulateEnd: the group initializes %zu communicator(s), which cannot be simulated",
-                    inits.size());
-  if (!err.isOk()) {
+  C4_CHECK(closeGroup("groupSimulateEnd", &outermost, &inits, &items));
+  if (!outermost) return Status::ok();
+  if (!inits.empty()) {
+    Status err = makeError(Code::kInvalidUsage,
+                           "groupSimulateEnd: the group initializes %zu communicator(s), which cannot be simulated",
+                           inits.size());
     for (DeferredInit& d : inits) d.comm->fail(err);
-    tLastError = err.message();
-    return err;
+    return record(std::move(err));
   }
   for (const GroupItem& item : items) {
     double us = 0;
