@@ -340,6 +340,43 @@ TEST_F(BootstrapTest, AbortUnblocksRecvAndAllGather) {
   bs.clear();
 }
 
+TEST_F(BootstrapTest, InterruptStopsCollectivesButNotSendRecv) {
+  // What a failed communicator does to its bootstrap: a blocked allGather returns at once, later
+  // ones fail fast, and the point-to-point links still carry messages (commShrink needs them).
+  UniqueId id;
+  ASSERT_TRUE(bootstrapGetUniqueId(&id).isOk());
+  std::vector<std::unique_ptr<Bootstrap>> bs(2);
+  std::vector<Status> sts(2);
+  test::runThreads(2, [&](int r) { sts[r] = Bootstrap::create(id, r, 2, test::testRankInfo(r), 30000, &bs[r]); });
+  ASSERT_TRUE(sts[0].isOk()) << sts[0].toString();
+  ASSERT_TRUE(sts[1].isOk()) << sts[1].toString();
+  Status gatherSt;
+  int64_t gatherDone = 0;
+  std::thread g([&] {
+    uint64_t v[2] = {1, 0};
+    gatherSt = bs[0]->allGather(v, sizeof(uint64_t));  // rank 1 never joins
+    gatherDone = nowMs();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const int64_t t0 = nowMs();
+  bs[0]->interruptCollectives();
+  g.join();
+  EXPECT_EQ(Code::kRemoteError, gatherSt.code());
+  EXPECT_NE(std::string::npos, gatherSt.message().find("bootstrap collectives are off")) << gatherSt.message();
+  EXPECT_LT(gatherDone - t0, 2000);
+  EXPECT_EQ(Code::kRemoteError, bs[0]->barrier().code());
+  // Both directions of send/recv still work, on the interrupted rank and towards it.
+  uint32_t x = 7, y = 0;
+  ASSERT_TRUE(bs[0]->send(1, 3, &x, sizeof(x)).isOk());
+  ASSERT_TRUE(bs[1]->recv(0, 3, &y, sizeof(y), 5000).isOk());
+  EXPECT_EQ(7u, y);
+  x = 9;
+  ASSERT_TRUE(bs[1]->send(0, 4, &x, sizeof(x)).isOk());
+  ASSERT_TRUE(bs[0]->recv(1, 4, &y, sizeof(y), 5000).isOk());
+  EXPECT_EQ(9u, y);
+  bs.clear();
+}
+
 TEST_F(BootstrapTest, SocketIfnameSelectsLoopback) {
   for (const char* var : {"C4_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}) {
     EnvGuard env;
