@@ -309,7 +309,8 @@ Status commShrink(Comm* comm, const int* exclude, int nexclude, Comm** newcomm, 
   for (char e : excluded) hash = (hash ^ static_cast<uint8_t>(e)) * 1099511628211ull;
   const uint32_t tag = 0x5348524Bu + comm->shrinks++;  // "SHRK" + the n-th shrink of this communicator
   const int leader = members[0];
-  Offer offer{};
+  Offer offer;
+  memset(&offer, 0, sizeof(offer));  // padding included: it goes on the wire
   if (comm->rank == leader) {
     C4_CHECK_RECORD(detail::bootstrapEphemeralUniqueId("", &offer.id));
     offer.excludeHash = hash;

@@ -715,10 +715,10 @@ struct Bootstrap::Impl {
     if (progress.joinable()) progress.join();
   }
   void wake() {
-    signal(wakeFd);
-    signal(ringWakeFd);
+    post(wakeFd);
+    post(ringWakeFd);
   }
-  static void signal(const Fd& fd) {
+  static void post(const Fd& fd) {  // makes the eventfd readable for good
     if (!fd.valid()) return;
     uint64_t one = 1;
     ssize_t rc = C4_SYSCALL_RETRY(::write(fd.get(), &one, sizeof(one)));
@@ -1013,7 +1013,7 @@ void Bootstrap::abort() {
 
 void Bootstrap::interruptCollectives() {
   impl_->ringInterrupted.store(true);
-  Impl::signal(impl_->ringWakeFd);
+  Impl::post(impl_->ringWakeFd);
 }
 
 Status Bootstrap::Impl::ringExchange(uint32_t op, void* data, size_t bytesPerRank) {
