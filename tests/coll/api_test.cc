@@ -509,10 +509,14 @@ TEST(Lifecycle, ShrinkKeepsTheParentAndCanRepeat) {
   EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
 }
 
-TEST(Failure, ShrinkAfterAPeerDiedGoesOnWithTheRest) {
+class ShrinkAfterDeath : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ShrinkAfterDeath, GoesOnWithTheRest) {
   // Rank 0 dies: the lowest rank left (1) leads the shrink. The parent failed, so the ranks agree
-  // over the bootstrap's point-to-point links, which outlive the failure.
+  // over the bootstrap's point-to-point links, which outlive the failure. Over shm (a pidfd sees
+  // the death) and over tcp (the sockets close).
   ScopedEnv timeout("C4_TIMEOUT", "15");
+  ScopedEnv transport("C4_TRANSPORT", GetParam());
   int64_t t0 = monoMs();
   auto outs = runForked(
       4,
@@ -540,6 +544,8 @@ TEST(Failure, ShrinkAfterAPeerDiedGoesOnWithTheRest) {
   EXPECT_LT(monoMs() - t0, 60000);
   for (int r = 1; r < 4; ++r) EXPECT_EQ(outs[static_cast<size_t>(r)].detail, "") << "rank " << r;
 }
+
+INSTANTIATE_TEST_SUITE_P(Failure, ShrinkAfterDeath, ::testing::Values("shm", "tcp"));
 
 TEST(Failure, ShrinkWithDifferentExcludeListsFailsClearly) {
   // Rank 1 leaves rank 2 out, ranks 0 and 2 keep everyone: rank 1 is told the lists differ, the

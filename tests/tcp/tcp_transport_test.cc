@@ -14,6 +14,7 @@
 #include <array>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -443,12 +444,53 @@ TEST(TcpTransport, PeerThatNeverConnectsTimesOut) {
     Request req;
     REQUIRE_OK(c->irecv(b, 8, testSig(0, 8), nullptr, &req));
     Status w = waitAll(t.get(), {&req}, 20000);
+    // Rank 0 is alive and listening, so the liveness probes (every C4_TCP_PROBE_MS) do not end the
+    // wait: C4_TIMEOUT does.
     REQUIRE(
         w.code() == Code::kRemoteError && contains(w.message(), "rank 0") && contains(w.message(), "never connected"),
         "%s", w.toString().c_str());
     REQUIRE_OK(oob.barrier());
     return "";
   });
+}
+
+TEST(TcpTransport, PeerGoneBeforeConnectingIsFoundByTheProbe) {
+  // Rank 0 (the side that connects) leaves before it opened its lanes. Rank 1 learns it from a
+  // refused liveness probe after about C4_TCP_PROBE_MS, not after C4_TIMEOUT (20 s here); with
+  // probes off it waits for the timeout (1.5 s then).
+  ScopedEnv ports("C4_TCP_PORTS", "127.0.0.1");
+  for (const char* probeMs : {"300", "0"}) {
+    ScopedEnv probe("C4_TCP_PROBE_MS", probeMs);
+    const bool probing = strcmp(probeMs, "0") != 0;
+    std::string tag = testing::freshTag();
+    runRanks(2, [&](int r, Oob& oob) -> std::string {
+      Status st;
+      auto t = create(r, 2, tag, oob, &st, probing ? 20000 : 1500);
+      REQUIRE_OK(st);
+      if (r == 0) {
+        t.reset();  // its listening sockets close, as when the process exits
+        REQUIRE_OK(oob.barrier());
+        return "";
+      }
+      Connection* c = nullptr;
+      REQUIRE_OK(t->connect(0, &c));
+      char b[8];
+      Request req;
+      REQUIRE_OK(c->irecv(b, 8, testSig(0, 8), nullptr, &req));
+      const int64_t t0 = detail::nowMs();
+      Status w = waitAll(t.get(), {&req}, 30000);
+      const int64_t took = detail::nowMs() - t0;
+      if (probing) {
+        REQUIRE(w.code() == Code::kRemoteError && contains(w.message(), "rank 0") &&
+                    contains(w.message(), "refuses connections") && took < 5000,
+                "after %lld ms: %s", static_cast<long long>(took), w.toString().c_str());
+      } else {
+        REQUIRE(w.code() == Code::kRemoteError && contains(w.message(), "never connected"), "%s", w.toString().c_str());
+      }
+      REQUIRE_OK(oob.barrier());
+      return "";
+    });
+  }
 }
 
 /// Raw connection to `addr` ("ip:port") with a blocking 10 s receive timeout; -1 on failure.

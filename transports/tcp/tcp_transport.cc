@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -230,7 +231,7 @@ class TcpConnection final : public Connection {
   void onWritable(Lane& l);
   /// Lanes stopped for lack of buffer room or with buffered input: read them again.
   void rxRetry();
-  /// Timeouts, half-closed connections.
+  /// Timeouts, half-closed connections, liveness probes of a lower rank that never connected.
   void check(int64_t now);
   /// Fails every pending request with `st`, closes every lane, rejects later requests.
   void fail(const Status& st);
@@ -269,6 +270,9 @@ class TcpConnection final : public Connection {
   void setEvents(Lane& l, uint32_t ev);
   void closeLane(Lane& l);
   void moved(Lane& l, size_t n, bool tx);
+  /// Acceptor side, lanes missing and messages pending: connects to the peer's listening socket.
+  /// Refused: the peer is gone, fail now. Accepted: it is alive (not at this operation yet).
+  void probePeer(int64_t now);
 
   TcpTransportImpl* t_;
   int peer_;
@@ -283,6 +287,8 @@ class TcpConnection final : public Connection {
   Status closed_;  // the peer closed every lane cleanly
   int64_t lastMoveMs_ = 0;
   bool opened_ = false;
+  Fd probe_;                 // liveness probe in flight (non-blocking connect)
+  int64_t lastProbeMs_ = 0;  // when the last probe started
 };
 
 class TcpTransportImpl final : public TcpTransport {
@@ -315,6 +321,13 @@ class TcpTransportImpl final : public TcpTransport {
   int64_t timeoutMs() const { return timeoutMs_; }
   const Status& abortStatus() const { return abortStatus_; }
   const char* peerHost(int peer) const { return records_[peer].hostname; }
+  int64_t probeMs() const { return probeMs_; }
+  /// Starts a liveness probe of `peer`: a non-blocking connect to probeTarget(peer). Returns the
+  /// connect's errno (0: connected, EINPROGRESS: under way, ECONNREFUSED: nobody listens).
+  int startProbe(int peer, Fd* out) const;
+  std::string probeTarget(int peer) const;
+  /// What a probe sends once connected, so the peer drops it quietly.
+  tcpwire::Hello probeHello(int peer) const;
   const char* hostname() const { return hostname_; }
   void noteError(const Status& st) {
     if (firstError_.isOk()) firstError_ = st;
@@ -345,6 +358,7 @@ class TcpTransportImpl final : public TcpTransport {
     tcpwire::Hello hello{};
     uint64_t nonce = 0;
     std::string out;
+    bool probe = false;  // a peer's liveness probe: dropped without a warning
   };
   bool incomingStep(Incoming& in, std::string* why, bool* done);
 
@@ -361,6 +375,7 @@ class TcpTransportImpl final : public TcpTransport {
   size_t unexpLimit_;
   int64_t handshakeMs_;
   int64_t sportBase_;
+  int64_t probeMs_;
   char hostname_[64] = {0};
 
   Fd ep_;
@@ -1074,7 +1089,14 @@ void TcpConnection::check(int64_t now) {
   }
   if (!pending()) {
     lastMoveMs_ = now;
+    probe_.reset();
     return;
+  }
+  if (!initiator() && t_->probeMs() > 0 && now - lastMoveMs_ >= t_->probeMs()) {
+    bool down = false;
+    for (const Lane& l : lanes_) down = down || l.state != LaneState::kUp;
+    if (down) probePeer(now);
+    if (!broken_.isOk()) return;
   }
   if (now - lastMoveMs_ <= t_->timeoutMs()) return;
   std::string down;
@@ -1107,6 +1129,41 @@ void TcpConnection::check(int64_t now) {
   fail(st);
 }
 
+void TcpConnection::probePeer(int64_t now) {
+  int err = 0;
+  if (!probe_.valid()) {
+    if (lastProbeMs_ != 0 && now - lastProbeMs_ < t_->probeMs()) return;
+    lastProbeMs_ = now;
+    err = t_->startProbe(peer_, &probe_);
+    if (err == EINPROGRESS) return;  // the answer comes at a later check
+  } else {
+    pollfd p{probe_.get(), POLLOUT, 0};
+    if (::poll(&p, 1, 0) <= 0) {
+      if (now - lastProbeMs_ > 5 * t_->probeMs()) probe_.reset();  // no answer (host down?): try again
+      return;
+    }
+    socklen_t len = sizeof(err);
+    if (getsockopt(probe_.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+  }
+  if (err == 0 && probe_.valid()) {
+    // Alive and listening, not at this operation yet: say what this was (so it is dropped quietly).
+    const tcpwire::Hello h = t_->probeHello(peer_);
+    ssize_t n = ::send(probe_.get(), &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)n;
+    C4_TRACE(kLogNet, "tcp: rank %d: %s is alive (liveness probe); still waiting for its lanes", t_->rank(),
+             peerText().c_str());
+  }
+  probe_.reset();
+  if (err != ECONNREFUSED) return;  // unreachable or timed out proves nothing: C4_TIMEOUT decides
+  Status st = makeError(Code::kRemoteError,
+                        "tcp: %s refuses connections at its listening address %s: its process exited or it left the "
+                        "communicator (liveness probe after %lld ms without its lanes; %zu message(s) pending)",
+                        peerText().c_str(), t_->probeTarget(peer_).c_str(), static_cast<long long>(now - lastMoveMs_),
+                        sends_.size() + recvs_.size());
+  C4_WARN(kLogNet, "%s", st.message().c_str());
+  fail(st);
+}
+
 // ---------------------------------------------------------------------------------------------
 // TcpTransportImpl
 
@@ -1125,7 +1182,8 @@ TcpTransportImpl::TcpTransportImpl(const Context& ctx)
       unexpLimit_(static_cast<size_t>(std::max<int64_t>(0, paramTcpUnexpectedBytes()))),
       handshakeMs_(
           std::max<int64_t>(1, std::min<int64_t>(paramTcpHandshakeMs(), ctx.timeoutMs > 0 ? ctx.timeoutMs : 300000))),
-      sportBase_(paramTcpSportBase()) {
+      sportBase_(paramTcpSportBase()),
+      probeMs_(std::max<int64_t>(0, paramTcpProbeMs())) {
   if (gethostname(hostname_, sizeof(hostname_) - 1) != 0) strcpy(hostname_, "?");
 }
 
@@ -1186,6 +1244,27 @@ TcpConnection* TcpTransportImpl::conn(int peer) {
   auto& c = conns_[static_cast<size_t>(peer)];
   if (!c) c = std::make_unique<TcpConnection>(this, peer, nlanes_);
   return c.get();
+}
+
+std::string TcpTransportImpl::probeTarget(int peer) const {
+  SockAddr a;
+  if (!detail::fromWire(records_[static_cast<size_t>(peer)].addrs[0], &a).isOk()) return "?";
+  return a.toString();
+}
+
+int TcpTransportImpl::startProbe(int peer, Fd* out) const {
+  SockAddr a;
+  if (!detail::fromWire(records_[static_cast<size_t>(peer)].addrs[0], &a).isOk()) return EINVAL;
+  Fd fd(::socket(a.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return errno;
+  int err = ::connect(fd.get(), a.sa(), a.len) == 0 ? 0 : errno;
+  if (err == EINTR) err = EINPROGRESS;
+  if (err == 0 || err == EINPROGRESS) *out = std::move(fd);
+  return err;
+}
+
+tcpwire::Hello TcpTransportImpl::probeHello(int peer) const {
+  return tcpwire::Hello{tcpwire::kProbeMagic, tcpwire::kVersion, tagHash_, rank_, peer, -1, nlanes_, 0};
 }
 
 Status TcpTransportImpl::connect(int peer, Connection** out) {
@@ -1393,8 +1472,12 @@ void TcpTransportImpl::onListener(int port) {
 void TcpTransportImpl::dropIncoming(uint64_t id, const std::string& why) {
   auto it = incoming_.find(id);
   if (it == incoming_.end()) return;
-  C4_WARN(kLogNet, "tcp: rank %d dropped an incoming connection from %s: %s", rank_,
-          it->second.remote.toString().c_str(), why.c_str());
+  if (it->second.probe) {
+    C4_TRACE(kLogNet, "tcp: rank %d answered a %s", rank_, why.c_str());
+  } else {
+    C4_WARN(kLogNet, "tcp: rank %d dropped an incoming connection from %s: %s", rank_,
+            it->second.remote.toString().c_str(), why.c_str());
+  }
   if (it->second.fd.valid()) epoll_ctl(ep_.get(), EPOLL_CTL_DEL, it->second.fd.get(), nullptr);
   incoming_.erase(it);
 }
@@ -1427,6 +1510,11 @@ bool TcpTransportImpl::incomingStep(Incoming& in, std::string* why, bool* done) 
   if (in.stage == 0) {
     memcpy(&in.hello, in.in, sizeof(in.hello));
     const tcpwire::Hello& h = in.hello;
+    if (h.magic == tcpwire::kProbeMagic) {
+      in.probe = true;
+      *why = strFormat("liveness probe from rank %d", h.from);
+      return false;
+    }
     if (h.magic != tcpwire::kHelloMagic) {
       *why = "not a c4comm tcp lane (bad magic)";
       return false;

@@ -38,6 +38,10 @@ C4_PARAM_INT(TcpUnexpectedBytes, "C4_TCP_UNEXPECTED_BYTES", nullptr, 67108864,
              "reading (TCP back-pressure)")
 C4_PARAM_INT(TcpHandshakeMs, "C4_TCP_HANDSHAKE_MS", nullptr, 10000,
              "tcp: milliseconds an incoming connection has to prove the communicator key before it is dropped")
+C4_PARAM_INT(TcpProbeMs, "C4_TCP_PROBE_MS", nullptr, 1000,
+             "tcp: a rank waiting this long for a lower rank that has not connected its lanes probes that rank's "
+             "listening socket, every as long again; a refused probe fails the wait at once (the rank exited or "
+             "left the communicator) instead of after C4_TIMEOUT; 0 = never probe")
 
 /// Counters of one lane (for C4P/C4D): monotonically increasing since the lane opened.
 struct TcpLaneStats {

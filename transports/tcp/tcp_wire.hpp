@@ -13,6 +13,7 @@ namespace c4::transport::tcpwire {
 constexpr uint32_t kHelloMagic = 0x70743463u;      // "c4tp"
 constexpr uint32_t kChallengeMagic = 0x68633463u;  // "c4ch"
 constexpr uint32_t kProofMagic = 0x72703463u;      // "c4pr"
+constexpr uint32_t kProbeMagic = 0x62703463u;      // "c4pb": a liveness probe, closed right after its Hello
 constexpr uint32_t kVersion = 1;
 
 /// Initiator (lower rank) -> acceptor, first bytes on a new lane.
