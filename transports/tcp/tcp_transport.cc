@@ -325,6 +325,8 @@ class TcpTransportImpl final : public TcpTransport {
   /// Starts a liveness probe of `peer`: a non-blocking connect to probeTarget(peer). Returns the
   /// connect's errno (0: connected, EINPROGRESS: under way, ECONNREFUSED: nobody listens).
   int startProbe(int peer, Fd* out) const;
+  /// The address a probe of `peer` goes to: its first listening address.
+  bool probeAddr(int peer, SockAddr* a) const;
   std::string probeTarget(int peer) const;
   /// What a probe sends once connected, so the peer drops it quietly.
   tcpwire::Hello probeHello(int peer) const;
@@ -1246,15 +1248,18 @@ TcpConnection* TcpTransportImpl::conn(int peer) {
   return c.get();
 }
 
+bool TcpTransportImpl::probeAddr(int peer, SockAddr* a) const {
+  return detail::fromWire(records_[static_cast<size_t>(peer)].addrs[0], a).isOk();
+}
+
 std::string TcpTransportImpl::probeTarget(int peer) const {
   SockAddr a;
-  if (!detail::fromWire(records_[static_cast<size_t>(peer)].addrs[0], &a).isOk()) return "?";
-  return a.toString();
+  return probeAddr(peer, &a) ? a.toString() : "?";
 }
 
 int TcpTransportImpl::startProbe(int peer, Fd* out) const {
   SockAddr a;
-  if (!detail::fromWire(records_[static_cast<size_t>(peer)].addrs[0], &a).isOk()) return EINVAL;
+  if (!probeAddr(peer, &a)) return EINVAL;
   Fd fd(::socket(a.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return errno;
   int err = ::connect(fd.get(), a.sa(), a.len) == 0 ? 0 : errno;
@@ -1473,7 +1478,7 @@ void TcpTransportImpl::dropIncoming(uint64_t id, const std::string& why) {
   auto it = incoming_.find(id);
   if (it == incoming_.end()) return;
   if (it->second.probe) {
-    C4_TRACE(kLogNet, "tcp: rank %d answered a %s", rank_, why.c_str());
+    C4_TRACE(kLogNet, "tcp: rank %d: %s, closed", rank_, why.c_str());
   } else {
     C4_WARN(kLogNet, "tcp: rank %d dropped an incoming connection from %s: %s", rank_,
             it->second.remote.toString().c_str(), why.c_str());
