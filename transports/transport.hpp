@@ -66,6 +66,12 @@ class Connection {
   /// Queues a receive of exactly `bytes` into dst (or, with red, reduced into dst as data arrives,
   /// in pieces, in order). dst must stay valid until req is done.
   virtual Status irecv(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) = 0;
+  /// MPI_Iprobe for this connection: whether the first bytes (header) of the next incoming message
+  /// that no posted receive claims have arrived, and if so its signature and size. Consumes
+  /// nothing: an irecv posted next receives that very message. Never ready while receives are
+  /// posted. Opens the lanes of a network connection where this rank opens them (so that the
+  /// peer can send at all). Fails if the connection is broken or the transport aborted.
+  virtual Status peek(bool* ready, OpSig* sig, size_t* bytes) = 0;
 
   /// Receive-and-forward, NCCL's recvReduceCopySend / recvCopySend. True if this transport can run
   /// irecvForward(..., to, ...) for a forwarded message of `bytes` sent with `hint`.

@@ -9,7 +9,9 @@
 #include <cstring>
 #include <exception>
 #include <numeric>
+#include <set>
 #include <stdexcept>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -215,6 +217,13 @@ void WorkC4::synchronize() {}
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkC4::getFuture() { return future_; }
 
+int WorkC4::sourceRank() const {
+  const int r = sourceRank_.load();
+  TORCH_CHECK(r >= 0, "c4 ", opName_, " (op ", seq_,
+              "): the source rank is known only for a completed receive from any source");
+  return r;
+}
+
 void WorkC4::complete(const std::string& error) {
   std::exception_ptr ex;
   if (!error.empty()) ex = std::make_exception_ptr(std::runtime_error(error));
@@ -252,9 +261,15 @@ Channel::~Channel() {
 }
 
 void Channel::enqueue(c10::intrusive_ptr<WorkC4> work, Op op, std::string describe) {
+  enqueue(
+      std::move(op), [work = std::move(work)](const std::string& error) { work->complete(error); },
+      std::move(describe));
+}
+
+void Channel::enqueue(Op op, Done done, std::string describe) {
   {
     std::lock_guard<std::mutex> g(mu_);
-    queue_.push_back(Item{std::move(work), std::move(op), std::move(describe)});
+    queue_.push_back(Item{std::move(op), std::move(done), std::move(describe)});
   }
   cv_.notify_one();
 }
@@ -282,7 +297,7 @@ void Channel::loop() {
     } catch (const std::exception& e) {
       error = item.describe + " failed: " + e.what();
     }
-    item.work->complete(error);
+    item.done(error);
   }
 }
 
@@ -334,6 +349,24 @@ c4::Status initThroughStore(::c10d::Store& store, const std::string& key, bool c
 
 }  // namespace
 
+/// One receive from any source (recvAnysource): shared by its probe tasks on the receive channels
+/// and by the watcher; settled once, by whoever claims it first.
+struct AnySourceRecv {
+  c10::intrusive_ptr<WorkC4> work;
+  at::Tensor user, buf;
+  c4::DataType dt = c4::DataType::kFloat32;
+  std::string describe;
+  std::chrono::steady_clock::time_point deadline;
+  std::set<int> watched;  // peers whose receive channel has its probe task (anyMu_)
+
+  /// True for the one caller that settles it (receives, fails or cancels); false once settled.
+  bool claim() { return !settled_.exchange(true); }
+  bool settled() const { return settled_.load(); }
+
+ private:
+  std::atomic<bool> settled_{false};
+};
+
 ProcessGroupC4::ProcessGroupC4(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
                                std::chrono::milliseconds timeout)
     : BackendBase(rank, size), store_(store), timeout_(timeout) {
@@ -379,10 +412,28 @@ class GilRelease {
 ProcessGroupC4::~ProcessGroupC4() {
   GilRelease nogil;
   {
+    // Pending receives from any source fail now: their probe tasks end, so the channels drain.
+    std::vector<std::shared_ptr<AnySourceRecv>> pending;
+    {
+      std::lock_guard<std::mutex> ga(anyMu_);
+      anyStop_ = true;
+      pending.swap(anyPending_);
+    }
+    for (const auto& a : pending)
+      if (a->claim()) a->work->complete(a->describe + ": the process group was destroyed before a message came");
+  }
+  anyCv_.notify_all();
+  if (anyWatcher_.joinable()) anyWatcher_.join();
+  {
     std::lock_guard<std::mutex> g(p2pMu_);
     p2p_.clear();
   }
   main_.reset();
+}
+
+std::string ProcessGroupC4::p2pKey(int src, int dst) const {
+  return std::string(kKeyPrefix) + "p2p/" + std::to_string(generation_) + "/" + std::to_string(src) + "-" +
+         std::to_string(dst);
 }
 
 Channel& ProcessGroupC4::p2pChannel(int peer, bool send) {
@@ -393,8 +444,7 @@ Channel& ProcessGroupC4::p2pChannel(int peer, bool send) {
     const int dst = send ? peer : rank_;
     const std::string name =
         "torch-pg" + std::to_string(generation_) + "-p2p-" + std::to_string(src) + "to" + std::to_string(dst);
-    const std::string key = std::string(kKeyPrefix) + "p2p/" + std::to_string(generation_) + "/" + std::to_string(src) +
-                            "-" + std::to_string(dst);
+    const std::string key = p2pKey(src, dst);
     c10::intrusive_ptr<::c10d::Store> store = store_;
     // Rank 0 of the pair communicator is the sender. Created on the channel's own thread, so the
     // caller never blocks waiting for the peer to show up.
@@ -402,8 +452,109 @@ Channel& ProcessGroupC4::p2pChannel(int peer, bool send) {
     ch = std::make_unique<Channel>(name, [store, key, send, name, timeout](c4::Comm** out) {
       return initThroughStore(*store, key, send, send ? 0 : 1, 2, name, timeout, out);
     });
+    if (!send) {
+      // Receives from any source issued before this channel existed come before anything queued
+      // on it from now on.
+      std::lock_guard<std::mutex> ga(anyMu_);
+      for (const auto& a : anyPending_) watchPeer(a, peer, *ch);
+    }
   }
   return *ch;
+}
+
+void ProcessGroupC4::watchPeer(const std::shared_ptr<AnySourceRecv>& a, int peer, Channel& ch) {
+  if (a->settled() || !a->watched.insert(peer).second) return;
+  // Rank 0 of the pair communicator is the sender. The task polls until a message is there (then
+  // claims the receive and takes it), the receive was settled elsewhere, or the deadline passed.
+  Channel::Op probe = [a, peer](c4::Comm* c) -> c4::Status {
+    int idle = 0;
+    while (!a->settled()) {
+      c4::ProbeResult pr;
+      c4::Status st = c4::iprobe(0, c, &pr);
+      if (!st.isOk()) return st;  // Done settles it with this error
+      if (pr.ready) {
+        if (!a->claim()) return c4::Status::ok();
+        std::string error;
+        try {
+          const uint64_t begin = c4::trace::now();
+          st = c4::recv(ptr(a->buf), count(a->buf), a->dt, 0, c);
+          if (st.isOk()) copyBack(a->user, a->buf);
+          (void)c4::trace::addSpan(c, a->work->opName(), begin, c4::trace::now(), a->buf.nbytes());
+          if (!st.isOk())
+            error = a->describe + " failed receiving from rank " + std::to_string(peer) + ": " + st.message();
+        } catch (const std::exception& e) {
+          error = a->describe + " failed: " + e.what();
+        }
+        if (error.empty()) a->work->setSourceRank(peer);
+        a->work->complete(error);
+        return st;
+      }
+      if (std::chrono::steady_clock::now() > a->deadline) return c4::Status::ok();  // the watcher fails it
+      // Idle: a few yields, then naps growing to 1 ms (a probe costs a poll of the transport).
+      if (++idle < 64)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, 20 * (idle - 63))));
+    }
+    return c4::Status::ok();
+  };
+  ch.enqueue(
+      std::move(probe),
+      [a, peer](const std::string& error) {
+        if (!error.empty() && a->claim()) a->work->complete(error + " (probing rank " + std::to_string(peer) + ")");
+      },
+      a->describe);
+}
+
+void ProcessGroupC4::anySourceLoop() {
+  (void)pthread_setname_np(pthread_self(), "c4:anysource");
+  auto nap = std::chrono::milliseconds(1);
+  std::unique_lock<std::mutex> lock(anyMu_);
+  for (;;) {
+    anyPending_.erase(std::remove_if(anyPending_.begin(), anyPending_.end(),
+                                     [](const std::shared_ptr<AnySourceRecv>& a) { return a->settled(); }),
+                      anyPending_.end());
+    if (anyStop_) return;
+    if (anyPending_.empty()) {
+      nap = std::chrono::milliseconds(1);
+      anyCv_.wait(lock, [&] { return anyStop_ || !anyPending_.empty(); });
+      continue;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<std::shared_ptr<AnySourceRecv>> expired;
+    std::set<int> unseen;  // peers some pending receive has no channel for yet
+    for (const auto& a : anyPending_) {
+      if (now > a->deadline && a->claim()) {
+        expired.push_back(a);
+        continue;
+      }
+      for (int p = 0; p < size_; ++p)
+        if (p != rank_ && !a->watched.count(p)) unseen.insert(p);
+    }
+    std::vector<std::shared_ptr<AnySourceRecv>> pending = anyPending_;
+    lock.unlock();
+    // Completed without the lock: a Future's callbacks may issue more operations.
+    for (const auto& a : expired)
+      a->work->complete(a->describe + ": no message from any rank within " + std::to_string(timeout_.count()) +
+                        " ms (the process group's timeout)");
+    std::string storeError;
+    for (int p : unseen) {
+      try {
+        // A sender publishes its channel's unique id with its first send to this rank.
+        if (store_->check({p2pKey(p, rank_)})) p2pChannel(p, /*send=*/false);  // watches it
+      } catch (const std::exception& e) {
+        storeError = e.what();
+      }
+    }
+    if (!storeError.empty()) {
+      for (const auto& a : pending)
+        if (a->claim()) a->work->complete(a->describe + ": looking for senders in the store failed: " + storeError);
+    }
+    lock.lock();
+    // Polled every 1 ms at first, then less often (at most every 20 ms) while nobody new sends.
+    anyCv_.wait_for(lock, nap, [&] { return anyStop_; });
+    nap = std::min(nap * 2, std::chrono::milliseconds(20));
+  }
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::enqueue(Channel& ch, OpType type, const char* opName,
@@ -871,7 +1022,38 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::recv(std::vector<at::Tensor>& t
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  TORCH_CHECK(false, "c4 recv: receiving from any source is not supported by backend c4; pass src=");
+  checkSingle(tensors, "recv");
+  TORCH_CHECK(size_ > 1, "c4 recv: receiving from any source in a group of 1 rank: there is no other rank");
+  TORCH_CHECK(tensors[0].numel() > 0,
+              "c4 recv: receiving from any source needs a non-empty tensor (an empty send is never transmitted, so "
+              "its sender cannot be found); pass src=");
+  auto a = std::make_shared<AnySourceRecv>();
+  a->user = tensors[0];
+  a->buf = a->user.contiguous();
+  a->dt = toC4(a->buf.scalar_type(), "recv");
+  a->deadline = std::chrono::steady_clock::now() + timeout_;
+  {
+    std::lock_guard<std::mutex> g(seqMu_);
+    const uint64_t seq = seq_++;
+    a->work = c10::make_intrusive<WorkC4>(rank_, OpType::RECVANYSOURCE, "recvAnySource", "c4:recvAnySource", seq,
+                                          std::vector<at::Tensor>{a->user});
+    a->describe = "c4 recvAnySource (op " + std::to_string(seq) + " of process group " + std::to_string(generation_) +
+                  ", rank " + std::to_string(rank_) + "/" + std::to_string(size_) + ")";
+  }
+  c10::intrusive_ptr<WorkC4> work = a->work;
+  {
+    std::lock_guard<std::mutex> g(p2pMu_);
+    std::lock_guard<std::mutex> ga(anyMu_);
+    TORCH_CHECK(!anyStop_, "c4 recv: the process group is being destroyed");
+    for (int p = 0; p < size_; ++p) {
+      auto it = p2p_.find({p, false});
+      if (p != rank_ && it != p2p_.end()) watchPeer(a, p, *it->second);
+    }
+    anyPending_.push_back(a);
+    if (!anyWatcher_.joinable()) anyWatcher_ = std::thread([this] { anySourceLoop(); });
+  }
+  anyCv_.notify_all();
+  return work;
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::barrier(const ::c10d::BarrierOptions& opts) {

@@ -12,9 +12,18 @@
 // an isend/irecv exchange between two ranks cannot deadlock. Messages between a pair are matched
 // in issue order; tags are accepted and ignored (as ProcessGroupNCCL does).
 //
+// Receive from any source (recv without src) waits on the receive channel of every peer: it queues
+// a probe task on each (c4::iprobe of that pair), and the first task that finds a message claims
+// the receive and takes it; the others see it claimed and end. A peer that has never sent to this
+// rank has no channel yet: a watcher thread looks for the unique id its first send publishes in
+// the Store and creates the channel then, so no channel waits for a peer that never sends. Every
+// receive channel created while receives from any source are pending gets their probe tasks
+// first, so receives are matched in the order they were issued, as in MPI.
+//
 // Exceptions are used here (the torch edge), never inside libc4comm.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -49,6 +58,10 @@ class WorkC4 : public ::c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override { return outputs_; }
 
+  /// The sender of a completed receive from any source (Python's work._source_rank()).
+  int sourceRank() const override;
+  void setSourceRank(int rank) { sourceRank_.store(rank); }
+
   const char* opName() const { return opName_; }
   uint64_t seq() const { return seq_; }
   /// Called once, on the worker thread: completes the Future, then the Work. `error` empty = ok.
@@ -59,6 +72,7 @@ class WorkC4 : public ::c10d::Work {
   uint64_t seq_;
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::atomic<int> sourceRank_{-1};
 };
 
 /// One c4 communicator and the thread that runs its operations in FIFO order. The communicator is
@@ -68,6 +82,8 @@ class Channel {
   /// What runs on the worker: c4 calls on `comm`, returning c4comm's status.
   using Op = std::function<c4::Status(c4::Comm* comm)>;
   using Init = std::function<c4::Status(c4::Comm** comm)>;
+  /// Told the task's error ("" = ok) after it ran, or the creation error if the communicator failed.
+  using Done = std::function<void(const std::string& error)>;
 
   Channel(std::string name, Init init);
   /// Runs what is queued, then destroys the communicator (aborts it if it failed). Bounded by
@@ -78,11 +94,13 @@ class Channel {
 
   /// Queues `op`; `work` is completed when it ran. `describe` prefixes error messages.
   void enqueue(c10::intrusive_ptr<WorkC4> work, Op op, std::string describe);
+  /// Queues `op` with a completion of the caller's own.
+  void enqueue(Op op, Done done, std::string describe);
 
  private:
   struct Item {
-    c10::intrusive_ptr<WorkC4> work;
     Op op;
+    Done done;
     std::string describe;
   };
   void loop();
@@ -98,6 +116,8 @@ class Channel {
   bool stop_ = false;
   std::thread thread_;
 };
+
+struct AnySourceRecv;
 
 class ProcessGroupC4 : public BackendBase {
  public:
@@ -149,8 +169,16 @@ class ProcessGroupC4 : public BackendBase {
   /// Queues `op` on `ch` and returns its Work.
   c10::intrusive_ptr<::c10d::Work> enqueue(Channel& ch, ::c10d::OpType type, const char* opName,
                                            const char* profilingTitle, std::vector<at::Tensor> outputs, Channel::Op op);
-  /// The channel that carries this rank's sends to `peer` (send=true) or receives from it.
+  /// The channel that carries this rank's sends to `peer` (send=true) or receives from it. A new
+  /// receive channel first gets the probe tasks of the pending receives from any source.
   Channel& p2pChannel(int peer, bool send);
+  /// The Store key under which rank `src` publishes the unique id of its sends to `dst`.
+  std::string p2pKey(int src, int dst) const;
+  /// Queues the probe task of `a` on `ch`, the receive channel from `peer` (anyMu_ held).
+  void watchPeer(const std::shared_ptr<AnySourceRecv>& a, int peer, Channel& ch);
+  /// The watcher thread: creates the receive channel of a peer once its first send is announced
+  /// in the Store, while receives from any source wait; fails those past the timeout.
+  void anySourceLoop();
 
   c10::intrusive_ptr<::c10d::Store> store_;
   std::chrono::milliseconds timeout_;
@@ -160,6 +188,12 @@ class ProcessGroupC4 : public BackendBase {
   std::unique_ptr<Channel> main_;
   std::mutex p2pMu_;
   std::map<std::pair<int, bool>, std::unique_ptr<Channel>> p2p_;
+  // Receives from any source not yet settled, in issue order. Lock order: p2pMu_, then anyMu_.
+  std::mutex anyMu_;
+  std::condition_variable anyCv_;
+  std::vector<std::shared_ptr<AnySourceRecv>> anyPending_;
+  bool anyStop_ = false;
+  std::thread anyWatcher_;  // started by the first receive from any source
 };
 
 }  // namespace c4torch

@@ -135,6 +135,28 @@ Status scatter(const void* sendbuff, void* recvbuff, size_t count, DataType dt, 
 Status send(const void* sendbuff, size_t count, DataType dt, int peer, Comm* comm, void* stream = nullptr);
 Status recv(void* recvbuff, size_t count, DataType dt, int peer, Comm* comm, void* stream = nullptr);
 
+// ---- probing and receive from any source (MPI_Iprobe, MPI_ANY_SOURCE; not in NCCL) ------------
+/// `peer` argument of iprobe: any rank but this one.
+constexpr int kAnySource = -1;
+/// What iprobe found.
+struct ProbeResult {
+  bool ready = false;                   // a message is there
+  int source = -1;                      // its sender
+  size_t count = 0;                     // its element count, as the sender passed it to send
+  DataType dtype = DataType::kFloat32;  // its type, as the sender passed it
+};
+/// Non-blocking: whether the next send from `peer` (or, with kAnySource, from any other rank,
+/// taken round-robin) has arrived, without receiving it; the recv that follows gets that very
+/// message. Messages of 0 elements are never sent, so never found. Sends to this rank itself
+/// are not seen (they pair with receives in a group). Fails, and fails the communicator, once a
+/// probed peer died or aborted (checked every 100 ms while nothing is found).
+Status iprobe(int peer, Comm* comm, ProbeResult* out);
+/// Blocking receive of the first send to arrive from any other rank (MPI_Recv with
+/// MPI_ANY_SOURCE); *source is set to its sender. As with recv, count and type must be those of
+/// the send. Not inside a group (the sender is only known as it arrives). Fails after C4_TIMEOUT
+/// without a message from any rank, and at once if a peer died or aborted.
+Status recvAny(void* recvbuff, size_t count, DataType dt, int* source, Comm* comm, void* stream = nullptr);
+
 /// Group calls: operations issued between groupStart and groupEnd are executed together at
 /// groupEnd (batched point-to-point, aggregated collectives, several communicators at once).
 Status groupStart();

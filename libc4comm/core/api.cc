@@ -520,6 +520,36 @@ Status recv(void* recvbuff, size_t count, DataType dt, int peer, Comm* comm, voi
   return Status::ok();
 }
 
+Status iprobe(int peer, Comm* comm, ProbeResult* out) {
+  C4_CHECK_RECORD(checkUsable(comm));
+  if (!out) return record(makeError(Code::kInvalidArgument, "iprobe: result pointer is NULL"));
+  if (peer != kAnySource) {
+    C4_CHECK_RECORD(checkRoot(comm, peer, "iprobe: peer"));
+    if (peer == comm->rank)
+      return record(makeError(Code::kInvalidArgument,
+                              "iprobe: peer %d is this rank; sends to itself pair with receives in a group", peer));
+  }
+  Status st = comm->probe(peer, out);
+  if (!st.isOk()) comm->fail(st);
+  return record(std::move(st));
+}
+
+Status recvAny(void* recvbuff, size_t count, DataType dt, int* source, Comm* comm, void*) {
+  OpDesc d{Coll::kRecv, nullptr, recvbuff, count, dt, RedOp::kSum, kAnySource};
+  C4_CHECK_RECORD(validate(comm, d, 1, 1, false, true));
+  if (!source) return record(makeError(Code::kInvalidArgument, "recvAny: source pointer is NULL"));
+  if (count == 0)
+    return record(makeError(Code::kInvalidArgument,
+                            "recvAny of 0 elements: an empty send is never transmitted, so no sender can be found"));
+  if (tGroup.depth > 0)
+    return record(makeError(Code::kInvalidUsage,
+                            "recvAny inside a group: its sender is only known when the message arrives; call it "
+                            "outside groupStart/groupEnd"));
+  if (comm->nranks == 1)
+    return record(makeError(Code::kInvalidUsage, "recvAny on a communicator of 1 rank: there is no other rank"));
+  return record(comm->recvAny(d, source));
+}
+
 Status groupStart() {
   if (tGroup.depth == 0) tGroup.error = Status::ok();
   ++tGroup.depth;

@@ -16,6 +16,7 @@
 #include "common/logging.hpp"
 #include "common/params.hpp"
 #include "common/siphash.hpp"
+#include "common/socket.hpp"
 #include "common/status.hpp"
 #include "core/group.hpp"
 #include "kernels/host/reduce.hpp"
@@ -726,6 +727,72 @@ Status Comm::runCollective(const OpDesc& op) {
   }
   finish(&p);
   return Status::ok();
+}
+
+Status Comm::probe(int peer, ProbeResult* out) {
+  *out = ProbeResult{};
+  C4_CHECK(progressTransports());
+  const bool any = peer == kAnySource;
+  const int first = any ? probeNext_ : peer;
+  const int n = any ? nranks : 1;
+  for (int i = 0; i < n; ++i) {
+    const int p = (first + i) % nranks;
+    if (p == rank) continue;
+    transport::Connection* c = nullptr;
+    C4_CHECK(connection(p, &c));
+    bool ready = false;
+    OpSig sig;
+    size_t bytes = 0;
+    C4_CHECK(c->peek(&ready, &sig, &bytes));
+    // The next message from p may belong to a collective p entered ahead of this rank: that is
+    // not a send.
+    if (!ready || sig.coll != static_cast<uint8_t>(Coll::kSend)) continue;
+    out->ready = true;
+    out->source = p;
+    out->count = static_cast<size_t>(sig.count);
+    out->dtype = static_cast<DataType>(sig.dtype);
+    if (any) probeNext_ = (p + 1) % nranks;
+    return Status::ok();
+  }
+  // Nothing yet: every 100 ms, make sure the ranks probed can still send.
+  constexpr int64_t kHealthEveryMs = 100;
+  const int64_t now = detail::nowMs();
+  if (now - probeHealthMs_ < kHealthEveryMs) return Status::ok();
+  probeHealthMs_ = now;
+  for (int i = 0; i < n; ++i) {
+    const int p = (first + i) % nranks;
+    if (p != rank && peerTransport[static_cast<size_t>(p)])
+      C4_CHECK(peerTransport[static_cast<size_t>(p)]->peerHealth(p));
+  }
+  return Status::ok();
+}
+
+Status Comm::recvAny(const OpDesc& op, int* source) {
+  const int64_t start = detail::nowMs();
+  int idle = 0;
+  for (;;) {
+    ProbeResult found;
+    Status st = probe(kAnySource, &found);
+    if (!st.isOk()) {
+      fail(st);
+      return st;
+    }
+    if (found.ready) {
+      OpDesc r = op;
+      r.root = found.source;
+      C4_CHECK(runP2p({r}));
+      *source = found.source;
+      return Status::ok();
+    }
+    if ((++idle & 63) == 0 && detail::nowMs() - start > timeoutMs) {
+      st = makeError(Code::kRemoteError,
+                     "rank %d: recvAny of %zu %s: no send from any of the other %d rank(s) within %lld ms (C4_TIMEOUT)",
+                     rank, op.count, dataTypeName(op.dtype), nranks - 1, static_cast<long long>(timeoutMs));
+      fail(st);
+      return st;
+    }
+    idleWait(idle);
+  }
 }
 
 Status Comm::runP2p(const std::vector<OpDesc>& ops) {

@@ -46,6 +46,11 @@ struct Comm {
   Status runCollective(const OpDesc& op);
   /// Runs a batch of point-to-point ops (all posted together).
   Status runP2p(const std::vector<OpDesc>& ops);
+  /// iprobe (c4comm.hpp): peeks at the connections of `peer` (or every peer, kAnySource) for a
+  /// point-to-point message; checks the probed peers' health every 100 ms while none is there.
+  Status probe(int peer, ProbeResult* out);
+  /// recvAny (c4comm.hpp): probes until a send arrives, then receives it like `op` from its sender.
+  Status recvAny(const OpDesc& op, int* source);
   /// The tuner's modelled time of `op` (microseconds), with the algorithm it would choose.
   double estimateUs(const OpDesc& op) const;
 
@@ -151,6 +156,8 @@ struct Comm {
   std::list<CacheKey> lru_;
   void* scratch_ = nullptr;
   size_t scratchBytes_ = 0;
+  int probeNext_ = 0;          // where a probe of any source starts (round-robin)
+  int64_t probeHealthMs_ = 0;  // last peer health check of probe()
 };
 
 /// How long any wait (bootstrap, a peer, a collective) may see no progress, in ms: C4_TIMEOUT if

@@ -689,6 +689,228 @@ TEST(P2p, InPlaceRingExchangeAboveTheSingleCopyThreshold) {
   }
 }
 
+class AnySource : public ::testing::TestWithParam<const char*> {};
+
+/// Value k of message `m` from rank `src` (so a receiver can tell who sent what, in which order).
+int32_t anyValue(int src, int m, size_t k) { return src * 1000000 + m * 100000 + static_cast<int32_t>(k % 99991); }
+constexpr size_t kSmall = 100, kLarge = 300000;  // elements of the small and the large messages
+
+TEST_P(AnySource, ProbeAndReceiveFromWhoeverSendsFirst) {
+  // Four ranks over shm or tcp. Ranks 0-2 each send rank 3 two messages of different sizes and
+  // types (the second above the single-copy and tcp piece sizes); rank 3 learns each one's sender
+  // and size by iprobe, then receives it with recv. Then two messages each, received by recvAny.
+  // Every sender's messages arrive in its order, whole. (Over tcp rank 3 is the side that accepts
+  // every connection: the senders open them as they send.)
+  ScopedEnv timeout("C4_TIMEOUT", "30");
+  ScopedEnv transport("C4_TRANSPORT", GetParam());
+  auto outs = runForked(
+      4,
+      [](int rank, int n, const c4::UniqueId& id) -> Failures {
+        c4::Comm* comm = nullptr;
+        c4::Status st = c4::commInitRank(&comm, n, id, rank);
+        if (!st.isOk()) return {"init: " + st.toString()};
+        Failures f;
+        auto fill = [](int src, int m, size_t count) {
+          std::vector<int32_t> v(count);
+          for (size_t k = 0; k < count; ++k) v[k] = anyValue(src, m, k);
+          return v;
+        };
+        const int dst = n - 1;
+        if (rank != dst) {
+          std::vector<int32_t> a = fill(rank, 0, kSmall), b = fill(rank, 1, kLarge), c = fill(rank, 2, kSmall),
+                               d = fill(rank, 3, kSmall);
+          if (rank == 1) usleep(50000);  // not everyone at once
+          st = c4::send(a.data(), a.size(), c4::DataType::kInt32, dst, comm);
+          // The large one as float bits: the probe reports the sender's type.
+          if (st.isOk()) st = c4::send(b.data(), b.size(), c4::DataType::kFloat32, dst, comm);
+          if (st.isOk()) st = c4::send(c.data(), c.size(), c4::DataType::kInt32, dst, comm);
+          if (st.isOk()) st = c4::send(d.data(), d.size(), c4::DataType::kInt32, dst, comm);
+          if (!st.isOk()) f.push_back("send: " + st.toString());
+        } else {
+          std::vector<int> next(static_cast<size_t>(n), 0);  // next message expected per sender
+          for (int i = 0; i < 2 * (n - 1) && f.empty(); ++i) {
+            c4::ProbeResult pr;
+            // A sender that already gave its first two is left for the recvAny phase: the probe
+            // of any source goes round-robin, so it does not keep finding that one.
+            int64_t t0 = monoMs();
+            while ((st = c4::iprobe(c4::kAnySource, comm, &pr)).isOk() &&
+                   (!pr.ready || next[static_cast<size_t>(pr.source)] >= 2) && monoMs() - t0 < 20000) {
+            }
+            if (!st.isOk() || !pr.ready || next[static_cast<size_t>(pr.source)] >= 2) {
+              f.push_back("iprobe: " + st.toString() + (pr.ready ? "" : " (nothing in 20 s)"));
+              break;
+            }
+            const int src = pr.source;
+            const int m = next[static_cast<size_t>(src)]++;
+            const size_t want = m == 0 ? kSmall : kLarge;
+            const c4::DataType wantType = m == 0 ? c4::DataType::kInt32 : c4::DataType::kFloat32;
+            if (src < 0 || src >= dst || pr.count != want || pr.dtype != wantType) {
+              f.push_back("iprobe found source " + std::to_string(src) + ", count " + std::to_string(pr.count) +
+                          ", type " + c4::dataTypeName(pr.dtype) + " for its message " + std::to_string(m));
+              break;
+            }
+            // A second probe of that very sender finds the same message: probing consumes nothing.
+            c4::ProbeResult again;
+            st = c4::iprobe(src, comm, &again);
+            if (!st.isOk() || !again.ready || again.count != pr.count)
+              f.push_back("second iprobe of rank " + std::to_string(src) + ": " + st.toString());
+            std::vector<int32_t> buf(pr.count, -1);
+            st = c4::recv(buf.data(), pr.count, pr.dtype, src, comm);
+            if (!st.isOk()) f.push_back("recv: " + st.toString());
+            for (size_t k = 0; k < buf.size() && f.empty(); ++k)
+              if (buf[k] != anyValue(src, m, k))
+                f.push_back("message " + std::to_string(m) + " of rank " + std::to_string(src) + " wrong at " +
+                            std::to_string(k));
+          }
+          for (int i = 0; i < 2 * (n - 1) && f.empty(); ++i) {
+            std::vector<int32_t> buf(kSmall, -1);
+            int src = -1;
+            st = c4::recvAny(buf.data(), kSmall, c4::DataType::kInt32, &src, comm);
+            if (!st.isOk() || src < 0 || src >= dst) {
+              f.push_back("recvAny: " + st.toString() + " source " + std::to_string(src));
+              break;
+            }
+            const int m = next[static_cast<size_t>(src)]++;
+            for (size_t k = 0; k < kSmall && f.empty(); ++k)
+              if (buf[k] != anyValue(src, m, k))
+                f.push_back("recvAny: message " + std::to_string(m) + " of rank " + std::to_string(src) + " wrong at " +
+                            std::to_string(k));
+          }
+          for (int r = 0; r < dst && f.empty(); ++r)
+            if (next[static_cast<size_t>(r)] != 4) f.push_back("rank " + std::to_string(r) + ": not 4 messages");
+          // Nothing is left: every peer's next message has been received.
+          c4::ProbeResult none;
+          st = c4::iprobe(c4::kAnySource, comm, &none);
+          if (!st.isOk() || none.ready) f.push_back("a fifth message? " + st.toString());
+        }
+        // The communicator goes on as usual.
+        std::vector<float> x(1 << 16, 1.0f);
+        st = c4::allReduce(x.data(), x.data(), x.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+        if (!st.isOk() || x[12345] != static_cast<float>(n)) f.push_back("allreduce after: " + st.toString());
+        (void)c4::commDestroy(comm);
+        return f;
+      },
+      120);
+  EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
+}
+
+TEST_P(AnySource, ACollectiveAheadIsNotTakenForASend) {
+  // Rank 1 enters an AllReduce first: its first message to rank 0 belongs to that collective, and
+  // probing must not report it as a send (receiving it would fail both ranks with a mismatch).
+  ScopedEnv timeout("C4_TIMEOUT", "30");
+  ScopedEnv transport("C4_TRANSPORT", GetParam());
+  auto outs = runForked(
+      2,
+      [](int rank, int n, const c4::UniqueId& id) -> Failures {
+        c4::Comm* comm = nullptr;
+        c4::Status st = c4::commInitRank(&comm, n, id, rank);
+        if (!st.isOk()) return {"init: " + st.toString()};
+        Failures f;
+        std::vector<float> x(1 << 20, 1.0f);  // above the one-shot size: messages
+        if (rank == 0) {
+          c4::ProbeResult pr;
+          int64_t t0 = monoMs();
+          while (monoMs() - t0 < 300 && (st = c4::iprobe(1, comm, &pr)).isOk() && !pr.ready) {
+          }
+          if (!st.isOk() || pr.ready) f.push_back("probe while rank 1 is in an allreduce: " + st.toString());
+        }
+        st = c4::allReduce(x.data(), x.data(), x.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+        if (!st.isOk() || x[777] != 2.0f) f.push_back("allreduce: " + st.toString());
+        int32_t v = 7 + rank, got = 0;
+        int src = -1;
+        st = rank == 1 ? c4::send(&v, 1, c4::DataType::kInt32, 0, comm)
+                       : c4::recvAny(&got, 1, c4::DataType::kInt32, &src, comm);
+        if (!st.isOk() || (rank == 0 && (src != 1 || got != 8)))
+          f.push_back("send/recvAny: " + st.toString() + " source " + std::to_string(src));
+        (void)c4::commDestroy(comm);
+        return f;
+      },
+      90);
+  EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
+}
+
+TEST_P(AnySource, ADeadPeerFailsTheWaitNamingIt) {
+  // Rank 2 exits; rank 1 stays alive and sends nothing. Rank 0's recvAny fails within seconds
+  // (C4_TIMEOUT is 60) naming rank 2, not after the timeout and not by hanging.
+  ScopedEnv timeout("C4_TIMEOUT", "60");
+  ScopedEnv transport("C4_TRANSPORT", GetParam());
+  int64_t t0 = monoMs();
+  auto outs = runForked(
+      3,
+      [](int rank, int n, const c4::UniqueId& id) -> Failures {
+        c4::Comm* comm = nullptr;
+        c4::Status st = c4::commInitRank(&comm, n, id, rank);
+        if (!st.isOk()) return {"init: " + st.toString()};
+        if (rank == 2) _exit(0);
+        if (rank == 1) {
+          sleep(4);
+          (void)c4::commAbort(comm);
+          return {};
+        }
+        int32_t v = 0;
+        int src = -1;
+        int64_t s0 = monoMs();
+        st = c4::recvAny(&v, 1, c4::DataType::kInt32, &src, comm);
+        Failures f;
+        if (st.isOk()) f.push_back("UNEXPECTED-OK from rank " + std::to_string(src));
+        if (st.message().find("rank 2") == std::string::npos) f.push_back("does not name rank 2: " + st.toString());
+        if (monoMs() - s0 > 3500) f.push_back("took " + std::to_string(monoMs() - s0) + " ms: " + st.toString());
+        (void)c4::commAbort(comm);
+        return f;
+      },
+      90);
+  EXPECT_LT(monoMs() - t0, 30000);
+  EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
+}
+
+INSTANTIATE_TEST_SUITE_P(P2p, AnySource, ::testing::Values("shm", "tcp"));
+
+TEST(P2p, AnySourceBadInputAndTimeout) {
+  ScopedEnv timeout("C4_TIMEOUT", "2");
+  auto outs = runForked(
+      2,
+      [](int rank, int n, const c4::UniqueId& id) -> Failures {
+        c4::Comm* comm = nullptr;
+        c4::Status st = c4::commInitRank(&comm, n, id, rank);
+        if (!st.isOk()) return {"init: " + st.toString()};
+        Failures f;
+        auto expect = [&f](const c4::Status& s, c4::Code want, const char* what) {
+          if (s.code() != want) f.push_back(std::string(what) + " -> " + s.toString());
+        };
+        if (rank == 1) {
+          sleep(5);  // alive, silent
+          (void)c4::commDestroy(comm);
+          return f;
+        }
+        int32_t v = 0;
+        int src = -1;
+        c4::ProbeResult pr;
+        expect(c4::recvAny(&v, 1, c4::DataType::kInt32, nullptr, comm), Code::kInvalidArgument, "null source");
+        expect(c4::recvAny(&v, 0, c4::DataType::kInt32, &src, comm), Code::kInvalidArgument, "0 elements");
+        expect(c4::recvAny(nullptr, 1, c4::DataType::kInt32, &src, comm), Code::kInvalidArgument, "null buffer");
+        expect(c4::recvAny(&v, 1, static_cast<c4::DataType>(99), &src, comm), Code::kInvalidArgument, "bad type");
+        expect(c4::recvAny(&v, 1, c4::DataType::kInt32, &src, nullptr), Code::kInvalidArgument, "null comm");
+        expect(c4::iprobe(0, comm, &pr), Code::kInvalidArgument, "probe of itself");
+        expect(c4::iprobe(2, comm, &pr), Code::kInvalidArgument, "probe of rank 2 of 2");
+        expect(c4::iprobe(-2, comm, &pr), Code::kInvalidArgument, "probe of rank -2");
+        expect(c4::iprobe(1, comm, nullptr), Code::kInvalidArgument, "null result");
+        (void)c4::groupStart();
+        expect(c4::recvAny(&v, 1, c4::DataType::kInt32, &src, comm), Code::kInvalidUsage, "in a group");
+        (void)c4::groupEnd();
+        // Nobody sends: the wait ends after C4_TIMEOUT (2 s) with a clear error.
+        int64_t t0 = monoMs();
+        c4::Status s = c4::recvAny(&v, 1, c4::DataType::kInt32, &src, comm);
+        int64_t took = monoMs() - t0;
+        if (s.isOk() || s.message().find("no send from any") == std::string::npos)
+          f.push_back("timeout: " + s.toString());
+        if (took < 1900 || took > 4500) f.push_back("timeout took " + std::to_string(took) + " ms");
+        (void)c4::commAbort(comm);
+        return f;
+      },
+      60);
+  EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
+}
+
 TEST(Lifecycle, ManyCommunicatorsConcurrently) {
   // Two independent communicators used at the same time by the same ranks (threads).
   auto outs = runThreads(2, [](int rank, int n, const c4::UniqueId& id) -> Failures {

@@ -79,6 +79,30 @@ def test_silent_rank_times_out_with_its_name(env, pg_timeout):
     assert r0["later"] is not None, r0
 
 
+def _nobody_sends(ctx):
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    if ctx.rank == 1:
+        time.sleep(5)  # alive, sends nothing
+        return {}
+    start = time.monotonic()
+    try:
+        dist.recv(torch.ones(2))
+        return {"error": None}
+    except RuntimeError as e:
+        return {"error": str(e), "seconds": time.monotonic() - start}
+
+
+def test_recv_from_any_source_times_out():
+    res = run_ranks(_nobody_sends, 2, timeout=60, with_gloo=False, pg_timeout=2)
+    r0 = res[0]
+    assert r0["error"] is not None and "no message from any rank within 2000 ms" in r0["error"], r0
+    assert 1.5 < r0["seconds"] < 10, r0
+
+
 def _bad_arguments(ctx):
     import torch
     import torch.distributed as dist
@@ -97,7 +121,10 @@ def _bad_arguments(ctx):
     expect("BAND", lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.BAND), "bitwise")
     expect("premul on ints", lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32),
                                                      op=dist._make_nccl_premul_sum(2.0)), "floating-point")
-    expect("recv from any source", lambda: dist.recv(torch.ones(2)), "any source")
+    if ctx.world_size == 1:
+        expect("recv from any source alone", lambda: dist.recv(torch.ones(2)), "no other rank")
+    else:
+        expect("recv from any source, empty", lambda: dist.recv(torch.ones(0)), "non-empty tensor")
     expect("allgather size", lambda: dist.all_gather([torch.ones(3)] * ctx.world_size, torch.ones(2)), "elements")
     expect("sparse", lambda: dist.all_reduce(torch.ones(2).to_sparse()), "dense")
     # the group still works after rejected calls

@@ -241,6 +241,59 @@ def _alltoall_p2p(ctx):
     return c.failures
 
 
+def _any_source(ctx):
+    c = Checker(ctx)
+    torch, dist = c.torch, c.dist
+    r, ws, c4 = ctx.rank, ctx.world_size, ctx.c4
+    # Every rank in turn receives two messages from each other rank by any source, alternating
+    # recv and irecv (PyTorch's test_send_recv_any_source, with a small and a large size and a
+    # non-contiguous receive tensor). The first round finds no receive channel yet.
+    for n in (1, 100003):
+        for dst in range(ws):
+            if dst != r:
+                for k in range(2):
+                    dist.send(torch.full((n,), float(r * 10 + k)), dst, group=c4)
+                continue
+            got_from = {}
+            for i in range(2 * (ws - 1)):
+                out = torch.full((n, 2), -1.0)[:, 0] if i % 2 else torch.full((n,), -1.0)
+                if i % 2 == 0:
+                    sender = dist.recv(out, group=c4)
+                else:
+                    work = dist.irecv(out, group=c4)
+                    work.wait()
+                    sender = work._source_rank()
+                k = got_from.get(sender, 0)
+                got_from[sender] = k + 1
+                c.equal("any source n=%d message %d from %d" % (n, k, sender), out,
+                        torch.full((n,), float(sender * 10 + k)))
+            if sorted(got_from.items()) != [(p, 2) for p in range(ws) if p != r]:
+                c.failures.append("any source n=%d: senders %s" % (n, got_from))
+        dist.barrier(group=c4)
+    # Receives are matched in issue order: a receive from any source issued before a receive from
+    # rank 0 gets rank 0's first message when rank 0 is the only sender (only rank 1 receives).
+    if r == 0:
+        for k in range(2):
+            dist.send(torch.full((3,), float(k)), 1, group=c4)
+    elif r == 1:
+        first, second = torch.empty(3), torch.empty(3)
+        w1 = dist.irecv(first, group=c4)
+        w2 = dist.irecv(second, src=0, group=c4)
+        w1.wait()
+        w2.wait()
+        if w1._source_rank() != 0:
+            c.failures.append("ordered: any source says %d" % w1._source_rank())
+        c.equal("ordered: any source first", first, torch.zeros(3))
+        c.equal("ordered: then from rank 0", second, torch.ones(3))
+    dist.barrier(group=c4)
+    return c.failures
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_recv_from_any_source(world_size):
+    run_ranks(_any_source, world_size, timeout=300)
+
+
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_collectives_match_gloo(world_size):
     run_ranks(_collectives, world_size, timeout=300)

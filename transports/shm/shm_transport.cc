@@ -216,6 +216,7 @@ class ShmConnection final : public Connection {
   int peer() const override { return peer_; }
   Status isend(const void* buf, size_t bytes, const OpSig& sig, Request* req, SendHint hint = {}) override;
   Status irecv(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) override;
+  Status peek(bool* ready, OpSig* sig, size_t* bytes) override;
   bool canForward(const Connection* to, size_t bytes, SendHint hint) const override;
   Status irecvForward(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req, Connection* to,
                       const OpSig& toSig, Request* toReq) override;
@@ -434,6 +435,27 @@ Status ShmConnection::irecv(void* dst, size_t bytes, const OpSig& sig, const Red
   C4_CHECK(startRecv("shm", peer_, !ab.isOk() ? ab : broken_, dst, bytes, red, req));
   queueRecv(dst, bytes, sig, red, req, nullptr, 0);
   t_->activate(this);
+  return Status::ok();
+}
+
+Status ShmConnection::peek(bool* ready, OpSig* sig, size_t* bytes) {
+  *ready = false;
+  const Status& ab = t_->abortStatus();
+  if (!ab.isOk()) return ab;
+  if (!broken_.isOk()) return broken_;
+  if (!recvs_.empty()) return Status::ok();
+  // The sender writes a message's first slot (kFirst or kSingle) whole before it publishes the
+  // flag, so a published flag means header and signature are there.
+  const auto* h = reinterpret_cast<const SlotHeader*>(slotAt(in_, consumed_));
+  if (loadAcquire(&h->flag) != consumed_ + 1) return Status::ok();
+  if (h->kind != kFirst && h->kind != kSingle) {
+    Status st = protocolError("expected the first piece of a message");
+    fail(st);
+    return st;
+  }
+  *sig = h->sig;
+  *bytes = h->totalBytes;
+  *ready = true;
   return Status::ok();
 }
 

@@ -219,6 +219,7 @@ class TcpConnection final : public Connection {
   int peer() const override { return peer_; }
   Status isend(const void* buf, size_t bytes, const OpSig& sig, Request* req, SendHint hint = {}) override;
   Status irecv(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) override;
+  Status peek(bool* ready, OpSig* sig, size_t* bytes) override;
 
   bool pending() const { return !sends_.empty() || !recvs_.empty(); }
   bool initiator() const;
@@ -596,6 +597,35 @@ Status TcpConnection::irecv(void* dst, size_t bytes, const OpSig& sig, const Red
     }
   }
   t_->activate(this);
+  return Status::ok();
+}
+
+Status TcpConnection::peek(bool* ready, OpSig* sig, size_t* bytes) {
+  *ready = false;
+  const Status& ab = t_->abortStatus();
+  if (!ab.isOk()) return ab;
+  if (initiator()) openLanes();  // the peer cannot send before they are up
+  t_->activate(this);
+  if (!broken_.isOk()) return broken_;
+  if (!recvs_.empty()) return Status::ok();
+  // The next message is recvBase_. Any of its pieces may come first, on any lane; each carries the
+  // signature and size. A piece is in unexp_ once its header was read, or still in a lane's header
+  // if that lane stopped reading for lack of room for unexpected data.
+  auto it = unexp_.find(recvBase_);
+  if (it != unexp_.end() && !it->second.pieces.empty()) {
+    *sig = it->second.sig;
+    *bytes = it->second.total;
+    *ready = true;
+    return Status::ok();
+  }
+  for (const Lane& l : lanes_) {
+    if (l.haveHdr && l.hdr.type == tcpwire::kData && l.hdr.seq == recvBase_) {
+      *sig = l.hdr.sig;
+      *bytes = l.hdr.total;
+      *ready = true;
+      return Status::ok();
+    }
+  }
   return Status::ok();
 }
 
