@@ -467,10 +467,11 @@ void ProcessGroupC4::watchPeer(const std::shared_ptr<AnySourceRecv>& a, int peer
   // Rank 0 of the pair communicator is the sender. The task polls until a message is there (then
   // claims the receive and takes it), the receive was settled elsewhere, or the deadline passed.
   Channel::Op probe = [a, peer](c4::Comm* c) -> c4::Status {
-    int idle = 0;
     while (!a->settled()) {
+      // Waits as c4comm waits for a message (spin, then short sleeps), at most 1 ms at a time, so
+      // that the task ends soon after another channel took the message.
       c4::ProbeResult pr;
-      c4::Status st = c4::iprobe(0, c, &pr);
+      c4::Status st = c4::probe(0, c, &pr, /*waitMs=*/1);
       if (!st.isOk()) return st;  // Done settles it with this error
       if (pr.ready) {
         if (!a->claim()) return c4::Status::ok();
@@ -490,11 +491,6 @@ void ProcessGroupC4::watchPeer(const std::shared_ptr<AnySourceRecv>& a, int peer
         return st;
       }
       if (std::chrono::steady_clock::now() > a->deadline) return c4::Status::ok();  // the watcher fails it
-      // Idle: a few yields, then naps growing to 1 ms (a probe costs a poll of the transport).
-      if (++idle < 64)
-        std::this_thread::yield();
-      else
-        std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, 20 * (idle - 63))));
     }
     return c4::Status::ok();
   };

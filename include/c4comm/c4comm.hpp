@@ -151,6 +151,10 @@ struct ProbeResult {
 /// are not seen (they pair with receives in a group). Fails, and fails the communicator, once a
 /// probed peer died or aborted (checked every 100 ms while nothing is found).
 Status iprobe(int peer, Comm* comm, ProbeResult* out);
+/// Blocking iprobe (MPI_Probe): waits for such a message with the communicator's idle policy
+/// (spin, then short sleeps). waitMs >= 0: gives up after that long with out->ready false and ok;
+/// waitMs < 0: waits up to C4_TIMEOUT, then fails (and fails the communicator).
+Status probe(int peer, Comm* comm, ProbeResult* out, int64_t waitMs = -1);
 /// Blocking receive of the first send to arrive from any other rank (MPI_Recv with
 /// MPI_ANY_SOURCE); *source is set to its sender. As with recv, count and type must be those of
 /// the send. Not inside a group (the sender is only known as it arrives). Fails after C4_TIMEOUT

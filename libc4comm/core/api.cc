@@ -520,18 +520,28 @@ Status recv(void* recvbuff, size_t count, DataType dt, int peer, Comm* comm, voi
   return Status::ok();
 }
 
+/// The checks iprobe and probe share.
+static Status checkProbe(int peer, Comm* comm, ProbeResult* out, const char* fn) {
+  C4_CHECK(checkUsable(comm));
+  if (!out) return makeError(Code::kInvalidArgument, "%s: result pointer is NULL", fn);
+  if (peer == kAnySource) return Status::ok();
+  C4_CHECK(checkRoot(comm, peer, fn));
+  if (peer == comm->rank)
+    return makeError(Code::kInvalidArgument, "%s: peer %d is this rank; sends to itself pair with receives in a group",
+                     fn, peer);
+  return Status::ok();
+}
+
 Status iprobe(int peer, Comm* comm, ProbeResult* out) {
-  C4_CHECK_RECORD(checkUsable(comm));
-  if (!out) return record(makeError(Code::kInvalidArgument, "iprobe: result pointer is NULL"));
-  if (peer != kAnySource) {
-    C4_CHECK_RECORD(checkRoot(comm, peer, "iprobe: peer"));
-    if (peer == comm->rank)
-      return record(makeError(Code::kInvalidArgument,
-                              "iprobe: peer %d is this rank; sends to itself pair with receives in a group", peer));
-  }
+  C4_CHECK_RECORD(checkProbe(peer, comm, out, "iprobe"));
   Status st = comm->probe(peer, out);
   if (!st.isOk()) comm->fail(st);
   return record(std::move(st));
+}
+
+Status probe(int peer, Comm* comm, ProbeResult* out, int64_t waitMs) {
+  C4_CHECK_RECORD(checkProbe(peer, comm, out, "probe"));
+  return record(comm->waitProbe(peer, out, waitMs));
 }
 
 Status recvAny(void* recvbuff, size_t count, DataType dt, int* source, Comm* comm, void*) {

@@ -767,32 +767,39 @@ Status Comm::probe(int peer, ProbeResult* out) {
   return Status::ok();
 }
 
-Status Comm::recvAny(const OpDesc& op, int* source) {
+Status Comm::waitProbe(int peer, ProbeResult* out, int64_t waitMs) {
   const int64_t start = detail::nowMs();
+  const int64_t limit = waitMs < 0 ? timeoutMs : waitMs;
   int idle = 0;
   for (;;) {
-    ProbeResult found;
-    Status st = probe(kAnySource, &found);
+    Status st = probe(peer, out);
     if (!st.isOk()) {
       fail(st);
       return st;
     }
-    if (found.ready) {
-      OpDesc r = op;
-      r.root = found.source;
-      C4_CHECK(runP2p({r}));
-      *source = found.source;
-      return Status::ok();
-    }
-    if ((++idle & 63) == 0 && detail::nowMs() - start > timeoutMs) {
-      st = makeError(Code::kRemoteError,
-                     "rank %d: recvAny of %zu %s: no send from any of the other %d rank(s) within %lld ms (C4_TIMEOUT)",
-                     rank, op.count, dataTypeName(op.dtype), nranks - 1, static_cast<long long>(timeoutMs));
+    if (out->ready || limit == 0) return Status::ok();
+    // The clock is read every 16 idle rounds: cheap while spinning, still within a sleep or two.
+    if ((++idle & 15) == 0 && detail::nowMs() - start >= limit) {
+      if (waitMs >= 0) return Status::ok();
+      std::string from =
+          peer == kAnySource ? strFormat("any of the other %d rank(s)", nranks - 1) : strFormat("rank %d", peer);
+      st = makeError(Code::kRemoteError, "rank %d: no send from %s within %lld ms (C4_TIMEOUT)", rank, from.c_str(),
+                     static_cast<long long>(timeoutMs));
       fail(st);
       return st;
     }
     idleWait(idle);
   }
+}
+
+Status Comm::recvAny(const OpDesc& op, int* source) {
+  ProbeResult found;
+  C4_CHECK(waitProbe(kAnySource, &found, -1));
+  OpDesc r = op;
+  r.root = found.source;
+  C4_CHECK(runP2p({r}));
+  *source = found.source;
+  return Status::ok();
 }
 
 Status Comm::runP2p(const std::vector<OpDesc>& ops) {

@@ -49,7 +49,10 @@ struct Comm {
   /// iprobe (c4comm.hpp): peeks at the connections of `peer` (or every peer, kAnySource) for a
   /// point-to-point message; checks the probed peers' health every 100 ms while none is there.
   Status probe(int peer, ProbeResult* out);
-  /// recvAny (c4comm.hpp): probes until a send arrives, then receives it like `op` from its sender.
+  /// probe (c4comm.hpp): probe() until a message is there (idleWait between tries), for up to
+  /// waitMs, or (waitMs < 0) up to the timeout and then an error. Errors fail the communicator.
+  Status waitProbe(int peer, ProbeResult* out, int64_t waitMs);
+  /// recvAny (c4comm.hpp): waits for a send from any peer, then receives it like `op` from its sender.
   Status recvAny(const OpDesc& op, int* source);
   /// The tuner's modelled time of `op` (microseconds), with the algorithm it would choose.
   double estimateUs(const OpDesc& op) const;

@@ -894,6 +894,14 @@ TEST(P2p, AnySourceBadInputAndTimeout) {
         expect(c4::iprobe(2, comm, &pr), Code::kInvalidArgument, "probe of rank 2 of 2");
         expect(c4::iprobe(-2, comm, &pr), Code::kInvalidArgument, "probe of rank -2");
         expect(c4::iprobe(1, comm, nullptr), Code::kInvalidArgument, "null result");
+        expect(c4::probe(0, comm, &pr, 10), Code::kInvalidArgument, "blocking probe of itself");
+        expect(c4::probe(1, nullptr, &pr, 10), Code::kInvalidArgument, "blocking probe, null comm");
+        // A bounded probe of a silent peer comes back empty after its wait, without an error.
+        int64_t p0 = monoMs();
+        c4::Status ps = c4::probe(1, comm, &pr, 300);
+        int64_t pt = monoMs() - p0;
+        if (!ps.isOk() || pr.ready || pt < 290 || pt > 2000)
+          f.push_back("bounded probe: " + ps.toString() + " after " + std::to_string(pt) + " ms");
         (void)c4::groupStart();
         expect(c4::recvAny(&v, 1, c4::DataType::kInt32, &src, comm), Code::kInvalidUsage, "in a group");
         (void)c4::groupEnd();
