@@ -534,9 +534,7 @@ static Status checkProbe(int peer, Comm* comm, ProbeResult* out, const char* fn)
 
 Status iprobe(int peer, Comm* comm, ProbeResult* out) {
   C4_CHECK_RECORD(checkProbe(peer, comm, out, "iprobe"));
-  Status st = comm->probe(peer, out);
-  if (!st.isOk()) comm->fail(st);
-  return record(std::move(st));
+  return record(comm->waitProbe(peer, out, 0));  // one look
 }
 
 Status probe(int peer, Comm* comm, ProbeResult* out, int64_t waitMs) {

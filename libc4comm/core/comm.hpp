@@ -46,11 +46,12 @@ struct Comm {
   Status runCollective(const OpDesc& op);
   /// Runs a batch of point-to-point ops (all posted together).
   Status runP2p(const std::vector<OpDesc>& ops);
-  /// iprobe (c4comm.hpp): peeks at the connections of `peer` (or every peer, kAnySource) for a
-  /// point-to-point message; checks the probed peers' health every 100 ms while none is there.
+  /// One look at the connections of `peer` (or every peer, kAnySource) for a point-to-point
+  /// message; checks the probed peers' health every 100 ms while none is there.
   Status probe(int peer, ProbeResult* out);
-  /// probe (c4comm.hpp): probe() until a message is there (idleWait between tries), for up to
-  /// waitMs, or (waitMs < 0) up to the timeout and then an error. Errors fail the communicator.
+  /// iprobe and probe (c4comm.hpp): probe() until a message is there (idleWait between tries), for
+  /// up to waitMs (0: one look), or (waitMs < 0) up to the timeout and then an error. Errors fail
+  /// the communicator.
   Status waitProbe(int peer, ProbeResult* out, int64_t waitMs);
   /// recvAny (c4comm.hpp): waits for a send from any peer, then receives it like `op` from its sender.
   Status recvAny(const OpDesc& op, int* source);
