@@ -1,13 +1,24 @@
-// Transport interface: how bytes move between two ranks.
+// Transport interface (v2): how bytes move between two ranks.
 //
-// A Transport is created per communicator and rank; it hands out one Connection per peer. A
-// Connection carries messages in both directions. Messages in one direction are FIFO: the k-th
-// irecv posted on a connection matches the k-th isend the peer posted on its connection to us.
-// Every message carries the sender's OpSig and byte count; a receive whose expected OpSig or size
-// differs fails with kInvalidUsage and a message naming both ranks and the difference.
+// A Transport is created per communicator and rank (through the registry, transports/registry.hpp);
+// it hands out one Connection per peer. A Connection carries messages in both directions. Messages
+// in one direction are FIFO: the k-th irecv posted on a connection matches the k-th isend the peer
+// posted on its connection to us. Every message carries the sender's OpSig and byte count; a receive
+// whose expected OpSig or size differs fails with kInvalidUsage and a message naming both ranks and
+// the difference.
 //
-// Everything is non-blocking and single-threaded: the owner calls progress() repeatedly (from the
-// thread that uses the communicator) and reads Request::state. No call blocks for a peer.
+// Buffers are MemRefs: an address, the memory space it lives in, and optionally the registration
+// (registerMemory) that covers it. A transport states in Caps which spaces it reads and writes
+// directly; the executor stages anything else through a host bounce buffer. Receive-with-reduction
+// is a capability too (Caps::reduceOnRecv); without it the executor receives into scratch and
+// reduces with the kernel of the buffer's space.
+//
+// A network connection carries its messages on lanes (transports/lane.hpp): one socket or queue
+// pair each, with state, weight and statistics that any thread may read.
+//
+// Threading: everything but the Lane statistics is driven by one thread at a time (the one that
+// drives the communicator: the caller, or its progress thread), which calls progress() repeatedly
+// and reads Request::state. No call blocks for a peer.
 #pragma once
 
 #include <cstddef>
@@ -20,7 +31,7 @@
 #include "c4comm/status.hpp"
 #include "c4comm/types.hpp"
 #include "common/opsig.hpp"
-#include "kernels/host/reduce.hpp"
+#include "transports/lane.hpp"
 
 namespace c4::transport {
 
@@ -35,6 +46,67 @@ class Oob {
   virtual Status barrier() = 0;
 };
 
+/// Where a buffer lives.
+enum class MemSpace : uint8_t {
+  kHost = 0,        ///< ordinary process memory (malloc, the stack)
+  kHostShared = 1,  ///< host memory the ranks of a host map into each other (ncclMemAlloc)
+  kCudaDevice = 2,  ///< CUDA device memory
+  kCudaHost = 3,    ///< CUDA pinned host memory (cudaHostAlloc)
+};
+constexpr int kNumMemSpaces = 4;
+/// A set of memory spaces (Caps::spaces).
+constexpr uint32_t spaceBit(MemSpace s) { return 1u << static_cast<unsigned>(s); }
+/// Every space a CPU can load and store.
+constexpr uint32_t kHostSpaces =
+    spaceBit(MemSpace::kHost) | spaceBit(MemSpace::kHostShared) | spaceBit(MemSpace::kCudaHost);
+/// "host", "host-shared", "cuda-device", "cuda-host".
+const char* memSpaceName(MemSpace s);
+
+/// A registration of memory with one transport (registerMemory). Transports derive their own
+/// (RDMA memory regions, CUDA IPC handles); the base class is what a no-op registration returns.
+class MemRegion {
+ public:
+  MemRegion(const void* base, size_t bytes, MemSpace space) : base_(base), bytes_(bytes), space_(space) {}
+  virtual ~MemRegion() = default;
+  const void* base() const { return base_; }
+  size_t bytes() const { return bytes_; }
+  MemSpace space() const { return space_; }
+  /// Whether [p, p + n) lies inside this region.
+  bool covers(const void* p, size_t n) const {
+    const auto* b = static_cast<const char*>(base_);
+    const auto* q = static_cast<const char*>(p);
+    return q >= b && n <= bytes_ && static_cast<size_t>(q - b) <= bytes_ - n;
+  }
+
+ private:
+  const void* base_;
+  size_t bytes_;
+  MemSpace space_;
+};
+
+/// A buffer as the data path hands it to a transport: where it is, which memory space it lives in,
+/// and (optional) the registration with this transport that covers it. A send only reads through
+/// ptr; a receive writes.
+struct MemRef {
+  void* ptr = nullptr;
+  MemSpace space = MemSpace::kHost;
+  const MemRegion* region = nullptr;
+
+  MemRef() = default;
+  MemRef(void* p, MemSpace s = MemSpace::kHost, const MemRegion* r = nullptr) : ptr(p), space(s), region(r) {}
+  MemRef(const void* p, MemSpace s = MemSpace::kHost, const MemRegion* r = nullptr)
+      : ptr(const_cast<void*>(p)), space(s), region(r) {}
+  char* bytes() const { return static_cast<char*>(ptr); }
+  /// The same buffer `off` bytes further (same space and registration).
+  MemRef at(size_t off) const { return MemRef(bytes() + off, space, region); }
+};
+
+/// Where one lane of a network connection goes out (C4P's hook; see Context::lanePlan).
+struct LanePlan {
+  int localPort = -1;       // index into this rank's NIC ports (-1: lane mod ports)
+  uint16_t sourcePort = 0;  // local TCP/UDP source port to bind (0: the kernel chooses)
+};
+
 /// Completion record owned by the caller; must stay alive (and not move) until state != kPending.
 struct Request {
   enum State : int { kPending = 0, kDone = 1, kFailed = 2 };
@@ -42,11 +114,12 @@ struct Request {
   Status error;  // set when state == kFailed
 };
 
-/// Receive with reduction: dst[i] = local[i] op incoming[i]. `local` may equal dst.
+/// Receive with reduction (Caps::reduceOnRecv): dst[i] = local[i] op incoming[i]. `local` may equal
+/// dst. `op` is one of kSum, kProd, kMax, kMin (Avg and PreMulSum are scaled before they get here).
 struct ReduceSpec {
-  const void* local = nullptr;
+  MemRef local;
   DataType dtype = DataType::kFloat32;
-  kernels::KOp op = kernels::KOp::kSum;
+  RedOp op = RedOp::kSum;
 };
 
 /// What the sender knows about the matching receive; a transport may choose its protocol by it.
@@ -57,15 +130,22 @@ struct SendHint {
   bool singleCopy = true;
 };
 
+/// isend's answer when the connection's bounded send queue is full: nothing was queued and `req` is
+/// untouched; call progress() and try again. Not an error (Code::kInProgress).
+Status sendQueueFull();
+inline bool isQueueFull(const Status& st) { return st.code() == Code::kInProgress; }
+
 class Connection {
  public:
   virtual ~Connection() = default;
   virtual int peer() const = 0;
-  /// Queues `bytes` from buf to the peer. buf must stay valid and unmodified until req is done.
-  virtual Status isend(const void* buf, size_t bytes, const OpSig& sig, Request* req, SendHint hint = {}) = 0;
-  /// Queues a receive of exactly `bytes` into dst (or, with red, reduced into dst as data arrives,
-  /// in pieces, in order). dst must stay valid until req is done.
-  virtual Status irecv(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) = 0;
+  /// Queues `bytes` from buf to the peer. buf must stay valid and unmodified until req is done. May
+  /// answer sendQueueFull() (see there) instead of queueing.
+  virtual Status isend(const MemRef& buf, size_t bytes, const OpSig& sig, Request* req, SendHint hint = {}) = 0;
+  /// Queues a receive of exactly `bytes` into dst, or, with `red` (only where Caps::reduceOnRecv),
+  /// reduced into dst as data arrives, in pieces; each byte is reduced exactly once. dst must stay
+  /// valid until req is done.
+  virtual Status irecv(const MemRef& dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) = 0;
   /// MPI_Iprobe for this connection: whether the first bytes (header) of the next incoming message
   /// that no posted receive claims have arrived, and if so its signature and size. Consumes
   /// nothing: an irecv posted next receives that very message. Never ready while receives are
@@ -81,9 +161,33 @@ class Connection {
   /// (reduced, with `red`), instead of after the whole receive. Where the forward buffer has room,
   /// each piece is written to dst and to `to`'s peer in the same pass over the incoming data, so
   /// the forward costs no separate copy. Only where canForward(to, bytes, hint) said so.
-  virtual Status irecvForward(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req,
+  virtual Status irecvForward(const MemRef& dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req,
                               Connection* to, const OpSig& toSig, Request* toReq) {
     return Status(Code::kInternalError, "this transport cannot forward a receive");
+  }
+
+  // ---- lanes (transports/lane.hpp) ----
+  /// Lanes this connection has had (retired ones included; indices are never reused). A transport
+  /// without lanes of its own reports one. Any thread.
+  virtual int numLanes() const { return 1; }
+  /// The lane `i` (0 <= i < numLanes()), or nullptr. The object lives as long as the connection.
+  /// Its statistics may be read from any thread.
+  virtual const Lane* lane(int i) const { return nullptr; }
+  /// Striping weights of later messages: lane i gets pieces in proportion to weights[i] (>= 0, one
+  /// per lane, not all of the live lanes 0; retired lanes must get 0).
+  virtual Status setLaneWeights(const std::vector<double>& weights) {
+    return Status(Code::kInvalidUsage, "this connection has no lanes to weight");
+  }
+  /// Takes lane `i` out of service: nothing new is striped onto it and what it carried that the
+  /// peer did not acknowledge goes out again on the other lanes; its socket is closed. Fails when it
+  /// is the last live lane (the connection would be lost) or out of range. `why` goes to the log.
+  virtual Status retireLane(int i, const std::string& why) {
+    return Status(Code::kInvalidUsage, "this connection cannot retire lanes");
+  }
+  /// Opens one more lane (where this rank opens lanes; the peer accepts it) with `plan`; *index
+  /// receives its index. It carries data once up.
+  virtual Status addLane(const LanePlan& plan, int* index) {
+    return Status(Code::kInvalidUsage, "this connection cannot add lanes");
   }
 };
 
@@ -94,14 +198,15 @@ struct Caps {
   // Plain (non-reducing) messages above this size go in one copy straight from the sender's buffer,
   // so cutting them into pipeline chunks only adds handshakes (SIZE_MAX: never).
   size_t singleCopyBytes = SIZE_MAX;
+  /// Reaches only ranks of this host (the registry creates it only where it helps).
   bool sameHostOnly = false;
-  bool deviceMemory = false;
-};
-
-/// Where one lane of a network connection goes out (C4P's hook; see Context::lanePlan).
-struct LanePlan {
-  int localPort = -1;       // index into this rank's NIC ports (-1: lane mod ports)
-  uint16_t sourcePort = 0;  // local TCP/UDP source port to bind (0: the kernel chooses)
+  /// The memory spaces isend reads and irecv writes directly (spaceBit set); the executor stages
+  /// other buffers through host memory.
+  uint32_t spaces = kHostSpaces;
+  /// irecv accepts a ReduceSpec (reduces incoming data into dst as it arrives).
+  bool reduceOnRecv = false;
+  /// A connection may carry several lanes (retireLane, addLane, setLaneWeights).
+  bool lanes = false;
 };
 
 /// Facts every transport needs at setup. Vectors are indexed by rank.
@@ -136,6 +241,16 @@ class Transport {
   /// all pending requests with `reason`.
   virtual void abort(const std::string& reason) = 0;
 
+  /// Registers [base, base + bytes) of `space` for use in MemRefs (ncclCommRegister): RDMA memory
+  /// regions and CUDA IPC handles live in the region. The default registers nothing (the region
+  /// only remembers the range): shm and tcp read every host space directly.
+  virtual Status registerMemory(const void* base, size_t bytes, MemSpace space, std::unique_ptr<MemRegion>* out) {
+    *out = std::make_unique<MemRegion>(base, bytes, space);
+    return Status::ok();
+  }
+  /// Releases a registration (the caller then destroys it). No request may still use it.
+  virtual Status deregisterMemory(MemRegion* region) { return Status::ok(); }
+
   /// Optional: a shared arena of hostArenaBytes() per rank, readable and writable by every rank
   /// of this host and zeroed at setup (one-shot small collectives use it). nullptr when the
   /// transport has none or `rank` is not on this host.
@@ -150,9 +265,9 @@ class Transport {
   /// none (shared memory is only polled).
   virtual int waitFd() const { return -1; }
 
-  /// Idle back-off (see shm's idleBackoffUs): publishCpu() tells the peers which CPU this rank
-  /// runs on (cheap: call it whenever the rank starts waiting); peerSharesCpu() publishes too and
-  /// says whether a peer reachable through this transport last reported this very CPU, so that
+  /// Idle back-off (transports/idle.hpp): publishCpu() tells the peers which CPU this rank runs on
+  /// (cheap: call it whenever the rank starts waiting); peerSharesCpu() publishes too and says
+  /// whether a peer reachable through this transport last reported this very CPU, so that
   /// spinning while waiting for it would only keep it off the CPU.
   virtual void publishCpu() {}
   virtual bool peerSharesCpu() { return false; }

@@ -2,30 +2,66 @@
 
 #include "common/logging.hpp"
 #include "common/status.hpp"
+#include "kernels/host/reduce.hpp"
 
 namespace c4::transport {
 
-namespace {
-
-Status checkSendArgs(const char* what, int peer, const void* buf, size_t bytes) {
-  if (bytes > 0 && buf == nullptr)
-    return makeError(Code::kInvalidArgument, "%s: isend of %zu bytes to rank %d with a null buffer", what, bytes, peer);
-  return Status::ok();
+const char* memSpaceName(MemSpace s) {
+  switch (s) {
+    case MemSpace::kHost:
+      return "host";
+    case MemSpace::kHostShared:
+      return "host-shared";
+    case MemSpace::kCudaDevice:
+      return "cuda-device";
+    case MemSpace::kCudaHost:
+      return "cuda-host";
+  }
+  return "?";
 }
 
-Status checkRecvArgs(const char* what, int peer, const void* dst, size_t bytes, const ReduceSpec* red) {
-  if (bytes > 0 && dst == nullptr)
+Status sendQueueFull() { return Status(Code::kInProgress, "send queue full"); }
+
+void reduceInto(const ReduceSpec& red, char* dst, size_t offset, const void* incoming, size_t bytes) {
+  kernels::reduce(dst + offset, red.local.bytes() + offset, incoming, bytes / dataTypeSize(red.dtype), red.dtype,
+                  kernels::toKOp(red.op));
+}
+
+namespace {
+
+Status checkSpace(const char* what, const char* dir, int peer, const MemRef& ref, uint32_t spaces) {
+  if (spaces & spaceBit(ref.space)) return Status::ok();
+  return makeError(Code::kInvalidUsage, "%s: %s rank %d with a buffer in %s memory, which this transport cannot %s",
+                   what, dir, peer, memSpaceName(ref.space), dir[0] == 's' ? "read" : "write");
+}
+
+Status checkSendArgs(const char* what, int peer, const MemRef& buf, size_t bytes, uint32_t spaces) {
+  if (bytes > 0 && buf.ptr == nullptr)
+    return makeError(Code::kInvalidArgument, "%s: isend of %zu bytes to rank %d with a null buffer", what, bytes, peer);
+  return checkSpace(what, "send to", peer, buf, spaces);
+}
+
+Status checkRecvArgs(const char* what, int peer, const MemRef& dst, size_t bytes, const ReduceSpec* red,
+                     uint32_t spaces) {
+  if (bytes > 0 && dst.ptr == nullptr)
     return makeError(Code::kInvalidArgument, "%s: irecv of %zu bytes from rank %d with a null buffer", what, bytes,
                      peer);
   if (red) {
     size_t es = dataTypeSize(red->dtype);
-    if (es == 0 || bytes % es != 0 || (bytes > 0 && red->local == nullptr))
+    const int op = static_cast<int>(red->op);
+    if (es == 0 || bytes % es != 0 || (bytes > 0 && red->local.ptr == nullptr))
       return makeError(Code::kInvalidArgument,
                        "%s: irecv with reduction from rank %d: %zu bytes is not a whole number of %zu-byte elements "
                        "or local is null",
                        what, peer, bytes, es);
+    if (op < 0 || op > static_cast<int>(RedOp::kMin))
+      return makeError(Code::kInvalidArgument,
+                       "%s: irecv with reduction from rank %d: operator %d is not sum, prod, "
+                       "max or min",
+                       what, peer, op);
+    C4_CHECK(checkSpace(what, "reduce for", peer, red->local, spaces));
   }
-  return Status::ok();
+  return checkSpace(what, "receive from", peer, dst, spaces);
 }
 
 /// Marks `req` pending, or failed with the first error of `standing` and `args`; returns that error.
@@ -38,13 +74,14 @@ Status startRequest(Request* req, const Status& standing, const Status& args) {
 
 }  // namespace
 
-Status startSend(const char* what, int peer, const Status& standing, const void* buf, size_t bytes, Request* req) {
-  return startRequest(req, standing, standing.isOk() ? checkSendArgs(what, peer, buf, bytes) : Status());
+Status startSend(const char* what, int peer, const Status& standing, const MemRef& buf, size_t bytes, Request* req,
+                 uint32_t spaces) {
+  return startRequest(req, standing, standing.isOk() ? checkSendArgs(what, peer, buf, bytes, spaces) : Status());
 }
 
-Status startRecv(const char* what, int peer, const Status& standing, const void* dst, size_t bytes,
-                 const ReduceSpec* red, Request* req) {
-  return startRequest(req, standing, standing.isOk() ? checkRecvArgs(what, peer, dst, bytes, red) : Status());
+Status startRecv(const char* what, int peer, const Status& standing, const MemRef& dst, size_t bytes,
+                 const ReduceSpec* red, Request* req, uint32_t spaces) {
+  return startRequest(req, standing, standing.isOk() ? checkRecvArgs(what, peer, dst, bytes, red, spaces) : Status());
 }
 
 Status matchError(const char* what, int peer, const std::string& peerText, int self, const OpSig& sent,

@@ -34,13 +34,19 @@ inline void failRequest(Request* r, const Status& st) {
 }
 
 /// Starts `req` for a new isend: pending, or failed (and that status returned) if the connection
-/// has a standing error `standing` or the arguments are bad (`bytes` > 0 from a null buffer).
-/// `what` names the transport in messages ("shm", "tcp").
-Status startSend(const char* what, int peer, const Status& standing, const void* buf, size_t bytes, Request* req);
+/// has a standing error `standing` or the arguments are bad (`bytes` > 0 from a null buffer, a
+/// memory space outside `spaces`, the transport's Caps::spaces). `what` names the transport in
+/// messages ("shm", "tcp").
+Status startSend(const char* what, int peer, const Status& standing, const MemRef& buf, size_t bytes, Request* req,
+                 uint32_t spaces = kHostSpaces);
 /// The same for an irecv; bad arguments also include a reduction that is not a whole number of
-/// elements or has no local operand.
-Status startRecv(const char* what, int peer, const Status& standing, const void* dst, size_t bytes,
-                 const ReduceSpec* red, Request* req);
+/// elements, has no local operand or an operator other than sum, prod, max, min.
+Status startRecv(const char* what, int peer, const Status& standing, const MemRef& dst, size_t bytes,
+                 const ReduceSpec* red, Request* req, uint32_t spaces = kHostSpaces);
+
+/// dst[offset + i] = red.local[offset + i] op incoming[i] for `bytes` bytes (whole elements), with
+/// the host kernels (the transport reads and writes host memory).
+void reduceInto(const ReduceSpec& red, char* dst, size_t offset, const void* incoming, size_t bytes);
 
 /// Ok if a message sent under `sent` with `sentBytes` may be received by a receive posted under
 /// `expected` for `expectedBytes`; else kInvalidUsage naming both ranks and every difference (logged

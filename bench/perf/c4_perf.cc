@@ -15,7 +15,6 @@
 
 #include "bench/perf/perf_driver.hpp"
 #include "c4comm/c4comm.hpp"
-#include "common/params.hpp"
 
 namespace c4 {
 namespace perf {
@@ -94,12 +93,13 @@ class C4Backend : public Backend {
 };
 
 int listParams() {
-  std::vector<const ParamInfo*> params = allParams();
-  printf("# %zu c4comm parameters (the C4_ name wins over the NCCL_ alias)\n", params.size());
+  std::vector<ParamDesc> all = params();
+  printf("# %zu c4comm parameters (the C4_ name wins over the NCCL_ alias)\n", all.size());
   printf("%-34s %-30s %-14s %s\n", "# env", "NCCL alias", "default", "help");
-  for (const ParamInfo* p : params) {
-    std::string def = p->isString ? std::string("\"") + p->defaultText + "\"" : p->defaultText;
-    printf("%-34s %-30s %-14s %s\n", p->env, p->ncclEnv ? p->ncclEnv : "-", def.c_str(), p->help);
+  for (const ParamDesc& p : all) {
+    std::string def = p.isString ? "\"" + p.defaultText + "\"" : p.defaultText;
+    printf("%-34s %-30s %-14s %s\n", p.env.c_str(), p.ncclEnv.empty() ? "-" : p.ncclEnv.c_str(), def.c_str(),
+           p.help.c_str());
   }
   return 0;
 }

@@ -24,7 +24,6 @@
 #include <string>
 
 #include "c4comm/c4comm.hpp"
-#include "common/logging.hpp"
 
 // ---- the C ABI and the C++ API agree on every value ------------------------------------------
 static_assert(NCCL_VERSION_CODE == 22809, "this binding implements the NCCL 2.28.9 ABI");
@@ -84,7 +83,7 @@ ncclResult_t fail(ncclResult_t code, const char* fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(buf, sizeof(buf), fmt, ap);
   va_end(ap);
-  C4_WARN(c4::kLogCall, "%s", buf);
+  c4::log(c4::LogKind::kWarn, "CALL", buf);
   tlsLastError = buf;
   tlsLastErrorIsOurs = true;
   return code;
@@ -274,7 +273,7 @@ const char* pncclGetLastError(ncclComm_t comm) {
   return tlsLastError.c_str();
 }
 
-void pncclResetDebugInit() { c4::logReload(); }
+void pncclResetDebugInit() { c4::reloadLogConfig(); }
 
 // ---- memory -------------------------------------------------------------------------------------
 
@@ -349,7 +348,8 @@ ncclResult_t pncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
   C4_NCCL_CHECK(checkPtr(fn, "comm", comm));
   if (ndev < 1) return fail(ncclInvalidArgument, "%s: ndev %d is invalid (expected >= 1)", fn, ndev);
   // Host communicators have no device; devlist only orders CUDA devices, so it is ignored.
-  if (devlist != nullptr) C4_INFO(c4::kLogInit, "%s: devlist ignored for host communicators", fn);
+  if (devlist != nullptr)
+    c4::log(c4::LogKind::kInfo, "INIT", (std::string(fn) + ": devlist ignored for host communicators").c_str());
   static_assert(sizeof(ncclComm_t) == sizeof(c4::Comm*), "");
   return fromStatus(c4::commInitAll(reinterpret_cast<c4::Comm**>(comm), ndev));
 }

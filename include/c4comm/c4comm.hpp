@@ -12,7 +12,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "c4comm/export.hpp"
 #include "c4comm/status.hpp"
 #include "c4comm/types.hpp"
 
@@ -46,38 +48,38 @@ struct Config {
 };
 
 /// Version as NCCL encodes it (major*10000 + minor*100 + patch); reports 2.28-compatible.
-int version();
+C4_API int version();
 
 /// Allocates `size` bytes (rounded up to a page) of zeroed host memory that the ranks of one host
 /// can share (ncclMemAlloc). Collectives whose buffers every rank allocated this way run on the
 /// zero-copy path when all ranks share one host: each rank reads and writes the peers' buffers in
 /// place (docs/shm-transport.md, "Zero-copy path"). Usable like any other memory.
-Status memAlloc(void** ptr, size_t size);
+C4_API Status memAlloc(void** ptr, size_t size);
 /// Frees what memAlloc returned (kInvalidArgument for anything else).
-Status memFree(void* ptr);
+C4_API Status memFree(void* ptr);
 /// True if [ptr, ptr + size) lies inside one live memAlloc allocation of this process.
-bool memShareable(const void* ptr, size_t size);
+C4_API bool memShareable(const void* ptr, size_t size);
 
 /// Creates a unique id for a new communicator and starts the bootstrap root that serves it in
 /// this process. The root address comes from C4_COMM_ID / NCCL_COMM_ID ("host:port") if set,
 /// otherwise an interface chosen by C4_SOCKET_IFNAME / NCCL_SOCKET_IFNAME.
-Status getUniqueId(UniqueId* id);
+C4_API Status getUniqueId(UniqueId* id);
 
 /// Creates rank `rank` of an `nranks` communicator. Blocks until all ranks joined or the
 /// bootstrap timeout (C4_TIMEOUT) expired. *comm is set only on success.
-Status commInitRank(Comm** comm, int nranks, const UniqueId& id, int rank, const Config& config = {});
+C4_API Status commInitRank(Comm** comm, int nranks, const UniqueId& id, int rank, const Config& config = {});
 
 /// Creates `n` ranks of one communicator inside this process (one thread per rank during init).
-Status commInitAll(Comm** comms, int n, const Config& config = {});
+C4_API Status commInitAll(Comm** comms, int n, const Config& config = {});
 
 /// Creates a communicator from launcher variables: torchrun (RANK, WORLD_SIZE, MASTER_ADDR,
 /// MASTER_PORT), Open MPI (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK) or Slurm (SLURM_PROCID,
 /// SLURM_NTASKS). Fails with kInvalidUsage, naming what is missing, when none is found.
-Status commInitFromEnv(Comm** comm, const Config& config = {});
+C4_API Status commInitFromEnv(Comm** comm, const Config& config = {});
 
 /// Splits `comm` by color (NCCL_SPLIT_NOCOLOR = -1: this rank joins none, *newcomm = nullptr),
 /// ordering by (key, old rank). Collective over `comm`.
-Status commSplit(Comm* comm, int color, int key, Comm** newcomm, const Config* config = nullptr);
+C4_API Status commSplit(Comm* comm, int color, int key, Comm** newcomm, const Config* config = nullptr);
 
 /// ncclCommShrink: a new communicator of every rank of `comm` except the `nexclude` ranks listed
 /// in `exclude` (ranks keep their order and close the gaps). Called by each rank that is left, not
@@ -86,54 +88,55 @@ Status commSplit(Comm* comm, int color, int key, Comm** newcomm, const Config* c
 /// links, which outlive a failure. `abortParent`: first fail `comm`, so that a call blocked on it
 /// in another thread returns, and leave it usable for destroy only (NCCL_SHRINK_ABORT). A null
 /// `config` inherits the parent's. Waits at most the parent's timeout for the others.
-Status commShrink(Comm* comm, const int* exclude, int nexclude, Comm** newcomm, const Config* config = nullptr,
-                  bool abortParent = false);
+C4_API Status commShrink(Comm* comm, const int* exclude, int nexclude, Comm** newcomm, const Config* config = nullptr,
+                         bool abortParent = false);
 
 /// Flushes outstanding work. The communicator stays valid for commDestroy only.
-Status commFinalize(Comm* comm);
+C4_API Status commFinalize(Comm* comm);
 /// Frees the communicator (finalizes first if needed).
-Status commDestroy(Comm* comm);
+C4_API Status commDestroy(Comm* comm);
 /// Aborts outstanding work on this rank, tells the peers, frees the communicator. Never hangs.
-Status commAbort(Comm* comm);
+C4_API Status commAbort(Comm* comm);
 
 /// Number of ranks, this rank, and device (-1 for host-only communicators).
-Status commCount(const Comm* comm, int* count);
-Status commUserRank(const Comm* comm, int* rank);
-Status commCuDevice(const Comm* comm, int* device);
+C4_API Status commCount(const Comm* comm, int* count);
+C4_API Status commUserRank(const Comm* comm, int* rank);
+C4_API Status commCuDevice(const Comm* comm, int* device);
 /// The first asynchronous error seen by the communicator (ok if none).
-Status commGetAsyncError(Comm* comm);
+C4_API Status commGetAsyncError(Comm* comm);
 
 /// Reason for the most recent failure of a c4 call in this thread ("" if none).
-const char* lastError(const Comm* comm);
+C4_API const char* lastError(const Comm* comm);
 
 // ---- reduction operators ---------------------------------------------------------------------
 /// Creates a user op: each rank's input is multiplied by *scalar (of type dt) before a sum.
-Status redOpCreatePreMulSum(RedOp* op, const void* scalar, DataType dt, ScalarResidence residence, Comm* comm);
-Status redOpDestroy(RedOp op, Comm* comm);
+C4_API Status redOpCreatePreMulSum(RedOp* op, const void* scalar, DataType dt, ScalarResidence residence, Comm* comm);
+C4_API Status redOpDestroy(RedOp op, Comm* comm);
 
 // ---- collectives (counts in elements) ---------------------------------------------------------
-Status allReduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt, RedOp op, Comm* comm,
-                 void* stream = nullptr);
+C4_API Status allReduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt, RedOp op, Comm* comm,
+                        void* stream = nullptr);
 /// sendcount elements per rank; recvbuff holds nranks*sendcount.
-Status allGather(const void* sendbuff, void* recvbuff, size_t sendcount, DataType dt, Comm* comm,
-                 void* stream = nullptr);
-Status broadcast(const void* sendbuff, void* recvbuff, size_t count, DataType dt, int root, Comm* comm,
-                 void* stream = nullptr);
+C4_API Status allGather(const void* sendbuff, void* recvbuff, size_t sendcount, DataType dt, Comm* comm,
+                        void* stream = nullptr);
+C4_API Status broadcast(const void* sendbuff, void* recvbuff, size_t count, DataType dt, int root, Comm* comm,
+                        void* stream = nullptr);
 /// sendbuff holds nranks*recvcount; recvbuff recvcount.
-Status reduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, DataType dt, RedOp op, Comm* comm,
+C4_API Status reduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, DataType dt, RedOp op, Comm* comm,
+                            void* stream = nullptr);
+C4_API Status reduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt, RedOp op, int root, Comm* comm,
                      void* stream = nullptr);
-Status reduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt, RedOp op, int root, Comm* comm,
-              void* stream = nullptr);
 /// count elements to each peer; both buffers hold nranks*count.
-Status alltoAll(const void* sendbuff, void* recvbuff, size_t count, DataType dt, Comm* comm, void* stream = nullptr);
+C4_API Status alltoAll(const void* sendbuff, void* recvbuff, size_t count, DataType dt, Comm* comm,
+                       void* stream = nullptr);
 /// count elements from each rank to root; recvbuff (root only) holds nranks*count.
-Status gather(const void* sendbuff, void* recvbuff, size_t count, DataType dt, int root, Comm* comm,
-              void* stream = nullptr);
+C4_API Status gather(const void* sendbuff, void* recvbuff, size_t count, DataType dt, int root, Comm* comm,
+                     void* stream = nullptr);
 /// sendbuff (root only) holds nranks*count; each rank receives count.
-Status scatter(const void* sendbuff, void* recvbuff, size_t count, DataType dt, int root, Comm* comm,
-               void* stream = nullptr);
-Status send(const void* sendbuff, size_t count, DataType dt, int peer, Comm* comm, void* stream = nullptr);
-Status recv(void* recvbuff, size_t count, DataType dt, int peer, Comm* comm, void* stream = nullptr);
+C4_API Status scatter(const void* sendbuff, void* recvbuff, size_t count, DataType dt, int root, Comm* comm,
+                      void* stream = nullptr);
+C4_API Status send(const void* sendbuff, size_t count, DataType dt, int peer, Comm* comm, void* stream = nullptr);
+C4_API Status recv(void* recvbuff, size_t count, DataType dt, int peer, Comm* comm, void* stream = nullptr);
 
 // ---- probing and receive from any source (MPI_Iprobe, MPI_ANY_SOURCE; not in NCCL) ------------
 /// `peer` argument of iprobe: any rank but this one.
@@ -150,25 +153,46 @@ struct ProbeResult {
 /// message. Messages of 0 elements are never sent, so never found. Sends to this rank itself
 /// are not seen (they pair with receives in a group). Fails, and fails the communicator, once a
 /// probed peer died or aborted (checked every 100 ms while nothing is found).
-Status iprobe(int peer, Comm* comm, ProbeResult* out);
+C4_API Status iprobe(int peer, Comm* comm, ProbeResult* out);
 /// Blocking iprobe (MPI_Probe): waits for such a message with the communicator's idle policy
 /// (spin, then short sleeps). waitMs >= 0: gives up after that long with out->ready false and ok;
 /// waitMs < 0: waits up to C4_TIMEOUT, then fails (and fails the communicator).
-Status probe(int peer, Comm* comm, ProbeResult* out, int64_t waitMs = -1);
+C4_API Status probe(int peer, Comm* comm, ProbeResult* out, int64_t waitMs = -1);
 /// Blocking receive of the first send to arrive from any other rank (MPI_Recv with
 /// MPI_ANY_SOURCE); *source is set to its sender. As with recv, count and type must be those of
 /// the send. Not inside a group (the sender is only known as it arrives). Fails after C4_TIMEOUT
 /// without a message from any rank, and at once if a peer died or aborted.
-Status recvAny(void* recvbuff, size_t count, DataType dt, int* source, Comm* comm, void* stream = nullptr);
+C4_API Status recvAny(void* recvbuff, size_t count, DataType dt, int* source, Comm* comm, void* stream = nullptr);
 
 /// Group calls: operations issued between groupStart and groupEnd are executed together at
 /// groupEnd (batched point-to-point, aggregated collectives, several communicators at once).
-Status groupStart();
-Status groupEnd();
+C4_API Status groupStart();
+C4_API Status groupEnd();
 /// ncclGroupSimulateEnd: ends the group like groupEnd but runs nothing; *estimatedUs is the
 /// tuner's modelled time of what the group holds (per communicator the sum of its operations,
 /// communicators in parallel; each with the algorithm the tuner would choose). The model is the
 /// alpha-beta-gamma one the tuner chooses by (docs/architecture.md), not a measurement.
-Status groupSimulateEnd(double* estimatedUs);
+C4_API Status groupSimulateEnd(double* estimatedUs);
+
+/// One environment variable the library reads (docs/params.md). The C4_ name wins over the NCCL_
+/// alias.
+struct ParamDesc {
+  std::string env;          ///< "C4_TIMEOUT"
+  std::string ncclEnv;      ///< "NCCL_..." alias, or ""
+  std::string defaultText;  ///< the default as written in the registry
+  std::string help;
+  bool isString = false;
+};
+/// Every parameter of this build, sorted by name (`c4-perf --list-params`). Any thread.
+C4_API std::vector<ParamDesc> params();
+
+/// Severity of a line written into c4comm's log.
+enum class LogKind : int { kWarn = 2, kInfo = 3 };
+/// Writes `message` into c4comm's log (C4_DEBUG, C4_DEBUG_SUBSYS, C4_DEBUG_FILE) as subsystem
+/// `subsys` ("INIT", "COLL", "CALL", ...; unknown names log as CALL), for bindings and applications
+/// that want their lines beside the library's. Thread-safe.
+C4_API void log(LogKind kind, const char* subsys, const char* message);
+/// Re-reads C4_DEBUG, C4_DEBUG_SUBSYS and C4_DEBUG_FILE (ncclResetDebugInit).
+C4_API void reloadLogConfig();
 
 }  // namespace c4

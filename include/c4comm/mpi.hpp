@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include "c4comm/c4comm.hpp"
+#include "c4comm/export.hpp"
 
 namespace c4 {
 
@@ -13,6 +14,6 @@ namespace c4 {
 /// the unique id and broadcasts it with MPI; afterwards MPI is used once more to agree on success,
 /// so either every process gets a communicator or every process gets an error (the failed ranks'
 /// reasons are logged where they occurred). `*comm` is set only on success.
-Status commInitMPI(MPI_Comm mpiComm, Comm** comm, const Config& config = {});
+C4_API Status commInitMPI(MPI_Comm mpiComm, Comm** comm, const Config& config = {});
 
 }  // namespace c4

@@ -4,6 +4,8 @@
 #include <string>
 #include <utility>
 
+#include "c4comm/export.hpp"
+
 namespace c4 {
 
 /// Result codes. Values equal NCCL's ncclResult_t so the C ABI can pass them through unchanged.
@@ -19,11 +21,11 @@ enum class Code : int {
 };
 
 /// Short name of a code ("invalid argument", ...). Never null.
-const char* codeName(Code code);
+C4_API const char* codeName(Code code);
 
 /// An outcome: a code plus, on failure, a human-readable reason. An ok Status is two words and
 /// costs nothing to create, copy or destroy (the reason lives on the heap only on failure).
-class [[nodiscard]] Status {
+class [[nodiscard]] C4_API Status {
  public:
   Status() = default;
   Status(Code code, std::string msg)

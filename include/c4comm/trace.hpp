@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "c4comm/export.hpp"
 #include "c4comm/status.hpp"
 
 namespace c4 {
@@ -74,27 +75,27 @@ struct Event {
 static_assert(sizeof(Event) == 40, "trace::Event is the 40-byte on-disk record");
 
 /// Sets how much `comm` records from now on (kOff stops recording; what was recorded stays).
-Status setLevel(Comm* comm, Level level);
+C4_API Status setLevel(Comm* comm, Level level);
 /// The level `comm` records at.
-Status getLevel(const Comm* comm, Level* level);
+C4_API Status getLevel(const Comm* comm, Level* level);
 /// Writes `comm`'s trace file now (the same file the finalize dump replaces); *path (optional)
 /// receives its name. Blocking (file I/O).
-Status flush(Comm* comm, std::string* path = nullptr);
+C4_API Status flush(Comm* comm, std::string* path = nullptr);
 /// Copies the events still in `comm`'s ring, oldest first, timestamps converted to ns on the
 /// trace clock (CLOCK_MONOTONIC-based; see now()). *dropped (optional) receives how many older
 /// events the ring has overwritten.
-Status readEvents(const Comm* comm, std::vector<Event>* out, uint64_t* dropped = nullptr);
+C4_API Status readEvents(const Comm* comm, std::vector<Event>* out, uint64_t* dropped = nullptr);
 /// The trace clock now, in ticks (the unit of Event timestamps in the ring). Any thread; cheap.
-uint64_t now();
+C4_API uint64_t now();
 /// Converts trace-clock ticks to ns (the unit of readEvents()).
-int64_t ticksToNs(uint64_t ticks);
+C4_API int64_t ticksToNs(uint64_t ticks);
 /// Records a span [beginTicks, endTicks] (from now()) named `name` on `comm`'s trace, e.g. a
 /// training step or a bucket a binding is about to reduce. `bytes` is free for the caller.
-Status addSpan(Comm* comm, const char* name, uint64_t beginTicks, uint64_t endTicks, uint64_t bytes = 0);
+C4_API Status addSpan(Comm* comm, const char* name, uint64_t beginTicks, uint64_t endTicks, uint64_t bytes = 0);
 /// Records a note (a diagnosis, a phase marker) at now().
-Status addNote(Comm* comm, const char* text);
+C4_API Status addNote(Comm* comm, const char* text);
 /// The trace directory this process writes to (C4_TRACE_DIR, or the default under /tmp/c4trace).
-std::string directory();
+C4_API std::string directory();
 
 }  // namespace trace
 }  // namespace c4

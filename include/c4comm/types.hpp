@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "c4comm/export.hpp"
+
 namespace c4 {
 
 /// Element types. Values equal NCCL's ncclDataType_t.
@@ -83,8 +85,8 @@ constexpr bool isFloatType(DataType dt) {
 }
 
 /// Lower-case names as nccl-tests prints them ("float", "half", "bfloat16", "int8", ..., "sum").
-const char* dataTypeName(DataType dt);
-const char* redOpName(RedOp op);
-const char* collName(Coll c);
+C4_API const char* dataTypeName(DataType dt);
+C4_API const char* redOpName(RedOp op);
+C4_API const char* collName(Coll c);
 
 }  // namespace c4

@@ -12,6 +12,8 @@ namespace c4::kernels {
 /// Built-in element-wise ops a kernel implements. PreMulSum and Avg are composed from these by
 /// the caller (scale, then kSum; or kSum, then divide).
 enum class KOp : int { kSum = 0, kProd = 1, kMax = 2, kMin = 3 };
+/// The kernel op of a built-in RedOp (kSum, kProd, kMax, kMin share their values).
+constexpr KOp toKOp(RedOp op) { return static_cast<KOp>(static_cast<int>(op)); }
 
 /// dst[i] = a[i] op b[i] for i < count. dst may alias a or b exactly (not partially overlap); no
 /// alignment needed. Thread-safe; no allocation. count == 0 is a no-op; an invalid dt/op logs a

@@ -10,6 +10,7 @@
 #include "c4comm/c4comm.hpp"
 #include "c4comm/trace.hpp"
 #include "common/logging.hpp"
+#include "common/params.hpp"
 #include "common/status.hpp"
 #include "core/bootstrap.hpp"
 #include "core/comm.hpp"
@@ -166,6 +167,22 @@ Status checkConfig(const Config& c) {
 }  // namespace
 
 int version() { return 22809; }
+
+std::vector<ParamDesc> params() {
+  std::vector<ParamDesc> out;
+  for (const ParamInfo* p : allParams())
+    out.push_back(ParamDesc{p->env, p->ncclEnv ? p->ncclEnv : "", p->defaultText, p->help, p->isString});
+  return out;
+}
+
+void log(LogKind kind, const char* subsys, const char* message) {
+  uint32_t bits = subsys ? logSubsysMask(subsys) : 0;
+  if (bits == 0) bits = kLogCall;
+  const LogLevel level = kind == LogKind::kWarn ? LogLevel::kWarn : LogLevel::kInfo;
+  if (logEnabled(level, bits)) logMessage(level, bits, "", 0, "%s", message ? message : "(null)");
+}
+
+void reloadLogConfig() { logReload(); }
 
 const char* lastError(const Comm*) { return tLastError.c_str(); }
 

@@ -20,8 +20,8 @@
 #include "common/status.hpp"
 #include "core/group.hpp"
 #include "kernels/host/reduce.hpp"
-#include "transports/shm/shm_transport.hpp"
-#include "transports/tcp/tcp_transport.hpp"
+#include "transports/idle.hpp"
+#include "transports/registry.hpp"
 
 namespace c4 {
 
@@ -29,9 +29,10 @@ C4_PARAM_INT(Timeout, "C4_TIMEOUT", nullptr, 300,
              "Seconds a rank waits without any progress (bootstrap, a peer, a collective) before failing with an "
              "error naming whom it waited for")
 C4_PARAM_STR(Transport, "C4_TRANSPORT", nullptr, "auto",
-             "Which transport carries messages: auto (shm between ranks of one host, tcp between hosts), shm (shm "
-             "only; ranks on other hosts are unreachable), tcp (tcp for every peer, also on one host); same on all "
-             "ranks")
+             "Which transports carry messages: auto (every transport of this build where it helps: shm between ranks "
+             "of one host, tcp between hosts), or a comma list of transport names in order of preference, each peer "
+             "going over the first that reaches it (shm: ranks on other hosts are unreachable; tcp: tcp for every "
+             "peer, also on one host); same on all ranks")
 C4_PARAM_INT(ScheduleCache, "C4_SCHEDULE_CACHE", nullptr, 64, "Generated schedules kept per communicator (LRU)")
 C4_PARAM_INT(TraceClockRounds, "C4_TRACE_CLOCK_ROUNDS", nullptr, 8,
              "Ping-pongs per rank with rank 0 that align trace clocks at init and finalize (0: none; same on all "
@@ -92,6 +93,32 @@ void deriveAuthKey(const UniqueId& id, uint64_t key[2]) {
   static const uint8_t k1[16] = {'c', '4', 'c', 'o', 'm', 'm', '-', 'n', 'e', 't', '-', 'k', 'e', 'y', '-', '1'};
   key[0] = sipHash24(k0, id.bytes, sizeof(id.bytes));
   key[1] = sipHash24(k1, id.bytes, sizeof(id.bytes));
+}
+
+/// The registered transports C4_TRANSPORT names ("auto": all of them), in order of preference.
+Status chooseTransports(const std::string& spec, std::vector<const transport::TransportEntry*>* out) {
+  out->clear();
+  if (spec == "auto" || spec.empty()) {
+    for (const transport::TransportEntry& e : transport::transportRegistry()) out->push_back(&e);
+    return Status::ok();
+  }
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t end = spec.find(',', pos);
+    if (end == std::string::npos) end = spec.size();
+    const std::string name = spec.substr(pos, end - pos);
+    pos = end + 1;
+    if (name.empty()) continue;
+    const transport::TransportEntry* e = transport::findTransport(name);
+    if (!e)
+      return makeError(Code::kInvalidArgument, "C4_TRANSPORT='%s': no transport '%s' in this build (it has: auto, %s)",
+                       spec.c_str(), name.c_str(), transport::transportNames().c_str());
+    if (std::find(out->begin(), out->end(), e) == out->end()) out->push_back(e);
+  }
+  if (out->empty())
+    return makeError(Code::kInvalidArgument, "C4_TRANSPORT='%s' names no transport (this build has: auto, %s)",
+                     spec.c_str(), transport::transportNames().c_str());
+  return Status::ok();
 }
 
 constexpr size_t kAlign = 4096;
@@ -185,47 +212,46 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   }
   deriveAuthKey(id, ctx.authKey);
 
-  // C4_TRANSPORT must agree (transport setup is collective): one allGather, then a clear error.
-  const std::string mode = paramTransport();
-  const int32_t modeCode = mode == "auto" ? 0 : mode == "shm" ? 1 : mode == "tcp" ? 2 : -1;
-  std::vector<int32_t> modes(static_cast<size_t>(n), 0);
-  modes[static_cast<size_t>(r)] = modeCode;
-  C4_CHECK(bootstrap->allGather(modes.data(), sizeof(int32_t)));
-  for (int p = 0; p < n; ++p) {
-    if (modes[static_cast<size_t>(p)] == modeCode && modeCode >= 0) continue;
-    if (modeCode < 0)
-      return makeError(Code::kInvalidArgument, "rank %d: C4_TRANSPORT='%s': expected auto, shm or tcp", r,
-                       mode.c_str());
-    return makeError(Code::kInvalidUsage,
-                     "rank %d: C4_TRANSPORT differs between ranks (rank %d has '%s', rank %d another or an invalid "
-                     "value); set it alike on all ranks",
-                     r, r, mode.c_str(), p);
+  // Which transports, in which order of preference: every registered one (auto), or the list in
+  // C4_TRANSPORT. Transport setup is collective, so the choice must agree: one allGather of its hash.
+  std::vector<const transport::TransportEntry*> chosen;
+  C4_CHECK(chooseTransports(paramTransport(), &chosen));
+  std::string choice;
+  for (const transport::TransportEntry* e : chosen) choice += std::string(e->name) + ",";
+  uint64_t mine64 = 1469598103934665603ull;  // FNV-1a of the resolved list
+  for (char ch : choice) mine64 = (mine64 ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
+  std::vector<uint64_t> choices(static_cast<size_t>(n), 0);
+  choices[static_cast<size_t>(r)] = mine64;
+  C4_CHECK(bootstrap->allGather(choices.data(), sizeof(uint64_t)));
+  for (int p = 0; p < n; ++p)
+    if (choices[static_cast<size_t>(p)] != mine64)
+      return makeError(Code::kInvalidUsage,
+                       "rank %d: C4_TRANSPORT differs between ranks (rank %d has '%s', rank %d another value); set it "
+                       "alike on all ranks",
+                       r, r, paramTransport().c_str(), p);
+  const bool listed = paramTransport() != "auto";
+  for (const transport::TransportEntry* e : chosen) {
+    // Automatically, a network transport is only worth its setup when some rank is elsewhere.
+    if (!listed && !e->sameHostOnly && (n == 1 || hosts.size() == 1)) continue;
+    std::unique_ptr<transport::Transport> t;
+    C4_CHECK(e->create(ctx, &t));
+    transports.push_back(std::move(t));
   }
-  const bool useTcp = n > 1 && (modeCode == 2 || (modeCode == 0 && hosts.size() > 1));
-  transport::Transport* shmT = nullptr;
-  transport::Transport* tcpT = nullptr;
-  if (modeCode != 2) {
-    std::unique_ptr<transport::Transport> shm;
-    C4_CHECK(transport::createShmTransport(ctx, &shm));
-    shmT = shm.get();
-    transports.push_back(std::move(shm));
-  }
-  if (useTcp) {
-    std::unique_ptr<transport::Transport> tcp;
-    C4_CHECK(transport::createTcpTransport(ctx, &tcp));
-    tcpT = tcp.get();
-    transports.push_back(std::move(tcp));
-  }
-
-  // Same-host peers go over shm (unless C4_TRANSPORT=tcp), the rest over tcp.
+  // Each peer goes over the first transport (in order of preference) that reaches it.
   peerTransport.assign(static_cast<size_t>(n), nullptr);
   for (int p = 0; p < n; ++p) {
     if (p == r) continue;
-    transport::Transport* t = shmT && shmT->canConnect(p) ? shmT : (tcpT && tcpT->canConnect(p) ? tcpT : nullptr);
-    peerTransport[static_cast<size_t>(p)] = t;
+    for (auto& t : transports) {
+      if (!t->canConnect(p)) continue;
+      peerTransport[static_cast<size_t>(p)] = t.get();
+      break;
+    }
   }
-  // The tuner plans for the slowest transport in use.
+  // The tuner plans for the slowest transport in use; with several hosts it prices the
+  // hierarchical schedules with the transports within and between hosts.
   transport::Caps caps;
+  const transport::Transport* intraT = nullptr;
+  const transport::Transport* interT = nullptr;
   bool haveCaps = false;
   std::string names;
   for (auto& t : transports) {
@@ -235,26 +261,34 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
     haveCaps = true;
     names += (names.empty() ? "" : "+") + std::string(t->name());
   }
+  for (int p = 0; p < n; ++p) {
+    const transport::Transport* t = peerTransport[static_cast<size_t>(p)];
+    if (!t) continue;
+    (peers[static_cast<size_t>(p)].hostId == mine.hostId ? intraT : interT) = t;
+  }
+  // One-shot and zero-copy collectives run through the shared arenas of a same-host transport:
+  // never when it is not in use (C4_TRANSPORT=tcp).
+  transport::Transport* arenaT = nullptr;
+  for (auto& t : transports)
+    if (!arenaT && t->hostArenaBytes() > 0) arenaT = t.get();
   for (auto& t : transports)
     if (t->waitFd() >= 0) waitFds.push_back(pollfd{t->waitFd(), POLLIN, 0});
   transport::setOversubscribed(oversubscribed);
   const double tTransports = msNow();
-  // One-shot and zero-copy collectives run through the shm arenas: never when tcp carries
-  // everything.
-  oneShot.init(this, shmT);
-  C4_CHECK(zeroCopy.init(this, &oneShot, shmT));
+  oneShot.init(this, arenaT);
+  C4_CHECK(zeroCopy.init(this, &oneShot, arenaT));
   const double tZeroCopy = msNow();
-  shmTransport = localRanks > 1 ? shmT : nullptr;
+  shmTransport = localRanks > 1 ? arenaT : nullptr;
   p2pSendSeq.assign(static_cast<size_t>(n), 0);
   p2pRecvSeq.assign(static_cast<size_t>(n), 0);
   C4_CHECK(tuner.init(n, static_cast<int>(hosts.size()), caps));
-  if (hosts.size() > 1 && tcpT != nullptr) {
+  if (hosts.size() > 1 && interT != nullptr) {
     // Several hosts: the hierarchical schedules become candidates, priced with both cost models.
     std::vector<int32_t> hostOf;
     std::map<uint64_t, int32_t> index;
     for (const RankInfo& p : peers)
       hostOf.push_back(index.emplace(p.hostId, static_cast<int32_t>(index.size())).first->second);
-    tuner.setHosts(hostOf, shmT != nullptr ? shmT->caps() : tcpT->caps(), tcpT->caps());
+    tuner.setHosts(hostOf, intraT != nullptr ? intraT->caps() : interT->caps(), interT->caps());
   }
   trace::RecorderInfo ti;
   ti.rank = r;

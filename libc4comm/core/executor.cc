@@ -209,11 +209,14 @@ Status Executor::postReady() {
   }
   for (PeerQueue& q : peers_) {
     while (q.nextSend < q.sends.size() && remaining_[q.sends[q.nextSend]] == 0) {
-      uint32_t idx = q.sends[q.nextSend++];
+      uint32_t idx = q.sends[q.nextSend];
       const ExecStep& s = plan_->steps[idx];
       if (traceSteps_) postTicks_[idx] = trace::ticks();
-      C4_CHECK(q.conn->isend(addr(s.src), s.bytes, plan_->sigOf(s), &reqs_[idx],
-                             transport::SendHint{plan_->singleCopy && !s.peerReduces}));
+      Status st = q.conn->isend(addr(s.src), s.bytes, plan_->sigOf(s), &reqs_[idx],
+                                transport::SendHint{plan_->singleCopy && !s.peerReduces});
+      if (transport::isQueueFull(st)) break;  // back-pressure: posted again after the next progress
+      C4_CHECK(st);
+      ++q.nextSend;
       inflight_.push_back(idx);
       progressed_ = true;
     }
@@ -230,9 +233,9 @@ Status Executor::postRecv(uint32_t idx) {
   if (traceSteps_) postTicks_[idx] = t;
   transport::ReduceSpec red;
   if (s.kind == StepKind::kRecvReduce) {
-    red.local = addr(s.src);
+    red.local = transport::MemRef(addr(s.src));
     red.dtype = plan_->dtype;
-    red.op = plan_->op;
+    red.op = static_cast<RedOp>(plan_->op);
   }
   const transport::ReduceSpec* redp = s.kind == StepKind::kRecvReduce ? &red : nullptr;
   // The forward rides along if it is next in line to its peer and waits for nothing else (it

@@ -11,6 +11,7 @@
 
 #include "c4comm/status.hpp"
 #include "common/opsig.hpp"
+#include "kernels/host/reduce.hpp"
 #include "sched/schedule.hpp"
 #include "transports/transport.hpp"
 

@@ -4,7 +4,6 @@
 
 #include "common/logging.hpp"
 #include "common/status.hpp"
-#include "transports/shm/shm_transport.hpp"
 
 namespace c4 {
 

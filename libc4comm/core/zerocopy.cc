@@ -7,7 +7,7 @@
 #include "common/params.hpp"
 #include "common/status.hpp"
 #include "core/comm.hpp"
-#include "transports/shm/shm_transport.hpp"
+#include "transports/idle.hpp"
 
 namespace c4 {
 

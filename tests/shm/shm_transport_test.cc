@@ -239,7 +239,7 @@ TEST_P(ShmModes, ReceiveWithReduction) {
         std::vector<char> localCopy = local;
         ReduceSpec red;
         red.dtype = dt;
-        red.op = isFloat ? kernels::KOp::kSum : kernels::KOp::kMax;
+        red.op = isFloat ? RedOp::kSum : RedOp::kMax;
         char* out = inPlace ? local.data() : dst.data();
         red.local = local.data();
         REQUIRE_OK(c->irecv(out, bytes, sig, &red, &req));
@@ -367,7 +367,7 @@ TEST_P(ShmModes, ForwardedReceivesArriveWholeWhateverTheRingDoes) {
           const int32_t v = localOf(m, i);
           memcpy(locals[m].data() + 4 * i, &v, 4);
         }
-        reds[m] = ReduceSpec{locals[m].data(), DataType::kInt32, kernels::KOp::kSum};
+        reds[m] = ReduceSpec{MemRef(locals[m].data()), DataType::kInt32, RedOp::kSum};
         red = &reds[m];
       }
       char* dst = reduced(m) && m % 4 == 3 ? locals[m].data() : bufs[m].data();  // some in place

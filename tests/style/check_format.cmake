@@ -1,6 +1,6 @@
 # Fails listing every C++ source that clang-format would change.
 file(GLOB_RECURSE files RELATIVE ${SRC}
-     ${SRC}/include/*.hpp ${SRC}/include/*.h ${SRC}/libc4comm/*.cc ${SRC}/libc4comm/*.hpp
+     ${SRC}/include/*.hpp ${SRC}/include/*.h ${SRC}/common/*.cc ${SRC}/common/*.hpp ${SRC}/libc4comm/*.cc ${SRC}/libc4comm/*.hpp
      ${SRC}/kernels/*.cc ${SRC}/kernels/*.hpp ${SRC}/kernels/*.inc ${SRC}/kernels/*.cu ${SRC}/kernels/*.cuh
      ${SRC}/transports/*.cc ${SRC}/transports/*.hpp ${SRC}/bindings/*.cc ${SRC}/bindings/*.hpp
      ${SRC}/tests/*.cc ${SRC}/tests/*.hpp ${SRC}/bench/*.cc ${SRC}/bench/*.hpp ${SRC}/tools/*.cc ${SRC}/tools/*.hpp)

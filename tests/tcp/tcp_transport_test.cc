@@ -75,6 +75,15 @@ std::string connectPair(int r, const std::string& tag, Oob& oob, std::unique_ptr
 
 TcpTransport* tcpOf(const std::unique_ptr<Transport>& t) { return dynamic_cast<TcpTransport*>(t.get()); }
 
+/// Every lane of the connection to `peer` as it is now.
+std::vector<LaneSnapshot> laneStats(Transport* t, int peer) {
+  Connection* c = nullptr;
+  std::vector<LaneSnapshot> out;
+  if (!t->connect(peer, &c).isOk()) return out;
+  for (int i = 0; i < c->numLanes(); ++i) out.push_back(c->lane(i)->snapshot());
+  return out;
+}
+
 uint32_t seedOf(int src, int dst, int i, size_t bytes) {
   return static_cast<uint32_t>(src * 1000003 + dst * 7919 + i * 31 + bytes);
 }
@@ -125,17 +134,18 @@ TEST_P(TcpLanes, SizesStripingAndGuards) {
       for (size_t g = 0; g < kGuard; ++g)
         REQUIRE(in[bytes + g] == 0xa5, "guard byte %zu after %zu bytes hit", g, bytes);
     }
-    std::vector<TcpLaneStats> stats;
-    REQUIRE_OK(tcpOf(t)->laneStats(1 - r, &stats));
+    std::vector<LaneSnapshot> stats = laneStats(t.get(), 1 - r);
     REQUIRE(stats.size() == static_cast<size_t>(GetParam().lanes), "%zu lane stats", stats.size());
     const bool twoPorts = strchr(GetParam().ports, ',') != nullptr;
-    for (const TcpLaneStats& s : stats) {
-      REQUIRE(s.up && s.bytesSent > (1u << 20) && s.bytesRecv > (1u << 20), "lane %d carried %llu/%llu bytes (up %d)",
-              s.lane, static_cast<unsigned long long>(s.bytesSent), static_cast<unsigned long long>(s.bytesRecv), s.up);
+    for (const LaneSnapshot& s : stats) {
+      const bool up = s.state == LaneState::kUp;
+      REQUIRE(up && s.bytesSent > (1u << 20) && s.bytesRecv > (1u << 20), "lane %d carried %llu/%llu bytes (%s)",
+              s.index, static_cast<unsigned long long>(s.bytesSent), static_cast<unsigned long long>(s.bytesRecv),
+              laneStateName(s.state));
       // Lane i uses port i mod 2: its local address is 127.0.0.1 or 127.0.0.2 accordingly.
       if (twoPorts) {
-        const char* want = s.lane % 2 == 0 ? "127.0.0.1:" : "127.0.0.2:";
-        REQUIRE(s.localAddr.rfind(want, 0) == 0 && s.remoteAddr.rfind(want, 0) == 0, "lane %d: %s -> %s", s.lane,
+        const char* want = s.index % 2 == 0 ? "127.0.0.1:" : "127.0.0.2:";
+        REQUIRE(s.localAddr.rfind(want, 0) == 0 && s.remoteAddr.rfind(want, 0) == 0, "lane %d: %s -> %s", s.index,
                 s.localAddr.c_str(), s.remoteAddr.c_str());
       }
     }
@@ -161,7 +171,7 @@ TEST_P(TcpLanes, ReceiveWithReduction) {
       ReduceSpec red;
       red.local = local.data();
       red.dtype = DataType::kFloat32;
-      red.op = kernels::KOp::kSum;
+      red.op = RedOp::kSum;
       Request s, q;
       REQUIRE_OK(c->isend(mine.data(), count * 4, testSig(count, count, Coll::kAllReduce, DataType::kFloat32), &s));
       REQUIRE_OK(
@@ -177,7 +187,7 @@ TEST_P(TcpLanes, ReceiveWithReduction) {
       for (size_t i = 0; i < count; ++i) a[i] = static_cast<int32_t>(i * (r + 1)), b[i] = static_cast<int32_t>(i * 2);
       red.local = b.data();
       red.dtype = DataType::kInt32;
-      red.op = kernels::KOp::kMax;
+      red.op = RedOp::kMax;
       REQUIRE_OK(c->isend(a.data(), count * 4, testSig(count + 1, count, Coll::kAllReduce, DataType::kInt32), &s));
       REQUIRE_OK(
           c->irecv(b.data(), count * 4, testSig(count + 1, count, Coll::kAllReduce, DataType::kInt32), &red, &q));
@@ -397,10 +407,8 @@ TEST(TcpTransport, PeerGoneMidMessageIsReported) {
         auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
         for (;;) {
           REQUIRE_OK(t->progress());
-          std::vector<TcpLaneStats> ls;
-          REQUIRE_OK(tcpOf(t)->laneStats(0, &ls));
           uint64_t sent = 0;
-          for (const TcpLaneStats& s : ls) sent += s.up ? s.bytesSent : 0;
+          for (const LaneSnapshot& s : laneStats(t.get(), 0)) sent += s.state == LaneState::kUp ? s.bytesSent : 0;
           if (sent > (8u << 20)) break;
           REQUIRE(std::chrono::steady_clock::now() < until, "lanes never carried data");
         }
@@ -645,16 +653,14 @@ TEST(TcpTransport, LanePlanAndSourcePortBase) {
       REQUIRE_OK(c->irecv(in.data(), in.size(), testSig(0, in.size()), nullptr, &q));
       REQUIRE_OK(waitAll(t.get(), {&s, &q}));
       if (r == 0) {
-        std::vector<TcpLaneStats> stats;
-        REQUIRE_OK(tcpOf(t)->laneStats(1, &stats));
-        for (const TcpLaneStats& ls : stats) {
-          int port = mode == 0 ? base + 100 + ls.lane : base + (0 * 2 + 1) * 2 + ls.lane;
+        for (const LaneSnapshot& ls : laneStats(t.get(), 1)) {
+          int port = mode == 0 ? base + 100 + ls.index : base + (0 * 2 + 1) * 2 + ls.index;
           std::string ip =
-              mode == 0 ? (ls.lane == 0 ? "127.0.0.2" : "127.0.0.1") : (ls.lane == 0 ? "127.0.0.1" : "127.0.0.2");
+              mode == 0 ? (ls.index == 0 ? "127.0.0.2" : "127.0.0.1") : (ls.index == 0 ? "127.0.0.1" : "127.0.0.2");
           std::string want = ip + ":" + std::to_string(port);
-          REQUIRE(ls.localAddr == want, "mode %d lane %d: local %s, want %s", mode, ls.lane, ls.localAddr.c_str(),
+          REQUIRE(ls.localAddr == want, "mode %d lane %d: local %s, want %s", mode, ls.index, ls.localAddr.c_str(),
                   want.c_str());
-          REQUIRE(ls.remoteAddr.rfind(ip + ":", 0) == 0, "lane %d remote %s", ls.lane, ls.remoteAddr.c_str());
+          REQUIRE(ls.remoteAddr.rfind(ip + ":", 0) == 0, "lane %d remote %s", ls.index, ls.remoteAddr.c_str());
         }
       }
       REQUIRE_OK(oob.barrier());

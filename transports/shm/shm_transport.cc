@@ -25,6 +25,7 @@
 #include "common/logging.hpp"
 #include "common/params.hpp"
 #include "common/status.hpp"
+#include "kernels/host/reduce.hpp"
 #include "transports/transport_util.hpp"
 
 namespace c4::transport {
@@ -43,8 +44,6 @@ constexpr size_t kSlotHeaderBytes = 64;
 // prefetcher does not pull the control line into the sender's cache with the first slot.
 constexpr size_t kSlotsOffset = 128;
 constexpr size_t kPageBytes = 4096;
-constexpr int64_t kYieldNs = 250000;  // see idleBackoffUs
-constexpr int64_t kDefaultSpinUs = 250;
 
 // Slot kinds. A message is either kFirst followed by kNext pieces (data in the ring), or one
 // kSingle descriptor that the receiver answers by pulling from the sender's buffer.
@@ -107,14 +106,6 @@ inline int64_t monoNs() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
-
 /// One mapped segment. Ranks of one process share it through the registry, so a thread rank's
 /// view of a peer stays valid even if that peer's transport is destroyed first.
 struct Mapping {
@@ -141,9 +132,6 @@ std::map<std::string, std::weak_ptr<Mapping>>& registry() {
   static auto* r = new std::map<std::string, std::weak_ptr<Mapping>>();
   return *r;
 }
-
-std::atomic<int64_t> gSpinNs{250000};  // see idleBackoffUs
-std::atomic<int> gMaxSleepUs{50};
 
 std::string segmentName(const std::string& tag, int rank) { return "/c4shm-" + tag + "-" + std::to_string(rank); }
 
@@ -214,12 +202,13 @@ class ShmConnection final : public Connection {
   }
 
   int peer() const override { return peer_; }
-  Status isend(const void* buf, size_t bytes, const OpSig& sig, Request* req, SendHint hint = {}) override;
-  Status irecv(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) override;
+  Status isend(const MemRef& buf, size_t bytes, const OpSig& sig, Request* req, SendHint hint = {}) override;
+  Status irecv(const MemRef& dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) override;
   Status peek(bool* ready, OpSig* sig, size_t* bytes) override;
   bool canForward(const Connection* to, size_t bytes, SendHint hint) const override;
-  Status irecvForward(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req, Connection* to,
-                      const OpSig& toSig, Request* toReq) override;
+  Status irecvForward(const MemRef& dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req,
+                      Connection* to, const OpSig& toSig, Request* toReq) override;
+  const Lane* lane(int i) const override { return i == 0 ? &lane_ : nullptr; }
 
   bool pending() const { return !sends_.empty() || !acks_.empty() || !recvs_.empty(); }
   /// One pass over both directions; true if anything moved. Failures break the connection.
@@ -283,6 +272,7 @@ class ShmConnection final : public Connection {
   std::deque<RecvOp> recvs_;
 
   Status broken_;
+  Lane lane_{0};              // the one lane: the ring pair (statistics only)
   int64_t stallSinceMs_ = 0;  // 0: not known to be stalled
   int64_t lastLivenessMs_ = 0;
 };
@@ -397,6 +387,8 @@ ShmConnection::ShmConnection(ShmTransport* t, int peer, int peerPid, std::shared
       in_(in) {
   // One connection object per peer for the transport's life, so both rings start at zero.
   if (!samePid_) pidfd_ = openPidfd(peerPid_);
+  lane_.setEndpoints(0, "shm", strFormat("pid %d", peerPid_));
+  lane_.setState(LaneState::kUp);
 }
 
 std::string ShmConnection::peerText() const {
@@ -407,15 +399,14 @@ char* ShmConnection::slotAt(char* channel, uint64_t n) const {
   return channel + kSlotsOffset + (n % t_->numSlots()) * t_->slotBytes();
 }
 
-Status ShmConnection::isend(const void* buf, size_t bytes, const OpSig& sig, Request* req, SendHint hint) {
+Status ShmConnection::isend(const MemRef& buf, size_t bytes, const OpSig& sig, Request* req, SendHint hint) {
   const Status& ab = t_->abortStatus();
   C4_CHECK(startSend("shm", peer_, !ab.isOk() ? ab : broken_, buf, bytes, req));
   // Single copy: the receiver reads straight from buf. Between processes only where the plan asks
   // for it: a receive that reduces would need CMA into staging and a second pass, slower than
   // reducing out of the ring's shared slots (docs/shm-transport.md). Within a process the reader
   // reduces straight from buf, which always wins.
-  sends_.push_back(
-      SendOp{static_cast<const char*>(buf), bytes, sig, req, 0, false, sendsSingle(bytes, hint), bytes, ++sendIds_});
+  sends_.push_back(SendOp{buf.bytes(), bytes, sig, req, 0, false, sendsSingle(bytes, hint), bytes, ++sendIds_});
   t_->activate(this);
   return Status::ok();
 }
@@ -430,10 +421,10 @@ bool ShmConnection::sendsSingle(size_t bytes, SendHint hint) const {
   return bytes > t_->singleThreshold(samePid_) && t_->singleCopyTo(samePid_) && (samePid_ || hint.singleCopy);
 }
 
-Status ShmConnection::irecv(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) {
+Status ShmConnection::irecv(const MemRef& dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) {
   const Status& ab = t_->abortStatus();
   C4_CHECK(startRecv("shm", peer_, !ab.isOk() ? ab : broken_, dst, bytes, red, req));
-  queueRecv(dst, bytes, sig, red, req, nullptr, 0);
+  queueRecv(dst.ptr, bytes, sig, red, req, nullptr, 0);
   t_->activate(this);
   return Status::ok();
 }
@@ -471,8 +462,8 @@ bool ShmConnection::canForward(const Connection* to, size_t bytes, SendHint hint
   return c && c->t_ == t_ && !c->sendsSingle(bytes, hint);
 }
 
-Status ShmConnection::irecvForward(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req,
-                                   Connection* to, const OpSig& toSig, Request* toReq) {
+Status ShmConnection::irecvForward(const MemRef& dst, size_t bytes, const OpSig& sig, const ReduceSpec* red,
+                                   Request* req, Connection* to, const OpSig& toSig, Request* toReq) {
   auto* f = dynamic_cast<ShmConnection*>(to);
   if (!f || f->t_ != t_)
     return makeError(Code::kInternalError, "shm: rank %d cannot forward a receive from rank %d to another transport",
@@ -484,8 +475,8 @@ Status ShmConnection::irecvForward(void* dst, size_t bytes, const OpSig& sig, co
     failRequest(toReq, st);
     return st;
   }
-  f->sends_.push_back(SendOp{static_cast<const char*>(dst), bytes, toSig, toReq, 0, false, false, 0, ++f->sendIds_});
-  queueRecv(dst, bytes, sig, red, req, f, f->sendIds_);
+  f->sends_.push_back(SendOp{dst.bytes(), bytes, toSig, toReq, 0, false, false, 0, ++f->sendIds_});
+  queueRecv(dst.ptr, bytes, sig, red, req, f, f->sendIds_);
   t_->activate(f);
   t_->activate(this);
   return Status::ok();
@@ -521,6 +512,7 @@ void ShmConnection::publishPiece(SendOp& op, size_t n) {
   h->pieceBytes = static_cast<uint32_t>(n);
   storeRelease(&h->flag, ++sent_);
   op.off += n;
+  lane_.addSent(n);
   stallSinceMs_ = 0;  // a forwarding receive on another connection may have written it
   if (op.off == op.bytes) {
     completeRequest(op.req);  // eager: the data now lives in the peer's ring
@@ -538,7 +530,7 @@ constexpr size_t kForwardBlock = 16384;
 
 void ShmConnection::consumePiece(RecvOp& op, const char* src, size_t n) {
   char* dst = op.dst + op.off;
-  const char* local = op.hasRed ? static_cast<const char*>(op.red.local) + op.off : nullptr;
+  const char* local = op.hasRed ? op.red.local.bytes() + op.off : nullptr;
   const size_t es = op.hasRed ? dataTypeSize(op.red.dtype) : 1;
   SendOp* f = op.fwd ? op.fwd->findSend(op.fwdId) : nullptr;
   char* slot = f ? op.fwd->forwardSlot(*f, op.off) : nullptr;
@@ -546,17 +538,18 @@ void ShmConnection::consumePiece(RecvOp& op, const char* src, size_t n) {
     for (size_t b = 0; b < n; b += kForwardBlock) {
       const size_t m = std::min(kForwardBlock, n - b);
       if (op.hasRed)
-        kernels::reduce(dst + b, local + b, src + b, m / es, op.red.dtype, op.red.op);
+        kernels::reduce(dst + b, local + b, src + b, m / es, op.red.dtype, kernels::toKOp(op.red.op));
       else
         memcpy(dst + b, src + b, m);
       memcpy(slot + b, dst + b, m);
     }
   } else if (op.hasRed) {
-    kernels::reduce(dst, local, src, n / es, op.red.dtype, op.red.op);
+    kernels::reduce(dst, local, src, n / es, op.red.dtype, kernels::toKOp(op.red.op));
   } else {
     memcpy(dst, src, n);
   }
   op.off += n;
+  lane_.addRecv(n);
   if (!f) return;
   f->ready = op.off;
   if (slot) op.fwd->publishPiece(*f, n);  // may complete and drop f
@@ -620,11 +613,11 @@ bool ShmConnection::pullSingle(RecvOp& op) {
   while (op.off < op.bytes && done < budget) {
     size_t n = std::min(op.bytes - op.off, op.hasRed ? t_->cmaPiece() : budget);
     char* dst = op.dst + op.off;
-    const char* local = op.hasRed ? static_cast<const char*>(op.red.local) + op.off : nullptr;
+    const char* local = op.hasRed ? op.red.local.bytes() + op.off : nullptr;
     if (samePid_) {
       const char* src = reinterpret_cast<const char*>(op.addr) + op.off;
       if (op.hasRed)
-        kernels::reduce(dst, local, src, n / es, op.red.dtype, op.red.op);
+        kernels::reduce(dst, local, src, n / es, op.red.dtype, kernels::toKOp(op.red.op));
       else
         kernels::copy(dst, src, n);
     } else {
@@ -646,10 +639,11 @@ bool ShmConnection::pullSingle(RecvOp& op) {
         }
         got += static_cast<size_t>(r);
       }
-      if (op.hasRed) kernels::reduce(dst, local, to, n / es, op.red.dtype, op.red.op);
+      if (op.hasRed) kernels::reduce(dst, local, to, n / es, op.red.dtype, kernels::toKOp(op.red.op));
     }
     op.off += n;
     done += n;
+    lane_.addRecv(n);
   }
   return true;
 }
@@ -867,7 +861,12 @@ void ShmConnection::checkStalled(int64_t now) {
 }
 
 void ShmConnection::fail(const Status& st) {
-  if (broken_.isOk()) broken_ = st;
+  if (broken_.isOk()) {
+    broken_ = st;
+    lane_.addError();
+    lane_.setRetiredWhy(st.message());
+    lane_.setState(LaneState::kRetired);
+  }
   for (SendOp& op : sends_) failRequest(op.req, st);
   for (AckWait& a : acks_) failRequest(a.req, st);
   for (RecvOp& op : recvs_) failRequest(op.req, st);
@@ -941,7 +940,8 @@ Caps ShmTransport::caps() const {
     }
   }
   c.sameHostOnly = true;
-  c.deviceMemory = false;
+  c.spaces = kHostSpaces;
+  c.reduceOnRecv = true;
   return c;
 }
 
@@ -1121,8 +1121,7 @@ Status ShmTransport::setup() {
   int64_t spinUs = paramShmSpin();
   if (spinUs < 0) spinUs = local_ > cpus ? 0 : kDefaultSpinUs;
   spread_ = paramShmSpread() != 0 && local_ <= cpus;
-  gSpinNs.store(spinUs * 1000, std::memory_order_relaxed);
-  gMaxSleepUs.store(static_cast<int>(std::max<int64_t>(1, paramShmSleepUs())), std::memory_order_relaxed);
+  configureIdle(spinUs);
   C4_INFO(kLogShm,
           "shm: rank %d ready: %d local ranks, %llu slots x %llu B, single copy %s (between processes above %s B, "
           "within a process above %zu B), spin %lld us",
@@ -1195,61 +1194,6 @@ Status createShmTransport(const Context& ctx, std::unique_ptr<Transport>* out) {
   C4_CHECK(t->setup());
   *out = std::move(t);
   return Status::ok();
-}
-
-long idleBackoffUs(int idleRounds, int64_t spinNs, Transport* peers) {
-  // Spin, then yield, then sleep, each phase measured in time. A sleep costs about 100 us here
-  // whatever is asked (timer slack), so both earlier phases outlast one sleep of a peer:
-  //  - spinning (ranks with cores to themselves): a rank that gave up sooner made its peer wait long
-  //    enough to sleep too, and the two then took turns sleeping on every call (8 KiB AllGather at
-  //    57 us instead of 3.4 us for whole runs);
-  //  - yielding (also when ranks outnumber cores, where there is no spinning): yield hands the core
-  //    to a runnable peer; 16 yields and then sleeps made 4 ranks on 2 cores take 10 to 30 us for an
-  //    8-byte AllReduce in two runs of three, 250 us of yields none (docs/shm-transport.md).
-  thread_local int64_t idleSinceNs = 0;
-  thread_local int phase = 0;      // 0 spin, 1 yield, 2 sleep
-  thread_local int sleepFrom = 0;  // the idle round at which sleeping started
-  if (spinNs < 0) spinNs = gSpinNs.load(std::memory_order_relaxed);
-  if (idleRounds <= 1) {
-    // Keep this rank's CPU fresh for the peers' checks below (the call waits anyway).
-    if (peers) peers->publishCpu();
-    idleSinceNs = monoNs();
-    phase = spinNs > 0 ? 0 : 1;
-  }
-  if (phase < 2) {
-    if ((idleRounds & 15) == 0) {  // the clock is read every 16 rounds
-      const int64_t idleNs = monoNs() - idleSinceNs;
-      phase = idleNs < spinNs ? 0 : idleNs < spinNs + kYieldNs ? 1 : 2;
-      // A peer on this very CPU cannot make progress while this rank spins: yield to it at once.
-      // (Two fresh ranks often start on one CPU until the scheduler spreads them, a few ms later;
-      // spinning, they took 250 us turns: 0.5 ms per 64 KiB Broadcast instead of 1.5 us.)
-      if (phase == 0 && peers && peers->peerSharesCpu()) phase = 1;
-      sleepFrom = idleRounds;
-    }
-    if (phase == 0) {
-      cpuRelax();
-      return 0;
-    }
-    if (phase == 1) {
-      sched_yield();
-      return 0;
-    }
-  }
-  int k = std::min((idleRounds - sleepFrom) / 4, 16);
-  return std::min<long>(1L << k, gMaxSleepUs.load(std::memory_order_relaxed));
-}
-
-void waitHint(int idleRounds) {
-  long us = idleBackoffUs(idleRounds);
-  if (us == 0) return;
-  timespec ts{0, us * 1000};
-  while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
-  }
-}
-
-void setOversubscribed(bool oversubscribed) {
-  if (paramShmSpin() >= 0) return;
-  if (oversubscribed) gSpinNs.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace c4::transport

@@ -11,6 +11,7 @@
 
 #include "c4comm/status.hpp"
 #include "common/params.hpp"
+#include "transports/idle.hpp"
 #include "transports/transport.hpp"
 
 namespace c4::transport {
@@ -35,35 +36,15 @@ C4_PARAM_INT(ShmCmaChunk, "C4_SHM_CMA_CHUNK", nullptr, 4194304,
              "shm: bytes pulled per progress() call and connection by a single-copy receive without reduction")
 C4_PARAM_INT(ShmLivenessMs, "C4_SHM_LIVENESS_MS", nullptr, 100,
              "shm: how often (ms) a stalled connection checks whether its peer process still exists")
-C4_PARAM_INT(ShmSpin, "C4_SHM_SPIN", nullptr, -1,
-             "Microseconds an idle rank spins before it yields and then sleeps (-1: 250, or 0 when the "
-             "machine's ranks outnumber its CPUs)")
 C4_PARAM_INT(ShmSpread, "C4_SHM_SPREAD", nullptr, 1,
              "shm: a rank that has shared its CPU with a lower rank of its host for 0.2 ms while waiting for it "
              "moves itself to a CPU of its affinity mask that no local rank reports (then restores the mask); "
              "0 = never (only yield)")
-C4_PARAM_INT(ShmSleepUs, "C4_SHM_SLEEP_US", nullptr, 50, "shm: longest sleep (us) in waitHint() when idle")
 
 /// Creates the shm transport for ctx.rank. Collective: every rank of the communicator must call it
 /// (it uses ctx.oob for two allGathers and a barrier). Creates this rank's segment in /dev/shm and
 /// maps every same-host peer's segment; all names are unlinked before it returns (also on failure),
 /// so nothing is left in /dev/shm even if a process is killed later. Blocking (setup only).
 Status createShmTransport(const Context& ctx, std::unique_ptr<Transport>* out);
-
-/// Back-off for a caller that polls Transport::progress(): call it after each round in which
-/// nothing completed, with the number of consecutive such rounds (reset to 0 after any progress).
-/// It spins (cpu pause) first, then sched_yield()s, then sleeps for growing intervals up to
-/// C4_SHM_SLEEP_US, so idle ranks do not starve busy ones when ranks outnumber cores. Thread-safe.
-void waitHint(int idleRounds);
-/// waitHint's first phases without its sleep: spins or yields and returns 0, or, once the caller
-/// should block, returns how long (us) without sleeping, so the caller can wait on file
-/// descriptors instead (see Transport::waitFd). `spinNs` >= 0 replaces the process's spin
-/// (C4_SHM_SPIN or its default) for this caller (Config::spinUs). With `peers` (the shm
-/// transport), a rank whose peer last ran on its own CPU yields instead of spinning
-/// (Transport::peerSharesCpu; checked with the clock, every 16 rounds).
-long idleBackoffUs(int idleRounds, int64_t spinNs = -1, Transport* peers = nullptr);
-/// Overrides the spin phase chosen at shm setup: `oversubscribed` (more ranks than cores on this
-/// machine, counting ranks of other network namespaces too) means no spinning. C4_SHM_SPIN wins.
-void setOversubscribed(bool oversubscribed);
 
 }  // namespace c4::transport

@@ -68,18 +68,21 @@ namespace {
 using detail::Fd;
 using detail::SockAddr;
 using detail::WireAddr;
+using tcpwire::AckEntry;
 using tcpwire::FrameHdr;
 
-constexpr uint64_t kSetupMagic = 0x3176706374346331ull;  // "1c4tcpv1"
+constexpr uint64_t kSetupMagic = 0x3276706374346331ull;  // "1c4tcpv2"
 constexpr int kMaxPorts = 8;
-constexpr int kMaxLanes = 16;
+constexpr int kMaxLanes = 16;       // C4_LANES
+constexpr int kMaxLaneIndex = 255;  // lanes added later take new indices; the epoll tag has 8 bits
 constexpr size_t kHdrBytes = sizeof(FrameHdr);
 constexpr size_t kRxBufBytes = 65536;
 // A lane whose last piece was at least this large reads the next header alone and the payload
 // straight into its destination (bulk mode); below, it reads greedily into its small buffer.
 constexpr size_t kBulkBytes = 32768;
 constexpr int kMaxIov = 64;
-constexpr size_t kMaxAbortReason = 1024;
+constexpr size_t kMaxReason = 1024;
+constexpr size_t kMaxAckEntries = 4096;
 constexpr int64_t kCheckEveryMs = 20;
 constexpr int64_t kEofGraceMs = 1000;
 
@@ -105,7 +108,8 @@ struct SetupRecord {
   int32_t ok;  // 0: this rank's setup failed (it logged why)
   int32_t nports;
   int32_t nlanes;
-  int32_t pad;
+  int32_t ack;  // C4_TCP_ACK
+  uint64_t pieceBytes;
   WireAddr addrs[kMaxPorts];
   char hostname[64];
 };
@@ -119,11 +123,19 @@ constexpr uint64_t kTagKindMask = 0xffull << 56;
 class TcpTransportImpl;
 class TcpConnection;
 
+/// Bits of a piece bitmap.
+inline bool testBit(const std::vector<uint64_t>& b, uint32_t i) { return (b[i >> 6] >> (i & 63)) & 1u; }
+inline void setBit(std::vector<uint64_t>& b, uint32_t i) { b[i >> 6] |= uint64_t{1} << (i & 63); }
+
 struct SendOp {
   const char* buf;
   size_t bytes;
   Request* req;
-  size_t piecesLeft;
+  uint64_t seq;
+  uint32_t pieces;
+  uint32_t left;    // pieces not acknowledged yet (acks on) / not written yet (acks off)
+  uint32_t frames;  // frames of it on lanes (queued, half written or awaiting their ack)
+  std::vector<uint64_t> acked;
   bool done;
 };
 
@@ -134,15 +146,22 @@ struct RecvOp {
   ReduceSpec red;
   bool hasRed;
   Request* req;
-  size_t got;
-  bool seen;  // some piece arrived (a 0-byte message is one empty piece)
+  uint32_t pieces;
+  uint32_t got;
+  std::vector<uint64_t> bits;  // pieces received (each counted and reduced once)
   bool done;
 };
 
-struct TxPiece {
-  SendOp* op;
-  FrameHdr hdr;
-  size_t done;  // bytes of header + payload written
+/// A frame queued on a lane: a piece of a SendOp, or a control frame (op null) with its payload.
+struct TxFrame {
+  SendOp* op = nullptr;
+  FrameHdr hdr{};
+  std::string ctl;
+  size_t done = 0;  // bytes of header + payload written
+  bool resent = false;
+  uint32_t piece = 0;
+  size_t total() const { return kHdrBytes + hdr.bytes; }
+  const char* payload() const { return op ? op->buf + hdr.offset : ctl.data(); }
 };
 
 /// A piece that arrived before its receive was posted.
@@ -156,10 +175,12 @@ struct UnexpMsg {
   OpSig sig;
   uint64_t total = 0;
   std::vector<std::unique_ptr<UnexpPiece>> pieces;
+  std::vector<uint64_t> bits;  // pieces received whole
 };
 
-enum class LaneState { kIdle, kConnecting, kWaitChallenge, kUp, kClosed };
-enum class RxDest { kNone, kDirect, kStaging, kUnexp, kAbort };
+/// The connection state of one lane's socket (the Lane holds what others may read).
+enum class SockState { kIdle, kConnecting, kWaitChallenge, kUp, kClosed };
+enum class RxDest { kNone, kDirect, kStaging, kUnexp, kDiscard, kCtl };
 
 /// Whether two pieces carry the same message signature. (Not sigMatches: that asks whether a sent
 /// signature fits an expected one, where a Send fits a Recv but not another Send.)
@@ -168,12 +189,15 @@ bool sameSig(const OpSig& a, const OpSig& b) {
          a.op == b.op;
 }
 
-struct Lane {
+/// One lane's socket and its queues.
+struct Sock {
+  explicit Sock(int i) : index(i), lane(i) {}
   TcpConnection* conn = nullptr;
   int index = 0;
+  Lane lane;  // state, weight, statistics
   int localPort = 0;
   int remotePort = 0;
-  LaneState state = LaneState::kIdle;
+  SockState state = SockState::kIdle;
   Fd fd;
   int64_t sinceMs = 0;  // connect started
   uint32_t events = 0;  // registered epoll events
@@ -187,9 +211,15 @@ struct Lane {
   size_t hsHave = 0;
 
   // Send side.
-  std::deque<TxPiece> txq;
-  bool wantOut = false;  // waiting for EPOLLOUT
-  int64_t busySinceNs = 0;
+  std::deque<TxFrame> txq;        // to write, in order
+  std::deque<TxFrame> inflight;   // data frames written, awaiting their acknowledgement
+  std::vector<AckEntry> acksOut;  // pieces received on this lane, to acknowledge on it
+  bool wantOut = false;           // waiting for EPOLLOUT
+  double current = 0.0;           // smooth weighted round robin
+  int64_t progressNs = 0;         // its pieces were last acknowledged, or it had none outstanding
+  int64_t lastAckNs = 0;          // an acknowledgement last arrived on it
+  bool peerPaused = false;        // the peer stopped reading it for lack of room (not a stall)
+  int64_t pingNs = 0;             // a kPing last went out on it
 
   // Receive side.
   std::unique_ptr<char[]> rxbuf;
@@ -199,16 +229,25 @@ struct Lane {
   RxDest dest = RxDest::kNone;
   char* destPtr = nullptr;
   size_t destGot = 0;
+  uint32_t piece = 0;  // index of the data piece being read
   UnexpPiece* unexp = nullptr;
   std::vector<char> staging;
   bool bulk = false;
   bool blocked = false;  // no room for an unexpected piece: stopped reading
+  bool pausedSent = false;
   bool eof = false;
   int64_t eofMs = 0;
+  bool silenced = false;  // breakLane(silent): neither read nor written any more
 
-  TcpLaneStats stats;
-  double weight = 1.0;
-  double current = 0.0;  // smooth weighted round robin
+  bool placeholder = false;  // acceptor side: a lane index the peer has not connected yet
+  bool live() const { return lane.live(); }
+  bool up() const { return state == SockState::kUp && lane.state() == LaneState::kUp; }
+  bool outstanding() const {
+    if (!inflight.empty()) return true;
+    for (const TxFrame& f : txq)
+      if (f.op) return true;
+    return false;
+  }
 };
 
 class TcpConnection final : public Connection {
@@ -217,73 +256,115 @@ class TcpConnection final : public Connection {
   ~TcpConnection() override = default;
 
   int peer() const override { return peer_; }
-  Status isend(const void* buf, size_t bytes, const OpSig& sig, Request* req, SendHint hint = {}) override;
-  Status irecv(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) override;
+  Status isend(const MemRef& buf, size_t bytes, const OpSig& sig, Request* req, SendHint hint = {}) override;
+  Status irecv(const MemRef& dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) override;
   Status peek(bool* ready, OpSig* sig, size_t* bytes) override;
+  int numLanes() const override { return static_cast<int>(socks_.size()); }
+  const Lane* lane(int i) const override {
+    return i >= 0 && i < numLanes() ? &socks_[static_cast<size_t>(i)]->lane : nullptr;
+  }
+  Status setLaneWeights(const std::vector<double>& w) override;
+  Status retireLane(int i, const std::string& why) override;
+  Status addLane(const LanePlan& plan, int* index) override;
 
   bool pending() const { return !sends_.empty() || !recvs_.empty(); }
   bool initiator() const;
-  /// Opens every lane towards the peer (initiator side). Failures break the connection.
+  /// Opens the initial lanes towards the peer (initiator side). Failures break the connection.
   void openLanes();
   /// Flushes queued output on every lane that can write now.
   void flushAll();
   /// Reads what the lane has (also called with data left in its buffer).
-  void onReadable(Lane& l);
-  void onWritable(Lane& l);
+  void onReadable(Sock& s);
+  void onWritable(Sock& s);
   /// Lanes stopped for lack of buffer room or with buffered input: read them again.
   void rxRetry();
-  /// Timeouts, half-closed connections, liveness probes of a lower rank that never connected.
+  /// Queues the acknowledgements gathered on each lane (once per progress round).
+  void sendAcks();
+  /// Timeouts, stalled lanes, half-closed connections, liveness probes of a lower rank.
   void check(int64_t now);
   /// Fails every pending request with `st`, closes every lane, rejects later requests.
   void fail(const Status& st);
   /// Attaches an authenticated incoming socket as lane `lane` (acceptor side).
   void attach(int lane, Fd fd, const SockAddr& remote);
+  /// Whether an incoming lane `lane` may be attached (acceptor side).
+  bool accepts(int lane) const;
   const Status& broken() const { return broken_; }
   std::string peerText() const;
-  std::string laneText(const Lane& l) const;
-  std::vector<Lane>& lanes() { return lanes_; }
-  const std::vector<Lane>& lanes() const { return lanes_; }
-  Status setWeights(const std::vector<double>& w);
+  std::string laneText(const Sock& s) const;
+  Sock& sock(int i) { return *socks_[static_cast<size_t>(i)]; }
+  const std::vector<std::unique_ptr<Sock>>& socks() const { return socks_; }
   void sendAbort(const std::string& reason);
+  /// breakLane (see TcpTransport).
+  Status breakLane(int lane, bool silent);
   bool needRx = false;
+  bool needAck = false;
   bool inActiveList = false;
 
  private:
+  bool acks() const;
+  /// A live lane to put the next piece on (smooth weighted round robin), or -1.
   int pickLane();
-  void flush(Lane& l);
-  void laneError(Lane& l, const char* what, int err);
-  void laneEof(Lane& l);
+  /// Queues a data frame on a lane (the weighted choice), keeping the busy clock.
+  void queueData(TxFrame&& f);
+  /// Queues a control frame ahead of the data on `s` (behind a frame half written).
+  void queueCtl(Sock& s, uint32_t type, uint64_t offset, const std::string& payload);
+  void flush(Sock& s);
+  /// After `n` bytes were written on `s`: completes frames, moves pieces to inflight.
+  void wrote(Sock& s, size_t n);
+  /// Takes `s` out of service: its unacknowledged pieces go out on the other lanes, its socket is
+  /// closed, the peer is told (notify) and the connection fails if no lane is left.
+  void retire(Sock& s, const std::string& why, bool notify);
+  /// An error on `s`: retires it (acks on) or fails the connection (acks off).
+  void laneError(Sock& s, const char* what, int err);
+  void laneEof(Sock& s);
   /// Parses and dispatches input; false if the lane must stop (blocked, broken, closed).
-  bool rxStep(Lane& l, size_t* budget);
+  bool rxStep(Sock& s, size_t* budget);
   /// One non-blocking recv of up to `want` bytes into `to`, counted against *budget; 0 when nothing
   /// came (would block), or the lane hit end of file or an error (handled here).
-  size_t receive(Lane& l, char* to, size_t want, size_t* budget);
+  size_t receive(Sock& s, char* to, size_t want, size_t* budget);
   /// After a new request's arguments are checked: opens the lanes (lower rank), fails `req` if that
   /// broke the connection, restarts the stall clock when the connection was idle.
   Status prepareRequest(Request* req);
-  bool startPiece(Lane& l);
-  void finishPiece(Lane& l);
-  void applyPiece(RecvOp& op, uint64_t offset, const char* data, size_t bytes);
-  void noteRecvProgress(RecvOp& op);
+  bool startPiece(Sock& s);
+  bool startCtl(Sock& s);
+  void finishPiece(Sock& s);
+  void finishCtl(Sock& s);
+  void onAck(Sock& s, const AckEntry* e, size_t n);
+  /// Drops the frames of a finished send from every lane's queues.
+  void purge(SendOp* op);
+  /// Completes `op` once every piece is acknowledged (written, acks off) and no frame of it is
+  /// half written. The caller pops finished sends (popDone) afterwards.
+  void maybeCompleteSend(SendOp& op);
+  /// Piece `piece` of `op`: reduced or copied from `data` unless it was received before. True if new.
+  bool applyPiece(RecvOp& op, uint32_t piece, uint64_t offset, const char* data, size_t bytes);
+  bool countPiece(RecvOp& op, uint32_t piece);
+  /// A receive completed: lanes still reading a copy of one of its pieces read it into a sink.
+  void noteRecvProgress(RecvOp& op, uint64_t seq);
   void popDone();
+  void dropUnexpPiece(uint64_t seq, UnexpPiece* p);
   Status matchError(const OpSig& sig, uint64_t total, const RecvOp& op) const;
-  Status protocolError(const Lane& l, const std::string& what);
-  void setEvents(Lane& l, uint32_t ev);
-  void closeLane(Lane& l);
-  void moved(Lane& l, size_t n, bool tx);
+  Status protocolError(const Sock& s, const std::string& what);
+  void setEvents(Sock& s, uint32_t ev);
+  void closeSock(Sock& s);
+  void moved(Sock& s, size_t n, bool tx);
+  int liveLanes() const;
   /// Acceptor side, lanes missing and messages pending: connects to the peer's listening socket.
   /// Refused: the peer is gone, fail now. Accepted: it is alive (not at this operation yet).
   void probePeer(int64_t now);
+  uint32_t piecesOf(size_t bytes) const;
 
   TcpTransportImpl* t_;
   int peer_;
-  std::vector<Lane> lanes_;
+  int nlanes_;
+  std::vector<std::unique_ptr<Sock>> socks_;
   std::deque<SendOp> sends_;
   std::deque<RecvOp> recvs_;
   uint64_t sendSeq_ = 0;
+  uint64_t sendBase_ = 0;  // seq of sends_.front()
   uint64_t recvBase_ = 0;  // seq of recvs_.front()
   std::map<uint64_t, UnexpMsg> unexp_;
   size_t unexpBytes_ = 0;
+  std::vector<char> sink_;  // payload of duplicate pieces
   Status broken_;
   Status closed_;  // the peer closed every lane cleanly
   int64_t lastMoveMs_ = 0;
@@ -308,8 +389,7 @@ class TcpTransportImpl final : public TcpTransport {
 
   int lanes() const override { return nlanes_; }
   std::vector<std::string> listenAddresses() const override;
-  Status laneStats(int peer, std::vector<TcpLaneStats>* out) const override;
-  Status setLaneWeights(int peer, const std::vector<double>& weights) override;
+  Status breakLane(int peer, int lane, bool silent) override;
 
   Status setup(Oob* oob);
 
@@ -320,6 +400,9 @@ class TcpTransportImpl final : public TcpTransport {
   size_t pieceBytes() const { return pieceBytes_; }
   size_t unexpectedLimit() const { return unexpLimit_; }
   int64_t timeoutMs() const { return timeoutMs_; }
+  bool acks() const { return acks_; }
+  int64_t stallNs() const { return stallMs_ * 1000000; }
+  size_t sendQueue() const { return sendQueue_; }
   const Status& abortStatus() const { return abortStatus_; }
   const char* peerHost(int peer) const { return records_[peer].hostname; }
   int64_t probeMs() const { return probeMs_; }
@@ -341,9 +424,11 @@ class TcpTransportImpl final : public TcpTransport {
       active_.push_back(c);
     }
   }
-  /// Socket for lane `lane` to `peer`: bound to the planned local port / source port, connect
-  /// started. Errors name the peer, lane and addresses.
-  Status openLaneSocket(int peer, Lane& l);
+  /// Socket for lane `s` to `peer` with `plan`: bound to the planned local port / source port,
+  /// connect started. Errors name the peer, lane and addresses.
+  Status openLaneSocket(int peer, Sock& s, const LanePlan& plan);
+  /// The plan of lane `lane` to `peer`: Context::lanePlan, else the default.
+  LanePlan planFor(int peer, int lane) const;
   void tuneSocket(int fd) const;
 
  private:
@@ -379,6 +464,9 @@ class TcpTransportImpl final : public TcpTransport {
   int64_t handshakeMs_;
   int64_t sportBase_;
   int64_t probeMs_;
+  bool acks_;
+  int64_t stallMs_;
+  size_t sendQueue_;
   char hostname_[64] = {0};
 
   Fd ep_;
@@ -400,119 +488,252 @@ class TcpTransportImpl final : public TcpTransport {
 // ---------------------------------------------------------------------------------------------
 // TcpConnection
 
-TcpConnection::TcpConnection(TcpTransportImpl* t, int peer, int nlanes) : t_(t), peer_(peer), lanes_(nlanes) {
+TcpConnection::TcpConnection(TcpTransportImpl* t, int peer, int nlanes) : t_(t), peer_(peer), nlanes_(nlanes) {
   for (int i = 0; i < nlanes; ++i) {
-    Lane& l = lanes_[static_cast<size_t>(i)];
-    l.conn = this;
-    l.index = i;
-    l.stats.lane = i;
-    l.rxbuf.reset(new char[kRxBufBytes]);
+    auto s = std::make_unique<Sock>(i);
+    s->conn = this;
+    s->rxbuf.reset(new char[kRxBufBytes]);
+    socks_.push_back(std::move(s));
   }
   lastMoveMs_ = nowMs();
 }
 
 bool TcpConnection::initiator() const { return t_->rank() < peer_; }
+bool TcpConnection::acks() const { return t_->acks(); }
+
+uint32_t TcpConnection::piecesOf(size_t bytes) const {
+  const size_t piece = t_->pieceBytes();
+  return static_cast<uint32_t>(bytes == 0 ? 1 : (bytes + piece - 1) / piece);
+}
 
 std::string TcpConnection::peerText() const { return strFormat("rank %d (host %s)", peer_, t_->peerHost(peer_)); }
 
-std::string TcpConnection::laneText(const Lane& l) const {
-  return strFormat("rank %d (host %s, lane %d of %zu, %s -> %s)", peer_, t_->peerHost(peer_), l.index, lanes_.size(),
-                   l.localText.empty() ? "?" : l.localText.c_str(), l.remoteText.empty() ? "?" : l.remoteText.c_str());
+std::string TcpConnection::laneText(const Sock& s) const {
+  return strFormat("rank %d (host %s, lane %d of %zu, %s -> %s)", peer_, t_->peerHost(peer_), s.index, socks_.size(),
+                   s.localText.empty() ? "?" : s.localText.c_str(), s.remoteText.empty() ? "?" : s.remoteText.c_str());
 }
 
-void TcpConnection::setEvents(Lane& l, uint32_t ev) {
-  if (!l.fd.valid() || ev == l.events) return;
+int TcpConnection::liveLanes() const {
+  int n = 0;
+  for (const auto& s : socks_) n += s->live() && !s->placeholder;
+  return n;
+}
+
+void TcpConnection::setEvents(Sock& s, uint32_t ev) {
+  if (!s.fd.valid() || ev == s.events) return;
+  if (s.silenced) ev = 0;
   epoll_event e{};
   e.events = ev;
-  e.data.u64 = kTagLane | (static_cast<uint64_t>(peer_) << 8) | static_cast<uint64_t>(l.index);
-  int op = l.events == 0 && ev != 0 ? EPOLL_CTL_ADD : (ev == 0 ? EPOLL_CTL_DEL : EPOLL_CTL_MOD);
-  if (epoll_ctl(t_->epfd(), op, l.fd.get(), &e) == 0) l.events = ev;
+  e.data.u64 = kTagLane | (static_cast<uint64_t>(peer_) << 8) | static_cast<uint64_t>(s.index);
+  int op = s.events == 0 && ev != 0 ? EPOLL_CTL_ADD : (ev == 0 ? EPOLL_CTL_DEL : EPOLL_CTL_MOD);
+  if (epoll_ctl(t_->epfd(), op, s.fd.get(), &e) == 0) s.events = ev;
 }
 
-void TcpConnection::closeLane(Lane& l) {
-  if (l.fd.valid()) {
-    if (l.events) epoll_ctl(t_->epfd(), EPOLL_CTL_DEL, l.fd.get(), nullptr);
-    l.events = 0;
-    l.fd.reset();
+void TcpConnection::closeSock(Sock& s) {
+  if (s.fd.valid()) {
+    if (s.events) epoll_ctl(t_->epfd(), EPOLL_CTL_DEL, s.fd.get(), nullptr);
+    s.events = 0;
+    s.fd.reset();
   }
-  if (l.busySinceNs) {
-    l.stats.busyNs += static_cast<uint64_t>(nowNs() - l.busySinceNs);
-    l.busySinceNs = 0;
-  }
-  l.state = LaneState::kClosed;
-  l.stats.up = false;
-  l.txq.clear();
-  l.hsOut.clear();
-  l.haveHdr = false;
-  l.dest = RxDest::kNone;
-  l.unexp = nullptr;
-  l.blocked = false;
-  l.wantOut = false;
+  const int64_t now = nowNs();
+  s.lane.setBusy(false, now);
+  s.lane.setStalled(false, now);
+  s.state = SockState::kClosed;
+  s.txq.clear();
+  s.inflight.clear();
+  s.acksOut.clear();
+  s.hsOut.clear();
+  s.haveHdr = false;
+  s.dest = RxDest::kNone;
+  s.unexp = nullptr;
+  s.blocked = false;
+  s.wantOut = false;
+  s.rxBeg = s.rxEnd = 0;
 }
 
 void TcpConnection::openLanes() {
   if (opened_ || !broken_.isOk()) return;
   opened_ = true;
-  for (Lane& l : lanes_) {
-    Status st = t_->openLaneSocket(peer_, l);
+  for (auto& sp : socks_) {
+    Sock& s = *sp;
+    Status st = t_->openLaneSocket(peer_, s, t_->planFor(peer_, s.index));
     if (!st.isOk()) {
       C4_WARN(kLogNet, "%s", st.message().c_str());
       fail(st);
       return;
     }
-    setEvents(l, EPOLLIN | EPOLLOUT);
+    setEvents(s, EPOLLIN | EPOLLOUT);
   }
+}
+
+bool TcpConnection::accepts(int lane) const {
+  if (!broken_.isOk() || lane < 0 || lane > kMaxLaneIndex) return false;
+  return lane >= numLanes() || socks_[static_cast<size_t>(lane)]->state == SockState::kIdle;
 }
 
 void TcpConnection::attach(int lane, Fd fd, const SockAddr& remote) {
-  Lane& l = lanes_[static_cast<size_t>(lane)];
-  l.fd = std::move(fd);
-  l.remote = remote;
-  l.remoteText = remote.toString();
+  while (numLanes() <= lane) {
+    // A lane the peer added: a placeholder (no weight) until its socket arrives.
+    auto s = std::make_unique<Sock>(numLanes());
+    s->conn = this;
+    s->rxbuf.reset(new char[kRxBufBytes]);
+    s->placeholder = true;
+    s->lane.setWeight(0);
+    socks_.push_back(std::move(s));
+  }
+  Sock& s = sock(lane);
+  if (s.placeholder) {
+    s.placeholder = false;
+    s.lane.setWeight(1.0);
+  }
+  s.fd = std::move(fd);
+  s.remote = remote;
+  s.remoteText = remote.toString();
   SockAddr local;
   local.len = sizeof(local.storage);
-  if (getsockname(l.fd.get(), local.sa(), &local.len) == 0) l.localText = local.toString();
-  l.stats.localAddr = l.localText;
-  l.stats.remoteAddr = l.remoteText;
-  l.state = LaneState::kUp;
-  l.stats.up = true;
-  l.eof = false;
-  setEvents(l, EPOLLIN);
-  C4_INFO(kLogNet, "tcp: rank %d accepted %s", t_->rank(), laneText(l).c_str());
-  if (!l.txq.empty()) t_->activate(this);
+  if (getsockname(s.fd.get(), local.sa(), &local.len) == 0) s.localText = local.toString();
+  s.lane.setEndpoints(s.localPort, s.localText, s.remoteText);
+  s.state = SockState::kUp;
+  s.lane.setState(LaneState::kUp);
+  s.progressNs = nowNs();
+  s.eof = false;
+  setEvents(s, EPOLLIN);
+  C4_INFO(kLogNet, "tcp: rank %d accepted %s", t_->rank(), laneText(s).c_str());
+  if (!s.txq.empty()) t_->activate(this);
 }
 
-Status TcpConnection::setWeights(const std::vector<double>& w) {
-  if (w.size() != lanes_.size())
+Status TcpConnection::setLaneWeights(const std::vector<double>& w) {
+  if (w.size() != socks_.size())
     return makeError(Code::kInvalidArgument, "tcp: %zu lane weights given for %zu lanes to rank %d", w.size(),
-                     lanes_.size(), peer_);
-  double sum = 0;
-  for (double x : w) {
-    if (!(x >= 0)) return makeError(Code::kInvalidArgument, "tcp: lane weights must be >= 0");
-    sum += x;
-  }
-  if (sum <= 0) return makeError(Code::kInvalidArgument, "tcp: lane weights to rank %d are all 0", peer_);
+                     socks_.size(), peer_);
+  double live = 0;
   for (size_t i = 0; i < w.size(); ++i) {
-    lanes_[i].weight = w[i];
-    lanes_[i].stats.weight = w[i];
-    lanes_[i].current = 0;
+    if (!(w[i] >= 0) || w[i] > 1e12)
+      return makeError(Code::kInvalidArgument, "tcp: lane weight %zu to rank %d is %g; weights must be in [0, 1e12]", i,
+                       peer_, w[i]);
+    if (!socks_[i]->live() && w[i] > 0)
+      return makeError(Code::kInvalidArgument, "tcp: lane %zu to rank %d is %s; its weight must be 0", i, peer_,
+                       laneStateName(socks_[i]->lane.state()));
+    live += w[i];
+  }
+  if (live <= 0) return makeError(Code::kInvalidArgument, "tcp: lane weights to rank %d are all 0", peer_);
+  for (size_t i = 0; i < w.size(); ++i) {
+    socks_[i]->lane.setWeight(w[i]);
+    socks_[i]->current = 0;
   }
   return Status::ok();
 }
 
-int TcpConnection::pickLane() {
-  // Smooth weighted round robin (equal weights: plain round robin).
-  double total = 0;
-  int best = -1;
-  for (Lane& l : lanes_) {
-    if (l.weight <= 0) continue;
-    l.current += l.weight;
-    total += l.weight;
-    if (best < 0 || l.current > lanes_[static_cast<size_t>(best)].current) best = l.index;
+Status TcpConnection::retireLane(int i, const std::string& why) {
+  if (i < 0 || i >= numLanes())
+    return makeError(Code::kInvalidArgument, "tcp: lane %d to rank %d out of range [0, %d)", i, peer_, numLanes());
+  Sock& s = sock(i);
+  if (!s.live())
+    return makeError(Code::kInvalidUsage, "tcp: lane %d to rank %d is already %s", i, peer_,
+                     laneStateName(s.lane.state()));
+  if (liveLanes() <= 1)
+    return makeError(Code::kInvalidUsage,
+                     "tcp: lane %d is the last lane to rank %d in service; retiring it would "
+                     "lose the connection",
+                     i, peer_);
+  if (!acks()) {
+    // Without acknowledgements nothing written can be re-sent: the lane drains what it has and
+    // closes once empty.
+    s.lane.setRetiredWhy(why);
+    s.lane.setState(LaneState::kDraining);
+    s.lane.setWeight(0);
+    std::vector<TxFrame> move;
+    for (auto it = s.txq.begin(); it != s.txq.end();) {
+      if (it->op && it->done == 0) {
+        move.push_back(std::move(*it));
+        it = s.txq.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (TxFrame& f : move) queueData(std::move(f));
+    t_->activate(this);
+    return Status::ok();
   }
-  if (best < 0) return 0;
-  lanes_[static_cast<size_t>(best)].current -= total;
-  return best;
+  retire(s, why, true);
+  return broken_;
+}
+
+Status TcpConnection::addLane(const LanePlan& plan, int* index) {
+  if (!index) return makeError(Code::kInvalidArgument, "tcp: addLane: index is NULL");
+  if (!initiator())
+    return makeError(Code::kInvalidUsage,
+                     "tcp: lanes between rank %d and rank %d are opened by rank %d (the lower one)", t_->rank(), peer_,
+                     peer_);
+  if (!broken_.isOk()) return broken_;
+  if (numLanes() > kMaxLaneIndex)
+    return makeError(Code::kInvalidUsage, "tcp: connection to rank %d already had %d lanes", peer_, numLanes());
+  openLanes();
+  auto sp = std::make_unique<Sock>(numLanes());
+  sp->conn = this;
+  sp->rxbuf.reset(new char[kRxBufBytes]);
+  Sock& s = *sp;
+  socks_.push_back(std::move(sp));
+  Status st = t_->openLaneSocket(peer_, s, plan);
+  if (!st.isOk()) {
+    s.lane.setRetiredWhy(st.message());
+    s.lane.setState(LaneState::kRetired);
+    s.lane.setWeight(0);
+    s.state = SockState::kClosed;
+    return st;
+  }
+  setEvents(s, EPOLLIN | EPOLLOUT);
+  *index = s.index;
+  C4_INFO(kLogNet, "tcp: rank %d adds lane %d to %s", t_->rank(), s.index, peerText().c_str());
+  return Status::ok();
+}
+
+int TcpConnection::pickLane() {
+  // Smooth weighted round robin over the lanes in service (equal weights: plain round robin).
+  double total = 0;
+  Sock* best = nullptr;
+  for (auto& sp : socks_) {
+    Sock& s = *sp;
+    const double w = s.lane.weight();
+    if (!s.live() || w <= 0) continue;
+    s.current += w;
+    total += w;
+    if (!best || s.current > best->current) best = &s;
+  }
+  if (!best) {
+    // Weights all 0 on the lanes left (the weighted ones were retired): any lane in service.
+    for (auto& sp : socks_)
+      if (sp->live() && !sp->placeholder) return sp->index;
+    return -1;
+  }
+  best->current -= total;
+  return best->index;
+}
+
+void TcpConnection::queueData(TxFrame&& f) {
+  const int i = pickLane();
+  if (i < 0) return;  // no lane left: the connection has failed (retire)
+  Sock& s = sock(i);
+  const int64_t now = nowNs();
+  if (!s.outstanding()) s.progressNs = now;
+  s.lane.setBusy(true, now);
+  s.txq.push_back(std::move(f));
+}
+
+void TcpConnection::queueCtl(Sock& s, uint32_t type, uint64_t offset, const std::string& payload) {
+  if (!s.up() || s.silenced) return;
+  TxFrame f;
+  f.hdr.type = type;
+  f.hdr.bytes = static_cast<uint32_t>(payload.size());
+  f.hdr.offset = offset;
+  f.ctl = payload;
+  // Ahead of the data, so acknowledgements are not held up by megabytes of pieces; behind a frame
+  // that is half written.
+  auto pos = s.txq.begin();
+  if (pos != s.txq.end() && pos->done > 0) ++pos;
+  s.txq.insert(pos, std::move(f));
+  s.lane.setBusy(true, nowNs());
+  t_->activate(this);
 }
 
 Status TcpConnection::prepareRequest(Request* req) {
@@ -525,41 +746,41 @@ Status TcpConnection::prepareRequest(Request* req) {
   return Status::ok();
 }
 
-Status TcpConnection::isend(const void* buf, size_t bytes, const OpSig& sig, Request* req, SendHint) {
+Status TcpConnection::isend(const MemRef& buf, size_t bytes, const OpSig& sig, Request* req, SendHint) {
   const Status& ab = t_->abortStatus();
+  if (ab.isOk() && broken_.isOk() && closed_.isOk() && sends_.size() >= t_->sendQueue()) return sendQueueFull();
   C4_CHECK(startSend("tcp", peer_, !ab.isOk() ? ab : (!broken_.isOk() ? broken_ : closed_), buf, bytes, req));
   C4_CHECK(prepareRequest(req));
   const size_t piece = t_->pieceBytes();
-  const size_t n = bytes == 0 ? 1 : (bytes + piece - 1) / piece;
-  sends_.push_back(SendOp{static_cast<const char*>(buf), bytes, req, n, false});
-  SendOp* op = &sends_.back();
+  const uint32_t n = piecesOf(bytes);
   const uint64_t seq = sendSeq_++;
-  for (size_t k = 0; k < n; ++k) {
-    TxPiece p;
-    p.op = op;
-    p.done = 0;
-    p.hdr = FrameHdr{};
-    p.hdr.type = tcpwire::kData;
-    p.hdr.seq = seq;
-    p.hdr.offset = k * piece;
-    p.hdr.bytes = static_cast<uint32_t>(std::min(piece, bytes - k * piece));
-    p.hdr.total = bytes;
-    p.hdr.sig = sig;
-    Lane& l = lanes_[static_cast<size_t>(pickLane())];
-    if (l.txq.empty() && l.busySinceNs == 0) l.busySinceNs = nowNs();
-    l.txq.push_back(p);
+  sends_.push_back(SendOp{buf.bytes(), bytes, req, seq, n, n, n, {}, false});
+  SendOp* op = &sends_.back();
+  if (acks()) op->acked.assign((n + 63) / 64, 0);
+  for (uint32_t k = 0; k < n; ++k) {
+    TxFrame f;
+    f.op = op;
+    f.piece = k;
+    f.hdr.type = tcpwire::kData;
+    f.hdr.seq = seq;
+    f.hdr.offset = static_cast<uint64_t>(k) * piece;
+    f.hdr.bytes = static_cast<uint32_t>(std::min(piece, bytes - f.hdr.offset));
+    f.hdr.total = bytes;
+    f.hdr.sig = sig;
+    queueData(std::move(f));
   }
   t_->activate(this);
   return Status::ok();
 }
 
-Status TcpConnection::irecv(void* dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) {
+Status TcpConnection::irecv(const MemRef& dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) {
   const Status& ab = t_->abortStatus();
   C4_CHECK(startRecv("tcp", peer_, !ab.isOk() ? ab : broken_, dst, bytes, red, req));
   C4_CHECK(prepareRequest(req));
   const uint64_t seq = recvBase_ + recvs_.size();
-  recvs_.push_back(
-      RecvOp{static_cast<char*>(dst), bytes, sig, red ? *red : ReduceSpec{}, red != nullptr, req, 0, false, false});
+  const uint32_t n = piecesOf(bytes);
+  recvs_.push_back(RecvOp{dst.bytes(), bytes, sig, red ? *red : ReduceSpec{}, red != nullptr, req, n, 0,
+                          std::vector<uint64_t>((n + 63) / 64, 0), false});
   RecvOp& op = recvs_.back();
   auto it = unexp_.find(seq);
   if (it != unexp_.end()) {
@@ -571,26 +792,27 @@ Status TcpConnection::irecv(void* dst, size_t bytes, const OpSig& sig, const Red
     }
     auto& pieces = m.pieces;
     for (size_t i = 0; i < pieces.size();) {
-      if (!pieces[i]->complete) {
+      UnexpPiece& p = *pieces[i];
+      if (!p.complete) {
         ++i;
         continue;
       }
-      applyPiece(op, pieces[i]->offset, pieces[i]->data.get(), pieces[i]->bytes);
-      unexpBytes_ -= pieces[i]->bytes;
+      applyPiece(op, static_cast<uint32_t>(p.offset / t_->pieceBytes()), p.offset, p.data.get(), p.bytes);
+      unexpBytes_ -= p.bytes;
       pieces[i] = std::move(pieces.back());
       pieces.pop_back();
     }
     if (pieces.empty()) unexp_.erase(it);
-    needRx = true;         // room freed; a lane may have stopped for it
-    noteRecvProgress(op);  // may pop op
+    needRx = true;              // room freed; a lane may have stopped for it
+    noteRecvProgress(op, seq);  // may pop op
   }
   // A lane that stopped reading (no room for unexpected data) may hold this very message's next
   // piece header: it can go straight to dst now, so the lane must resume even if nothing of the
   // message was buffered (without this, a 64 MiB receive posted late waited forever).
-  for (const Lane& l : lanes_) needRx |= l.blocked;
+  for (const auto& s : socks_) needRx |= s->blocked;
   if (req->state == Request::kPending && !closed_.isOk()) {
     bool inFlight = false;
-    for (const Lane& l : lanes_) inFlight |= l.haveHdr && l.hdr.seq == seq;
+    for (const auto& s : socks_) inFlight |= s->haveHdr && s->hdr.type == tcpwire::kData && s->hdr.seq == seq;
     if (!inFlight) {
       fail(closed_);
       return Status::ok();
@@ -612,16 +834,16 @@ Status TcpConnection::peek(bool* ready, OpSig* sig, size_t* bytes) {
   // signature and size. A piece is in unexp_ once its header was read, or still in a lane's header
   // if that lane stopped reading for lack of room for unexpected data.
   auto it = unexp_.find(recvBase_);
-  if (it != unexp_.end() && !it->second.pieces.empty()) {
+  if (it != unexp_.end() && (!it->second.pieces.empty() || !it->second.bits.empty())) {
     *sig = it->second.sig;
     *bytes = it->second.total;
     *ready = true;
     return Status::ok();
   }
-  for (const Lane& l : lanes_) {
-    if (l.haveHdr && l.hdr.type == tcpwire::kData && l.hdr.seq == recvBase_) {
-      *sig = l.hdr.sig;
-      *bytes = l.hdr.total;
+  for (const auto& s : socks_) {
+    if (s->haveHdr && s->hdr.type == tcpwire::kData && s->hdr.seq == recvBase_) {
+      *sig = s->hdr.sig;
+      *bytes = s->hdr.total;
       *ready = true;
       return Status::ok();
     }
@@ -629,24 +851,39 @@ Status TcpConnection::peek(bool* ready, OpSig* sig, size_t* bytes) {
   return Status::ok();
 }
 
-void TcpConnection::applyPiece(RecvOp& op, uint64_t offset, const char* data, size_t bytes) {
+bool TcpConnection::countPiece(RecvOp& op, uint32_t piece) {
+  if (testBit(op.bits, piece)) return false;
+  setBit(op.bits, piece);
+  ++op.got;
+  return true;
+}
+
+bool TcpConnection::applyPiece(RecvOp& op, uint32_t piece, uint64_t offset, const char* data, size_t bytes) {
+  if (testBit(op.bits, piece)) return false;  // a copy that arrived twice (re-sent after a lane was retired)
   if (bytes) {
     if (op.hasRed)
-      kernels::reduce(op.dst + offset, static_cast<const char*>(op.red.local) + offset, data,
-                      bytes / dataTypeSize(op.red.dtype), op.red.dtype, op.red.op);
+      reduceInto(op.red, op.dst, offset, data, bytes);
     else
       memcpy(op.dst + offset, data, bytes);
   }
-  op.got += bytes;
-  op.seen = true;
+  return countPiece(op, piece);
 }
 
-void TcpConnection::noteRecvProgress(RecvOp& op) {
-  if (!op.done && op.seen && op.got == op.bytes) {
-    op.done = true;
-    completeRequest(op.req);
-    popDone();
+void TcpConnection::noteRecvProgress(RecvOp& op, uint64_t seq) {
+  if (op.done || op.got != op.pieces) return;
+  op.done = true;
+  completeRequest(op.req);
+  // Another copy of one of its pieces may still be arriving straight into dst on some lane: from
+  // now on dst belongs to the caller, so that copy goes to the sink.
+  for (auto& sp : socks_) {
+    Sock& s = *sp;
+    if (s.haveHdr && s.hdr.type == tcpwire::kData && s.hdr.seq == seq && s.dest == RxDest::kDirect) {
+      if (sink_.size() < s.hdr.bytes) sink_.resize(s.hdr.bytes);
+      s.dest = RxDest::kDiscard;
+      s.destPtr = sink_.data();
+    }
   }
+  popDone();
 }
 
 void TcpConnection::popDone() {
@@ -654,45 +891,159 @@ void TcpConnection::popDone() {
     recvs_.pop_front();
     ++recvBase_;
   }
-  while (!sends_.empty() && sends_.front().done) sends_.pop_front();
+  while (!sends_.empty() && sends_.front().done) {
+    sends_.pop_front();
+    ++sendBase_;
+  }
+}
+
+void TcpConnection::purge(SendOp* op) {
+  auto drop = [op](std::deque<TxFrame>& q, bool startedToo) {
+    for (auto it = q.begin(); it != q.end();) {
+      if (it->op == op && (startedToo || it->done == 0)) {
+        --op->frames;
+        it = q.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  };
+  for (auto& s : socks_) {
+    drop(s->txq, false);
+    drop(s->inflight, true);
+  }
+}
+
+void TcpConnection::maybeCompleteSend(SendOp& op) {
+  if (op.done || op.left != 0) return;
+  purge(&op);
+  // A frame of it still half written reads from its buffer: the send completes after it.
+  if (op.frames != 0) return;
+  op.done = true;
+  completeRequest(op.req);
+}
+
+void TcpConnection::dropUnexpPiece(uint64_t seq, UnexpPiece* p) {
+  auto it = unexp_.find(seq);
+  if (it == unexp_.end()) return;
+  auto& pieces = it->second.pieces;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (pieces[i].get() != p) continue;
+    unexpBytes_ -= pieces[i]->bytes;
+    pieces[i] = std::move(pieces.back());
+    pieces.pop_back();
+    break;
+  }
+  // Whole pieces stay for the receive; an emptied entry of a completed message goes.
+  if (pieces.empty() && (seq < recvBase_ || it->second.bits.empty())) unexp_.erase(it);
+  needRx = true;
 }
 
 Status TcpConnection::matchError(const OpSig& sig, uint64_t total, const RecvOp& op) const {
   return transport::matchError("tcp", peer_, peerText(), t_->rank(), sig, total, op.sig, op.bytes);
 }
 
-Status TcpConnection::protocolError(const Lane& l, const std::string& what) {
-  Status st = makeError(Code::kInvalidUsage, "tcp: protocol violation from %s to rank %d: %s", laneText(l).c_str(),
+Status TcpConnection::protocolError(const Sock& s, const std::string& what) {
+  Status st = makeError(Code::kInvalidUsage, "tcp: protocol violation from %s to rank %d: %s", laneText(s).c_str(),
                         t_->rank(), what.c_str());
   C4_WARN(kLogNet, "%s", st.message().c_str());
   return st;
 }
 
-void TcpConnection::moved(Lane& l, size_t n, bool tx) {
-  (tx ? l.stats.bytesSent : l.stats.bytesRecv) += n;
+void TcpConnection::moved(Sock& s, size_t n, bool tx) {
+  if (tx)
+    s.lane.addSent(n);
+  else
+    s.lane.addRecv(n);
   if (n) lastMoveMs_ = nowMs();
 }
 
-void TcpConnection::laneError(Lane& l, const char* what, int err) {
-  size_t n = sends_.size() + recvs_.size();
-  Status st =
-      makeError(Code::kRemoteError, "tcp: %s on the connection from rank %d to %s (%s) with %zu message(s) pending",
-                what, t_->rank(), laneText(l).c_str(), strerror(err), n);
+void TcpConnection::retire(Sock& s, const std::string& why, bool notify) {
+  if (s.lane.state() == LaneState::kRetired) return;
+  // The piece half read on it is dropped: its bit is not set, so the copy re-sent elsewhere counts.
+  if (s.haveHdr && s.dest == RxDest::kUnexp && s.unexp) dropUnexpPiece(s.hdr.seq, s.unexp);
+  std::vector<TxFrame> again;
+  for (TxFrame& f : s.txq)
+    if (f.op) again.push_back(std::move(f));
+  for (TxFrame& f : s.inflight) again.push_back(std::move(f));
+  s.txq.clear();
+  s.inflight.clear();
+  s.lane.setRetiredWhy(why);
+  s.lane.setState(LaneState::kRetired);
+  s.lane.setWeight(0);
+  closeSock(s);
+  C4_WARN(kLogNet, "tcp: rank %d retires %s: %s; %zu piece(s) it had not delivered go out on the other lanes",
+          t_->rank(), laneText(s).c_str(), why.c_str(), again.size());
+  if (liveLanes() == 0) {
+    std::string lanes;
+    for (const auto& o : socks_) {
+      if (o->placeholder) continue;
+      LaneSnapshot snap = o->lane.snapshot();
+      lanes += strFormat("%slane %d: %s", lanes.empty() ? "" : "; ", o->index, snap.retiredWhy.c_str());
+    }
+    Status st =
+        makeError(Code::kRemoteError, "tcp: no lane left between rank %d and %s with %zu message(s) pending (%s)",
+                  t_->rank(), peerText().c_str(), sends_.size() + recvs_.size(), lanes.c_str());
+    C4_WARN(kLogNet, "%s", st.message().c_str());
+    fail(st);
+    return;
+  }
+  std::vector<SendOp*> finished;
+  for (TxFrame& f : again) {
+    SendOp* op = f.op;
+    if (op->left == 0 || testBit(op->acked, f.piece)) {
+      // Acknowledged meanwhile (by a copy on another lane): nothing to re-send.
+      --op->frames;
+      finished.push_back(op);
+      continue;
+    }
+    f.done = 0;
+    f.resent = true;
+    queueData(std::move(f));
+  }
+  for (SendOp* op : finished) maybeCompleteSend(*op);
+  popDone();
+  if (notify) {
+    for (auto& o : socks_) {
+      if (!o->up() || o->silenced) continue;
+      queueCtl(*o, tcpwire::kRetire, static_cast<uint64_t>(s.index), why.substr(0, kMaxReason));
+      break;
+    }
+  }
+  t_->activate(this);
+}
+
+void TcpConnection::laneError(Sock& s, const char* what, int err) {
+  s.lane.addError();
+  const std::string text = strFormat("%s (%s)", what, strerror(err));
+  if (acks() && liveLanes() > 1) {
+    retire(s, text, true);
+    return;
+  }
+  Status st = makeError(Code::kRemoteError, "tcp: %s on the connection from rank %d to %s with %zu message(s) pending",
+                        text.c_str(), t_->rank(), laneText(s).c_str(), sends_.size() + recvs_.size());
   C4_WARN(kLogNet, "%s", st.message().c_str());
   fail(st);
 }
 
-void TcpConnection::laneEof(Lane& l) {
-  l.eof = true;
-  l.eofMs = nowMs();
-  bool midFrame = l.haveHdr || l.rxBeg != l.rxEnd;
-  std::string where = laneText(l);
-  if (l.fd.valid()) {
-    if (l.events) epoll_ctl(t_->epfd(), EPOLL_CTL_DEL, l.fd.get(), nullptr);
-    l.events = 0;
+void TcpConnection::laneEof(Sock& s) {
+  s.eof = true;
+  s.eofMs = nowMs();
+  const bool midFrame = s.haveHdr || s.rxBeg != s.rxEnd;
+  const std::string where = laneText(s);
+  if (acks() && (midFrame || pending() || !s.txq.empty()) && liveLanes() > 1) {
+    // The peer closed this lane (it retired it, or the socket broke at its end): the others go on.
+    if (midFrame) s.lane.addError();
+    retire(s, midFrame ? "the peer closed it in the middle of a piece" : "the peer closed it", false);
+    return;
   }
-  l.state = LaneState::kClosed;
-  l.stats.up = false;
+  if (s.fd.valid()) {
+    if (s.events) epoll_ctl(t_->epfd(), EPOLL_CTL_DEL, s.fd.get(), nullptr);
+    s.events = 0;
+  }
+  s.state = SockState::kClosed;
+  s.lane.setRetiredWhy("closed by the peer");
+  s.lane.setState(LaneState::kRetired);
   if (midFrame) {
     Status st = makeError(Code::kRemoteError,
                           "tcp: %s closed its connection to rank %d in the middle of a message (%zu pending)",
@@ -702,13 +1053,13 @@ void TcpConnection::laneEof(Lane& l) {
     return;
   }
   bool all = true;
-  for (const Lane& x : lanes_) all &= x.eof;
+  for (const auto& x : socks_) all &= x->eof || x->placeholder || x->lane.state() == LaneState::kRetired;
   if (all && closed_.isOk())
     closed_ = makeError(Code::kRemoteError, "tcp: %s closed its connection to rank %d", peerText().c_str(), t_->rank());
   if (!pending()) return;
   // Data comes before the close on each lane: once every lane is closed, nothing else arrives. A
   // pending send with pieces on a closed lane cannot finish either.
-  bool stuckSend = !l.txq.empty();
+  bool stuckSend = s.outstanding();
   if (all || stuckSend) {
     Status st = makeError(Code::kRemoteError, "tcp: %s closed its connection to rank %d with %zu message(s) pending",
                           all ? peerText().c_str() : where.c_str(), t_->rank(), sends_.size() + recvs_.size());
@@ -727,16 +1078,23 @@ void TcpConnection::fail(const Status& st) {
   recvs_.clear();
   unexp_.clear();
   unexpBytes_ = 0;
-  for (Lane& l : lanes_) closeLane(l);
+  for (auto& s : socks_) {
+    closeSock(*s);
+    if (s->lane.state() != LaneState::kRetired) {
+      s->lane.setRetiredWhy(st.message());
+      s->lane.setState(LaneState::kRetired);
+    }
+  }
   t_->noteError(broken_);
 }
 
 void TcpConnection::sendAbort(const std::string& reason) {
-  std::string r = reason.substr(0, kMaxAbortReason);
-  for (Lane& l : lanes_) {
-    if (l.state != LaneState::kUp || !l.fd.valid()) continue;
+  std::string r = reason.substr(0, kMaxReason);
+  for (auto& sp : socks_) {
+    Sock& s = *sp;
+    if (s.state != SockState::kUp || !s.fd.valid() || s.silenced) continue;
     // Only at a frame boundary; a half-written piece cannot be interrupted.
-    if (!l.hsOut.empty() || (!l.txq.empty() && l.txq.front().done != 0)) continue;
+    if (!s.hsOut.empty() || (!s.txq.empty() && s.txq.front().done != 0)) continue;
     FrameHdr h{};
     h.type = tcpwire::kAbort;
     h.bytes = static_cast<uint32_t>(r.size());
@@ -744,147 +1102,251 @@ void TcpConnection::sendAbort(const std::string& reason) {
     msghdr m{};
     m.msg_iov = iov;
     m.msg_iovlen = 2;
-    (void)C4_SYSCALL_RETRY(sendmsg(l.fd.get(), &m, MSG_NOSIGNAL | MSG_DONTWAIT));
+    (void)C4_SYSCALL_RETRY(sendmsg(s.fd.get(), &m, MSG_NOSIGNAL | MSG_DONTWAIT));
   }
 }
 
-void TcpConnection::flushAll() {
-  for (Lane& l : lanes_)
-    if (!l.wantOut && (!l.hsOut.empty() || (l.state == LaneState::kUp && !l.txq.empty()))) flush(l);
+Status TcpConnection::breakLane(int lane, bool silent) {
+  if (lane < 0 || lane >= numLanes() || !sock(lane).up() || sock(lane).silenced)
+    return makeError(Code::kInvalidArgument, "tcp: breakLane: lane %d to rank %d is not in service", lane, peer_);
+  Sock& s = sock(lane);
+  C4_WARN(kLogNet, "tcp: rank %d breaks %s (fault drill, %s)", t_->rank(), laneText(s).c_str(),
+          silent ? "silent: no more reads or writes" : "reset");
+  if (silent) {
+    setEvents(s, 0);
+    s.silenced = true;
+    return Status::ok();
+  }
+  linger lg{1, 0};  // close() sends a reset
+  setsockopt(s.fd.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+  s.lane.addError();
+  if (acks() && liveLanes() > 1) {
+    retire(s, "broken by breakLane (fault drill)", false);
+  } else {
+    Status st = makeError(Code::kRemoteError, "tcp: rank %d broke %s (fault drill)", t_->rank(), laneText(s).c_str());
+    fail(st);
+  }
+  return Status::ok();
 }
 
-void TcpConnection::onWritable(Lane& l) {
-  if (l.state == LaneState::kConnecting) {
+void TcpConnection::flushAll() {
+  for (auto& sp : socks_) {
+    Sock& s = *sp;
+    if (!s.wantOut && (!s.hsOut.empty() || (s.state == SockState::kUp && !s.txq.empty()))) flush(s);
+  }
+}
+
+void TcpConnection::onWritable(Sock& s) {
+  if (s.state == SockState::kConnecting) {
     int err = 0;
     socklen_t len = sizeof(err);
-    if (getsockopt(l.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+    if (getsockopt(s.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
     if (err != 0) {
-      laneError(l, "connect failed (is the peer alive and listening?)", err);
+      laneError(s, "connect failed (is the peer alive and listening?)", err);
       return;
     }
     SockAddr local;
     local.len = sizeof(local.storage);
-    if (getsockname(l.fd.get(), local.sa(), &local.len) == 0) {
-      l.localText = local.toString();
-      l.stats.localAddr = l.localText;
+    if (getsockname(s.fd.get(), local.sa(), &local.len) == 0) {
+      s.localText = local.toString();
+      s.lane.setEndpoints(s.localPort, s.localText, s.remoteText);
     }
-    l.state = LaneState::kWaitChallenge;
-    l.hsOut.assign(reinterpret_cast<const char*>(&l.hello), sizeof(l.hello));
-    setEvents(l, EPOLLIN);
-    l.wantOut = false;
-  } else if (l.wantOut) {
-    l.wantOut = false;
-    setEvents(l, EPOLLIN);
+    s.state = SockState::kWaitChallenge;
+    s.hsOut.assign(reinterpret_cast<const char*>(&s.hello), sizeof(s.hello));
+    setEvents(s, EPOLLIN);
+    s.wantOut = false;
+  } else if (s.wantOut) {
+    s.wantOut = false;
+    setEvents(s, EPOLLIN);
   }
-  flush(l);
+  flush(s);
 }
 
-void TcpConnection::flush(Lane& l) {
-  if (!l.fd.valid()) return;
-  while (!l.hsOut.empty()) {
-    ssize_t n = C4_SYSCALL_RETRY(send(l.fd.get(), l.hsOut.data(), l.hsOut.size(), MSG_NOSIGNAL | MSG_DONTWAIT));
+void TcpConnection::wrote(Sock& s, size_t n) {
+  size_t left = n;
+  bool sendsDone = false;
+  while (left > 0 || (!s.txq.empty() && s.txq.front().done == s.txq.front().total())) {
+    TxFrame& f = s.txq.front();
+    const size_t take = std::min(f.total() - f.done, left);
+    f.done += take;
+    left -= take;
+    if (f.done < f.total()) break;
+    SendOp* op = f.op;
+    if (!op) {
+      s.txq.pop_front();
+      continue;
+    }
+    s.lane.addPieces(1, f.resent ? 1 : 0);
+    if (!acks()) {
+      s.txq.pop_front();
+      --op->frames;
+      --op->left;
+      maybeCompleteSend(*op);
+      sendsDone = true;
+    } else if (op->left == 0 || testBit(op->acked, f.piece)) {
+      // A copy of a piece the peer has already acknowledged (re-sent after a retirement).
+      s.txq.pop_front();
+      --op->frames;
+      maybeCompleteSend(*op);
+      sendsDone = true;
+    } else {
+      s.inflight.push_back(std::move(f));
+      s.txq.pop_front();
+    }
+  }
+  if (sendsDone) popDone();
+}
+
+void TcpConnection::flush(Sock& s) {
+  if (!s.fd.valid() || s.silenced) return;
+  while (!s.hsOut.empty()) {
+    ssize_t n = C4_SYSCALL_RETRY(send(s.fd.get(), s.hsOut.data(), s.hsOut.size(), MSG_NOSIGNAL | MSG_DONTWAIT));
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        l.wantOut = true;
-        setEvents(l, EPOLLIN | EPOLLOUT);
+        s.wantOut = true;
+        setEvents(s, EPOLLIN | EPOLLOUT);
         return;
       }
-      laneError(l, "handshake send failed", errno);
+      laneError(s, "handshake send failed", errno);
       return;
     }
-    l.hsOut.erase(0, static_cast<size_t>(n));
+    s.hsOut.erase(0, static_cast<size_t>(n));
   }
-  if (l.state != LaneState::kUp) return;
+  if (s.state != SockState::kUp) return;
+  // Re-sent copies whose piece was acknowledged meanwhile (the peer had it after all) go unsent.
+  if (acks()) {
+    bool dropped = false;
+    for (auto it = s.txq.begin(); it != s.txq.end();) {
+      if (it->resent && it->done == 0 && it->op && (it->op->left == 0 || testBit(it->op->acked, it->piece))) {
+        SendOp* op = it->op;
+        --op->frames;
+        it = s.txq.erase(it);
+        maybeCompleteSend(*op);
+        dropped = true;
+      } else {
+        ++it;
+      }
+    }
+    if (dropped) popDone();
+  }
   // At most this much per call, as a receive takes at most 8 MiB per readable lane: against a
   // peer that drains as fast as we send, one call would otherwise send a whole message before
   // the caller (its timeouts, other connections, a test watching the progress) runs again. The
   // next progress() call goes on (the lane is not waiting for EPOLLOUT).
   size_t budget = 8u << 20;
-  while (!l.txq.empty() && budget > 0) {
+  while (!s.txq.empty() && budget > 0 && s.fd.valid()) {
     iovec iov[kMaxIov];
     int niov = 0;
-    for (size_t i = 0; i < l.txq.size() && niov + 2 <= kMaxIov; ++i) {
-      TxPiece& p = l.txq[i];
-      if (p.done < kHdrBytes) {
-        iov[niov++] = {reinterpret_cast<char*>(&p.hdr) + p.done, kHdrBytes - p.done};
-        if (p.hdr.bytes) iov[niov++] = {const_cast<char*>(p.op->buf + p.hdr.offset), p.hdr.bytes};
+    for (size_t i = 0; i < s.txq.size() && niov + 2 <= kMaxIov; ++i) {
+      TxFrame& f = s.txq[i];
+      if (f.done < kHdrBytes) {
+        iov[niov++] = {reinterpret_cast<char*>(&f.hdr) + f.done, kHdrBytes - f.done};
+        if (f.hdr.bytes) iov[niov++] = {const_cast<char*>(f.payload()), f.hdr.bytes};
       } else {
-        size_t off = p.done - kHdrBytes;
-        iov[niov++] = {const_cast<char*>(p.op->buf + p.hdr.offset + off), p.hdr.bytes - off};
+        size_t off = f.done - kHdrBytes;
+        iov[niov++] = {const_cast<char*>(f.payload() + off), f.hdr.bytes - off};
       }
-      if (p.hdr.bytes >= kBulkBytes) break;  // one large piece per call: the kernel takes no more anyway
+      if (f.hdr.bytes >= kBulkBytes) break;  // one large piece per call: the kernel takes no more anyway
     }
     msghdr m{};
     m.msg_iov = iov;
     m.msg_iovlen = static_cast<size_t>(niov);
-    ssize_t n = C4_SYSCALL_RETRY(sendmsg(l.fd.get(), &m, MSG_NOSIGNAL | MSG_DONTWAIT));
+    ssize_t n = C4_SYSCALL_RETRY(sendmsg(s.fd.get(), &m, MSG_NOSIGNAL | MSG_DONTWAIT));
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        l.wantOut = true;
-        setEvents(l, EPOLLIN | EPOLLOUT);
+        s.wantOut = true;
+        s.lane.setStalled(true, nowNs());
+        setEvents(s, EPOLLIN | EPOLLOUT);
         return;
       }
       int err = errno;
-      laneError(l, err == EPIPE ? "the peer closed the connection (EPIPE)" : "send failed", err);
+      laneError(s, err == EPIPE ? "the peer closed the connection (EPIPE)" : "send failed", err);
       return;
     }
-    moved(l, static_cast<size_t>(n), true);
+    s.lane.setStalled(false, nowNs());
+    moved(s, static_cast<size_t>(n), true);
     budget -= std::min(budget, static_cast<size_t>(n));
-    size_t left = static_cast<size_t>(n);
-    while (left > 0 || (!l.txq.empty() && l.txq.front().done == kHdrBytes + l.txq.front().hdr.bytes)) {
-      TxPiece& p = l.txq.front();
-      size_t need = kHdrBytes + p.hdr.bytes - p.done;
-      size_t take = std::min(need, left);
-      p.done += take;
-      left -= take;
-      if (p.done < kHdrBytes + p.hdr.bytes) break;
-      ++l.stats.piecesSent;
-      SendOp* op = p.op;
-      l.txq.pop_front();
-      if (--op->piecesLeft == 0) {
-        op->done = true;
-        completeRequest(op->req);
-      }
-    }
-    popDone();
+    wrote(s, static_cast<size_t>(n));
   }
-  if (l.txq.empty() && l.busySinceNs) {
-    l.stats.busyNs += static_cast<uint64_t>(nowNs() - l.busySinceNs);
-    l.busySinceNs = 0;
+  if (s.txq.empty()) s.lane.setBusy(false, nowNs());
+  if (s.lane.state() == LaneState::kDraining && s.txq.empty()) {
+    // retireLane without acknowledgements: what it had is out; now it closes.
+    s.lane.setState(LaneState::kRetired);
+    closeSock(s);
   }
 }
 
-bool TcpConnection::startPiece(Lane& l) {
-  const FrameHdr& h = l.hdr;
-  if (h.type == tcpwire::kAbort) {
-    if (h.bytes > kMaxAbortReason) {
-      fail(protocolError(l, "abort reason too long"));
+bool TcpConnection::startCtl(Sock& s) {
+  const FrameHdr& h = s.hdr;
+  size_t limit = 0;
+  switch (h.type) {
+    case tcpwire::kAbort:
+    case tcpwire::kRetire:
+      limit = kMaxReason;
+      break;
+    case tcpwire::kAck:
+      if (!acks()) {
+        fail(protocolError(s, "an acknowledgement, but the ranks agreed on C4_TCP_ACK=0"));
+        return false;
+      }
+      limit = kMaxAckEntries * sizeof(AckEntry);
+      if (h.bytes % sizeof(AckEntry) != 0) {
+        fail(protocolError(s, "acknowledgement of a partial entry"));
+        return false;
+      }
+      break;
+    case tcpwire::kPause:
+    case tcpwire::kResume:
+    case tcpwire::kPing:
+    case tcpwire::kPong:
+      limit = 0;
+      break;
+    default:
+      fail(protocolError(s, strFormat("unknown frame type 0x%08x", h.type)));
+      return false;
+  }
+  if (h.bytes > limit) {
+    fail(protocolError(s, strFormat("control frame 0x%08x of %u bytes (at most %zu)", h.type, h.bytes, limit)));
+    return false;
+  }
+  s.staging.resize(std::max<size_t>({s.staging.size(), h.bytes, 1}));
+  s.dest = RxDest::kCtl;
+  s.destPtr = s.staging.data();
+  s.destGot = 0;
+  return true;
+}
+
+bool TcpConnection::startPiece(Sock& s) {
+  const FrameHdr& h = s.hdr;
+  if (h.type != tcpwire::kData) return startCtl(s);
+  const size_t pb = t_->pieceBytes();
+  const bool shape =
+      h.total == 0 ? h.offset == 0 && h.bytes == 0
+                   : h.offset < h.total && h.offset % pb == 0 && h.bytes == std::min<uint64_t>(pb, h.total - h.offset);
+  if (!shape) {
+    fail(protocolError(s, strFormat("piece [%llu, +%u) of a %llu-byte message is not one of its %zu-byte pieces",
+                                    static_cast<unsigned long long>(h.offset), h.bytes,
+                                    static_cast<unsigned long long>(h.total), pb)));
+    return false;
+  }
+  s.piece = static_cast<uint32_t>(h.offset / pb);
+  s.destGot = 0;
+  s.unexp = nullptr;
+  auto discard = [&] {
+    if (sink_.size() < h.bytes) sink_.resize(h.bytes);
+    s.dest = RxDest::kDiscard;
+    s.destPtr = sink_.data();
+    return true;
+  };
+  if (h.seq < recvBase_) {
+    if (!acks()) {
+      fail(protocolError(
+          s, strFormat("piece of message %llu, which is complete", static_cast<unsigned long long>(h.seq))));
       return false;
     }
-    l.staging.resize(std::max<size_t>(h.bytes, 1));
-    l.dest = RxDest::kAbort;
-    l.destPtr = l.staging.data();
-    l.destGot = 0;
-    return true;
-  }
-  if (h.type != tcpwire::kData) {
-    fail(protocolError(l, strFormat("unknown frame type 0x%08x", h.type)));
-    return false;
-  }
-  if (h.offset > h.total || h.bytes > h.total - h.offset || (h.bytes == 0 && h.total != 0) || h.bytes > (64u << 20)) {
-    fail(protocolError(
-        l, strFormat("piece [%llu, +%u) of a %llu-byte message out of range", static_cast<unsigned long long>(h.offset),
-                     h.bytes, static_cast<unsigned long long>(h.total))));
-    return false;
-  }
-  if (h.seq < recvBase_) {
-    fail(protocolError(l,
-                       strFormat("piece of message %llu, which is complete", static_cast<unsigned long long>(h.seq))));
-    return false;
+    return discard();  // a re-sent copy of a message already received
   }
   const uint64_t idx = h.seq - recvBase_;
-  l.destGot = 0;
-  l.unexp = nullptr;
   if (idx < recvs_.size()) {
     RecvOp& op = recvs_[idx];
     Status me = matchError(h.sig, h.total, op);
@@ -892,36 +1354,44 @@ bool TcpConnection::startPiece(Lane& l) {
       fail(me);
       return false;
     }
+    if (testBit(op.bits, s.piece)) return discard();
     if (op.hasRed) {
       if (h.bytes % dataTypeSize(op.red.dtype) != 0) {
-        fail(protocolError(l, "piece is not a whole number of elements"));
+        fail(protocolError(s, "piece is not a whole number of elements"));
         return false;
       }
-      if (l.staging.size() < h.bytes) l.staging.resize(h.bytes);
-      l.dest = RxDest::kStaging;
-      l.destPtr = l.staging.data();
+      if (s.staging.size() < h.bytes) s.staging.resize(h.bytes);
+      s.dest = RxDest::kStaging;
+      s.destPtr = s.staging.data();
     } else {
-      l.dest = RxDest::kDirect;
-      l.destPtr = op.dst + h.offset;
+      s.dest = RxDest::kDirect;
+      s.destPtr = op.dst + h.offset;
     }
     return true;
   }
+  auto found = unexp_.find(h.seq);
+  if (found != unexp_.end() && !found->second.bits.empty() && testBit(found->second.bits, s.piece)) return discard();
   // Not posted yet: buffer it (at least one piece, so a small limit cannot stall everything).
   if (unexpBytes_ > 0 && unexpBytes_ + h.bytes > t_->unexpectedLimit()) {
-    if (!l.blocked) {
-      l.blocked = true;
-      setEvents(l, l.wantOut ? static_cast<uint32_t>(EPOLLOUT) : 0u);
-      C4_TRACE(kLogNet, "tcp: rank %d stops reading %s: %zu unexpected bytes buffered", t_->rank(), laneText(l).c_str(),
+    if (!s.blocked) {
+      s.blocked = true;
+      setEvents(s, s.wantOut ? static_cast<uint32_t>(EPOLLOUT) : 0u);
+      C4_TRACE(kLogNet, "tcp: rank %d stops reading %s: %zu unexpected bytes buffered", t_->rank(), laneText(s).c_str(),
                unexpBytes_);
+      if (acks() && !s.pausedSent) {
+        queueCtl(s, tcpwire::kPause, 0, "");
+        s.pausedSent = true;
+      }
     }
     return false;
   }
   UnexpMsg& m = unexp_[h.seq];
-  if (m.pieces.empty()) {
+  if (m.bits.empty()) {
     m.sig = h.sig;
     m.total = h.total;
+    m.bits.assign((piecesOf(h.total) + 63) / 64, 0);
   } else if (!sameSig(h.sig, m.sig) || m.total != h.total) {
-    fail(protocolError(l, strFormat("pieces of message %llu disagree on its signature (%s, %llu bytes, offset %llu vs "
+    fail(protocolError(s, strFormat("pieces of message %llu disagree on its signature (%s, %llu bytes, offset %llu vs "
                                     "%s, %llu bytes; receives posted up to %llu)",
                                     static_cast<unsigned long long>(h.seq), describeSig(h.sig).c_str(),
                                     static_cast<unsigned long long>(h.total), static_cast<unsigned long long>(h.offset),
@@ -933,190 +1403,342 @@ bool TcpConnection::startPiece(Lane& l) {
   p->offset = h.offset;
   p->bytes = h.bytes;
   p->data.reset(new char[std::max<size_t>(h.bytes, 1)]);
-  l.unexp = p.get();
-  l.dest = RxDest::kUnexp;
-  l.destPtr = p->data.get();
+  s.unexp = p.get();
+  s.dest = RxDest::kUnexp;
+  s.destPtr = p->data.get();
   m.pieces.push_back(std::move(p));
   unexpBytes_ += h.bytes;
   return true;
 }
 
-void TcpConnection::finishPiece(Lane& l) {
-  const FrameHdr h = l.hdr;
-  l.haveHdr = false;
-  RxDest d = l.dest;
-  l.dest = RxDest::kNone;
-  l.bulk = h.bytes >= kBulkBytes;
-  if (d == RxDest::kAbort) {
-    std::string reason(l.staging.data(), h.bytes);
-    Status st = makeError(Code::kRemoteError, "tcp: %s aborted (%s)", peerText().c_str(), reason.c_str());
-    C4_WARN(kLogNet, "%s", st.message().c_str());
-    fail(st);
-    return;
+void TcpConnection::finishCtl(Sock& s) {
+  const FrameHdr h = s.hdr;
+  s.haveHdr = false;
+  s.dest = RxDest::kNone;
+  s.bulk = false;
+  switch (h.type) {
+    case tcpwire::kAbort: {
+      std::string reason(s.staging.data(), h.bytes);
+      Status st = makeError(Code::kRemoteError, "tcp: %s aborted (%s)", peerText().c_str(), reason.c_str());
+      C4_WARN(kLogNet, "%s", st.message().c_str());
+      fail(st);
+      return;
+    }
+    case tcpwire::kAck:
+      onAck(s, reinterpret_cast<const AckEntry*>(s.staging.data()), h.bytes / sizeof(AckEntry));
+      return;
+    case tcpwire::kRetire: {
+      if (h.offset >= static_cast<uint64_t>(numLanes())) {
+        fail(protocolError(
+            s, strFormat("retirement of lane %llu of %d", static_cast<unsigned long long>(h.offset), numLanes())));
+        return;
+      }
+      Sock& r = sock(static_cast<int>(h.offset));
+      if (&r == &s) {
+        fail(protocolError(s, "a lane retired in a frame on itself"));
+        return;
+      }
+      retire(r, strFormat("retired by %s: %s", peerText().c_str(), std::string(s.staging.data(), h.bytes).c_str()),
+             false);
+      return;
+    }
+    case tcpwire::kPause:
+      s.peerPaused = true;
+      return;
+    case tcpwire::kResume:
+      s.peerPaused = false;
+      s.progressNs = nowNs();
+      return;
+    case tcpwire::kPing:
+      queueCtl(s, tcpwire::kPong, 0, "");
+      return;
+    case tcpwire::kPong:
+      // The peer reads this lane: as good as an acknowledgement for telling a stalled lane.
+      s.lastAckNs = nowNs();
+      if (!s.outstanding()) s.progressNs = s.lastAckNs;
+      return;
+    default:
+      return;
   }
-  if (d == RxDest::kUnexp) {
-    l.unexp->complete = true;
-    l.unexp = nullptr;
-    const uint64_t idx = h.seq - recvBase_;
-    if (idx >= recvs_.size()) return;
-    // The receive was posted while this piece was being read: hand it over now.
-    RecvOp& op = recvs_[idx];
-    auto it = unexp_.find(h.seq);
-    auto& pieces = it->second.pieces;
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      if (pieces[i]->complete && pieces[i]->offset == h.offset) {
-        applyPiece(op, pieces[i]->offset, pieces[i]->data.get(), pieces[i]->bytes);
-        unexpBytes_ -= pieces[i]->bytes;
-        pieces[i] = std::move(pieces.back());
-        pieces.pop_back();
+}
+
+void TcpConnection::onAck(Sock& s, const AckEntry* e, size_t n) {
+  const int64_t now = nowNs();
+  s.lastAckNs = now;
+  s.progressNs = now;
+  bool finished = false;
+  for (size_t k = 0; k < n; ++k) {
+    const AckEntry a = e[k];
+    if (a.seq >= sendSeq_) {
+      fail(protocolError(s, strFormat("acknowledgement of message %llu, which was never sent",
+                                      static_cast<unsigned long long>(a.seq))));
+      return;
+    }
+    if (a.seq < sendBase_) continue;  // a duplicate acknowledgement of a finished send
+    SendOp& op = sends_[a.seq - sendBase_];
+    if (a.piece >= op.pieces) {
+      fail(protocolError(s, strFormat("acknowledgement of piece %u of a %u-piece message", a.piece, op.pieces)));
+      return;
+    }
+    if (op.done || testBit(op.acked, a.piece)) continue;
+    setBit(op.acked, a.piece);
+    --op.left;
+    // Its frame waits in this lane's inflight queue, almost always at the front.
+    for (auto it = s.inflight.begin(); it != s.inflight.end(); ++it) {
+      if (it->op == &op && it->piece == a.piece) {
+        --op.frames;
+        s.inflight.erase(it);
         break;
       }
     }
-    if (pieces.empty()) unexp_.erase(it);
-    needRx = true;
-    noteRecvProgress(op);
-    return;
+    if (op.left == 0) {
+      maybeCompleteSend(op);
+      finished = true;
+    }
   }
-  RecvOp& op = recvs_[h.seq - recvBase_];
-  if (d == RxDest::kStaging) {
-    applyPiece(op, h.offset, l.staging.data(), h.bytes);
-  } else {
-    op.got += h.bytes;
-    op.seen = true;
-  }
-  noteRecvProgress(op);
+  if (finished) popDone();
 }
 
-size_t TcpConnection::receive(Lane& l, char* to, size_t want, size_t* budget) {
-  ssize_t n = C4_SYSCALL_RETRY(recv(l.fd.get(), to, want, MSG_DONTWAIT));
+void TcpConnection::sendAcks() {
+  needAck = false;
+  for (auto& sp : socks_) {
+    Sock& s = *sp;
+    if (s.acksOut.empty()) continue;
+    for (size_t i = 0; i < s.acksOut.size(); i += kMaxAckEntries) {
+      const size_t m = std::min(kMaxAckEntries, s.acksOut.size() - i);
+      queueCtl(s, tcpwire::kAck, 0,
+               std::string(reinterpret_cast<const char*>(s.acksOut.data() + i), m * sizeof(AckEntry)));
+    }
+    s.acksOut.clear();
+  }
+}
+
+void TcpConnection::finishPiece(Sock& s) {
+  const FrameHdr h = s.hdr;
+  const uint32_t piece = s.piece;
+  s.haveHdr = false;
+  RxDest d = s.dest;
+  s.dest = RxDest::kNone;
+  s.bulk = h.bytes >= kBulkBytes;
+  if (acks()) {
+    // Acknowledged on the lane it came by (duplicates too: the first acknowledgement may be lost).
+    s.acksOut.push_back(AckEntry{h.seq, piece, 0});
+    needAck = true;
+  }
+  if (d == RxDest::kDiscard) return;
+  if (d == RxDest::kUnexp) {
+    UnexpPiece* p = s.unexp;
+    s.unexp = nullptr;
+    p->complete = true;
+    if (h.seq < recvBase_) {
+      dropUnexpPiece(h.seq, p);  // the message completed from another copy meanwhile
+      return;
+    }
+    const uint64_t idx = h.seq - recvBase_;
+    if (idx >= recvs_.size()) {
+      UnexpMsg& m = unexp_[h.seq];
+      if (testBit(m.bits, piece))
+        dropUnexpPiece(h.seq, p);
+      else
+        setBit(m.bits, piece);
+      return;
+    }
+    // The receive was posted while this piece was being read: hand it over now.
+    RecvOp& op = recvs_[idx];
+    applyPiece(op, piece, p->offset, p->data.get(), p->bytes);
+    dropUnexpPiece(h.seq, p);
+    noteRecvProgress(op, h.seq);
+    return;
+  }
+  if (h.seq < recvBase_) return;  // completed from another copy while this one was staged
+  RecvOp& op = recvs_[h.seq - recvBase_];
+  if (d == RxDest::kStaging)
+    applyPiece(op, piece, h.offset, s.staging.data(), h.bytes);
+  else
+    countPiece(op, piece);
+  noteRecvProgress(op, h.seq);
+}
+
+size_t TcpConnection::receive(Sock& s, char* to, size_t want, size_t* budget) {
+  ssize_t n = C4_SYSCALL_RETRY(recv(s.fd.get(), to, want, MSG_DONTWAIT));
   if (n == 0) {
-    laneEof(l);
+    laneEof(s);
     return 0;
   }
   if (n < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
     int err = errno;
-    laneError(l, err == ECONNRESET ? "connection reset" : "receive failed", err);
+    laneError(s, err == ECONNRESET ? "connection reset" : "receive failed", err);
     return 0;
   }
-  moved(l, static_cast<size_t>(n), false);
+  moved(s, static_cast<size_t>(n), false);
   *budget -= std::min(*budget, static_cast<size_t>(n));
   return static_cast<size_t>(n);
 }
 
-bool TcpConnection::rxStep(Lane& l, size_t* budget) {
-  if (!l.haveHdr) {
-    size_t avail = l.rxEnd - l.rxBeg;
+bool TcpConnection::rxStep(Sock& s, size_t* budget) {
+  if (!s.haveHdr) {
+    size_t avail = s.rxEnd - s.rxBeg;
     if (avail < kHdrBytes) {
-      if (l.rxBeg > 0) {
-        memmove(l.rxbuf.get(), l.rxbuf.get() + l.rxBeg, avail);
-        l.rxBeg = 0;
-        l.rxEnd = avail;
+      if (s.rxBeg > 0) {
+        memmove(s.rxbuf.get(), s.rxbuf.get() + s.rxBeg, avail);
+        s.rxBeg = 0;
+        s.rxEnd = avail;
       }
       // Bulk mode: take the header alone so the payload lands in its destination directly.
-      size_t want = l.bulk ? kHdrBytes - avail : kRxBufBytes - l.rxEnd;
-      const size_t n = receive(l, l.rxbuf.get() + l.rxEnd, want, budget);
+      size_t want = s.bulk ? kHdrBytes - avail : kRxBufBytes - s.rxEnd;
+      const size_t n = receive(s, s.rxbuf.get() + s.rxEnd, want, budget);
       if (n == 0) return false;
-      l.rxEnd += n;
+      s.rxEnd += n;
       return true;
     }
-    memcpy(&l.hdr, l.rxbuf.get() + l.rxBeg, kHdrBytes);
-    l.rxBeg += kHdrBytes;
-    l.haveHdr = true;
-    l.dest = RxDest::kNone;
+    memcpy(&s.hdr, s.rxbuf.get() + s.rxBeg, kHdrBytes);
+    s.rxBeg += kHdrBytes;
+    s.haveHdr = true;
+    s.dest = RxDest::kNone;
   }
-  if (l.dest == RxDest::kNone && !startPiece(l)) return false;
-  const size_t need = l.hdr.bytes - l.destGot;
-  size_t avail = l.rxEnd - l.rxBeg;
+  if (s.dest == RxDest::kNone && !startPiece(s)) return false;
+  const size_t need = s.hdr.bytes - s.destGot;
+  size_t avail = s.rxEnd - s.rxBeg;
   if (avail > 0 || need == 0) {
     size_t take = std::min(avail, need);
-    if (take) memcpy(l.destPtr + l.destGot, l.rxbuf.get() + l.rxBeg, take);
-    l.rxBeg += take;
-    l.destGot += take;
-    if (l.rxBeg == l.rxEnd) l.rxBeg = l.rxEnd = 0;
+    if (take) memcpy(s.destPtr + s.destGot, s.rxbuf.get() + s.rxBeg, take);
+    s.rxBeg += take;
+    s.destGot += take;
+    if (s.rxBeg == s.rxEnd) s.rxBeg = s.rxEnd = 0;
   } else if (need >= kBulkBytes / 4) {
-    const size_t n = receive(l, l.destPtr + l.destGot, need, budget);
+    const size_t n = receive(s, s.destPtr + s.destGot, need, budget);
     if (n == 0) return false;
-    l.destGot += n;
+    s.destGot += n;
   } else {
-    const size_t n = receive(l, l.rxbuf.get(), kRxBufBytes, budget);
+    const size_t n = receive(s, s.rxbuf.get(), kRxBufBytes, budget);
     if (n == 0) return false;
-    l.rxBeg = 0;
-    l.rxEnd = n;
+    s.rxBeg = 0;
+    s.rxEnd = n;
   }
-  if (l.destGot == l.hdr.bytes) finishPiece(l);
-  return broken_.isOk();
+  if (s.destGot == s.hdr.bytes) {
+    if (s.dest == RxDest::kCtl)
+      finishCtl(s);
+    else
+      finishPiece(s);
+  }
+  return broken_.isOk() && s.fd.valid();
 }
 
-void TcpConnection::onReadable(Lane& l) {
-  if (!l.fd.valid() || l.eof) return;
-  if (l.state == LaneState::kWaitChallenge) {
+void TcpConnection::onReadable(Sock& s) {
+  if (!s.fd.valid() || s.eof || s.silenced) return;
+  if (s.state == SockState::kWaitChallenge) {
     const size_t want = sizeof(tcpwire::Challenge);
-    ssize_t n = C4_SYSCALL_RETRY(recv(l.fd.get(), l.hsIn + l.hsHave, want - l.hsHave, MSG_DONTWAIT));
+    ssize_t n = C4_SYSCALL_RETRY(recv(s.fd.get(), s.hsIn + s.hsHave, want - s.hsHave, MSG_DONTWAIT));
     if (n == 0) {
       Status st =
           makeError(Code::kRemoteError,
                     "tcp: %s closed lane %d during the handshake (it exited, or it rejected our proof of the key: "
                     "same UniqueId? see its log)",
-                    peerText().c_str(), l.index);
+                    peerText().c_str(), s.index);
       C4_WARN(kLogNet, "%s", st.message().c_str());
       fail(st);
       return;
     }
     if (n < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK) laneError(l, "handshake receive failed", errno);
+      if (errno != EAGAIN && errno != EWOULDBLOCK) laneError(s, "handshake receive failed", errno);
       return;
     }
-    l.hsHave += static_cast<size_t>(n);
-    if (l.hsHave < want) return;
+    s.hsHave += static_cast<size_t>(n);
+    if (s.hsHave < want) return;
     tcpwire::Challenge ch;
-    memcpy(&ch, l.hsIn, sizeof(ch));
-    if (ch.magic != tcpwire::kChallengeMagic || ch.mac != tcpwire::handshakeMac(t_->key_, true, l.hello, ch.nonce)) {
+    memcpy(&ch, s.hsIn, sizeof(ch));
+    if (ch.magic != tcpwire::kChallengeMagic || ch.mac != tcpwire::handshakeMac(t_->key_, true, s.hello, ch.nonce)) {
       Status st = makeError(Code::kRemoteError,
                             "tcp: %s failed to prove the communicator key on lane %d (impostor or stale endpoint at "
                             "%s); refusing it",
-                            peerText().c_str(), l.index, l.remoteText.c_str());
+                            peerText().c_str(), s.index, s.remoteText.c_str());
       C4_WARN(kLogNet, "%s", st.message().c_str());
       fail(st);
       return;
     }
-    tcpwire::Proof pr{tcpwire::kProofMagic, 0, tcpwire::handshakeMac(t_->key_, false, l.hello, ch.nonce)};
-    l.hsOut.append(reinterpret_cast<const char*>(&pr), sizeof(pr));
-    l.state = LaneState::kUp;
-    l.stats.up = true;
-    C4_INFO(kLogNet, "tcp: rank %d connected %s", t_->rank(), laneText(l).c_str());
-    flush(l);
+    tcpwire::Proof pr{tcpwire::kProofMagic, 0, tcpwire::handshakeMac(t_->key_, false, s.hello, ch.nonce)};
+    s.hsOut.append(reinterpret_cast<const char*>(&pr), sizeof(pr));
+    s.state = SockState::kUp;
+    s.lane.setState(LaneState::kUp);
+    s.progressNs = nowNs();
+    C4_INFO(kLogNet, "tcp: rank %d connected %s", t_->rank(), laneText(s).c_str());
+    flush(s);
     return;
   }
-  if (l.state != LaneState::kUp || l.blocked) return;
+  if (s.state != SockState::kUp || s.blocked) return;
   size_t budget = 8u << 20;  // then other lanes get their turn
-  while (budget > 0 && l.fd.valid() && rxStep(l, &budget)) {
+  while (budget > 0 && s.fd.valid() && rxStep(s, &budget)) {
   }
 }
 
 void TcpConnection::rxRetry() {
   needRx = false;
-  for (Lane& l : lanes_) {
+  for (auto& sp : socks_) {
+    Sock& s = *sp;
     if (!broken_.isOk()) return;
-    if (l.state != LaneState::kUp || !l.fd.valid()) continue;
-    if (l.blocked) {
-      l.blocked = false;
-      setEvents(l, l.wantOut ? static_cast<uint32_t>(EPOLLIN | EPOLLOUT) : static_cast<uint32_t>(EPOLLIN));
+    if (s.state != SockState::kUp || !s.fd.valid() || s.silenced) continue;
+    if (s.blocked) {
+      s.blocked = false;
+      setEvents(s, s.wantOut ? static_cast<uint32_t>(EPOLLIN | EPOLLOUT) : static_cast<uint32_t>(EPOLLIN));
     }
-    if (l.haveHdr || l.rxEnd > l.rxBeg) onReadable(l);
+    if (s.haveHdr || s.rxEnd > s.rxBeg) onReadable(s);
+    if (s.pausedSent && !s.blocked && s.fd.valid()) {
+      queueCtl(s, tcpwire::kResume, 0, "");
+      s.pausedSent = false;
+    }
   }
 }
 
 void TcpConnection::check(int64_t now) {
   if (!broken_.isOk()) return;
-  // A lane the peer closed while others stay open for long: it is not shutting down cleanly.
-  for (Lane& l : lanes_) {
-    if (l.eof && pending() && now - l.eofMs > std::min<int64_t>(kEofGraceMs, t_->timeoutMs())) {
+  // A lane the peer closed while others stay open for long: it is not shutting down cleanly (with
+  // acknowledgements such a lane was retired instead).
+  for (auto& sp : socks_) {
+    Sock& s = *sp;
+    if (!acks() && s.eof && pending() && now - s.eofMs > std::min<int64_t>(kEofGraceMs, t_->timeoutMs())) {
       Status st = makeError(Code::kRemoteError, "tcp: %s closed its connection to rank %d with %zu message(s) pending",
-                            laneText(l).c_str(), t_->rank(), sends_.size() + recvs_.size());
+                            laneText(s).c_str(), t_->rank(), sends_.size() + recvs_.size());
       C4_WARN(kLogNet, "%s", st.message().c_str());
       fail(st);
       return;
+    }
+  }
+  if (acks()) {
+    // A lane whose pieces go unacknowledged while another lane's are acknowledged is stalled (a cut
+    // cable, a black-holed path): retire it. If no lane delivers, the peer itself is slow or gone;
+    // that is the timeout's call, not a lane's.
+    const int64_t nowN = nowNs();
+    for (auto& sp : socks_) {
+      Sock& s = *sp;
+      if (!s.live() || s.state != SockState::kUp) continue;
+      if (!s.outstanding() || s.peerPaused) {
+        s.progressNs = nowN;
+        continue;
+      }
+      if (nowN - s.progressNs < t_->stallNs()) continue;
+      const Sock* other = nullptr;
+      for (const auto& o : socks_)
+        if (o.get() != &s && o->live() && o->lastAckNs > s.progressNs) other = o.get();
+      if (!other) {
+        // No other lane has delivered since: those with nothing outstanding are asked whether the
+        // peer still reads them (their answer counts as delivery at the next check).
+        for (auto& o : socks_) {
+          if (o.get() == &s || !o->up() || o->silenced || o->outstanding()) continue;
+          if (nowN - o->pingNs < t_->stallNs() / 2) continue;
+          o->pingNs = nowN;
+          queueCtl(*o, tcpwire::kPing, 0, "");
+        }
+        continue;
+      }
+      size_t pieces = s.inflight.size();
+      for (const TxFrame& f : s.txq) pieces += f.op != nullptr;
+      s.lane.addError();
+      retire(s,
+             strFormat("stalled: %zu piece(s) unacknowledged for %lld ms while lane %d delivered", pieces,
+                       static_cast<long long>((nowN - s.progressNs) / 1000000), other->index),
+             true);
+      if (!broken_.isOk()) return;
     }
   }
   if (!pending()) {
@@ -1126,16 +1748,16 @@ void TcpConnection::check(int64_t now) {
   }
   if (!initiator() && t_->probeMs() > 0 && now - lastMoveMs_ >= t_->probeMs()) {
     bool down = false;
-    for (const Lane& l : lanes_) down = down || l.state != LaneState::kUp;
+    for (const auto& s : socks_) down = down || (s->state == SockState::kIdle && !s->placeholder);
     if (down) probePeer(now);
     if (!broken_.isOk()) return;
   }
   if (now - lastMoveMs_ <= t_->timeoutMs()) return;
   std::string down;
-  for (const Lane& l : lanes_) {
-    if (l.state == LaneState::kUp) continue;
+  for (const auto& s : socks_) {
+    if (s->state == SockState::kUp || s->placeholder || s->lane.state() == LaneState::kRetired) continue;
     if (!down.empty()) down += ", ";
-    down += std::to_string(l.index);
+    down += std::to_string(s->index);
   }
   Status st;
   if (!down.empty() && !initiator()) {
@@ -1148,14 +1770,14 @@ void TcpConnection::check(int64_t now) {
     st = makeError(Code::kRemoteError,
                    "tcp: rank %d could not complete the handshake of lane(s) %s with %s at %s within %lld ms "
                    "(C4_TIMEOUT); the peer does not answer",
-                   t_->rank(), down.c_str(), peerText().c_str(), lanes_.front().remoteText.c_str(),
+                   t_->rank(), down.c_str(), peerText().c_str(), socks_.front()->remoteText.c_str(),
                    static_cast<long long>(t_->timeoutMs()));
   } else {
     st = makeError(Code::kRemoteError,
-                   "tcp: no progress for %lld ms on %zu pending message(s) between rank %d and %s over %zu lane(s) "
+                   "tcp: no progress for %lld ms on %zu pending message(s) between rank %d and %s over %d lane(s) "
                    "(timeout C4_TIMEOUT=%lld ms)",
                    static_cast<long long>(now - lastMoveMs_), sends_.size() + recvs_.size(), t_->rank(),
-                   peerText().c_str(), lanes_.size(), static_cast<long long>(t_->timeoutMs()));
+                   peerText().c_str(), liveLanes(), static_cast<long long>(t_->timeoutMs()));
   }
   C4_WARN(kLogNet, "%s", st.message().c_str());
   fail(st);
@@ -1215,7 +1837,10 @@ TcpTransportImpl::TcpTransportImpl(const Context& ctx)
       handshakeMs_(
           std::max<int64_t>(1, std::min<int64_t>(paramTcpHandshakeMs(), ctx.timeoutMs > 0 ? ctx.timeoutMs : 300000))),
       sportBase_(paramTcpSportBase()),
-      probeMs_(std::max<int64_t>(0, paramTcpProbeMs())) {
+      probeMs_(std::max<int64_t>(0, paramTcpProbeMs())),
+      acks_(paramTcpAck() != 0),
+      stallMs_(std::max<int64_t>(1, paramTcpLaneStallMs())),
+      sendQueue_(static_cast<size_t>(std::max<int64_t>(1, paramTcpSendQueue()))) {
   if (gethostname(hostname_, sizeof(hostname_) - 1) != 0) strcpy(hostname_, "?");
 }
 
@@ -1233,7 +1858,9 @@ Caps TcpTransportImpl::caps() const {
   c.bwGBps = 3.0;
   c.singleCopyBytes = SIZE_MAX;
   c.sameHostOnly = false;
-  c.deviceMemory = false;
+  c.spaces = kHostSpaces;
+  c.reduceOnRecv = true;
+  c.lanes = true;
   return c;
 }
 
@@ -1252,25 +1879,13 @@ std::vector<std::string> TcpTransportImpl::listenAddresses() const {
   return out;
 }
 
-Status TcpTransportImpl::laneStats(int peer, std::vector<TcpLaneStats>* out) const {
-  out->clear();
-  if (peer < 0 || peer >= nranks_)
-    return makeError(Code::kInvalidArgument, "tcp: laneStats of rank %d out of [0, %d)", peer, nranks_);
-  const TcpConnection* c = conns_.empty() ? nullptr : conns_[static_cast<size_t>(peer)].get();
-  if (!c) return Status::ok();
-  for (const Lane& l : c->lanes()) {
-    TcpLaneStats s = l.stats;
-    if (l.busySinceNs) s.busyNs += static_cast<uint64_t>(nowNs() - l.busySinceNs);
-    out->push_back(s);
-  }
-  return Status::ok();
+Status TcpTransportImpl::breakLane(int peer, int lane, bool silent) {
+  if (!canConnect(peer) || conns_.empty() || !conns_[static_cast<size_t>(peer)])
+    return makeError(Code::kInvalidArgument, "tcp: breakLane: no connection from rank %d to rank %d", rank_, peer);
+  return conns_[static_cast<size_t>(peer)]->breakLane(lane, silent);
 }
 
-Status TcpTransportImpl::setLaneWeights(int peer, const std::vector<double>& weights) {
-  if (!canConnect(peer))
-    return makeError(Code::kInvalidArgument, "tcp: setLaneWeights for rank %d (not a peer of rank %d)", peer, rank_);
-  return conn(peer)->setWeights(weights);
-}
+LanePlan TcpTransportImpl::planFor(int peer, int lane) const { return lanePlan_ ? lanePlan_(peer, lane) : LanePlan{}; }
 
 TcpConnection* TcpTransportImpl::conn(int peer) {
   auto& c = conns_[static_cast<size_t>(peer)];
@@ -1312,10 +1927,8 @@ Status TcpTransportImpl::connect(int peer, Connection** out) {
   return Status::ok();
 }
 
-Status TcpTransportImpl::openLaneSocket(int peer, Lane& l) {
+Status TcpTransportImpl::openLaneSocket(int peer, Sock& l, const LanePlan& plan) {
   const SetupRecord& pr = records_[static_cast<size_t>(peer)];
-  LanePlan plan;
-  if (lanePlan_) plan = lanePlan_(peer, l.index);
   int lp = plan.localPort >= 0 ? plan.localPort : l.index % static_cast<int>(portAddrs_.size());
   if (lp >= static_cast<int>(portAddrs_.size()))
     return makeError(Code::kInvalidArgument, "tcp: lane plan for lane %d to rank %d names local port %d of %zu",
@@ -1331,11 +1944,10 @@ Status TcpTransportImpl::openLaneSocket(int peer, Lane& l) {
     sport = static_cast<uint16_t>(p);
   }
   l.localPort = lp;
-  l.stats.localPort = lp;
   l.remotePort = lp % pr.nports;
   C4_CHECK(detail::fromWire(pr.addrs[l.remotePort], &l.remote));
   l.remoteText = l.remote.toString();
-  l.stats.remoteAddr = l.remoteText;
+  l.lane.setEndpoints(lp, "", l.remoteText);
   SockAddr local = portAddrs_[static_cast<size_t>(lp)];
   local.setPort(sport);
   if (local.family() != l.remote.family())
@@ -1367,7 +1979,8 @@ Status TcpTransportImpl::openLaneSocket(int peer, Lane& l) {
   l.hello =
       tcpwire::Hello{tcpwire::kHelloMagic, tcpwire::kVersion, tagHash_, rank_, peer, l.index, nlanes_, randomU64()};
   l.fd = std::move(fd);
-  l.state = LaneState::kConnecting;
+  l.state = SockState::kConnecting;
+  l.lane.setState(LaneState::kConnecting);
   l.sinceMs = nowMs();
   l.hsHave = 0;
   l.eof = false;
@@ -1445,6 +2058,8 @@ Status TcpTransportImpl::setup(Oob* oob) {
   mine.ok = local.isOk() ? 1 : 0;
   mine.nports = static_cast<int32_t>(portAddrs_.size());
   mine.nlanes = nlanes_;
+  mine.ack = acks_ ? 1 : 0;
+  mine.pieceBytes = pieceBytes_;
   for (size_t i = 0; i < portAddrs_.size(); ++i) mine.addrs[i] = detail::toWire(portAddrs_[i]);
   memcpy(mine.hostname, hostname_, sizeof(mine.hostname) - 1);
   if (!local.isOk()) C4_WARN(kLogNet, "%s", local.message().c_str());
@@ -1461,6 +2076,15 @@ Status TcpTransportImpl::setup(Oob* oob) {
       return makeError(Code::kInvalidUsage,
                        "tcp: rank %d uses C4_LANES=%d but rank %d uses %d; set it alike on all ranks", r, rec.nlanes,
                        rank_, nlanes_);
+    if (rec.ack != mine.ack)
+      return makeError(Code::kInvalidUsage,
+                       "tcp: rank %d uses C4_TCP_ACK=%d but rank %d uses %d; set it alike on all ranks", r, rec.ack,
+                       rank_, mine.ack);
+    if (rec.pieceBytes != pieceBytes_)
+      return makeError(Code::kInvalidUsage,
+                       "tcp: rank %d cuts messages into %llu-byte pieces (C4_TCP_PIECE_BYTES) but rank %d into %zu; "
+                       "set it alike on all ranks",
+                       r, static_cast<unsigned long long>(rec.pieceBytes), rank_, pieceBytes_);
     if (rec.nports < 1 || rec.nports > kMaxPorts)
       return makeError(Code::kInvalidUsage, "tcp: rank %d published %d NIC ports", r, rec.nports);
   }
@@ -1471,9 +2095,9 @@ Status TcpTransportImpl::setup(Oob* oob) {
     ports += (i ? ", " : "") + portNames_[i] + "=" + portAddrs_[i].toString();
   C4_INFO(kLogNet,
           "tcp: rank %d ready: %d lane(s) per peer, ports [%s], piece %zu B, socket buffers %s, unexpected "
-          "limit %zu B per peer",
+          "limit %zu B per peer, acknowledgements %s (lane stall %lld ms)",
           rank_, nlanes_, ports.c_str(), pieceBytes_, bufBytes_ ? std::to_string(bufBytes_).c_str() : "autotuned",
-          unexpLimit_);
+          unexpLimit_, acks_ ? "on" : "off", static_cast<long long>(stallMs_));
   return Status::ok();
 }
 
@@ -1562,7 +2186,7 @@ bool TcpTransportImpl::incomingStep(Incoming& in, std::string* why, bool* done) 
       *why = "for another communicator (or a different key)";
       return false;
     }
-    if (h.to != rank_ || h.from < 0 || h.from >= rank_ || h.lane < 0 || h.lane >= nlanes_ || h.nlanes != nlanes_) {
+    if (h.to != rank_ || h.from < 0 || h.from >= rank_ || h.lane < 0 || h.lane > kMaxLaneIndex || h.nlanes != nlanes_) {
       *why = strFormat("bad lane identity (from rank %d to rank %d, lane %d of %d)", h.from, h.to, h.lane, h.nlanes);
       return false;
     }
@@ -1596,8 +2220,7 @@ void TcpTransportImpl::onIncoming(uint64_t id, uint32_t ev) {
   if (!done) return;
   const int from = in.hello.from, lane = in.hello.lane;
   TcpConnection* c = conn(from);
-  Lane& l = c->lanes()[static_cast<size_t>(lane)];
-  if (!c->broken().isOk() || l.state != LaneState::kIdle) {
+  if (!c->accepts(lane)) {
     dropIncoming(id, strFormat("lane %d from rank %d is %s", lane, from,
                                c->broken().isOk() ? "already connected" : "on a failed connection"));
     return;
@@ -1627,11 +2250,11 @@ Status TcpTransportImpl::progress() {
         int peer = static_cast<int>((tag & ~kTagKindMask) >> 8);
         int lane = static_cast<int>(tag & 0xff);
         TcpConnection* c = conns_[static_cast<size_t>(peer)].get();
-        if (!c || !c->broken().isOk()) continue;
-        Lane& l = c->lanes()[static_cast<size_t>(lane)];
+        if (!c || !c->broken().isOk() || lane >= c->numLanes()) continue;
+        Sock& l = c->sock(lane);
         if (!l.fd.valid()) continue;
         if (evs[i].events & (EPOLLOUT | EPOLLERR)) {
-          if (l.state == LaneState::kConnecting || l.wantOut) c->onWritable(l);
+          if (l.state == SockState::kConnecting || l.wantOut) c->onWritable(l);
         }
         if (!c->broken().isOk() || !l.fd.valid()) continue;
         if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) c->onReadable(l);
@@ -1642,6 +2265,12 @@ Status TcpTransportImpl::progress() {
   }
   for (size_t i = 0; i < active_.size(); ++i)
     if (active_[i]->needRx) active_[i]->rxRetry();
+  // Acknowledgements of what this round received go out at once (ahead of queued data).
+  for (size_t i = 0; i < active_.size(); ++i) {
+    if (!active_[i]->needAck) continue;
+    active_[i]->sendAcks();
+    active_[i]->flushAll();
+  }
 
   const int64_t now = nowMs();
   if (now - lastCheckMs_ >= kCheckEveryMs) {
@@ -1657,8 +2286,8 @@ Status TcpTransportImpl::progress() {
   }
   pruneActive(&active_, [](const TcpConnection& c) {
     bool txLeft = false;
-    for (const Lane& l : c.lanes()) txLeft |= !l.txq.empty() || !l.hsOut.empty();
-    return c.pending() || txLeft || c.needRx;
+    for (const auto& s : c.socks()) txLeft |= !s->txq.empty() || !s->hsOut.empty();
+    return c.pending() || txLeft || c.needRx || c.needAck;
   });
   return firstError_;
 }

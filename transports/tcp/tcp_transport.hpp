@@ -1,13 +1,17 @@
 // TCP transport: ranks on different hosts, or every rank with C4_TRANSPORT=tcp (see
 // docs/tcp-transport.md).
 //
-// Every peer connection is carried on C4_LANES sockets (lanes). Lane i is bound to one of this
-// rank's NIC ports (C4_TCP_PORTS) and a chosen source port (Context::lanePlan, C4_TCP_SPORT_BASE)
-// and connects to the peer's port of the same index. The lower rank opens the lanes and proves the
-// communicator key (SipHash challenge-response in both directions). Messages are cut into pieces
-// striped over the lanes by weight; each piece carries a small header (message number, offset,
-// size, OpSig) so the receiver places it at its offset, straight into the posted buffer. Sockets are
-// non-blocking and driven by progress() through epoll; nothing blocks after setup.
+// Every peer connection is carried on C4_LANES sockets (lanes, transports/lane.hpp). Lane i is
+// bound to one of this rank's NIC ports (C4_TCP_PORTS) and a chosen source port (Context::lanePlan,
+// C4_TCP_SPORT_BASE) and connects to the peer's port of the same index. The lower rank opens the
+// lanes and proves the communicator key (SipHash challenge-response in both directions). Messages
+// are cut into pieces striped over the live lanes by weight; each piece carries a small header
+// (message number, offset, size, OpSig) so the receiver places it at its offset, straight into the
+// posted buffer. The receiver acknowledges every piece on the lane it came by and keeps a bitmap of
+// the pieces of each message; the sender keeps unacknowledged pieces re-sendable. A lane that fails
+// or stalls while another delivers is retired and what it had not delivered goes out on the other
+// lanes, each piece counted and reduced once; only when no lane is left does the connection fail.
+// Sockets are non-blocking and driven by progress() through epoll; nothing blocks after setup.
 #pragma once
 
 #include <memory>
@@ -30,7 +34,18 @@ C4_PARAM_INT(TcpSportBase, "C4_TCP_SPORT_BASE", nullptr, 0,
              "tcp: if > 0, lane l from rank r to peer p binds source port base + (r * nranks + p) * lanes + l "
              "(deterministic ports for tests and ECMP experiments); 0 = kernel-chosen")
 C4_PARAM_INT(TcpPieceBytes, "C4_TCP_PIECE_BYTES", nullptr, 524288,
-             "tcp: largest piece (frame payload) a message is cut into for striping over lanes (rounded to 4 KiB)")
+             "tcp: largest piece (frame payload) a message is cut into for striping over lanes (rounded to 4 KiB; "
+             "same on all ranks)")
+C4_PARAM_INT(TcpAck, "C4_TCP_ACK", nullptr, 1,
+             "tcp: 1 = the receiver acknowledges every piece and a send completes once all its pieces are "
+             "acknowledged, so a failed or stalled lane is retired and its pieces re-sent on the others; 0 = a send "
+             "completes when its bytes are in the kernel and a lane error fails the connection (same on all ranks)")
+C4_PARAM_INT(TcpLaneStallMs, "C4_TCP_LANE_STALL_MS", nullptr, 2000,
+             "tcp: a lane whose pieces go unacknowledged this long while another lane of the connection delivers is "
+             "retired and its pieces re-sent on the others (needs C4_TCP_ACK=1)")
+C4_PARAM_INT(TcpSendQueue, "C4_TCP_SEND_QUEUE", nullptr, 4096,
+             "tcp: messages a connection queues before isend answers 'queue full' (back-pressure; the executor "
+             "retries after progress)")
 C4_PARAM_INT(TcpBufBytes, "C4_TCP_BUF_BYTES", nullptr, 0,
              "tcp: SO_SNDBUF/SO_RCVBUF per socket in bytes; 0 = kernel autotuning")
 C4_PARAM_INT(TcpUnexpectedBytes, "C4_TCP_UNEXPECTED_BYTES", nullptr, 67108864,
@@ -43,33 +58,21 @@ C4_PARAM_INT(TcpProbeMs, "C4_TCP_PROBE_MS", nullptr, 1000,
              "listening socket, every as long again; a refused probe fails the wait at once (the rank exited or "
              "left the communicator) instead of after C4_TIMEOUT; 0 = never probe")
 
-/// Counters of one lane (for C4P/C4D): monotonically increasing since the lane opened.
-struct TcpLaneStats {
-  int lane = 0;
-  int localPort = 0;        // index into this rank's NIC ports
-  std::string localAddr;    // "ip:port" of this end ("" before the lane is up)
-  std::string remoteAddr;   // "ip:port" of the peer's end
-  bool up = false;          // authenticated and carrying data
-  double weight = 1.0;      // share of the pieces striped onto this lane
-  uint64_t bytesSent = 0;   // payload + headers written to the kernel
-  uint64_t bytesRecv = 0;   // payload + headers read from the kernel
-  uint64_t busyNs = 0;      // time this lane had data queued to send
-  uint64_t piecesSent = 0;  // frames written
-};
-
-/// The tcp transport's own interface beyond Transport (C4P, C4D and tests reach it by
-/// dynamic_cast). Same threading as Transport: the thread that drives progress().
+/// The tcp transport's own interface beyond Transport (tests reach it by dynamic_cast; lanes are
+/// reached through Connection). Same threading as Transport: the thread that drives progress().
 class TcpTransport : public Transport {
  public:
-  /// Lanes per peer connection (C4_LANES).
+  /// Lanes each peer connection opens at first (C4_LANES).
   virtual int lanes() const = 0;
   /// The addresses this rank listens on, one per NIC port ("ip:port").
   virtual std::vector<std::string> listenAddresses() const = 0;
-  /// Per-lane counters of the connection to `peer` (empty if not connected).
-  virtual Status laneStats(int peer, std::vector<TcpLaneStats>* out) const = 0;
-  /// Re-weights striping to `peer`: pieces of later messages go to lane i in proportion to
-  /// weights[i] (>= 0, not all 0; one weight per lane). Takes effect for the next isend.
-  virtual Status setLaneWeights(int peer, const std::vector<double>& weights) = 0;
+  /// Fault drills on lane `lane` to `peer` (tests; no protocol notice to the peer):
+  ///  - silent = false: the socket is reset, as a crashed NIC or a firewall would; the error retires
+  ///    the lane at both ends;
+  ///  - silent = true: this end stops reading and writing it while the socket stays open, as a cut
+  ///    cable would; both ends find it by its stall (C4_TCP_LANE_STALL_MS) and retire it.
+  /// Fails if there is no such lane in service.
+  virtual Status breakLane(int peer, int lane, bool silent) = 0;
 };
 
 /// Creates the tcp transport for ctx.rank. Collective: every rank of the communicator must call it

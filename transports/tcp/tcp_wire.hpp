@@ -14,7 +14,9 @@ constexpr uint32_t kHelloMagic = 0x70743463u;      // "c4tp"
 constexpr uint32_t kChallengeMagic = 0x68633463u;  // "c4ch"
 constexpr uint32_t kProofMagic = 0x72703463u;      // "c4pr"
 constexpr uint32_t kProbeMagic = 0x62703463u;      // "c4pb": a liveness probe, closed right after its Hello
-constexpr uint32_t kVersion = 1;
+// 2: acknowledged pieces (kAck), lane retirement (kRetire), receiver pauses (kPause / kResume),
+// lane probes (kPing / kPong).
+constexpr uint32_t kVersion = 2;
 
 /// Initiator (lower rank) -> acceptor, first bytes on a new lane.
 struct Hello {
@@ -23,9 +25,9 @@ struct Hello {
   uint64_t tagHash;  // SipHash(key, commTag)
   int32_t from;      // initiator's rank
   int32_t to;        // acceptor's rank
-  int32_t lane;
-  int32_t nlanes;
-  uint64_t nonce;  // initiator's fresh nonce
+  int32_t lane;      // index of this lane (lanes added later have indices >= nlanes)
+  int32_t nlanes;    // lanes each connection opens at first (C4_LANES)
+  uint64_t nonce;    // initiator's fresh nonce
 };
 static_assert(sizeof(Hello) == 40, "wire layout");
 
@@ -47,9 +49,24 @@ struct Proof {
 static_assert(sizeof(Proof) == 16, "wire layout");
 
 enum FrameType : uint32_t {
-  kData = 0x61746164u,   // "data": a piece of message `seq`
-  kAbort = 0x74726261u,  // "abrt": the sender aborts; payload: reason text
+  kData = 0x61746164u,    // "data": a piece of message `seq`
+  kAbort = 0x74726261u,   // "abrt": the sender aborts; payload: reason text
+  kAck = 0x6e6b6361u,     // "ackn": pieces received; payload: AckEntry[bytes / sizeof(AckEntry)]
+  kRetire = 0x72746572u,  // "retr": the sender retired lane `offset`; payload: reason text
+  kPause = 0x73756170u,   // "paus": the sender stopped reading this lane (no room): not a stall
+  kResume = 0x6d757372u,  // "rsum": it reads this lane again
+  kPing = 0x676e6970u,    // "ping": answer with kPong on this lane (is the peer reading it?)
+  kPong = 0x676e6f70u,    // "pong"
 };
+
+/// One received piece of message `seq` (its index: offset / piece size). Sent back on the lane
+/// the piece arrived on, so that acknowledgements also tell the sender which lanes deliver.
+struct AckEntry {
+  uint64_t seq;
+  uint32_t piece;
+  uint32_t pad;
+};
+static_assert(sizeof(AckEntry) == 16, "wire layout");
 
 /// Header of every frame after the handshake; `bytes` of payload follow it.
 struct FrameHdr {

@@ -37,7 +37,9 @@ LogState& state() {
   return *s;
 }
 
-uint32_t parseSubsys(const std::string& spec) {
+}  // namespace
+
+uint32_t logSubsysMask(const std::string& spec) {
   static const struct {
     const char* name;
     uint32_t bit;
@@ -58,6 +60,8 @@ uint32_t parseSubsys(const std::string& spec) {
   return invert ? ~mask : mask;
 }
 
+namespace {
+
 void init(LogState& s) {
   std::string lv = paramDebug();
   int level = 0;
@@ -73,7 +77,7 @@ void init(LogState& s) {
     level = 5;
   gethostname(s.host, sizeof(s.host) - 1);
   if (char* dot = strchr(s.host, '.')) *dot = 0;
-  s.mask.store(parseSubsys(paramDebugSubsys()));
+  s.mask.store(logSubsysMask(paramDebugSubsys()));
   std::string file = paramDebugFile();
   if (!file.empty() && level > 0) {
     std::string path;

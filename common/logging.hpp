@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace c4 {
 
@@ -29,6 +30,9 @@ bool logEnabled(LogLevel level, uint32_t subsys);
 /// Prints one line: "host:pid:tid c4 LEVEL message". Thread-safe.
 void logMessage(LogLevel level, uint32_t subsys, const char* file, int line, const char* fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/// The subsystem bits of a comma list of names ("INIT,NET"; a leading ^ inverts; unknown names
+/// add nothing).
+uint32_t logSubsysMask(const std::string& spec);
 /// Re-reads C4_DEBUG* (tests use it after setenv).
 void logReload();
 

@@ -1,0 +1,461 @@
+// Lanes of the tcp transport (wire v2: acknowledged pieces) with ranks as forked processes on
+// loopback: a lane killed in the middle of a message (reset, or silently black-holed) at several
+// offsets loses nothing and reduces nothing twice; lanes retired and added on purpose; the last
+// lane refused; a connection that loses every lane fails naming the peer; C4_TCP_ACK=0 and its
+// agreement; the bounded send queue (back-pressure).
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/status.hpp"
+#include "tests/shm/shm_test_util.hpp"
+#include "transports/tcp/tcp_transport.hpp"
+
+namespace c4::transport {
+namespace {
+
+using testing::ScopedEnv;
+using testing::testSig;
+using testing::waitAll;
+
+void runRanks(int n, const testing::Body& body, int limitSec = 120) {
+  auto st = testing::runForked(
+      n,
+      [&](int r, Oob& oob) {
+        std::string e = body(r, oob);
+        if (!e.empty()) fprintf(stderr, "rank %d: %s\n", r, e.c_str());
+        return e.empty() ? 0 : 1;
+      },
+      limitSec);
+  for (int r = 0; r < n; ++r)
+    EXPECT_TRUE(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0) << "rank " << r << " wait status " << st[r];
+}
+
+std::unique_ptr<Transport> create(int r, const std::string& tag, Oob& oob, Status* st) {
+  Context c = testing::makeContext(r, 2, tag, &oob, 60000);
+  c.authKey[0] = 0x1111222233334444ull;
+  c.authKey[1] = 0x5555666677778888ull;
+  std::unique_ptr<Transport> t;
+  *st = createTcpTransport(c, &t);
+  return t;
+}
+
+TcpTransport* tcpOf(const std::unique_ptr<Transport>& t) { return dynamic_cast<TcpTransport*>(t.get()); }
+
+/// A barrier that keeps both ranks progressing: a send completes only once the peer acknowledged
+/// it, and a rank parked in a blocking barrier acknowledges nothing (the copy of a piece re-sent
+/// after a retirement may arrive after the receive it belongs to completed). A counter in memory
+/// shared by the forked ranks (made before the fork).
+class ProgressBarrier {
+ public:
+  ProgressBarrier() {
+    void* p = mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    count_ = p == MAP_FAILED ? nullptr : new (p) std::atomic<int>(0);
+  }
+  ~ProgressBarrier() {
+    if (count_) munmap(count_, sizeof(std::atomic<int>));
+  }
+  /// Round k (1, 2, ...) of 2 ranks; progresses `t` while waiting.
+  Status wait(Transport* t, int round) {
+    if (!count_) return Status(Code::kSystemError, "no shared memory for the barrier");
+    count_->fetch_add(1);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (count_->load() < 2 * round) {
+      C4_CHECK(t->progress());
+      if (std::chrono::steady_clock::now() > deadline) return Status(Code::kInternalError, "barrier timed out");
+    }
+    // The peer may still need acknowledgements that this rank's last progress queued.
+    for (int i = 0; i < 100; ++i) C4_CHECK(t->progress());
+    return Status::ok();
+  }
+
+ private:
+  std::atomic<int>* count_ = nullptr;
+};
+
+/// Connects to the other rank of 2 and waits until every lane is up at both ends.
+std::string connectUp(int r, Oob& oob, Transport* t, Connection** c) {
+  REQUIRE_OK(t->connect(1 - r, c));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    bool up = true;
+    for (int i = 0; i < (*c)->numLanes(); ++i) up &= (*c)->lane(i)->state() == LaneState::kUp;
+    if (up) break;
+    REQUIRE_OK(t->progress());
+    REQUIRE(std::chrono::steady_clock::now() < deadline, "lanes not up");
+  }
+  REQUIRE_OK(oob.barrier());
+  return "";
+}
+
+uint64_t bytesRecv(Connection* c) {
+  uint64_t n = 0;
+  for (int i = 0; i < c->numLanes(); ++i) n += c->lane(i)->snapshot().bytesRecv;
+  return n;
+}
+uint64_t bytesSent(Connection* c) {
+  uint64_t n = 0;
+  for (int i = 0; i < c->numLanes(); ++i) n += c->lane(i)->snapshot().bytesSent;
+  return n;
+}
+uint64_t piecesResent(Connection* c) {
+  uint64_t n = 0;
+  for (int i = 0; i < c->numLanes(); ++i) n += c->lane(i)->snapshot().piecesResent;
+  return n;
+}
+
+/// Small pieces (64 KiB) on 2 lanes, a short stall threshold.
+class LaneEnv {
+ public:
+  LaneEnv()
+      : lanes_("C4_LANES", "2"),
+        piece_("C4_TCP_PIECE_BYTES", "65536"),
+        stall_("C4_TCP_LANE_STALL_MS", "300"),
+        // Small socket buffers: the kernel holds little of a message, so a rank that stops at a
+        // given share of it really stops there.
+        buf_("C4_TCP_BUF_BYTES", "262144") {}
+
+ private:
+  ScopedEnv lanes_, piece_, stall_, buf_;
+};
+
+struct KillCase {
+  bool silent;      // black hole (found by its stall) or reset (found by the error)
+  bool byReceiver;  // which end breaks the lane
+  bool reduce;      // the receive reduces (in place: a piece reduced twice shows)
+  int percent;      // how far into the message (by bytes received) the lane breaks
+};
+std::string killName(const ::testing::TestParamInfo<KillCase>& p) {
+  return std::string(p.param.silent ? "silent" : "reset") + (p.param.byReceiver ? "_byReceiver" : "_bySender") +
+         (p.param.reduce ? "_reduce" : "_copy") + "_at" + std::to_string(p.param.percent);
+}
+
+class TcpLaneKill : public ::testing::TestWithParam<KillCase> {};
+
+// Rank 0 sends rank 1 a 48 MiB message (768 pieces of 64 KiB striped over 2 lanes); once rank 1 has
+// received `percent` of it, one end breaks lane 1. The message must arrive whole, each piece
+// counted once and (for the reducing receive, in place) reduced once; then more messages go both
+// ways on the lane that is left, and both ends report lane 1 retired.
+TEST_P(TcpLaneKill, NoDataLostNothingReducedTwice) {
+  const KillCase k = GetParam();
+  LaneEnv env;
+  ProgressBarrier pb;
+  const std::string tag = testing::freshTag();
+  runRanks(2, [&](int r, Oob& oob) -> std::string {
+    Status st;
+    auto t = create(r, tag, oob, &st);
+    REQUIRE_OK(st);
+    Connection* c = nullptr;
+    std::string e = connectUp(r, oob, t.get(), &c);
+    if (!e.empty()) return e;
+    const size_t count = (48u << 20) / 4;
+    const size_t bytes = count * 4;
+    const OpSig sig = testSig(0, count, Coll::kAllReduce, DataType::kInt32);
+    std::vector<int32_t> buf(count + 16);
+    for (size_t i = 0; i < count + 16; ++i)
+      buf[i] = r == 0 ? static_cast<int32_t>(i * 3 + 1) : static_cast<int32_t>(i % 1000 * 5);
+    Request req;
+    ReduceSpec red{MemRef(buf.data()), DataType::kInt32, RedOp::kSum};
+    if (r == 0)
+      REQUIRE_OK(c->isend(buf.data(), bytes, sig, &req));
+    else
+      REQUIRE_OK(c->irecv(buf.data(), bytes, sig, k.reduce ? &red : nullptr, &req));
+    // Rank 0 sends until `percent` of the message is in the kernel, rank 1 receives that much; then
+    // both stop, meet, and one of them breaks lane 1.
+    const bool killer = (r == 1) == k.byReceiver;
+    const uint64_t at = bytes / 100 * static_cast<uint64_t>(k.percent);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while ((r == 0 ? bytesSent(c) : bytesRecv(c)) < at && req.state == Request::kPending) {
+      REQUIRE_OK(t->progress());
+      REQUIRE(std::chrono::steady_clock::now() < deadline, "stuck at %llu bytes",
+              static_cast<unsigned long long>(r == 0 ? bytesSent(c) : bytesRecv(c)));
+    }
+    REQUIRE(req.state == Request::kPending, "the message was complete before %d%%", k.percent);
+    REQUIRE_OK(oob.barrier());
+    if (killer) REQUIRE_OK(tcpOf(t)->breakLane(1 - r, 1, k.silent));
+    REQUIRE_OK(waitAll(t.get(), {&req}, 60000));
+    if (r == 1) {
+      for (size_t i = 0; i < count; ++i) {
+        const int32_t want = static_cast<int32_t>(i * 3 + 1) + (k.reduce ? static_cast<int32_t>(i % 1000 * 5) : 0);
+        REQUIRE(buf[i] == want, "element %zu is %d, want %d (%s)", i, buf[i], want,
+                k.reduce && buf[i] == want + static_cast<int32_t>(i * 3 + 1) ? "reduced twice" : "lost or wrong");
+      }
+      for (size_t i = count; i < count + 16; ++i)
+        REQUIRE(buf[i] == static_cast<int32_t>(i % 1000 * 5), "wrote past the receive at %zu", i);
+    }
+    // Half way, lane 1 still had pieces to deliver: they went out again on lane 0.
+    if (r == 0 && k.percent <= 50) REQUIRE(piecesResent(c) > 0, "lane broke mid-message but nothing was re-sent");
+    // Both directions go on. (A black-holed lane that had delivered everything before it broke is
+    // only found once it carries pieces again: these messages stripe onto it and stall.)
+    auto exchange = [&](int m) -> std::string {
+      const size_t n = (1u << 20) + static_cast<size_t>(m);
+      std::vector<char> out(n), in(n);
+      testing::fillPattern(out.data(), n, static_cast<uint32_t>(r * 100 + m));
+      Request s, q;
+      REQUIRE_OK(c->isend(out.data(), n, testSig(static_cast<uint64_t>(m), n), &s));
+      REQUIRE_OK(c->irecv(in.data(), n, testSig(static_cast<uint64_t>(m), n), nullptr, &q));
+      REQUIRE_OK(waitAll(t.get(), {&s, &q}));
+      REQUIRE(testing::checkPattern(in.data(), n, static_cast<uint32_t>((1 - r) * 100 + m)), "message %d differs", m);
+      return "";
+    };
+    for (int m = 1; m <= 3; ++m) {
+      e = exchange(m);
+      if (!e.empty()) return e;
+    }
+    // The lane is out of service at both ends once the stall or the error is seen.
+    deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (c->lane(1)->state() != LaneState::kRetired) {
+      REQUIRE_OK(t->progress());
+      REQUIRE(std::chrono::steady_clock::now() < deadline, "lane 1 still %s", laneStateName(c->lane(1)->state()));
+    }
+    REQUIRE(c->lane(0)->state() == LaneState::kUp, "lane 0 is %s", laneStateName(c->lane(0)->state()));
+    const LaneSnapshot dead = c->lane(1)->snapshot();
+    REQUIRE(!dead.retiredWhy.empty(), "no reason recorded");
+    e = exchange(4);
+    if (!e.empty()) return e;
+    REQUIRE(c->lane(1)->snapshot().bytesSent == dead.bytesSent, "a retired lane carried data");
+    REQUIRE_OK(pb.wait(t.get(), 1));
+    return "";
+  });
+}
+
+std::vector<KillCase> killCases() {
+  std::vector<KillCase> out;
+  for (bool silent : {false, true})
+    for (bool byReceiver : {true, false})
+      for (int percent : {5, 50, 90}) out.push_back(KillCase{silent, byReceiver, true, percent});
+  // Plain receives write straight into dst: a piece whose copy arrives on two lanes must still be
+  // counted once, and nothing may be written after the receive completed.
+  out.push_back(KillCase{false, true, false, 50});
+  out.push_back(KillCase{true, false, false, 50});
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(All, TcpLaneKill, ::testing::ValuesIn(killCases()), killName);
+
+// Lanes retired and added on purpose: traffic leaves a retired lane (its pieces re-sent, none
+// lost), a lane added later carries data, and the bad calls fail clearly.
+TEST(TcpLaneControl, RetireAddAndBadCalls) {
+  LaneEnv env;
+  ProgressBarrier pb;
+  const std::string tag = testing::freshTag();
+  runRanks(2, [&](int r, Oob& oob) -> std::string {
+    Status st;
+    auto t = create(r, tag, oob, &st);
+    REQUIRE_OK(st);
+    Connection* c = nullptr;
+    std::string up = connectUp(r, oob, t.get(), &c);
+    if (!up.empty()) return up;
+    auto exchange = [&](uint64_t seq, size_t n) -> std::string {
+      std::vector<char> out(n), in(n);
+      testing::fillPattern(out.data(), n, static_cast<uint32_t>(r * 1000 + seq));
+      Request s, q;
+      REQUIRE_OK(c->isend(out.data(), n, testSig(seq, n), &s));
+      REQUIRE_OK(c->irecv(in.data(), n, testSig(seq, n), nullptr, &q));
+      REQUIRE_OK(waitAll(t.get(), {&s, &q}));
+      REQUIRE(testing::checkPattern(in.data(), n, static_cast<uint32_t>((1 - r) * 1000 + seq)), "message %llu",
+              static_cast<unsigned long long>(seq));
+      return "";
+    };
+    std::string e = exchange(0, 4u << 20);
+    if (!e.empty()) return e;
+    // Bad calls.
+    REQUIRE(c->retireLane(7, "x").code() == Code::kInvalidArgument, "lane 7 of 2");
+    REQUIRE(c->setLaneWeights({1.0}).code() == Code::kInvalidArgument, "1 weight for 2 lanes");
+    REQUIRE(c->setLaneWeights({0.0, 0.0}).code() == Code::kInvalidArgument, "all weights 0");
+    REQUIRE(c->setLaneWeights({-1.0, 1.0}).code() == Code::kInvalidArgument, "negative weight");
+    int idx = -1;
+    if (r == 1) REQUIRE(c->addLane(LanePlan{}, &idx).code() == Code::kInvalidUsage, "the acceptor added a lane");
+    // Rank 0 retires lane 0 while 8 MiB are on their way in both directions.
+    const size_t n = 8u << 20;
+    std::vector<char> out(n), in(n);
+    testing::fillPattern(out.data(), n, static_cast<uint32_t>(r + 77));
+    Request s, q;
+    REQUIRE_OK(c->isend(out.data(), n, testSig(1, n), &s));
+    REQUIRE_OK(c->irecv(in.data(), n, testSig(1, n), nullptr, &q));
+    for (int i = 0; i < 20; ++i) REQUIRE_OK(t->progress());
+    if (r == 0) REQUIRE_OK(c->retireLane(0, "test: planned retirement"));
+    REQUIRE_OK(waitAll(t.get(), {&s, &q}));
+    REQUIRE(testing::checkPattern(in.data(), n, static_cast<uint32_t>(1 - r + 77)), "message 1 differs");
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (c->lane(0)->state() != LaneState::kRetired) {
+      REQUIRE_OK(t->progress());
+      REQUIRE(std::chrono::steady_clock::now() < deadline, "lane 0 not retired at rank %d", r);
+    }
+    // The peer learns it from the notice or from the reset of the socket, whichever comes first.
+    const std::string why = c->lane(0)->snapshot().retiredWhy;
+    REQUIRE(why.find("planned retirement") != std::string::npos || (r == 1 && !why.empty()), "reason at rank %d: %s", r,
+            why.c_str());
+    // The last lane in service cannot go; a retired lane gets no weight.
+    REQUIRE(c->retireLane(1, "x").code() == Code::kInvalidUsage, "retired the last lane");
+    REQUIRE(c->setLaneWeights({1.0, 1.0}).code() == Code::kInvalidArgument, "weight on a retired lane");
+    REQUIRE_OK(pb.wait(t.get(), 1));
+    // Rank 0 adds a lane; both ends then stripe over lanes 1 and 2.
+    if (r == 0) {
+      REQUIRE_OK(c->addLane(LanePlan{}, &idx));
+      REQUIRE(idx == 2, "new lane index %d", idx);
+    }
+    for (uint64_t m = 2; m < 6; ++m) {
+      e = exchange(m, 2u << 20);
+      if (!e.empty()) return e;
+    }
+    REQUIRE(c->numLanes() == 3, "%d lanes at rank %d", c->numLanes(), r);
+    const LaneSnapshot added = c->lane(2)->snapshot();
+    REQUIRE(added.state == LaneState::kUp && added.bytesSent > (1u << 20) && added.bytesRecv > (1u << 20),
+            "added lane at rank %d: %s, %llu sent, %llu received", r, laneStateName(added.state),
+            static_cast<unsigned long long>(added.bytesSent), static_cast<unsigned long long>(added.bytesRecv));
+    REQUIRE_OK(c->setLaneWeights({0.0, 0.0, 1.0}));
+    const uint64_t before = c->lane(1)->snapshot().bytesSent;
+    e = exchange(6, 4u << 20);
+    if (!e.empty()) return e;
+    // Lane 1 still carries acknowledgements, but no pieces.
+    REQUIRE(c->lane(1)->snapshot().bytesSent - before < 4096, "weight 0 lane carried %llu bytes",
+            static_cast<unsigned long long>(c->lane(1)->snapshot().bytesSent - before));
+    REQUIRE_OK(pb.wait(t.get(), 2));
+    return "";
+  });
+}
+
+// Every lane broken with a message pending: the request fails naming the peer and every lane,
+// within the stall and error detection, not after C4_TIMEOUT (60 s here).
+TEST(TcpLaneControl, NoLaneLeftFailsNamingThePeer) {
+  LaneEnv env;
+  const std::string tag = testing::freshTag();
+  runRanks(2, [&](int r, Oob& oob) -> std::string {
+    Status st;
+    auto t = create(r, tag, oob, &st);
+    REQUIRE_OK(st);
+    Connection* c = nullptr;
+    std::string up = connectUp(r, oob, t.get(), &c);
+    if (!up.empty()) return up;
+    std::vector<char> b0(1024), b1(1024);
+    Request s0, q0;
+    REQUIRE_OK(c->isend(b0.data(), b0.size(), testSig(0, 1024), &s0));
+    REQUIRE_OK(c->irecv(b1.data(), b1.size(), testSig(0, 1024), nullptr, &q0));
+    REQUIRE_OK(waitAll(t.get(), {&s0, &q0}));
+    REQUIRE_OK(oob.barrier());
+    const size_t n = 32u << 20;
+    std::vector<char> big(n);
+    Request q;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (r == 0) {
+      REQUIRE_OK(c->irecv(big.data(), n, testSig(1, n), nullptr, &q));
+      REQUIRE_OK(tcpOf(t)->breakLane(1, 0, false));
+      REQUIRE_OK(tcpOf(t)->breakLane(1, 1, false));
+    } else {
+      REQUIRE_OK(c->isend(big.data(), n, testSig(1, n), &q));
+    }
+    Status w = waitAll(t.get(), {&q}, 30000);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    REQUIRE(!w.isOk(), "the message completed without a lane");
+    REQUIRE(secs < 10, "took %.1f s", secs);
+    if (r == 0) {
+      REQUIRE(w.message().find("no lane left") != std::string::npos || w.message().find("rank 1") != std::string::npos,
+              "%s", w.message().c_str());
+    } else {
+      REQUIRE(w.message().find("rank 0") != std::string::npos, "%s", w.message().c_str());
+    }
+    return "";
+  });
+}
+
+// C4_TCP_ACK must agree; with it off on both ends data still flows, sends complete when written, and
+// a broken lane fails the connection (nothing can be re-sent) instead of losing data.
+TEST(TcpLaneControl, AcksOffAgreementAndFailure) {
+  {
+    const std::string tag = testing::freshTag();
+    runRanks(2, [&](int r, Oob& oob) -> std::string {
+      ScopedEnv ack("C4_TCP_ACK", r == 0 ? "1" : "0");
+      Status st;
+      auto t = create(r, tag, oob, &st);
+      REQUIRE(!st.isOk() && st.message().find("C4_TCP_ACK") != std::string::npos, "setup: %s", st.toString().c_str());
+      return "";
+    });
+  }
+  LaneEnv env;
+  ScopedEnv ack("C4_TCP_ACK", "0");
+  const std::string tag = testing::freshTag();
+  runRanks(2, [&](int r, Oob& oob) -> std::string {
+    Status st;
+    auto t = create(r, tag, oob, &st);
+    REQUIRE_OK(st);
+    Connection* c = nullptr;
+    std::string up = connectUp(r, oob, t.get(), &c);
+    if (!up.empty()) return up;
+    const size_t n = 3u << 20;
+    std::vector<char> out(n), in(n);
+    testing::fillPattern(out.data(), n, static_cast<uint32_t>(r));
+    Request s, q;
+    REQUIRE_OK(c->isend(out.data(), n, testSig(0, n), &s));
+    REQUIRE_OK(c->irecv(in.data(), n, testSig(0, n), nullptr, &q));
+    REQUIRE_OK(waitAll(t.get(), {&s, &q}));
+    REQUIRE(testing::checkPattern(in.data(), n, static_cast<uint32_t>(1 - r)), "data differs");
+    REQUIRE_OK(oob.barrier());
+    std::vector<char> big(16u << 20);
+    Request b;
+    if (r == 0) {
+      REQUIRE_OK(c->irecv(big.data(), big.size(), testSig(1, big.size()), nullptr, &b));
+      REQUIRE_OK(tcpOf(t)->breakLane(1, 1, false));
+    } else {
+      REQUIRE_OK(c->isend(big.data(), big.size(), testSig(1, big.size()), &b));
+    }
+    Status w = waitAll(t.get(), {&b}, 30000);
+    if (r == 0) REQUIRE(!w.isOk(), "a broken lane without acknowledgements went unnoticed");
+    return "";
+  });
+}
+
+// The send queue is bounded: past C4_TCP_SEND_QUEUE messages isend answers "queue full" and leaves
+// the request alone; once the peer drains, the same isend goes through.
+TEST(TcpLaneControl, SendQueueBackPressure) {
+  ScopedEnv q("C4_TCP_SEND_QUEUE", "4");
+  const std::string tag = testing::freshTag();
+  runRanks(2, [&](int r, Oob& oob) -> std::string {
+    Status st;
+    auto t = create(r, tag, oob, &st);
+    REQUIRE_OK(st);
+    Connection* c = nullptr;
+    std::string up = connectUp(r, oob, t.get(), &c);
+    if (!up.empty()) return up;
+    std::vector<std::vector<char>> bufs(6, std::vector<char>(100000));
+    std::vector<Request> reqs(6);
+    if (r == 0) {
+      for (int i = 0; i < 4; ++i) REQUIRE_OK(c->isend(bufs[i].data(), 100000, testSig(i, 100000), &reqs[i]));
+      reqs[4].state = 42;  // must stay untouched
+      Status full = c->isend(bufs[4].data(), 100000, testSig(4, 100000), &reqs[4]);
+      REQUIRE(isQueueFull(full) && reqs[4].state == 42, "5th send: %s (state %d)", full.toString().c_str(),
+              reqs[4].state);
+      REQUIRE_OK(oob.barrier());  // now rank 1 receives
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      for (;;) {
+        REQUIRE_OK(t->progress());
+        Status again = c->isend(bufs[4].data(), 100000, testSig(4, 100000), &reqs[4]);
+        if (again.isOk()) break;
+        REQUIRE(isQueueFull(again), "%s", again.toString().c_str());
+        REQUIRE(std::chrono::steady_clock::now() < deadline, "the queue never drained");
+      }
+      std::vector<Request*> all;
+      for (int i = 0; i < 5; ++i) all.push_back(&reqs[i]);
+      REQUIRE_OK(waitAll(t.get(), all));
+    } else {
+      REQUIRE_OK(oob.barrier());
+      std::vector<Request*> all;
+      for (int i = 0; i < 5; ++i) {
+        REQUIRE_OK(c->irecv(bufs[i].data(), 100000, testSig(i, 100000), nullptr, &reqs[i]));
+        all.push_back(&reqs[i]);
+      }
+      REQUIRE_OK(waitAll(t.get(), all));
+    }
+    REQUIRE_OK(oob.barrier());
+    return "";
+  });
+}
+
+}  // namespace
+}  // namespace c4::transport

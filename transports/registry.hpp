@@ -1,0 +1,34 @@
+// The transports built into this library. Core creates transports through this list only, so it
+// names none of them; an optional transport (ucx, ibverbs, cuda-ipc) joins the list when its
+// dependency is found at configure time (transports/CMakeLists.txt generates the list).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "c4comm/status.hpp"
+#include "transports/transport.hpp"
+
+namespace c4::transport {
+
+/// One registered transport.
+struct TransportEntry {
+  const char* name = "";      ///< what C4_TRANSPORT calls it ("shm", "tcp")
+  bool sameHostOnly = false;  ///< reaches only ranks of this host (Caps::sameHostOnly)
+  /// Creates it for ctx.rank. Collective over the communicator (ctx.oob): every rank creates the
+  /// same transports in the same order. Blocking (setup only).
+  Status (*create)(const Context& ctx, std::unique_ptr<Transport>* out) = nullptr;
+};
+
+/// Every transport of this build, in preference order: a peer is reached through the first one
+/// of the communicator's transports that can connect to it.
+const std::vector<TransportEntry>& transportRegistry();
+
+/// The entry named `name`, or nullptr.
+const TransportEntry* findTransport(const std::string& name);
+
+/// The names of the registry, comma-separated ("shm,tcp").
+std::string transportNames();
+
+}  // namespace c4::transport
