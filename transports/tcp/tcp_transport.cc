@@ -80,9 +80,12 @@ constexpr size_t kRxBufBytes = 65536;
 // A lane whose last piece was at least this large reads the next header alone and the payload
 // straight into its destination (bulk mode); below, it reads greedily into its small buffer.
 constexpr size_t kBulkBytes = 32768;
+constexpr size_t kBulkLookahead = 256;
 constexpr int kMaxIov = 64;
 constexpr size_t kMaxReason = 1024;
 constexpr size_t kMaxAckEntries = 4096;
+constexpr size_t kMaxLaterAcks = 64;  // deferred acknowledgements of eager pieces per lane
+constexpr size_t kAckBatch = 1;       // pieces acknowledged together within one burst of reading
 constexpr int64_t kCheckEveryMs = 20;
 constexpr int64_t kEofGraceMs = 1000;
 
@@ -128,15 +131,18 @@ inline bool testBit(const std::vector<uint64_t>& b, uint32_t i) { return (b[i >>
 inline void setBit(std::vector<uint64_t>& b, uint32_t i) { b[i >> 6] |= uint64_t{1} << (i & 63); }
 
 struct SendOp {
-  const char* buf;
-  size_t bytes;
-  Request* req;
-  uint64_t seq;
-  uint32_t pieces;
-  uint32_t left;    // pieces not acknowledged yet (acks on) / not written yet (acks off)
-  uint32_t frames;  // frames of it on lanes (queued, half written or awaiting their ack)
+  const char* buf = nullptr;
+  size_t bytes = 0;
+  Request* req = nullptr;
+  uint64_t seq = 0;
+  uint32_t pieces = 0;
+  uint32_t left = 0;    // pieces not acknowledged yet (acks on) / not written yet (acks off)
+  uint32_t frames = 0;  // frames of it on lanes (queued, half written or awaiting their ack)
   std::vector<uint64_t> acked;
-  bool done;
+  bool done = false;             // finished: acknowledged (or written, acks off); leaves sends_
+  bool reqDone = false;          // req completed (an eager send completes before its acknowledgement)
+  uint32_t written = 0;          // frames of it written whole (re-sent copies included)
+  std::unique_ptr<char[]> copy;  // eager: the transport's copy, which re-sent pieces come from
 };
 
 struct RecvOp {
@@ -211,15 +217,18 @@ struct Sock {
   size_t hsHave = 0;
 
   // Send side.
-  std::deque<TxFrame> txq;        // to write, in order
-  std::deque<TxFrame> inflight;   // data frames written, awaiting their acknowledgement
-  std::vector<AckEntry> acksOut;  // pieces received on this lane, to acknowledge on it
-  bool wantOut = false;           // waiting for EPOLLOUT
-  double current = 0.0;           // smooth weighted round robin
-  int64_t progressNs = 0;         // its pieces were last acknowledged, or it had none outstanding
-  int64_t lastAckNs = 0;          // an acknowledgement last arrived on it
-  bool peerPaused = false;        // the peer stopped reading it for lack of room (not a stall)
-  int64_t pingNs = 0;             // a kPing last went out on it
+  std::deque<TxFrame> txq;          // to write, in order
+  std::deque<TxFrame> inflight;     // data frames written, awaiting their acknowledgement
+  std::vector<AckEntry> acksOut;    // pieces received on this lane, to acknowledge on it now
+  std::vector<AckEntry> acksLater;  // eager pieces: acknowledged with the next frame on this lane
+  bool wantOut = false;             // waiting for EPOLLOUT
+  double current = 0.0;             // smooth weighted round robin
+  int64_t progressNs = 0;           // its pieces were last acknowledged, or it had none outstanding
+  int64_t lastAckNs = 0;            // an acknowledgement last arrived on it
+  bool peerPaused = false;          // the peer stopped reading it for lack of room (not a stall)
+  int64_t pingNs = 0;               // a kPing last went out on it
+  int64_t suspectNs = 0;            // since when it looks stalled (0: it does not)
+  int64_t heldSinceNs = 0;          // since when its next piece waits for its receive (0: none)
 
   // Receive side.
   std::unique_ptr<char[]> rxbuf;
@@ -278,8 +287,16 @@ class TcpConnection final : public Connection {
   void onWritable(Sock& s);
   /// Lanes stopped for lack of buffer room or with buffered input: read them again.
   void rxRetry();
-  /// Queues the acknowledgements gathered on each lane (once per progress round).
-  void sendAcks();
+  /// Queues and writes the acknowledgements gathered on `s`.
+  void ackLane(Sock& s);
+  /// Queues the acknowledgements gathered on each lane (once per progress round); with `later`,
+  /// the deferred ones of eager pieces too.
+  void sendAcks(bool later = false);
+  bool acksDeferred() const {
+    for (const auto& s : socks_)
+      if (!s->acksLater.empty()) return true;
+    return false;
+  }
   /// Timeouts, stalled lanes, half-closed connections, liveness probes of a lower rank.
   void check(int64_t now);
   /// Fails every pending request with `st`, closes every lane, rejects later requests.
@@ -352,6 +369,10 @@ class TcpConnection final : public Connection {
   /// Refused: the peer is gone, fail now. Accepted: it is alive (not at this operation yet).
   void probePeer(int64_t now);
   uint32_t piecesOf(size_t bytes) const;
+  /// A buffer of one piece for unexpected data: a spare one, or a new one. Reused rather than freed
+  /// (recycle): allocations of a piece's size are mmapped, and every new one faulted its pages in.
+  std::unique_ptr<char[]> takeBuffer();
+  void recycle(std::unique_ptr<char[]>&& b);
 
   TcpTransportImpl* t_;
   int peer_;
@@ -364,7 +385,9 @@ class TcpConnection final : public Connection {
   uint64_t recvBase_ = 0;  // seq of recvs_.front()
   std::map<uint64_t, UnexpMsg> unexp_;
   size_t unexpBytes_ = 0;
-  std::vector<char> sink_;  // payload of duplicate pieces
+  std::vector<char> sink_;                      // payload of duplicate pieces
+  std::vector<std::unique_ptr<char[]>> spare_;  // buffers of unexpected pieces, kept for reuse
+  size_t eagerInUse_ = 0;                       // bytes of eager copies held
   Status broken_;
   Status closed_;  // the peer closed every lane cleanly
   int64_t lastMoveMs_ = 0;
@@ -403,6 +426,9 @@ class TcpTransportImpl final : public TcpTransport {
   bool acks() const { return acks_; }
   int64_t stallNs() const { return stallMs_ * 1000000; }
   size_t sendQueue() const { return sendQueue_; }
+  size_t eagerBytes() const { return eagerBytes_; }
+  int64_t unexpectedWaitNs() const { return unexpWaitNs_; }
+  size_t eagerLimit() const { return eagerLimit_; }
   const Status& abortStatus() const { return abortStatus_; }
   const char* peerHost(int peer) const { return records_[peer].hostname; }
   int64_t probeMs() const { return probeMs_; }
@@ -467,6 +493,9 @@ class TcpTransportImpl final : public TcpTransport {
   bool acks_;
   int64_t stallMs_;
   size_t sendQueue_;
+  size_t eagerBytes_;
+  size_t eagerLimit_;
+  int64_t unexpWaitNs_;
   char hostname_[64] = {0};
 
   Fd ep_;
@@ -542,6 +571,7 @@ void TcpConnection::closeSock(Sock& s) {
   s.txq.clear();
   s.inflight.clear();
   s.acksOut.clear();
+  s.acksLater.clear();
   s.hsOut.clear();
   s.haveHdr = false;
   s.dest = RxDest::kNone;
@@ -754,9 +784,24 @@ Status TcpConnection::isend(const MemRef& buf, size_t bytes, const OpSig& sig, R
   const size_t piece = t_->pieceBytes();
   const uint32_t n = piecesOf(bytes);
   const uint64_t seq = sendSeq_++;
-  sends_.push_back(SendOp{buf.bytes(), bytes, req, seq, n, n, n, {}, false});
+  sends_.emplace_back();
   SendOp* op = &sends_.back();
-  if (acks()) op->acked.assign((n + 63) / 64, 0);
+  op->buf = buf.bytes();
+  op->bytes = bytes;
+  op->req = req;
+  op->seq = seq;
+  op->pieces = op->left = op->frames = n;
+  if (acks()) {
+    op->acked.assign((n + 63) / 64, 0);
+    // Small sends are copied and complete once written: waiting for the acknowledgement would add
+    // a round trip to every small operation. The copies are bounded per connection.
+    if (bytes <= t_->eagerBytes() && eagerInUse_ + bytes <= t_->eagerLimit()) {
+      op->copy.reset(new char[std::max<size_t>(bytes, 1)]);
+      if (bytes) memcpy(op->copy.get(), buf.ptr, bytes);
+      op->buf = op->copy.get();
+      eagerInUse_ += bytes;
+    }
+  }
   for (uint32_t k = 0; k < n; ++k) {
     TxFrame f;
     f.op = op;
@@ -767,6 +812,7 @@ Status TcpConnection::isend(const MemRef& buf, size_t bytes, const OpSig& sig, R
     f.hdr.bytes = static_cast<uint32_t>(std::min(piece, bytes - f.hdr.offset));
     f.hdr.total = bytes;
     f.hdr.sig = sig;
+    f.hdr.flags = op->copy ? tcpwire::kFlagEager : 0;
     queueData(std::move(f));
   }
   t_->activate(this);
@@ -799,6 +845,7 @@ Status TcpConnection::irecv(const MemRef& dst, size_t bytes, const OpSig& sig, c
       }
       applyPiece(op, static_cast<uint32_t>(p.offset / t_->pieceBytes()), p.offset, p.data.get(), p.bytes);
       unexpBytes_ -= p.bytes;
+      recycle(std::move(p.data));
       pieces[i] = std::move(pieces.back());
       pieces.pop_back();
     }
@@ -849,6 +896,21 @@ Status TcpConnection::peek(bool* ready, OpSig* sig, size_t* bytes) {
     }
   }
   return Status::ok();
+}
+
+std::unique_ptr<char[]> TcpConnection::takeBuffer() {
+  if (!spare_.empty()) {
+    std::unique_ptr<char[]> b = std::move(spare_.back());
+    spare_.pop_back();
+    return b;
+  }
+  return std::unique_ptr<char[]>(new char[t_->pieceBytes()]);
+}
+
+void TcpConnection::recycle(std::unique_ptr<char[]>&& b) {
+  // As many as the unexpected-data bound holds, plus one being read per lane.
+  const size_t keep = t_->unexpectedLimit() / t_->pieceBytes() + socks_.size() + 1;
+  if (b && spare_.size() < std::min<size_t>(keep, 256)) spare_.push_back(std::move(b));
 }
 
 bool TcpConnection::countPiece(RecvOp& op, uint32_t piece) {
@@ -920,7 +982,14 @@ void TcpConnection::maybeCompleteSend(SendOp& op) {
   // A frame of it still half written reads from its buffer: the send completes after it.
   if (op.frames != 0) return;
   op.done = true;
-  completeRequest(op.req);
+  if (!op.reqDone) {
+    op.reqDone = true;
+    completeRequest(op.req);
+  }
+  if (op.copy) {
+    eagerInUse_ -= op.bytes;
+    op.copy.reset();
+  }
 }
 
 void TcpConnection::dropUnexpPiece(uint64_t seq, UnexpPiece* p) {
@@ -930,6 +999,7 @@ void TcpConnection::dropUnexpPiece(uint64_t seq, UnexpPiece* p) {
   for (size_t i = 0; i < pieces.size(); ++i) {
     if (pieces[i].get() != p) continue;
     unexpBytes_ -= pieces[i]->bytes;
+    recycle(std::move(pieces[i]->data));
     pieces[i] = std::move(pieces.back());
     pieces.pop_back();
     break;
@@ -1070,11 +1140,13 @@ void TcpConnection::laneEof(Sock& s) {
 
 void TcpConnection::fail(const Status& st) {
   if (broken_.isOk()) broken_ = st;
+  // An eager send whose request completed already has no request to fail any more.
   for (SendOp& op : sends_)
-    if (!op.done) failRequest(op.req, st);
+    if (!op.reqDone) failRequest(op.req, st);
   for (RecvOp& op : recvs_)
     if (!op.done) failRequest(op.req, st);
   sends_.clear();
+  eagerInUse_ = 0;
   recvs_.clear();
   unexp_.clear();
   unexpBytes_ = 0;
@@ -1190,6 +1262,10 @@ void TcpConnection::wrote(Sock& s, size_t n) {
       maybeCompleteSend(*op);
       sendsDone = true;
     } else {
+      if (op->copy && ++op->written >= op->pieces && !op->reqDone) {
+        op->reqDone = true;  // eager: every piece is out, the copy serves re-sends
+        completeRequest(op->req);
+      }
       s.inflight.push_back(std::move(f));
       s.txq.pop_front();
     }
@@ -1228,6 +1304,12 @@ void TcpConnection::flush(Sock& s) {
       }
     }
     if (dropped) popDone();
+  }
+  // Deferred acknowledgements ride along with whatever this lane writes now.
+  if (!s.acksLater.empty() && !s.txq.empty()) {
+    std::string payload(reinterpret_cast<const char*>(s.acksLater.data()), s.acksLater.size() * sizeof(AckEntry));
+    s.acksLater.clear();
+    queueCtl(s, tcpwire::kAck, 0, payload);
   }
   // At most this much per call, as a receive takes at most 8 MiB per readable lane: against a
   // peer that drains as fast as we send, one call would otherwise send a whole message before
@@ -1348,6 +1430,7 @@ bool TcpConnection::startPiece(Sock& s) {
   }
   const uint64_t idx = h.seq - recvBase_;
   if (idx < recvs_.size()) {
+    s.heldSinceNs = 0;
     RecvOp& op = recvs_[idx];
     Status me = matchError(h.sig, h.total, op);
     if (!me.isOk()) {
@@ -1371,6 +1454,20 @@ bool TcpConnection::startPiece(Sock& s) {
   }
   auto found = unexp_.find(h.seq);
   if (found != unexp_.end() && !found->second.bits.empty() && testBit(found->second.bits, s.piece)) return discard();
+  // The receive of the next message is often about to be posted: an in-place collective posts it
+  // once the acknowledgement of an earlier send from the same buffer arrives, maybe on another lane
+  // this very round. A large piece waits a moment in the socket (this lane is read again at the
+  // next progress round) rather than being copied through the heap; then it is buffered anyway,
+  // so an acknowledgement queued behind it on this lane cannot be held up for long.
+  if (h.bytes >= kBulkBytes && h.seq == recvBase_ + recvs_.size() && t_->unexpectedWaitNs() > 0) {
+    const int64_t now = nowNs();
+    if (s.heldSinceNs == 0) s.heldSinceNs = now;
+    if (now - s.heldSinceNs < t_->unexpectedWaitNs()) {
+      needRx = true;
+      return false;
+    }
+  }
+  s.heldSinceNs = 0;
   // Not posted yet: buffer it (at least one piece, so a small limit cannot stall everything).
   if (unexpBytes_ > 0 && unexpBytes_ + h.bytes > t_->unexpectedLimit()) {
     if (!s.blocked) {
@@ -1402,7 +1499,7 @@ bool TcpConnection::startPiece(Sock& s) {
   auto p = std::make_unique<UnexpPiece>();
   p->offset = h.offset;
   p->bytes = h.bytes;
-  p->data.reset(new char[std::max<size_t>(h.bytes, 1)]);
+  p->data = takeBuffer();
   s.unexp = p.get();
   s.dest = RxDest::kUnexp;
   s.destPtr = p->data.get();
@@ -1415,7 +1512,8 @@ void TcpConnection::finishCtl(Sock& s) {
   const FrameHdr h = s.hdr;
   s.haveHdr = false;
   s.dest = RxDest::kNone;
-  s.bulk = false;
+  // s.bulk stays as the last piece set it: acknowledgements between large pieces must not make
+  // the next piece go through the small buffer.
   switch (h.type) {
     case tcpwire::kAbort: {
       std::string reason(s.staging.data(), h.bytes);
@@ -1499,10 +1597,14 @@ void TcpConnection::onAck(Sock& s, const AckEntry* e, size_t n) {
   if (finished) popDone();
 }
 
-void TcpConnection::sendAcks() {
+void TcpConnection::sendAcks(bool later) {
   needAck = false;
   for (auto& sp : socks_) {
     Sock& s = *sp;
+    if (later || s.acksLater.size() >= kMaxLaterAcks) {
+      s.acksOut.insert(s.acksOut.end(), s.acksLater.begin(), s.acksLater.end());
+      s.acksLater.clear();
+    }
     if (s.acksOut.empty()) continue;
     for (size_t i = 0; i < s.acksOut.size(); i += kMaxAckEntries) {
       const size_t m = std::min(kMaxAckEntries, s.acksOut.size() - i);
@@ -1522,8 +1624,15 @@ void TcpConnection::finishPiece(Sock& s) {
   s.bulk = h.bytes >= kBulkBytes;
   if (acks()) {
     // Acknowledged on the lane it came by (duplicates too: the first acknowledgement may be lost).
-    s.acksOut.push_back(AckEntry{h.seq, piece, 0});
-    needAck = true;
+    // The sender of an eager piece does not wait for it: its acknowledgement rides along with the
+    // next frame on this lane (or goes within kCheckEveryMs), costing no segment of its own.
+    if (h.flags & tcpwire::kFlagEager) {
+      s.acksLater.push_back(AckEntry{h.seq, piece, 0});
+      if (s.acksLater.size() >= kMaxLaterAcks) needAck = true;
+    } else {
+      s.acksOut.push_back(AckEntry{h.seq, piece, 0});
+      needAck = true;
+    }
   }
   if (d == RxDest::kDiscard) return;
   if (d == RxDest::kUnexp) {
@@ -1585,8 +1694,10 @@ bool TcpConnection::rxStep(Sock& s, size_t* budget) {
         s.rxBeg = 0;
         s.rxEnd = avail;
       }
-      // Bulk mode: take the header alone so the payload lands in its destination directly.
-      size_t want = s.bulk ? kHdrBytes - avail : kRxBufBytes - s.rxEnd;
+      // Bulk mode: take the header (and a little more: a control frame behind it, such as an
+      // acknowledgement, then needs no read of its own) so the payload lands in its destination
+      // directly; at most kBulkLookahead bytes of a piece are copied from the buffer.
+      size_t want = s.bulk ? kHdrBytes + kBulkLookahead - avail : kRxBufBytes - s.rxEnd;
       const size_t n = receive(s, s.rxbuf.get() + s.rxEnd, want, budget);
       if (n == 0) return false;
       s.rxEnd += n;
@@ -1606,7 +1717,8 @@ bool TcpConnection::rxStep(Sock& s, size_t* budget) {
     s.rxBeg += take;
     s.destGot += take;
     if (s.rxBeg == s.rxEnd) s.rxBeg = s.rxEnd = 0;
-  } else if (need >= kBulkBytes / 4) {
+  } else if (need >= kBulkBytes / 4 || (s.bulk && s.dest == RxDest::kCtl)) {
+    // Large payloads, and a control frame between large pieces, go straight to their destination.
     const size_t n = receive(s, s.destPtr + s.destGot, need, budget);
     if (n == 0) return false;
     s.destGot += n;
@@ -1669,7 +1781,25 @@ void TcpConnection::onReadable(Sock& s) {
   if (s.state != SockState::kUp || s.blocked) return;
   size_t budget = 8u << 20;  // then other lanes get their turn
   while (budget > 0 && s.fd.valid() && rxStep(s, &budget)) {
+    // Acknowledge large pieces as they come, not at the end of the burst (up to 8 MiB later): a
+    // send that must complete before its buffer is written again (in-place collectives) waits for it.
+    if (s.acksOut.size() >= kAckBatch) ackLane(s);
   }
+  if (!s.acksOut.empty()) ackLane(s);
+}
+
+void TcpConnection::ackLane(Sock& s) {
+  if (!s.up() || s.silenced) {
+    s.acksOut.clear();
+    return;
+  }
+  for (size_t i = 0; i < s.acksOut.size(); i += kMaxAckEntries) {
+    const size_t m = std::min(kMaxAckEntries, s.acksOut.size() - i);
+    queueCtl(s, tcpwire::kAck, 0,
+             std::string(reinterpret_cast<const char*>(s.acksOut.data() + i), m * sizeof(AckEntry)));
+  }
+  s.acksOut.clear();
+  if (!s.wantOut) flush(s);
 }
 
 void TcpConnection::rxRetry() {
@@ -1692,6 +1822,10 @@ void TcpConnection::rxRetry() {
 
 void TcpConnection::check(int64_t now) {
   if (!broken_.isOk()) return;
+  if (acksDeferred()) {
+    sendAcks(true);
+    flushAll();
+  }
   // A lane the peer closed while others stay open for long: it is not shutting down cleanly (with
   // acknowledgements such a lane was retired instead).
   for (auto& sp : socks_) {
@@ -1714,9 +1848,13 @@ void TcpConnection::check(int64_t now) {
       if (!s.live() || s.state != SockState::kUp) continue;
       if (!s.outstanding() || s.peerPaused) {
         s.progressNs = nowN;
+        s.suspectNs = 0;
         continue;
       }
-      if (nowN - s.progressNs < t_->stallNs()) continue;
+      if (nowN - s.progressNs < t_->stallNs()) {
+        s.suspectNs = 0;
+        continue;
+      }
       const Sock* other = nullptr;
       for (const auto& o : socks_)
         if (o.get() != &s && o->live() && o->lastAckNs > s.progressNs) other = o.get();
@@ -1729,8 +1867,16 @@ void TcpConnection::check(int64_t now) {
           o->pingNs = nowN;
           queueCtl(*o, tcpwire::kPing, 0, "");
         }
+        s.suspectNs = 0;
         continue;
       }
+      // The evidence must hold a while: after a pause of the peer's (it computed, it was not in
+      // c4comm) the acknowledgements of all lanes come at once, one lane's a moment before another's.
+      if (s.suspectNs == 0) {
+        s.suspectNs = nowN;
+        continue;
+      }
+      if (nowN - s.suspectNs < std::max<int64_t>(2 * kCheckEveryMs * 1000000, t_->stallNs() / 4)) continue;
       size_t pieces = s.inflight.size();
       for (const TxFrame& f : s.txq) pieces += f.op != nullptr;
       s.lane.addError();
@@ -1840,7 +1986,10 @@ TcpTransportImpl::TcpTransportImpl(const Context& ctx)
       probeMs_(std::max<int64_t>(0, paramTcpProbeMs())),
       acks_(paramTcpAck() != 0),
       stallMs_(std::max<int64_t>(1, paramTcpLaneStallMs())),
-      sendQueue_(static_cast<size_t>(std::max<int64_t>(1, paramTcpSendQueue()))) {
+      sendQueue_(static_cast<size_t>(std::max<int64_t>(1, paramTcpSendQueue()))),
+      eagerBytes_(static_cast<size_t>(std::max<int64_t>(0, paramTcpEagerBytes()))),
+      eagerLimit_(static_cast<size_t>(std::max<int64_t>(0, paramTcpEagerLimit()))),
+      unexpWaitNs_(std::max<int64_t>(0, paramTcpUnexpectedWaitUs()) * 1000) {
   if (gethostname(hostname_, sizeof(hostname_) - 1) != 0) strcpy(hostname_, "?");
 }
 
@@ -2287,7 +2436,7 @@ Status TcpTransportImpl::progress() {
   pruneActive(&active_, [](const TcpConnection& c) {
     bool txLeft = false;
     for (const auto& s : c.socks()) txLeft |= !s->txq.empty() || !s->hsOut.empty();
-    return c.pending() || txLeft || c.needRx || c.needAck;
+    return c.pending() || txLeft || c.needRx || c.needAck || c.acksDeferred();
   });
   return firstError_;
 }

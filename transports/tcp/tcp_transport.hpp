@@ -43,6 +43,16 @@ C4_PARAM_INT(TcpAck, "C4_TCP_ACK", nullptr, 1,
 C4_PARAM_INT(TcpLaneStallMs, "C4_TCP_LANE_STALL_MS", nullptr, 2000,
              "tcp: a lane whose pieces go unacknowledged this long while another lane of the connection delivers is "
              "retired and its pieces re-sent on the others (needs C4_TCP_ACK=1)")
+C4_PARAM_INT(TcpEagerBytes, "C4_TCP_EAGER_BYTES", nullptr, 65536,
+             "tcp: sends up to this size are copied and complete once written, without waiting for their "
+             "acknowledgement (the copy serves re-sends); 0 = never")
+C4_PARAM_INT(TcpEagerLimit, "C4_TCP_EAGER_LIMIT", nullptr, 4194304,
+             "tcp: bytes of such copies a connection holds at most; beyond, small sends wait for their "
+             "acknowledgement like large ones")
+C4_PARAM_INT(TcpUnexpectedWaitUs, "C4_TCP_UNEXPECTED_WAIT_US", nullptr, 50,
+             "tcp: a large piece of the next message whose receive is not posted yet stays in the socket this "
+             "long (its lane is read again each progress round) before it is copied into a heap buffer; 0 = copy at "
+             "once")
 C4_PARAM_INT(TcpSendQueue, "C4_TCP_SEND_QUEUE", nullptr, 4096,
              "tcp: messages a connection queues before isend answers 'queue full' (back-pressure; the executor "
              "retries after progress)")

@@ -68,6 +68,9 @@ struct AckEntry {
 };
 static_assert(sizeof(AckEntry) == 16, "wire layout");
 
+/// FrameHdr::flags of a data piece.
+constexpr uint32_t kFlagEager = 1;  // the sender does not wait for its acknowledgement (it kept a copy)
+
 /// Header of every frame after the handshake; `bytes` of payload follow it.
 struct FrameHdr {
   uint32_t type;
@@ -76,8 +79,10 @@ struct FrameHdr {
   uint64_t offset;  // where the piece goes in the message
   uint64_t total;   // message size
   OpSig sig;        // the sender's signature of the message (every piece)
+  uint32_t flags;   // kFlag*
+  uint32_t reserved;
 };
-static_assert(sizeof(FrameHdr) == 56, "wire layout");
+static_assert(sizeof(FrameHdr) == 64, "wire layout");
 
 /// The proofs: SipHash-2-4 under the 128-bit key of (role, hello, acceptor nonce).
 uint64_t handshakeMac(const uint64_t key[2], bool acceptor, const Hello& hello, uint64_t acceptorNonce);
