@@ -20,12 +20,6 @@
 
 namespace c4::detail {
 
-int64_t nowMs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
-
 int msLeft(int64_t deadlineMs) {
   int64_t left = deadlineMs - nowMs();
   if (left < 0) return 0;

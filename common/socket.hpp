@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "c4comm/status.hpp"
+#include "common/clock.hpp"
 #include "common/params.hpp"
 
 namespace c4 {
@@ -25,9 +26,6 @@ C4_PARAM_STR(SocketIfname, "C4_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "",
 }  // namespace c4
 
 namespace c4::detail {
-
-/// Milliseconds on the monotonic clock (deadlines are absolute values of this clock).
-int64_t nowMs();
 
 /// An IPv4 or IPv6 socket address.
 struct SockAddr {

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <cerrno>
 
+#include "common/clock.hpp"
+
 namespace c4::transport {
 
 namespace {
@@ -14,12 +16,6 @@ constexpr int64_t kYieldNs = 250000;  // see idleBackoffUs
 
 std::atomic<int64_t> gSpinNs{kDefaultSpinUs * 1000};
 std::atomic<int> gMaxSleepUs{50};
-
-inline int64_t monoNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -51,12 +47,12 @@ long idleBackoffUs(int idleRounds, int64_t spinNs, Transport* peers) {
   if (idleRounds <= 1) {
     // Keep this rank's CPU fresh for the peers' checks below (the call waits anyway).
     if (peers) peers->publishCpu();
-    idleSinceNs = monoNs();
+    idleSinceNs = detail::nowNs();
     phase = spinNs > 0 ? 0 : 1;
   }
   if (phase < 2) {
     if ((idleRounds & 15) == 0) {  // the clock is read every 16 rounds
-      const int64_t idleNs = monoNs() - idleSinceNs;
+      const int64_t idleNs = detail::nowNs() - idleSinceNs;
       phase = idleNs < spinNs ? 0 : idleNs < spinNs + kYieldNs ? 1 : 2;
       // A peer on this very CPU cannot make progress while this rank spins: yield to it at once.
       // (Two fresh ranks often start on one CPU until the scheduler spreads them, a few ms later;

@@ -1,6 +1,6 @@
 #include "transports/lane.hpp"
 
-#include <time.h>
+#include "common/clock.hpp"
 
 namespace c4::transport {
 
@@ -47,9 +47,7 @@ LaneSnapshot Lane::snapshot() const {
   s.piecesSent = piecesSent_.load(std::memory_order_relaxed);
   s.piecesResent = piecesResent_.load(std::memory_order_relaxed);
   s.errors = errors_.load(std::memory_order_relaxed);
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  const int64_t now = static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+  const int64_t now = detail::nowNs();
   const int64_t busy = busySinceNs_.load(std::memory_order_relaxed);
   const int64_t stall = stallSinceNs_.load(std::memory_order_relaxed);
   s.busyNs = busyNs_.load(std::memory_order_relaxed) + static_cast<uint64_t>(busy && now > busy ? now - busy : 0);

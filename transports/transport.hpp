@@ -189,6 +189,10 @@ class Connection {
   virtual Status addLane(const LanePlan& plan, int* index) {
     return Status(Code::kInvalidUsage, "this connection cannot add lanes");
   }
+  /// What this connection is doing, for a watchdog's error: pending messages, lanes and their
+  /// state ("1 send, 2 receives pending; lane 0 up, lane 1 never connected by rank 3"). Driving
+  /// thread.
+  virtual std::string describeState() const { return {}; }
 };
 
 /// What a transport can do, and its cost model for the tuner: time(bytes) = latencyUs + bytes/bwGBps.
@@ -216,8 +220,10 @@ struct Context {
   std::string commTag;            // unique per communicator (hex); use it to name OS objects
   std::vector<uint64_t> hostIds;  // same host id => same host
   std::vector<int32_t> pids;
-  Oob* oob = nullptr;          // collective over all ranks during setup (allGather, barrier)
-  int64_t timeoutMs = 300000;  // give up on a silent peer after this long (C4_TIMEOUT)
+  Oob* oob = nullptr;  // collective over all ranks during setup (allGather, barrier)
+  // Give up on a pending request that sees no progress for this long; 0: never (a communicator's
+  // watchdog decides, with C4_TIMEOUT, and names what it waited for). Standalone users (tests) set it.
+  int64_t timeoutMs = 300000;
   // 128-bit key derived from the UniqueId secret; network transports prove it on every connection.
   uint64_t authKey[2] = {0, 0};
   // Optional: the plan for lane `lane` to `peer` (called once per lane when it is opened, on the
@@ -237,6 +243,9 @@ class Transport {
   /// Advances all pending requests. Fails if a peer died, aborted, or broke the protocol; the
   /// affected requests are failed too.
   virtual Status progress() = 0;
+  /// Grows whenever the transport moves data (bytes, slots); a watchdog reads it to tell a slow
+  /// operation from a stuck one. Driving thread.
+  virtual uint64_t progressCount() const { return 0; }
   /// Tells every connected peer that this rank is aborting (best effort, never blocks), and fails
   /// all pending requests with `reason`.
   virtual void abort(const std::string& reason) = 0;

@@ -47,6 +47,9 @@ constexpr uint8_t kAlgoNone = 0xff;      ///< nothing ran (count 0) or not appli
 /// Step kinds in Event::redop for kStep events (Event::coll is the operation's collective).
 enum class StepKind : uint8_t { kSend = 0, kRecv = 1, kRecvReduce = 2, kCopy = 3, kReduce = 4 };
 
+/// Event::lane of a step whose message was striped over several lanes of its connection.
+constexpr uint8_t kLaneStriped = 0xff;
+
 /// Bits of Event::flags.
 constexpr uint8_t kFlagInPlace = 1;  ///< kOp: sendbuff == recvbuff
 constexpr uint8_t kFlagNoop = 2;     ///< kOp: count 0, nothing moved
@@ -54,6 +57,10 @@ constexpr uint8_t kFlagNoop = 2;     ///< kOp: count 0, nothing moved
 /// so c4-trace takes the latest t0 of the call over the ranks as every rank's end; a second clock
 /// read would cost a tenth of an 8-byte AllReduce. Their t0 is when the rank published its input.
 constexpr uint8_t kFlagNoEnd = 4;
+/// kOp: the operation has not ended (yet): it is recorded when it starts and completed in place when
+/// it ends, so a trace dumped during a hang (signal, abort, timeout) shows the operation every rank
+/// is in. t1 == t0 while the flag is set.
+constexpr uint8_t kFlagOpen = 8;
 
 /// One event, exactly as stored in the ring and in trace files (40 bytes, little-endian).
 /// Timestamps are trace-clock ticks in the ring and in files; readEvents() converts them to ns.
@@ -68,9 +75,9 @@ struct Event {
   uint8_t dtype = 0;  ///< c4::DataType value
   uint8_t redop = 0;  ///< kOp: c4::RedOp (0xff: PreMulSum); kStep: StepKind
   uint8_t algo = kAlgoNone;
-  uint8_t lane = 0;  ///< kStep: transport (0 shm, 1 tcp)
+  uint8_t lane = 0;  ///< kStep: the lane it went over, or kLaneStriped (trace files before version 2: the transport)
   uint8_t flags = 0;
-  uint8_t reserved = 0;
+  uint8_t transport = 0;  ///< kStep: index of the transport in the communicator's list (FileHeader names them)
 };
 static_assert(sizeof(Event) == 40, "trace::Event is the 40-byte on-disk record");
 

@@ -141,8 +141,8 @@ Status initComm(Comm* c, int nranks, const UniqueId& id, int rank, const Config&
 
 /// Writes the communicator's trace file (if it ever traced); a failure is logged, never returned.
 void dumpTrace(Comm* c, trace::DumpReason why) {
-  if (!c->tracer.allocated()) return;
-  Status st = c->tracer.dump(why);
+  if (!c->recorder.allocated()) return;
+  Status st = c->recorder.dump(why);
   if (!st.isOk()) C4_WARN(kLogInit, "%s", st.message().c_str());
 }
 
@@ -363,7 +363,7 @@ Status commFinalize(Comm* comm) {
   // Host collectives complete before they return, so nothing is outstanding.
   if (!comm->finalized) {
     // A second clock sample (so c4-trace can correct drift); bounded, as a rank may not finalize.
-    if (comm->tracer.allocated() && !comm->failed.load()) comm->traceClockSync(1, 2000);
+    if (comm->recorder.allocated() && !comm->failed.load()) comm->traceClockSync(1, 2000);
     dumpTrace(comm, trace::DumpReason::kFinalize);
   }
   comm->finalized = true;
@@ -451,23 +451,23 @@ Status redOpDestroy(RedOp op, Comm* comm) {
   return Status::ok();
 }
 
-Status allReduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt, RedOp op, Comm* comm, void*) {
-  OpDesc d{Coll::kAllReduce, sendbuff, recvbuff, count, dt, op, 0};
+Status allReduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt, RedOp op, Comm* comm, void* stream) {
+  OpDesc d{Coll::kAllReduce, sendbuff, recvbuff, count, dt, op, 0, stream};
   C4_CHECK_RECORD(validate(comm, d, 1, 1, true, true));
   C4_CHECK_RECORD(checkOp(comm, op, dt));
   C4_CHECK_RECORD(enqueue(comm, d));
   return Status::ok();
 }
 
-Status allGather(const void* sendbuff, void* recvbuff, size_t sendcount, DataType dt, Comm* comm, void*) {
-  OpDesc d{Coll::kAllGather, sendbuff, recvbuff, sendcount, dt, RedOp::kSum, 0};
+Status allGather(const void* sendbuff, void* recvbuff, size_t sendcount, DataType dt, Comm* comm, void* stream) {
+  OpDesc d{Coll::kAllGather, sendbuff, recvbuff, sendcount, dt, RedOp::kSum, 0, stream};
   C4_CHECK_RECORD(validate(comm, d, 1, static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1), true, true));
   C4_CHECK_RECORD(enqueue(comm, d));
   return Status::ok();
 }
 
-Status broadcast(const void* sendbuff, void* recvbuff, size_t count, DataType dt, int root, Comm* comm, void*) {
-  OpDesc d{Coll::kBroadcast, sendbuff, recvbuff, count, dt, RedOp::kSum, root};
+Status broadcast(const void* sendbuff, void* recvbuff, size_t count, DataType dt, int root, Comm* comm, void* stream) {
+  OpDesc d{Coll::kBroadcast, sendbuff, recvbuff, count, dt, RedOp::kSum, root, stream};
   C4_CHECK_RECORD(validate(comm, d, 1, 1, false, true));
   C4_CHECK_RECORD(checkRoot(comm, root, "root"));
   if (comm->rank == root) C4_CHECK_RECORD(checkPtr(sendbuff, count, "sendbuff (at root)"));
@@ -475,16 +475,18 @@ Status broadcast(const void* sendbuff, void* recvbuff, size_t count, DataType dt
   return Status::ok();
 }
 
-Status reduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, DataType dt, RedOp op, Comm* comm, void*) {
-  OpDesc d{Coll::kReduceScatter, sendbuff, recvbuff, recvcount, dt, op, 0};
+Status reduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, DataType dt, RedOp op, Comm* comm,
+                     void* stream) {
+  OpDesc d{Coll::kReduceScatter, sendbuff, recvbuff, recvcount, dt, op, 0, stream};
   C4_CHECK_RECORD(validate(comm, d, static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1), 1, true, true));
   C4_CHECK_RECORD(checkOp(comm, op, dt));
   C4_CHECK_RECORD(enqueue(comm, d));
   return Status::ok();
 }
 
-Status reduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt, RedOp op, int root, Comm* comm, void*) {
-  OpDesc d{Coll::kReduce, sendbuff, recvbuff, count, dt, op, root};
+Status reduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt, RedOp op, int root, Comm* comm,
+              void* stream) {
+  OpDesc d{Coll::kReduce, sendbuff, recvbuff, count, dt, op, root, stream};
   C4_CHECK_RECORD(validate(comm, d, 1, 1, true, false));
   C4_CHECK_RECORD(checkRoot(comm, root, "root"));
   C4_CHECK_RECORD(checkOp(comm, op, dt));
@@ -493,16 +495,16 @@ Status reduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt, R
   return Status::ok();
 }
 
-Status alltoAll(const void* sendbuff, void* recvbuff, size_t count, DataType dt, Comm* comm, void*) {
-  OpDesc d{Coll::kAlltoAll, sendbuff, recvbuff, count, dt, RedOp::kSum, 0};
+Status alltoAll(const void* sendbuff, void* recvbuff, size_t count, DataType dt, Comm* comm, void* stream) {
+  OpDesc d{Coll::kAlltoAll, sendbuff, recvbuff, count, dt, RedOp::kSum, 0, stream};
   size_t n = static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1);
   C4_CHECK_RECORD(validate(comm, d, n, n, true, true));
   C4_CHECK_RECORD(enqueue(comm, d));
   return Status::ok();
 }
 
-Status gather(const void* sendbuff, void* recvbuff, size_t count, DataType dt, int root, Comm* comm, void*) {
-  OpDesc d{Coll::kGather, sendbuff, recvbuff, count, dt, RedOp::kSum, root};
+Status gather(const void* sendbuff, void* recvbuff, size_t count, DataType dt, int root, Comm* comm, void* stream) {
+  OpDesc d{Coll::kGather, sendbuff, recvbuff, count, dt, RedOp::kSum, root, stream};
   size_t n = static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1);
   C4_CHECK_RECORD(validate(comm, d, 1, n, true, false));
   C4_CHECK_RECORD(checkRoot(comm, root, "root"));
@@ -511,8 +513,8 @@ Status gather(const void* sendbuff, void* recvbuff, size_t count, DataType dt, i
   return Status::ok();
 }
 
-Status scatter(const void* sendbuff, void* recvbuff, size_t count, DataType dt, int root, Comm* comm, void*) {
-  OpDesc d{Coll::kScatter, sendbuff, recvbuff, count, dt, RedOp::kSum, root};
+Status scatter(const void* sendbuff, void* recvbuff, size_t count, DataType dt, int root, Comm* comm, void* stream) {
+  OpDesc d{Coll::kScatter, sendbuff, recvbuff, count, dt, RedOp::kSum, root, stream};
   size_t n = static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1);
   C4_CHECK_RECORD(validate(comm, d, n, 1, false, true));
   C4_CHECK_RECORD(checkRoot(comm, root, "root"));
@@ -521,16 +523,16 @@ Status scatter(const void* sendbuff, void* recvbuff, size_t count, DataType dt, 
   return Status::ok();
 }
 
-Status send(const void* sendbuff, size_t count, DataType dt, int peer, Comm* comm, void*) {
-  OpDesc d{Coll::kSend, sendbuff, nullptr, count, dt, RedOp::kSum, peer};
+Status send(const void* sendbuff, size_t count, DataType dt, int peer, Comm* comm, void* stream) {
+  OpDesc d{Coll::kSend, sendbuff, nullptr, count, dt, RedOp::kSum, peer, stream};
   C4_CHECK_RECORD(validate(comm, d, 1, 1, true, false));
   C4_CHECK_RECORD(checkRoot(comm, peer, "peer"));
   C4_CHECK_RECORD(enqueue(comm, d));
   return Status::ok();
 }
 
-Status recv(void* recvbuff, size_t count, DataType dt, int peer, Comm* comm, void*) {
-  OpDesc d{Coll::kRecv, nullptr, recvbuff, count, dt, RedOp::kSum, peer};
+Status recv(void* recvbuff, size_t count, DataType dt, int peer, Comm* comm, void* stream) {
+  OpDesc d{Coll::kRecv, nullptr, recvbuff, count, dt, RedOp::kSum, peer, stream};
   C4_CHECK_RECORD(validate(comm, d, 1, 1, false, true));
   C4_CHECK_RECORD(checkRoot(comm, peer, "peer"));
   C4_CHECK_RECORD(enqueue(comm, d));
@@ -559,8 +561,8 @@ Status probe(int peer, Comm* comm, ProbeResult* out, int64_t waitMs) {
   return record(comm->waitProbe(peer, out, waitMs));
 }
 
-Status recvAny(void* recvbuff, size_t count, DataType dt, int* source, Comm* comm, void*) {
-  OpDesc d{Coll::kRecv, nullptr, recvbuff, count, dt, RedOp::kSum, kAnySource};
+Status recvAny(void* recvbuff, size_t count, DataType dt, int* source, Comm* comm, void* stream) {
+  OpDesc d{Coll::kRecv, nullptr, recvbuff, count, dt, RedOp::kSum, kAnySource, stream};
   C4_CHECK_RECORD(validate(comm, d, 1, 1, false, true));
   if (!source) return record(makeError(Code::kInvalidArgument, "recvAny: source pointer is NULL"));
   if (count == 0)
@@ -659,27 +661,27 @@ namespace trace {
 
 Status setLevel(Comm* comm, Level level) {
   C4_CHECK_RECORD(checkComm(comm));
-  C4_CHECK_RECORD(comm->tracer.setLevel(level));
+  C4_CHECK_RECORD(comm->recorder.setLevel(level));
   return Status::ok();
 }
 
 Status getLevel(const Comm* comm, Level* level) {
   C4_CHECK_RECORD(checkComm(comm));
   if (!level) return record(makeError(Code::kInvalidArgument, "level is NULL"));
-  *level = static_cast<Level>(comm->tracer.level());
+  *level = static_cast<Level>(comm->recorder.level());
   return Status::ok();
 }
 
 Status flush(Comm* comm, std::string* path) {
   C4_CHECK_RECORD(checkComm(comm));
-  C4_CHECK_RECORD(comm->tracer.dump(DumpReason::kRequest, path));
+  C4_CHECK_RECORD(comm->recorder.dump(DumpReason::kRequest, path));
   return Status::ok();
 }
 
 Status readEvents(const Comm* comm, std::vector<Event>* out, uint64_t* dropped) {
   C4_CHECK_RECORD(checkComm(comm));
   if (!out) return record(makeError(Code::kInvalidArgument, "out is NULL"));
-  comm->tracer.snapshot(out, dropped);
+  comm->recorder.snapshot(out, dropped);
   for (Event& e : *out) {
     e.t0 = static_cast<uint64_t>(toNs(e.t0));
     e.t1 = static_cast<uint64_t>(toNs(e.t1));
@@ -703,21 +705,21 @@ Status addSpan(Comm* comm, const char* name, uint64_t beginTicks, uint64_t endTi
   if (endTicks < beginTicks)
     return record(makeError(Code::kInvalidArgument, "span '%s' ends (%llu) before it begins (%llu)", name,
                             static_cast<unsigned long long>(endTicks), static_cast<unsigned long long>(beginTicks)));
-  if (!comm->tracer.on()) return Status::ok();
+  if (!comm->recorder.on()) return Status::ok();
   Event e;
   e.type = EventType::kSpan;
   e.t0 = beginTicks;
   e.t1 = endTicks;
   e.bytes = bytes;
-  e.seq = comm->tracer.intern(name);
-  comm->tracer.record(e);
+  e.seq = comm->recorder.intern(name);
+  comm->recorder.record(e);
   return Status::ok();
 }
 
 Status addNote(Comm* comm, const char* text) {
   C4_CHECK_RECORD(checkComm(comm));
   if (!text) return record(makeError(Code::kInvalidArgument, "note text is NULL"));
-  comm->tracer.note(text);
+  comm->recorder.note(text);
   return Status::ok();
 }
 

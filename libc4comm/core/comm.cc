@@ -13,12 +13,15 @@
 #include <set>
 #include <unordered_set>
 
+#include "common/clock.hpp"
 #include "common/logging.hpp"
 #include "common/params.hpp"
 #include "common/siphash.hpp"
 #include "common/socket.hpp"
 #include "common/status.hpp"
 #include "core/group.hpp"
+#include "core/paths.hpp"
+#include "core/progress.hpp"
 #include "kernels/host/reduce.hpp"
 #include "transports/idle.hpp"
 #include "transports/registry.hpp"
@@ -151,9 +154,87 @@ bool isLiveComm(const Comm* c) {
   return true;
 }
 
-Comm::Comm() = default;
+namespace {
+/// The memory space of a call's buffer: shared if it lies in one ncclMemAlloc allocation.
+transport::MemSpace spaceOf(const void* p, size_t bytes) {
+  MemRef ref;
+  return p && bytes && memLookup(p, bytes, &ref) ? transport::MemSpace::kHostShared : transport::MemSpace::kHost;
+}
+
+/// The executor over the transports.
+class MessagePath final : public ExecPath {
+ public:
+  PathKind kind() const override { return PathKind::kMessages; }
+  Status start(PreparedCall* p) override { return p->exec->start(p->bases, p->spaces); }
+  Status poll(PreparedCall* p, bool* done, bool* progressed) override {
+    Status st = p->exec->poll(done);
+    *progressed = p->exec->madeProgress();
+    return st;
+  }
+  std::string waitingOn(const PreparedCall* p) const override { return p->exec->waitingOn(); }
+};
+
+/// Small calls through the shared arenas (core/oneshot.hpp).
+class OneShotPath final : public ExecPath {
+ public:
+  explicit OneShotPath(Comm* c) : c_(c) {}
+  PathKind kind() const override { return PathKind::kOneShot; }
+  Status start(PreparedCall* p) override {
+    trace::Event e;
+    if (p->traceOneShot) e = c_->opEvent(p);
+    return c_->oneShot.start(p->op, p->sig, p->bases[static_cast<int>(BufBase::kInput)],
+                             const_cast<void*>(p->bases[static_cast<int>(BufBase::kOutput)]), p->kop,
+                             p->traceOneShot ? &e : nullptr);
+  }
+  Status poll(PreparedCall* p, bool* done, bool* progressed) override {
+    Status st = c_->oneShot.poll(done);
+    *progressed = c_->oneShot.madeProgress();
+    return st;
+  }
+  std::string waitingOn(const PreparedCall*) const override { return c_->oneShot.waitingOn(); }
+
+ private:
+  Comm* c_;
+};
+
+/// Between the ranks' shared buffers (core/zerocopy.hpp); the message plan when a peer does not offer.
+class ZeroCopyPath final : public ExecPath {
+ public:
+  ZeroCopyPath(Comm* c, ExecPath* messages) : c_(c), messages_(messages) {}
+  PathKind kind() const override { return PathKind::kZeroCopy; }
+  Status start(PreparedCall* p) override {
+    c_->zeroCopy.start(p->op, p->sig, p->kop);
+    return Status::ok();
+  }
+  Status poll(PreparedCall* p, bool* done, bool* progressed) override {
+    bool fallback = false;
+    Status st = c_->zeroCopy.poll(done, &fallback);
+    *progressed = c_->zeroCopy.madeProgress();
+    if (*done) p->traceAlgo = trace::kAlgoZeroCopy;
+    if (!st.isOk() || !fallback) return st;
+    // A peer runs this call through messages: so does every rank.
+    p->path = messages_;
+    p->kind = PathKind::kMessages;
+    *done = false;
+    return messages_->start(p);
+  }
+  std::string waitingOn(const PreparedCall*) const override { return c_->zeroCopy.waitingOn(); }
+
+ private:
+  Comm* c_;
+  ExecPath* messages_;
+};
+}  // namespace
+
+Comm::Comm()
+    : messagePath_(std::make_unique<MessagePath>()),
+      oneShotPath_(std::make_unique<OneShotPath>(this)),
+      zeroCopyPath_(std::make_unique<ZeroCopyPath>(this, messagePath_.get())) {}
 
 Comm::~Comm() {
+  // The progress thread first: nothing may drive the transports while they go.
+  if (engine) engine->stop();
+  engine.reset();
   // Transports go first: they may reference the bootstrap's peers during teardown.
   transports.clear();
   bootstrap.reset();
@@ -166,15 +247,12 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   config = cfg;
   tag = commTagOf(id);
   timeoutMs = commTimeoutMs(cfg);
+  watchdog_.configure(r, timeoutMs);
   // As for the timeout, C4_SHM_SPIN wins over the Config.
   spinNs = cfg.spinUs >= 0 && !transport::kC4ParamShmSpin.isSet() ? cfg.spinUs * 1000 : -1;
 
   // Phase times for the INFO line at the end (init time grows with ranks: docs/performance.md).
-  auto msNow = [] {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-  };
+  auto msNow = [] { return static_cast<double>(detail::nowNs()) / 1e6; };
   const double tStart = msNow();
   RankInfo mine;
   mine.hostId = localHostId();
@@ -198,14 +276,15 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   cpu_set_t cpuSet;
   if (sched_getaffinity(0, sizeof(cpuSet), &cpuSet) == 0) cores = CPU_COUNT(&cpuSet);
-  oversubscribed = std::max(localRanks, machineRanks) > std::max(1L, cores);
+  // A rank with a progress thread runs two busy threads.
+  oversubscribed = std::max(localRanks, machineRanks) * (engine ? 2 : 1) > std::max(1L, cores);
 
   transport::Context ctx;
   ctx.rank = r;
   ctx.nranks = n;
   ctx.commTag = tag;
   ctx.oob = bootstrap.get();
-  ctx.timeoutMs = timeoutMs;
+  ctx.timeoutMs = 0;  // the watchdog decides (C4_TIMEOUT); transports only detect failures
   for (const RankInfo& p : peers) {
     ctx.hostIds.push_back(p.hostId);
     ctx.pids.push_back(p.pid);
@@ -273,10 +352,21 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
     if (!arenaT && t->hostArenaBytes() > 0) arenaT = t.get();
   for (auto& t : transports)
     if (t->waitFd() >= 0) waitFds.push_back(pollfd{t->waitFd(), POLLIN, 0});
+  std::string transportList;
+  peerTransportIndex.assign(static_cast<size_t>(n), 0);
+  for (size_t i = 0; i < transports.size(); ++i) {
+    caps_.push_back(transports[i]->caps());
+    transportList += (i ? "," : "") + std::string(transports[i]->name());
+    for (int p = 0; p < n; ++p)
+      if (peerTransport[static_cast<size_t>(p)] == transports[i].get())
+        peerTransportIndex[static_cast<size_t>(p)] = static_cast<uint8_t>(i);
+  }
   transport::setOversubscribed(oversubscribed);
   const double tTransports = msNow();
-  oneShot.init(this, arenaT);
-  C4_CHECK(zeroCopy.init(this, &oneShot, arenaT));
+  oneShot.init(this, localRanks, arenaT);
+  std::vector<int32_t> pids;
+  for (const RankInfo& p : peers) pids.push_back(p.pid);
+  C4_CHECK(zeroCopy.init(this, pids, timeoutMs, &oneShot, arenaT));
   const double tZeroCopy = msNow();
   shmTransport = localRanks > 1 ? arenaT : nullptr;
   p2pSendSeq.assign(static_cast<size_t>(n), 0);
@@ -296,7 +386,8 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   ti.commTag = tag;
   ti.commName = cfg.name;
   ti.host = mine.hostname;
-  C4_CHECK(tracer.init(ti));
+  C4_CHECK(recorder.init(ti));
+  recorder.setTransports(transportList);
   traceClockSync(0, timeoutMs);
   const double tEnd = msNow();
   C4_INFO(kLogInit,
@@ -321,11 +412,24 @@ Status Comm::connection(int peer, transport::Connection** out) {
   return t->connect(peer, out);
 }
 
+transport::Caps Comm::capsOf(int peer) const {
+  const transport::Transport* t = peerTransport[static_cast<size_t>(peer)];
+  return t ? caps_[peerTransportIndex[static_cast<size_t>(peer)]] : transport::Caps{};
+}
+
+uint8_t Comm::transportIndexOf(int peer) const { return peerTransportIndex[static_cast<size_t>(peer)]; }
+
+uint64_t Comm::transportProgress() const {
+  uint64_t n = 0;
+  for (const auto& t : transports) n += t->progressCount();
+  return n;
+}
+
 void Comm::idleWait(int idleRounds) {
   const long us = transport::idleBackoffUs(idleRounds, spinNs, shmTransport);
   if (shmTransport && (idleRounds & 15) == 0) {
     std::string note = shmTransport->takeNote();
-    if (!note.empty()) tracer.note(note);
+    if (!note.empty()) recorder.note(note);
   }
   if (us == 0) return;
   timespec ts{0, us * 1000};
@@ -338,12 +442,35 @@ void Comm::idleWait(int idleRounds) {
 }
 
 Status Comm::progressTransports() {
+  if (abortRequested.load(std::memory_order_relaxed)) takeAbortRequest();
   if (failed.load(std::memory_order_relaxed)) {
     std::lock_guard<std::mutex> g(errMu);
     return asyncError;
   }
   for (auto& t : transports) C4_CHECK(t->progress());
   return Status::ok();
+}
+
+void Comm::requestAbort(const Status& st) {
+  {
+    std::lock_guard<std::mutex> g(errMu);
+    if (abortReason.isOk()) abortReason = st;
+  }
+  abortRequested.store(true, std::memory_order_release);
+  // Nobody drives the communicator: carry it out here. (A driving thread sees the flag at its next
+  // poll; the progress thread between jobs.)
+  if (!engine && busy.load(std::memory_order_acquire) == 0) takeAbortRequest();
+}
+
+void Comm::takeAbortRequest() {
+  Status st;
+  {
+    std::lock_guard<std::mutex> g(errMu);
+    if (!abortRequested.load(std::memory_order_relaxed)) return;
+    abortRequested.store(false, std::memory_order_relaxed);
+    st = abortReason;
+  }
+  fail(st);
 }
 
 void Comm::fail(const Status& st) {
@@ -357,13 +484,14 @@ void Comm::fail(const Status& st) {
     }
   }
   C4_WARN(kLogColl, "rank %d: communicator %s failed: %s", rank, tag.c_str(), st.toString().c_str());
-  tracer.error(static_cast<int>(st.code()), st.message(), -1);
+  recorder.error(static_cast<int>(st.code()), st.message(), -1);
   for (auto& t : transports) t->abort(st.message());
   // The ring collectives stop; send/recv stay up for commShrink among the ranks that are left.
   if (bootstrap) bootstrap->interruptCollectives();
 }
 
 Status Comm::failure() {
+  if (abortRequested.load(std::memory_order_acquire) && (!engine || engine->onThread())) takeAbortRequest();
   if (!failed.load(std::memory_order_acquire)) return Status::ok();
   std::lock_guard<std::mutex> g(errMu);
   return Status(asyncError.code(), "communicator failed earlier: " + asyncError.message());
@@ -383,7 +511,7 @@ void* Comm::scratch(size_t bytes) {
   return scratch_;
 }
 
-Result<Comm::CachedPlan*> Comm::cachedPlan(const sched::CollArgs& args, size_t nominalBytes) {
+Result<CachedPlan*> Comm::cachedPlan(const sched::CollArgs& args, size_t nominalBytes) {
   CacheKey key{static_cast<int>(args.coll), static_cast<int>(args.dtype), args.root, args.count};
   auto it = cache_.find(key);
   if (it != cache_.end()) {
@@ -440,10 +568,12 @@ double Comm::estimateUs(const OpDesc& op) const {
 }
 
 Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
-  const bool viaArena = oneShot.eligible(op);
+  PathOptions po;
+  po.oneShotEligible = oneShot.eligible(op);
+  const bool viaArena = po.oneShotEligible;
   // One-shot calls are stamped by OneShot when they publish (see OneShot::start).
-  p->traceOneShot = viaArena && tracer.on();
-  p->traceT0 = tracer.on() && !viaArena ? trace::ticks() : 0;
+  p->traceOneShot = viaArena && recorder.on();
+  p->traceT0 = recorder.on() && !viaArena ? trace::ticks() : 0;
   p->traceAlgo = trace::kAlgoNone;
   p->op = op;
   p->noop = false;
@@ -461,14 +591,18 @@ Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
   int opv = static_cast<int>(op.op);
   sig.op = reduces ? (opv >= kNumBuiltinOps ? 0xff : static_cast<uint8_t>(opv)) : 0;
   p->sig = sig;
+  p->op.seq = sig.seq;
   p->collective = true;
   // A rank whose buffers are shareable offers the zero-copy path; the message plan below stays the
   // fallback in case a peer does not (ZeroCopy decides at start).
-  p->zeroCopy = false;
-  if (!viaArena) C4_CHECK(zeroCopy.offer(op, sig, &p->zeroCopy));
-  oneShot.announce(sig, viaArena ? CallMode::kOneShot : p->zeroCopy ? CallMode::kZeroCopy : CallMode::kMessages);
+  if (!viaArena) C4_CHECK(zeroCopy.offer(op, sig, &po.zeroCopyOffered));
+  p->kind = tuner.choosePath(po);
+  oneShot.announce(sig, p->kind == PathKind::kOneShot    ? CallMode::kOneShot
+                        : p->kind == PathKind::kZeroCopy ? CallMode::kZeroCopy
+                                                         : CallMode::kMessages);
   if (op.count == 0) {
     p->noop = true;
+    p->path = nullptr;
     return Status::ok();
   }
 
@@ -529,11 +663,14 @@ Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
   p->bases[static_cast<int>(BufBase::kInput)] = input;
   p->bases[static_cast<int>(BufBase::kOutput)] = op.recvbuff;
   p->bases[static_cast<int>(BufBase::kScratch)] = scr;
+  p->spaces[static_cast<int>(BufBase::kInput)] = spaceOf(input, sched::inputBytes(args));
+  p->spaces[static_cast<int>(BufBase::kOutput)] = spaceOf(op.recvbuff, sched::outputBytes(args));
   if (viaArena) {
-    p->oneShot = true;
+    p->path = oneShotPath_.get();
     p->traceAlgo = trace::kAlgoOneShot;
     return Status::ok();
   }
+  p->path = p->kind == PathKind::kZeroCopy ? zeroCopyPath_.get() : messagePath_.get();
   p->traceAlgo = static_cast<uint8_t>(cp->algo);
   cp->plan.sig = sig;
   cp->plan.dtype = op.dtype;
@@ -543,7 +680,7 @@ Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
 }
 
 Status Comm::prepareP2p(const std::vector<OpDesc>& ops, Prepared* p) {
-  p->traceT0 = tracer.on() ? trace::ticks() : 0;
+  p->traceT0 = recorder.on() ? trace::ticks() : 0;
   p->traceAlgo = trace::kAlgoP2p;
   p->noop = false;
   p->postDivide = false;
@@ -626,6 +763,8 @@ Status Comm::prepareP2p(const std::vector<OpDesc>& ops, Prepared* p) {
     plan.add(st, nullptr, 0);
   }
   p->noop = plan.steps.empty();
+  p->kind = PathKind::kMessages;
+  p->path = p->noop ? nullptr : messagePath_.get();
   if (!p->noop) {
     C4_CHECK(p->owned->exec.bind(this, &plan));
     p->exec = &p->owned->exec;
@@ -634,19 +773,10 @@ Status Comm::prepareP2p(const std::vector<OpDesc>& ops, Prepared* p) {
 }
 
 Status Comm::startPrepared(Prepared* p) {
+  if (p->traceT0) traceOp(p, true);
   if (p->noop) return Status::ok();
-  if (p->oneShot) {
-    trace::Event e;
-    if (p->traceOneShot) e = opEvent(p);
-    return oneShot.start(p->op, p->sig, p->bases[static_cast<int>(BufBase::kInput)],
-                         const_cast<void*>(p->bases[static_cast<int>(BufBase::kOutput)]), p->kop,
-                         p->traceOneShot ? &e : nullptr);
-  }
-  if (p->zeroCopy) {
-    zeroCopy.start(p->op, p->sig, p->kop);
-    return Status::ok();
-  }
-  return p->exec->start(p->bases);
+  watchdog_.enter(p->sig);
+  return p->path->start(p);
 }
 
 Status Comm::pollPrepared(Prepared* p, bool* done, bool* progressed) {
@@ -654,20 +784,15 @@ Status Comm::pollPrepared(Prepared* p, bool* done, bool* progressed) {
     *done = *progressed = true;
     return Status::ok();
   }
-  if (p->zeroCopy) {
-    bool fallback = false;
-    Status st = zeroCopy.poll(done, &fallback);
-    *progressed = zeroCopy.madeProgress();
-    if (*done) p->traceAlgo = trace::kAlgoZeroCopy;
-    if (!st.isOk() || !fallback) return st;
-    // A peer runs this call through messages: so does every rank.
-    p->zeroCopy = false;
-    *done = false;
-    return p->exec->start(p->bases);
-  }
-  Status st = p->oneShot ? oneShot.poll(done) : p->exec->poll(done);
-  *progressed = p->oneShot ? oneShot.madeProgress() : p->exec->madeProgress();
-  return st;
+  C4_CHECK(p->path->poll(p, done, progressed));
+  if (*progressed) watchdog_.moved();
+  return Status::ok();
+}
+
+Status Comm::watchIdle(const Prepared* p) {
+  return watchdog_.idle(
+      transportProgress(), [&] { return p ? describeSig(p->sig) : std::string("the probe"); },
+      [&] { return p && p->path ? p->path->waitingOn(p) : std::string("a send from a peer"); });
 }
 
 trace::Event Comm::opEvent(const Prepared* p) const {
@@ -681,35 +806,48 @@ trace::Event Comm::opEvent(const Prepared* p) const {
   e.coll = p->sig.coll;
   e.dtype = p->sig.dtype;
   e.redop = p->sig.op;
-  e.flags = static_cast<uint8_t>((op.sendbuff == op.recvbuff ? trace::kFlagInPlace : 0) |
-                                 (p->noop ? trace::kFlagNoop : 0) | (p->oneShot ? trace::kFlagNoEnd : 0));
+  e.flags =
+      static_cast<uint8_t>((op.sendbuff == op.recvbuff ? trace::kFlagInPlace : 0) | (p->noop ? trace::kFlagNoop : 0) |
+                           (p->kind == PathKind::kOneShot ? trace::kFlagNoEnd : 0));
   return e;
 }
 
-void Comm::traceOp(const Prepared* p) {
+void Comm::traceOp(Prepared* p, bool open) {
+  const uint64_t t1 = open ? p->traceT0 : trace::ticks();
+  auto put = [&](trace::Event& e, size_t k) {
+    e.t0 = p->traceT0;
+    e.t1 = t1;
+    if (open) {
+      // Recorded as it starts, completed in place as it ends (trace::kFlagOpen).
+      e.flags |= trace::kFlagOpen;
+      p->traceIndex.push_back(recorder.recordOpen(e));
+    } else if (k < p->traceIndex.size()) {
+      recorder.complete(p->traceIndex[k], e);
+    } else {
+      recorder.record(e);
+    }
+  };
   if (p->collective) {
     trace::Event e = opEvent(p);
-    e.t0 = p->traceT0;
-    e.t1 = trace::ticks();
-    tracer.record(e);
+    put(e, 0);
     return;
   }
   trace::Event e;
   e.type = trace::EventType::kOp;
-  e.t0 = p->traceT0;
-  e.t1 = trace::ticks();
   e.algo = p->traceAlgo;
   // A point-to-point batch: one event per send/receive (self copies included), same interval.
   if (!p->owned) return;
   const ExecPlan& plan = p->owned->plan;
-  for (const ExecStep& s : plan.steps) {
+  for (size_t k = 0; k < plan.steps.size(); ++k) {
+    const ExecStep& s = plan.steps[k];
     e.bytes = s.bytes;
     e.peer = s.kind == sched::StepKind::kCopy ? rank : s.peer;
     e.coll = static_cast<uint8_t>(s.kind == sched::StepKind::kRecv ? Coll::kRecv : Coll::kSend);
     const OpSig& sig = plan.sigOf(s);
     e.seq = static_cast<uint32_t>(sig.seq);
     e.dtype = sig.dtype;
-    tracer.record(e);
+    e.flags = 0;
+    put(e, k);
   }
 }
 
@@ -727,11 +865,12 @@ void Comm::traceClockSync(int which, int64_t waitMs) {
   s.offsetNs = c.offsetNs;
   s.rttNs = c.rttNs;
   s.atNs = c.atNs;
-  tracer.setClock(which, s);
+  recorder.setClock(which, s);
 }
 
 void Comm::finish(Prepared* p) {
-  if (p->traceT0) traceOp(p);
+  watchdog_.leave();
+  if (p->traceT0) traceOp(p, false);
   if (p->collective) oneShot.markDone(p->sig.seq);
   if (!p->postDivide) return;
   const OpDesc& op = p->op;
@@ -752,10 +891,13 @@ Status Comm::runCollective(const OpDesc& op) {
     if (progressed) {
       idle = 0;
     } else {
+      st = watchIdle(&p);
+      if (!st.isOk()) break;
       idleWait(++idle);
     }
   }
   if (!st.isOk()) {
+    watchdog_.leave();
     fail(st);
     return st;
   }
@@ -803,26 +945,33 @@ Status Comm::probe(int peer, ProbeResult* out) {
 
 Status Comm::waitProbe(int peer, ProbeResult* out, int64_t waitMs) {
   const int64_t start = detail::nowMs();
-  const int64_t limit = waitMs < 0 ? timeoutMs : waitMs;
   int idle = 0;
+  OpSig sig;
+  sig.seq = ~uint64_t{0} - 1;  // not an operation of the sequence; the watchdog only times it
+  sig.coll = static_cast<uint8_t>(Coll::kRecv);
+  if (waitMs < 0) watchdog_.enter(sig);
   for (;;) {
     Status st = probe(peer, out);
+    if (st.isOk() && (out->ready || waitMs == 0)) {
+      if (waitMs < 0) watchdog_.leave();
+      return Status::ok();
+    }
+    if (st.isOk() && waitMs > 0 && (++idle & 15) == 0 && detail::nowMs() - start >= waitMs) return Status::ok();
+    if (st.isOk() && waitMs < 0) {
+      // Unbounded: the watchdog decides, naming the ranks probed.
+      st = watchdog_.idle(
+          transportProgress(), [] { return std::string("receive from any source"); },
+          [&] {
+            return peer == kAnySource ? strFormat("a send from any of the other %d rank(s)", nranks - 1)
+                                      : strFormat("a send from rank %d", peer);
+          });
+    }
     if (!st.isOk()) {
+      if (waitMs < 0) watchdog_.leave();
       fail(st);
       return st;
     }
-    if (out->ready || limit == 0) return Status::ok();
-    // The clock is read every 16 idle rounds: cheap while spinning, still within a sleep or two.
-    if ((++idle & 15) == 0 && detail::nowMs() - start >= limit) {
-      if (waitMs >= 0) return Status::ok();
-      std::string from =
-          peer == kAnySource ? strFormat("any of the other %d rank(s)", nranks - 1) : strFormat("rank %d", peer);
-      st = makeError(Code::kRemoteError, "rank %d: no send from %s within %lld ms (C4_TIMEOUT)", rank, from.c_str(),
-                     static_cast<long long>(timeoutMs));
-      fail(st);
-      return st;
-    }
-    idleWait(idle);
+    idleWait(idle ? idle : ++idle);
   }
 }
 

@@ -1,4 +1,13 @@
 // The communicator (c4::Comm) and the operations it runs.
+//
+// Execution is layered (docs/architecture.md, "The path of one call"):
+//  - the API validates a call into an OpDesc and hands it to the communicator;
+//  - prepare*() turns it into a PreparedCall: the tuner picks the path (messages over the
+//    transports, the one-shot arena, zero-copy) and, for messages, the algorithm and chunk;
+//  - the path (an ExecPath) runs it against the communicator's ExecContext (connections,
+//    progress, watchdog, tracer), polled by a driving loop: the caller's thread, or the
+//    communicator's progress thread (core/progress.hpp) when it has one;
+//  - the watchdog (core/watchdog.hpp) decides when nothing moved for C4_TIMEOUT.
 #pragma once
 
 #include <poll.h>
@@ -15,16 +24,21 @@
 
 #include "c4comm/c4comm.hpp"
 #include "core/bootstrap.hpp"
+#include "core/exec_context.hpp"
 #include "core/executor.hpp"
 #include "core/oneshot.hpp"
 #include "core/opdesc.hpp"
 #include "core/tuner.hpp"
+#include "core/watchdog.hpp"
 #include "core/zerocopy.hpp"
 #include "sched/schedule.hpp"
 #include "trace/recorder.hpp"
 #include "transports/transport.hpp"
 
 namespace c4 {
+
+class ProgressEngine;
+class ExecPath;
 
 /// A PreMulSum operator created on a communicator.
 struct UserOp {
@@ -35,14 +49,46 @@ struct UserOp {
   const void* pointer = nullptr;  // read at call time, for kDevice (host memory here)
 };
 
-struct Comm {
+/// A plan built for one distinct operation (coll, dtype, count, root) and the executor bound to
+/// it; cached, so a repeated call only rebinds buffers.
+struct CachedPlan {
+  ExecPlan plan;
+  Executor exec;
+  size_t schedScratch = 0;  // bytes of scratch the schedule uses (aligned)
+  sched::Algo algo = sched::Algo::kRing;
+};
+
+/// What runs one call: the path the tuner chose, the executor (message path), the call's buffers.
+struct PreparedCall {
+  ExecPath* path = nullptr;  // null for no-op calls
+  PathKind kind = PathKind::kMessages;
+  Executor* exec = nullptr;  // the message path's (also the zero-copy path's fallback)
+  const void* bases[kNumBufBases] = {nullptr, nullptr, nullptr, nullptr};
+  transport::MemSpace spaces[kNumBufBases] = {transport::MemSpace::kHost, transport::MemSpace::kHost,
+                                              transport::MemSpace::kHost, transport::MemSpace::kHost};
+  OpDesc op;
+  OpSig sig;
+  kernels::KOp kop = kernels::KOp::kSum;
+  bool collective = false;
+  bool noop = false;
+  bool postDivide = false;               // integer Avg: divide the result by nranks afterwards
+  uint8_t traceAlgo = trace::kAlgoNone;  // what ran (trace::Event::algo)
+  uint64_t traceT0 = 0;                  // trace clock at prepare; 0: not traced here
+  bool traceOneShot = false;             // traced, and OneShot records the event (see there)
+  std::unique_ptr<CachedPlan> owned;     // point-to-point batches are built per call
+  std::vector<uint64_t> traceIndex;      // ring indices of its open op events (Recorder::complete)
+};
+
+struct Comm final : public ExecContext {
   Comm();
-  ~Comm();
+  ~Comm() override;
+  using Prepared = PreparedCall;
 
   /// Joins the communicator (bootstrap, transports). Blocking.
   Status init(int nranks, const UniqueId& id, int rank, const Config& config);
 
-  /// Runs a collective to completion (blocking), or only builds it (see prepare/Executor).
+  // ---- running operations on the driving thread (the caller's, or the progress thread's) ----
+  /// Runs a collective to completion.
   Status runCollective(const OpDesc& op);
   /// Runs a batch of point-to-point ops (all posted together).
   Status runP2p(const std::vector<OpDesc>& ops);
@@ -58,60 +104,52 @@ struct Comm {
   /// The tuner's modelled time of `op` (microseconds), with the algorithm it would choose.
   double estimateUs(const OpDesc& op) const;
 
-  /// A plan built for one distinct operation (coll, dtype, count, root) and the executor bound
-  /// to it; cached, so a repeated call only rebinds buffers.
-  struct CachedPlan {
-    ExecPlan plan;
-    Executor exec;
-    size_t schedScratch = 0;  // bytes of scratch the schedule uses (aligned)
-    sched::Algo algo = sched::Algo::kRing;
-  };
-  /// What runs one call: an executor (cached or owned) plus the call's buffers.
-  struct Prepared {
-    Executor* exec = nullptr;  // message path; null for one-shot and no-op calls
-    bool oneShot = false;      // runs through the shared arena (see OneShot)
-    bool zeroCopy = false;     // offered to the zero-copy path, not fallen back (see ZeroCopy)
-    const void* bases[kNumBufBases] = {nullptr, nullptr, nullptr, nullptr};
-    OpDesc op;
-    OpSig sig;
-    kernels::KOp kop = kernels::KOp::kSum;
-    bool collective = false;
-    bool noop = false;
-    bool postDivide = false;               // integer Avg: divide the result by nranks afterwards
-    uint8_t traceAlgo = trace::kAlgoNone;  // what ran (trace::Event::algo)
-    uint64_t traceT0 = 0;                  // trace clock at prepare; 0: not traced here
-    bool traceOneShot = false;             // traced, and OneShot records the event (see there)
-    std::unique_ptr<CachedPlan> owned;     // point-to-point batches are built per call
-  };
-  Status prepareCollective(const OpDesc& op, Prepared* out);
-  Status prepareP2p(const std::vector<OpDesc>& ops, Prepared* out);
-  /// Starts / advances a prepared call on whichever path it takes.
-  Status startPrepared(Prepared* p);
-  Status pollPrepared(Prepared* p, bool* done, bool* progressed);
-  /// After a prepared op completes: epilogue (integer Avg division).
-  void finish(Prepared* p);
+  Status prepareCollective(const OpDesc& op, PreparedCall* out);
+  Status prepareP2p(const std::vector<OpDesc>& ops, PreparedCall* out);
+  /// Starts / advances a prepared call on its path.
+  Status startPrepared(PreparedCall* p);
+  Status pollPrepared(PreparedCall* p, bool* done, bool* progressed);
+  /// After a prepared op completes: epilogue (integer Avg division), trace, watchdog.
+  void finish(PreparedCall* p);
+  /// The watchdog's idle check for the running call `p` (null: a probe), on the driving thread.
+  Status watchIdle(const PreparedCall* p);
   /// The op event of a prepared collective, without its times.
-  trace::Event opEvent(const Prepared* p) const;
-  /// Records the op event(s) of a completed prepared call (level op and above).
-  void traceOp(const Prepared* p);
+  trace::Event opEvent(const PreparedCall* p) const;
+  /// Records the op event(s) of a prepared call (level op and above): open (kFlagOpen) as it
+  /// starts, completed in place as it ends.
+  void traceOp(PreparedCall* p, bool open);
   /// Clock alignment to rank 0 for the trace (which: 0 at init, 1 at finalize); a failure only
   /// leaves the sample out. Collective over the communicator.
   void traceClockSync(int which, int64_t timeoutMs);
 
   /// Connection to `peer` through the transport that reaches it.
-  Status connection(int peer, transport::Connection** out);
+  Status connection(int peer, transport::Connection** out) override;
   /// Advances every transport.
   Status progressTransports();
   /// Back-off after `idleRounds` consecutive polls without progress: spin, yield, then block up to
   /// C4_SHM_SLEEP_US, on the network transports' wait fds when there are any (so arriving data
   /// wakes the rank at once) or in a sleep.
   void idleWait(int idleRounds);
-  /// Records the first asynchronous error, tells peers (abort of transports).
+  /// Records the first asynchronous error, tells peers (abort of transports). Only on the driving
+  /// thread while an operation may run; other threads use requestAbort().
   void fail(const Status& st);
+  /// From any thread: makes the driving thread fail the communicator with `st` at its next poll
+  /// (or does it now if no operation runs), so transports are only ever touched by one thread.
+  void requestAbort(const Status& st);
   /// Ok, or the error every call on a failed communicator returns.
   Status failure();
 
   void* scratch(size_t bytes);
+
+  // ---- ExecContext ----
+  int thisRank() const override { return rank; }
+  int numRanks() const override { return nranks; }
+  transport::Caps capsOf(int peer) const override;
+  uint8_t transportIndexOf(int peer) const override;
+  Status progress() override { return progressTransports(); }
+  uint64_t transportProgress() const override;
+  trace::Recorder& tracer() override { return recorder; }
+  Watchdog& watchdog() override { return watchdog_; }
 
   // ---- identity ----
   int rank = 0;
@@ -129,6 +167,7 @@ struct Comm {
   std::vector<RankInfo> peers;
   std::vector<std::unique_ptr<transport::Transport>> transports;
   std::vector<transport::Transport*> peerTransport;  // per rank, null if unreachable
+  std::vector<uint8_t> peerTransportIndex;           // per rank: index in transports
 
   // ---- state ----
   uint64_t collSeq = 0;
@@ -137,13 +176,21 @@ struct Comm {
   std::mutex errMu;
   Status asyncError;
   std::atomic<bool> failed{false};
+  std::atomic<bool> abortRequested{false};  // requestAbort: the driving thread fails the communicator
+  Status abortReason;                       // guarded by errMu
+  std::atomic<int> busy{0};                 // threads running an operation on it (caller-driven mode)
+  std::atomic<bool> revoked{false};         // commRevoke was called
   bool finalized = false;
   uint32_t shrinks = 0;  // commShrink calls on this communicator (each has its own bootstrap tag)
+
+  /// The progress thread (C4_PROGRESS_THREAD, or a non-blocking communicator); null: the caller
+  /// drives every operation on its own thread.
+  std::unique_ptr<ProgressEngine> engine;
 
   Tuner tuner;
   OneShot oneShot;
   ZeroCopy zeroCopy;
-  trace::Recorder tracer;
+  trace::Recorder recorder;
 
  private:
   struct CacheKey {
@@ -155,6 +202,8 @@ struct Comm {
   };
   /// The cached plan for `args`, built (tuned, generated, bound) on a miss.
   Result<CachedPlan*> cachedPlan(const sched::CollArgs& args, size_t nominalBytes);
+  /// Performs a requested abort (driving thread).
+  void takeAbortRequest();
 
   std::map<CacheKey, std::pair<std::unique_ptr<CachedPlan>, std::list<CacheKey>::iterator>> cache_;
   std::list<CacheKey> lru_;
@@ -162,6 +211,9 @@ struct Comm {
   size_t scratchBytes_ = 0;
   int probeNext_ = 0;          // where a probe of any source starts (round-robin)
   int64_t probeHealthMs_ = 0;  // last peer health check of probe()
+  Watchdog watchdog_;
+  std::vector<transport::Caps> caps_;  // per transport
+  std::unique_ptr<ExecPath> messagePath_, oneShotPath_, zeroCopyPath_;
 };
 
 /// How long any wait (bootstrap, a peer, a collective) may see no progress, in ms: C4_TIMEOUT if

@@ -1,32 +1,28 @@
 #include "core/executor.hpp"
 
-#include <time.h>
-
 #include <algorithm>
 #include <cstring>
 
 #include "common/logging.hpp"
 #include "common/params.hpp"
 #include "common/status.hpp"
-#include "core/comm.hpp"
 #include "kernels/host/reduce.hpp"
 
 namespace c4 {
 
+C4_PARAM_INT(RecvReduce, "C4_RECV_REDUCE", nullptr, 1,
+             "1: a reducing receive reduces in the transport as the data arrives where the transport can "
+             "(Caps::reduceOnRecv); 0: every reducing receive lands in a host bounce buffer and is reduced when "
+             "complete (the path transports without the capability take)")
+C4_PARAM_INT(ExecStaging, "C4_EXEC_STAGING", nullptr, 0,
+             "1: every send and receive goes through host bounce buffers, as for memory a transport cannot read or "
+             "write directly (tests the staging path); 0: only where needed")
 C4_PARAM_INT(Forward, "C4_FORWARD", nullptr, 1,
              "1: a send of what a reducing receive just produced leaves piece by piece as the pieces land, written "
              "in the same pass as the reduction where the transport can (shm; NCCL's recvReduceCopySend); 0: after "
              "the whole receive")
 
 using sched::StepKind;
-
-namespace {
-int64_t nowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
-}
-}  // namespace
 
 void ExecPlan::add(const ExecStep& s, const int32_t* depList, size_t ndeps) {
   ExecStep st = s;
@@ -73,14 +69,15 @@ void buildPlan(const sched::Schedule& s, ExecPlan* plan) {
   }
 }
 
-Status Executor::bind(Comm* comm, const ExecPlan* plan) {
-  comm_ = comm;
+Status Executor::bind(ExecContext* ctx, const ExecPlan* plan) {
+  ctx_ = ctx;
   plan_ = plan;
   const size_t n = plan->steps.size();
+  const int nranks = ctx->numRanks(), self = ctx->thisRank();
   initialRemaining_.assign(n, 0);
   initialLocal_.clear();
   peers_.clear();
-  peerSlot_.assign(static_cast<size_t>(comm->nranks), -1);
+  peerSlot_.assign(static_cast<size_t>(nranks), -1);
 
   // Successor lists (CSR) from the dependency lists.
   succBegin_.assign(n + 1, 0);
@@ -104,16 +101,17 @@ Status Executor::bind(Comm* comm, const ExecPlan* plan) {
   for (size_t i = 0; i < n; ++i) {
     const ExecStep& s = plan->steps[i];
     if (s.kind == StepKind::kSend || s.kind == StepKind::kRecv || s.kind == StepKind::kRecvReduce) {
-      if (s.peer < 0 || s.peer >= comm->nranks || s.peer == comm->rank)
+      if (s.peer < 0 || s.peer >= nranks || s.peer == self)
         return makeError(Code::kInternalError, "plan step %zu has invalid peer %d", i, s.peer);
       int32_t& slot = peerSlot_[static_cast<size_t>(s.peer)];
       if (slot < 0) {
         slot = static_cast<int32_t>(peers_.size());
         PeerQueue q;
         q.peer = s.peer;
-        C4_CHECK(comm->connection(s.peer, &q.conn));
-        transport::Transport* t = comm->peerTransport[static_cast<size_t>(s.peer)];
-        q.lane = t && strcmp(t->name(), "tcp") == 0 ? 1 : 0;
+        C4_CHECK(ctx->connection(s.peer, &q.conn));
+        q.caps = ctx->capsOf(s.peer);
+        q.transport = ctx->transportIndexOf(s.peer);
+        q.lane = q.conn->numLanes() > 1 ? trace::kLaneStriped : 0;
         peers_.push_back(std::move(q));
       }
       auto& q = peers_[static_cast<size_t>(slot)];
@@ -122,11 +120,59 @@ Status Executor::bind(Comm* comm, const ExecPlan* plan) {
       initialLocal_.push_back(static_cast<uint32_t>(i));
     }
   }
-  findForwards();
+  stagingPlanned_ = false;
   remaining_.resize(n);
   reqs_.resize(n);
   inflight_.reserve(n);
   localReady_.reserve(n);
+  return Status::ok();
+}
+
+Status Executor::planStaging() {
+  using transport::MemSpace;
+  using transport::spaceBit;
+  const size_t n = plan_->steps.size();
+  stage_.assign(n, Stage::kNone);
+  stageOff_.assign(n, 0);
+  const bool all = paramExecStaging() != 0;
+  const bool recvReduce = paramRecvReduce() != 0;
+  auto hostKernels = [](MemSpace sp) { return (transport::kHostSpaces & spaceBit(sp)) != 0; };
+  size_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const ExecStep& s = plan_->steps[i];
+    const MemSpace src = spaces_[static_cast<int>(s.src.base)], dst = spaces_[static_cast<int>(s.dst.base)];
+    if (s.kind == StepKind::kCopy || s.kind == StepKind::kReduce || (s.kind == StepKind::kRecvReduce) ||
+        (s.kind == StepKind::kSend && all) || (s.kind == StepKind::kRecv && all)) {
+      // Local work and staged copies run on the host kernels.
+      const bool srcUsed = s.kind != StepKind::kRecv;
+      const bool dstUsed = s.kind != StepKind::kSend;
+      const MemSpace bad = srcUsed && !hostKernels(src) ? src : dst;
+      if ((srcUsed && !hostKernels(src)) || (dstUsed && !hostKernels(dst)))
+        return makeError(Code::kInvalidUsage,
+                         "rank %d: step %zu of %s works on %s memory, for which this build has no copy or reduction "
+                         "kernels",
+                         ctx_->thisRank(), i, describeSig(plan_->sig).c_str(), transport::memSpaceName(bad));
+    }
+    if (s.kind != StepKind::kSend && s.kind != StepKind::kRecv && s.kind != StepKind::kRecvReduce) continue;
+    const transport::Caps& caps = queueOf(s.peer).caps;
+    Stage st = Stage::kNone;
+    if (s.kind == StepKind::kSend) {
+      if (all || !(caps.spaces & spaceBit(src))) st = Stage::kSend;
+    } else if (s.kind == StepKind::kRecv) {
+      if (all || !(caps.spaces & spaceBit(dst))) st = Stage::kRecv;
+    } else if (all || !recvReduce || !caps.reduceOnRecv || !(caps.spaces & spaceBit(dst)) ||
+               !(caps.spaces & spaceBit(src))) {
+      st = Stage::kReduce;
+    }
+    if (st == Stage::kNone) continue;
+    stage_[i] = st;
+    stageOff_[i] = total;
+    total += (s.bytes + 63) / 64 * 64;
+  }
+  if (staging_.size() < total) staging_.resize(total);
+  for (int b = 0; b < kNumBufBases; ++b) planned_[b] = spaces_[b];
+  stagingPlanned_ = true;
+  findForwards();
   return Status::ok();
 }
 
@@ -136,16 +182,16 @@ void Executor::findForwards() {
   if (paramForward() == 0) return;
   for (size_t i = 0; i < n; ++i) {
     const ExecStep& s = plan_->steps[i];
-    if (s.kind != StepKind::kSend) continue;
+    if (s.kind != StepKind::kSend || stage_[i] != Stage::kNone) continue;
     for (uint32_t d = s.depBegin; d < s.depEnd; ++d) {
       const uint32_t r = plan_->deps[d];
       const ExecStep& rs = plan_->steps[r];
       // Receives that reduce only: a plain chain (Broadcast at 4 ranks) measured slower fused.
-      if (rs.kind != StepKind::kRecvReduce || forward_[r] != kNoForward || rs.bytes != s.bytes ||
-          rs.dst.base != s.src.base || rs.dst.offset != s.src.offset)
+      if (rs.kind != StepKind::kRecvReduce || stage_[r] != Stage::kNone || forward_[r] != kNoForward ||
+          rs.bytes != s.bytes || rs.dst.base != s.src.base || rs.dst.offset != s.src.offset)
         continue;
-      const transport::Connection* from = peers_[static_cast<size_t>(peerSlot_[static_cast<size_t>(rs.peer)])].conn;
-      const transport::Connection* to = peers_[static_cast<size_t>(peerSlot_[static_cast<size_t>(s.peer)])].conn;
+      const transport::Connection* from = queueOf(rs.peer).conn;
+      const transport::Connection* to = queueOf(s.peer).conn;
       if (from->canForward(to, s.bytes, transport::SendHint{plan_->singleCopy && !s.peerReduces})) {
         forward_[r] = static_cast<uint32_t>(i);
         break;
@@ -154,9 +200,15 @@ void Executor::findForwards() {
   }
 }
 
-Status Executor::start(const void* const bases[kNumBufBases]) {
-  for (int b = 0; b < kNumBufBases; ++b) bases_[b] = bases[b];
+Status Executor::start(const void* const bases[kNumBufBases], const transport::MemSpace spaces[kNumBufBases]) {
+  bool replan = !stagingPlanned_;
+  for (int b = 0; b < kNumBufBases; ++b) {
+    bases_[b] = bases[b];
+    spaces_[b] = spaces ? spaces[b] : transport::MemSpace::kHost;
+    replan |= spaces_[b] != planned_[b];
+  }
   bases_[static_cast<int>(BufBase::kAbsolute)] = nullptr;
+  if (replan) C4_CHECK(planStaging());
   std::copy(initialRemaining_.begin(), initialRemaining_.end(), remaining_.begin());
   for (transport::Request& r : reqs_) {
     r.state = transport::Request::kPending;
@@ -166,8 +218,7 @@ Status Executor::start(const void* const bases[kNumBufBases]) {
   localReady_.assign(initialLocal_.begin(), initialLocal_.end());
   for (PeerQueue& q : peers_) q.nextSend = q.nextRecv = 0;
   completed_ = 0;
-  lastProgressNs_ = nowNs();
-  traceSteps_ = comm_->tracer.level() >= static_cast<int>(trace::Level::kStep);
+  traceSteps_ = ctx_->tracer().level() >= static_cast<int>(trace::Level::kStep);
   if (traceSteps_) postTicks_.resize(plan_->steps.size());
   return postReady();
 }
@@ -185,6 +236,16 @@ Status Executor::runLocal(uint32_t idx) {
   }
   if (traceSteps_) traceStep(idx, t0);
   return complete(idx);
+}
+
+void Executor::unstage(uint32_t idx) {
+  const ExecStep& s = plan_->steps[idx];
+  const char* in = staging_.data() + stageOff_[idx];
+  if (!s.bytes) return;
+  if (stage_[idx] == Stage::kRecv)
+    kernels::copy(addr(s.dst), in, s.bytes);
+  else if (stage_[idx] == Stage::kReduce)
+    kernels::reduce(addr(s.dst), addr(s.src), in, s.bytes / dataTypeSize(plan_->dtype), plan_->dtype, plan_->op);
 }
 
 Status Executor::complete(uint32_t idx) {
@@ -212,7 +273,13 @@ Status Executor::postReady() {
       uint32_t idx = q.sends[q.nextSend];
       const ExecStep& s = plan_->steps[idx];
       if (traceSteps_) postTicks_[idx] = trace::ticks();
-      Status st = q.conn->isend(addr(s.src), s.bytes, plan_->sigOf(s), &reqs_[idx],
+      transport::MemRef src = ref(s.src);
+      if (stage_[idx] == Stage::kSend) {
+        char* b = staging_.data() + stageOff_[idx];
+        if (s.bytes) kernels::copy(b, src.ptr, s.bytes);
+        src = transport::MemRef(b);
+      }
+      Status st = q.conn->isend(src, s.bytes, plan_->sigOf(s), &reqs_[idx],
                                 transport::SendHint{plan_->singleCopy && !s.peerReduces});
       if (transport::isQueueFull(st)) break;  // back-pressure: posted again after the next progress
       C4_CHECK(st);
@@ -228,12 +295,20 @@ Status Executor::postReady() {
 
 Status Executor::postRecv(uint32_t idx) {
   const ExecStep& s = plan_->steps[idx];
-  transport::Connection* conn = peers_[static_cast<size_t>(peerSlot_[static_cast<size_t>(s.peer)])].conn;
+  transport::Connection* conn = queueOf(s.peer).conn;
   const uint64_t t = traceSteps_ ? trace::ticks() : 0;
   if (traceSteps_) postTicks_[idx] = t;
+  if (stage_[idx] != Stage::kNone) {
+    // Into the bounce buffer; copied or reduced out when complete (unstage).
+    C4_CHECK(conn->irecv(transport::MemRef(staging_.data() + stageOff_[idx]), s.bytes, plan_->sigOf(s), nullptr,
+                         &reqs_[idx]));
+    inflight_.push_back(idx);
+    progressed_ = true;
+    return Status::ok();
+  }
   transport::ReduceSpec red;
   if (s.kind == StepKind::kRecvReduce) {
-    red.local = transport::MemRef(addr(s.src));
+    red.local = ref(s.src);
     red.dtype = plan_->dtype;
     red.op = static_cast<RedOp>(plan_->op);
   }
@@ -241,17 +316,15 @@ Status Executor::postRecv(uint32_t idx) {
   // The forward rides along if it is next in line to its peer and waits for nothing else (it
   // depends on this receive, so its count of unfinished deps is at least 1).
   const uint32_t f = forward_[idx];
-  PeerQueue* fq = f == kNoForward || remaining_[f] != 1
-                      ? nullptr
-                      : &peers_[static_cast<size_t>(peerSlot_[static_cast<size_t>(plan_->steps[f].peer)])];
+  PeerQueue* fq = f == kNoForward || remaining_[f] != 1 ? nullptr : &queueOf(plan_->steps[f].peer);
   if (fq && fq->nextSend < fq->sends.size() && fq->sends[fq->nextSend] == f) {
     ++fq->nextSend;
     if (traceSteps_) postTicks_[f] = t;
-    C4_CHECK(conn->irecvForward(addr(s.dst), s.bytes, plan_->sigOf(s), redp, &reqs_[idx], fq->conn,
+    C4_CHECK(conn->irecvForward(ref(s.dst), s.bytes, plan_->sigOf(s), redp, &reqs_[idx], fq->conn,
                                 plan_->sigOf(plan_->steps[f]), &reqs_[f]));
     inflight_.push_back(f);
   } else {
-    C4_CHECK(conn->irecv(addr(s.dst), s.bytes, plan_->sigOf(s), redp, &reqs_[idx]));
+    C4_CHECK(conn->irecv(ref(s.dst), s.bytes, plan_->sigOf(s), redp, &reqs_[idx]));
   }
   inflight_.push_back(idx);
   progressed_ = true;
@@ -260,7 +333,7 @@ Status Executor::postRecv(uint32_t idx) {
 
 Status Executor::poll(bool* done) {
   progressed_ = false;
-  C4_CHECK(comm_->progressTransports());
+  C4_CHECK(ctx_->progress());
   for (size_t i = 0; i < inflight_.size();) {
     uint32_t idx = inflight_[i];
     transport::Request& r = reqs_[idx];
@@ -271,19 +344,13 @@ Status Executor::poll(bool* done) {
     if (r.state == transport::Request::kFailed) return r.error;
     inflight_[i] = inflight_.back();
     inflight_.pop_back();
+    if (stage_[idx] == Stage::kRecv || stage_[idx] == Stage::kReduce) unstage(idx);
     if (traceSteps_) traceStep(idx, postTicks_[idx]);
     C4_CHECK(complete(idx));
   }
   C4_CHECK(postReady());
   *done = completed_ == plan_->steps.size();
-  int64_t now = nowNs();
-  if (progressed_) {
-    lastProgressNs_ = now;
-  } else if (comm_->timeoutMs > 0 && now - lastProgressNs_ > comm_->timeoutMs * 1000000LL) {
-    return makeError(Code::kRemoteError, "rank %d: %s made no progress for %lld ms (C4_TIMEOUT); waiting on %s",
-                     comm_->rank, describeSig(plan_->sig).c_str(), static_cast<long long>(comm_->timeoutMs),
-                     pendingSummary().c_str());
-  }
+  if (progressed_) ctx_->watchdog().moved();
   return Status::ok();
 }
 
@@ -299,14 +366,16 @@ void Executor::traceStep(uint32_t idx, uint64_t t0) {
   e.coll = sig.coll;
   e.dtype = static_cast<uint8_t>(plan_->dtype);
   e.redop = static_cast<uint8_t>(s.kind);  // sched::StepKind and trace::StepKind share values
-  if (s.peer >= 0 && s.peer != comm_->rank) {
+  if (s.peer >= 0 && s.peer != ctx_->thisRank()) {
+    const PeerQueue& q = peers_[static_cast<size_t>(peerSlot_[static_cast<size_t>(s.peer)])];
     e.peer = s.peer;
-    e.lane = peers_[static_cast<size_t>(peerSlot_[static_cast<size_t>(s.peer)])].lane;
+    e.lane = q.lane;
+    e.transport = q.transport;
   }
-  comm_->tracer.record(e);
+  ctx_->tracer().record(e);
 }
 
-std::string Executor::pendingSummary() const {
+std::string Executor::waitingOn() const {
   std::string out;
   int shown = 0;
   for (const PeerQueue& q : peers_) {
@@ -316,7 +385,10 @@ std::string Executor::pendingSummary() const {
     if (sendsLeft + recvsLeft == 0) continue;
     if (shown++ < 8) {
       if (!out.empty()) out += ", ";
-      out += strFormat("rank %d (%zu sends, %zu receives outstanding)", q.peer, sendsLeft, recvsLeft);
+      out += strFormat("rank %d (%zu sends, %zu receives outstanding", q.peer, sendsLeft, recvsLeft);
+      const std::string state = q.conn ? q.conn->describeState() : std::string();
+      if (!state.empty() && shown <= 2) out += "; " + state;
+      out += ")";
     }
   }
   if (shown > 8) out += strFormat(" and %d more peers", shown - 8);

@@ -1,23 +1,28 @@
-// Executor: runs one rank's part of any schedule over the communicator's connections.
+// Executor: runs one rank's part of any schedule over the connections of an ExecContext.
 //
 // Non-blocking: start() posts what can be posted, poll() advances; one thread may drive several
 // executors (of different communicators) round-robin, which is how a group over several
 // communicators of one process completes. Semantics are those documented in sched/schedule.hpp.
+//
+// Memory: every buffer of a call has a memory space. A send whose buffer the transport cannot read
+// (Caps::spaces) goes out of a host bounce buffer; a receive it cannot write lands in one and is
+// copied out; a reducing receive on a transport without Caps::reduceOnRecv (or C4_RECV_REDUCE=0)
+// lands in one and is reduced with the kernel of the destination's space when complete.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "c4comm/status.hpp"
 #include "common/opsig.hpp"
+#include "core/exec_context.hpp"
 #include "kernels/host/reduce.hpp"
 #include "sched/schedule.hpp"
 #include "transports/transport.hpp"
 
 namespace c4 {
-
-struct Comm;
 
 /// Where a step's bytes live: one of the call's buffers (bases are bound per call, so a plan is
 /// built once and reused) or an absolute address (kAbsolute, base 0: point-to-point batches).
@@ -60,24 +65,39 @@ void buildPlan(const sched::Schedule& s, ExecPlan* plan);
 
 class Executor {
  public:
-  /// Prepares to run `plan` on `comm` (successor lists, per-peer post order, connections). Done
-  /// once per plan; `plan` must outlive the executor and not change after bind.
-  Status bind(Comm* comm, const ExecPlan* plan);
-  /// Starts a run with the call's buffers (indexed by BufBase; kAbsolute is ignored).
-  Status start(const void* const bases[kNumBufBases]);
+  /// Prepares to run `plan` in `ctx` (successor lists, per-peer post order, connections, which
+  /// steps stage through host memory). Done once per plan; `plan` must outlive the executor and
+  /// not change after bind.
+  Status bind(ExecContext* ctx, const ExecPlan* plan);
+  /// Starts a run with the call's buffers (indexed by BufBase; kAbsolute is ignored) and the memory
+  /// space of each.
+  Status start(const void* const bases[kNumBufBases], const transport::MemSpace spaces[kNumBufBases]);
   /// Advances; sets *done when every step completed. On failure the run is over (the caller
   /// fails the communicator, which aborts its transports so no request touches the buffers later).
+  /// Reports progress to the context's watchdog; timing out is the watchdog's call.
   Status poll(bool* done);
   /// True if the last poll() made progress (used for back-off by the driver loop).
   bool madeProgress() const { return progressed_; }
+  /// Whom the run waits for: ranks with sends or receives outstanding and their connections'
+  /// state (the watchdog's error).
+  std::string waitingOn() const;
 
  private:
   struct PeerQueue {
     int peer = -1;
     transport::Connection* conn = nullptr;
+    transport::Caps caps;
     std::vector<uint32_t> sends, recvs;  // step indices in post order
     size_t nextSend = 0, nextRecv = 0;
-    uint8_t lane = 0;  // trace::Event::lane: the transport (0 shm, 1 tcp)
+    uint8_t transport = 0;  // trace::Event::transport
+    uint8_t lane = 0;       // trace::Event::lane (kLaneStriped for several lanes)
+  };
+  /// How a network step meets its buffers.
+  enum class Stage : uint8_t {
+    kNone = 0,    // straight from / into the call's buffer
+    kSend = 1,    // copied into the bounce buffer, sent from there
+    kRecv = 2,    // received into the bounce buffer, copied out
+    kReduce = 3,  // received into the bounce buffer, reduced into dst
   };
   Status complete(uint32_t idx);
   Status postReady();
@@ -86,18 +106,25 @@ class Executor {
   Status postRecv(uint32_t idx);
   /// Finds forward_ for every reducing receive of the plan.
   void findForwards();
+  /// Decides stage_ for every network step from its buffer's space and the transport's caps.
+  Status planStaging();
   Status runLocal(uint32_t idx);
-  std::string pendingSummary() const;
+  /// A staged receive finished: copy or reduce it out of the bounce buffer.
+  void unstage(uint32_t idx);
   /// Records step `idx` (level step) that began at `t0` (trace ticks) and ended now.
   void traceStep(uint32_t idx, uint64_t t0);
+  PeerQueue& queueOf(int peer) { return peers_[static_cast<size_t>(peerSlot_[static_cast<size_t>(peer)])]; }
 
   void* addr(const BufRef& r) const {
     return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(bases_[static_cast<int>(r.base)]) + r.offset);
   }
+  transport::MemRef ref(const BufRef& r) const { return transport::MemRef(addr(r), spaces_[static_cast<int>(r.base)]); }
 
-  Comm* comm_ = nullptr;
+  ExecContext* ctx_ = nullptr;
   const ExecPlan* plan_ = nullptr;
   const void* bases_[kNumBufBases] = {nullptr, nullptr, nullptr, nullptr};
+  transport::MemSpace spaces_[kNumBufBases] = {transport::MemSpace::kHost, transport::MemSpace::kHost,
+                                               transport::MemSpace::kHost, transport::MemSpace::kHost};
   std::vector<uint32_t> initialRemaining_;
   std::vector<uint32_t> initialLocal_;
   std::vector<uint32_t> remaining_;  // unfinished deps per step
@@ -112,9 +139,13 @@ class Executor {
   // (Connection::irecvForward); kNoForward otherwise.
   static constexpr uint32_t kNoForward = UINT32_MAX;
   std::vector<uint32_t> forward_;
+  std::vector<Stage> stage_;                        // per step
+  std::vector<size_t> stageOff_;                    // per staged step: its region of staging_
+  std::vector<char> staging_;                       // host bounce buffers of the staged steps
+  transport::MemSpace planned_[kNumBufBases] = {};  // spaces the staging decisions were made for
+  bool stagingPlanned_ = false;
   size_t completed_ = 0;
   bool progressed_ = false;
-  int64_t lastProgressNs_ = 0;
   bool traceSteps_ = false;          // this run records steps (trace level step)
   std::vector<uint64_t> postTicks_;  // per step: when it was posted (trace ticks)
 };

@@ -8,7 +8,7 @@
 namespace c4 {
 
 namespace {
-struct Lane {
+struct CommWork {
   Comm* comm = nullptr;
   std::vector<OpDesc> colls;
   std::vector<OpDesc> p2p;
@@ -44,32 +44,35 @@ struct Lane {
 }  // namespace
 
 Status runGroupItems(std::vector<GroupItem>& items) {
-  std::vector<Lane> lanes;
+  std::vector<CommWork> work;
   for (GroupItem& it : items) {
     C4_CHECK(it.comm->failure());
-    Lane* lane = nullptr;
-    for (Lane& l : lanes)
-      if (l.comm == it.comm) lane = &l;
-    if (!lane) {
-      lanes.emplace_back();
-      lane = &lanes.back();
-      lane->comm = it.comm;
+    CommWork* w = nullptr;
+    for (CommWork& l : work)
+      if (l.comm == it.comm) w = &l;
+    if (!w) {
+      work.emplace_back();
+      w = &work.back();
+      w->comm = it.comm;
     }
     for (const OpDesc& op : it.ops)
-      (op.coll == Coll::kSend || op.coll == Coll::kRecv ? lane->p2p : lane->colls).push_back(op);
+      (op.coll == Coll::kSend || op.coll == Coll::kRecv ? w->p2p : w->colls).push_back(op);
   }
-  auto failAll = [&lanes](const Status& st) {
-    for (Lane& l : lanes) l.comm->fail(st);
+  auto failAll = [&work](const Status& st) {
+    for (CommWork& l : work) {
+      l.comm->watchdog().leave();
+      l.comm->fail(st);
+    }
     return st;
   };
-  for (Lane& l : lanes) {
+  for (CommWork& l : work) {
     Status st = l.startNext();
     if (!st.isOk()) return failAll(st);
   }
   int idle = 0;
   while (true) {
     bool allDone = true, progressed = false;
-    for (Lane& l : lanes) {
+    for (CommWork& l : work) {
       if (!l.cur) continue;
       allDone = false;
       bool done = false, moved = false;
@@ -90,7 +93,13 @@ Status runGroupItems(std::vector<GroupItem>& items) {
     if (progressed) {
       idle = 0;
     } else {
-      for (Lane& l : lanes) {
+      // Each communicator's watchdog decides whether its call is stuck.
+      for (CommWork& l : work) {
+        if (!l.cur) continue;
+        Status st = l.comm->watchIdle(l.cur.get());
+        if (!st.isOk()) return failAll(st);
+      }
+      for (CommWork& l : work) {
         if (l.cur) {
           l.comm->idleWait(++idle);
           break;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/clock.hpp"
 #include "common/logging.hpp"
 #include "common/params.hpp"
 #include "common/status.hpp"
@@ -21,11 +22,7 @@ namespace {
 constexpr size_t kLine = 64;
 constexpr int64_t kHealthEveryNs = 100 * 1000000LL;
 
-int64_t nowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
-}
+using detail::nowNs;
 uint64_t loadAcq(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 void storeRel(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 }  // namespace
@@ -58,16 +55,16 @@ constexpr size_t kZeroCopyOff = 3 * kLine;
 constexpr size_t kDataOff = 5 * kLine;
 }  // namespace
 
-void OneShot::init(Comm* comm, transport::Transport* t) {
-  comm_ = comm;
+void OneShot::init(ExecContext* ctx, int localRanks, transport::Transport* t) {
+  ctx_ = ctx;
   t_ = t;
-  rank_ = comm->rank;
-  nranks_ = comm->nranks;
+  rank_ = ctx->thisRank();
+  nranks_ = ctx->numRanks();
   enabled_ = arenas_ready_ = false;
   int64_t maxBytes = std::max<int64_t>(0, paramOneShotBytes());
   // The arenas are used whenever all ranks share the host, even with the one-shot path off, so
   // that every call is announced: a peer configured differently then gets a clear error.
-  if (!t || nranks_ < 2 || comm->localRanks != nranks_) return;
+  if (!t || nranks_ < 2 || localRanks != nranks_) return;
   size_t arena = t->hostArenaBytes();
   if (arena < kDataOff + 2 * (kLine + kLine)) return;
   size_t slot = (arena - kDataOff) / 2 / kLine * kLine;
@@ -188,7 +185,8 @@ Status OneShot::peerMode(int peer, const OpSig& sig, CallMode* mode) const {
   return Status::ok();
 }
 
-Status IdleWatch::check(Comm* comm, transport::Transport* t, int waitingFor, const OpSig& sig, const char* what) {
+Status IdleWatch::check(int rank, int64_t timeoutMs, transport::Transport* t, int waitingFor, const OpSig& sig,
+                        const char* what) {
   // The clock is read every 64 idle polls only: a cheap wait is the point of these paths.
   if ((++polls_ & 63) != 1) return Status::ok();
   int64_t now = nowNs();
@@ -200,10 +198,9 @@ Status IdleWatch::check(Comm* comm, transport::Transport* t, int waitingFor, con
     lastHealthNs_ = now;
     C4_CHECK(t->peerHealth(waitingFor));
   }
-  if (now - sinceNs_ > comm->timeoutMs * 1000000LL)
+  if (timeoutMs > 0 && now - sinceNs_ > timeoutMs * 1000000LL)
     return makeError(Code::kRemoteError, "rank %d: %s made no progress for %lld ms (C4_TIMEOUT); waiting on rank %d",
-                     comm->rank, what ? what : describeSig(sig).c_str(), static_cast<long long>(comm->timeoutMs),
-                     waitingFor);
+                     rank, what ? what : describeSig(sig).c_str(), static_cast<long long>(timeoutMs), waitingFor);
   return Status::ok();
 }
 
@@ -218,7 +215,7 @@ Status OneShot::poll(bool* done) {
       knownDone_[static_cast<size_t>(r)] = loadAcq(doneOf(r));
       if (knownDone_[static_cast<size_t>(r)] < need) {
         waitingFor_ = r;
-        return watch_.check(comm_, t_, r, sig_);
+        return watch_.check(rank_, 0, t_, r, sig_);
       }
     }
     DataHdr* d = dataOf(rank_, seq_);
@@ -236,7 +233,7 @@ Status OneShot::poll(bool* done) {
       // Start fetching the first peer's line, then stamp and record while it travels.
       __builtin_prefetch(dataOf(rank_ == 0 ? 1 : 0, seq_));
       traceEvent_.t0 = traceEvent_.t1 = trace::ticks();
-      comm_->tracer.record(traceEvent_);
+      ctx_->tracer().record(traceEvent_);
       tracePending_ = false;
     }
   }
@@ -270,7 +267,7 @@ Status OneShot::poll(bool* done) {
                          "C4_ONESHOT_MAX_RANKS differ between ranks",
                          r, describeSig(sig_).c_str(), rank_);
       waitingFor_ = r;
-      return watch_.check(comm_, t_, r, sig_);
+      return watch_.check(rank_, 0, t_, r, sig_);
     }
     compute();
     // Every peer announced seq_, so each finished seq_ - 1.
@@ -281,6 +278,13 @@ Status OneShot::poll(bool* done) {
   }
   *done = phase_ == Phase::kDone;
   return Status::ok();
+}
+
+std::string OneShot::waitingOn() const {
+  if (waitingFor_ < 0) return "ranks of the one-shot path";
+  return strFormat(phase_ == Phase::kWaitReuse ? "rank %d (to finish the call before, one-shot path)"
+                                               : "rank %d (to publish its input, one-shot path)",
+                   waitingFor_);
 }
 
 void OneShot::compute() {

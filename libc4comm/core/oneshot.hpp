@@ -27,13 +27,12 @@
 #include "c4comm/status.hpp"
 #include "c4comm/trace.hpp"
 #include "common/opsig.hpp"
+#include "core/exec_context.hpp"
 #include "core/opdesc.hpp"
 #include "kernels/host/reduce.hpp"
 #include "transports/transport.hpp"
 
 namespace c4 {
-
-struct Comm;
 
 /// How a rank announced a call (OneShot::peerMode).
 enum class CallMode : uint32_t {
@@ -44,14 +43,16 @@ enum class CallMode : uint32_t {
   kPassed = 4,    // the peer is already past this call (so it did not wait for this rank)
 };
 
-/// Timeout and peer-liveness checks for a rank that polls shared memory for its peers.
+/// Peer-liveness checks for a rank that polls shared memory for its peers, and a timeout for
+/// waits outside an operation (the zero-copy probe); within an operation the watchdog decides.
 class IdleWatch {
  public:
   void reset() { sinceNs_ = lastHealthNs_ = 0, polls_ = 0; }
-  /// Call on every idle poll; reads the clock every 64 calls only. An error once nothing moved
-  /// for the communicator's timeout, or once `waitingFor` is found dead. The error names the call
-  /// (`sig`), or `what` if given.
-  Status check(Comm* comm, transport::Transport* t, int waitingFor, const OpSig& sig, const char* what = nullptr);
+  /// Call on every idle poll; reads the clock every 64 calls only. An error once `waitingFor` is
+  /// found dead, or (timeoutMs > 0) once nothing moved for that long. The error names `rank`, the
+  /// call (`sig`), or `what` if given.
+  Status check(int rank, int64_t timeoutMs, transport::Transport* t, int waitingFor, const OpSig& sig,
+               const char* what = nullptr);
 
  private:
   int64_t sinceNs_ = 0, lastHealthNs_ = 0;
@@ -60,8 +61,9 @@ class IdleWatch {
 
 class OneShot {
  public:
-  /// Enables the path if every rank is on this host and `t` offers arenas. Reads C4_ONESHOT_BYTES.
-  void init(Comm* comm, transport::Transport* t);
+  /// Enables the path if every rank is on this host (`localRanks` of `ctx`'s ranks are) and `t`
+  /// offers arenas. Reads C4_ONESHOT_BYTES.
+  void init(ExecContext* ctx, int localRanks, transport::Transport* t);
   bool enabled() const { return enabled_; }
   /// True if this call runs one-shot. Depends only on the call's arguments (same on every rank).
   bool eligible(const OpDesc& op) const;
@@ -88,6 +90,8 @@ class OneShot {
   /// Advances; sets *done when the result is in the output.
   Status poll(bool* done);
   bool madeProgress() const { return progressed_; }
+  /// Whom the running call waits for (the watchdog's error).
+  std::string waitingOn() const;
   /// Records that this rank finished `seq` (every collective, after its result is complete).
   void markDone(uint64_t seq);
 
@@ -102,7 +106,7 @@ class OneShot {
   size_t publishedBytes(const OpDesc& op) const;
   void compute();
 
-  Comm* comm_ = nullptr;
+  ExecContext* ctx_ = nullptr;
   transport::Transport* t_ = nullptr;
   bool arenas_ready_ = false;  // every rank's arena is mapped: calls are announced
   bool enabled_ = false;       // ... and small calls run one-shot

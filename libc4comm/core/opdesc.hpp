@@ -16,6 +16,12 @@ struct OpDesc {
   DataType dtype = DataType::kFloat32;
   RedOp op = RedOp::kSum;
   int root = 0;  // root for rooted collectives, peer for Send/Recv
+  /// The caller's stream (cudaStream_t; host calls ignore it), where device-memory calls will be
+  /// ordered.
+  void* stream = nullptr;
+  /// The operation's sequence number on its communicator (collectives: OpSig::seq; point-to-point:
+  /// per peer and direction), set when it is prepared.
+  uint64_t seq = 0;
 };
 
 }  // namespace c4

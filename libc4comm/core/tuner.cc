@@ -189,6 +189,24 @@ double Tuner::estimateUs(sched::Algo algo, Coll coll, size_t bytes) const {
   return 1e30;
 }
 
+const char* pathName(PathKind k) {
+  switch (k) {
+    case PathKind::kMessages:
+      return "messages";
+    case PathKind::kOneShot:
+      return "one-shot";
+    case PathKind::kZeroCopy:
+      return "zero-copy";
+  }
+  return "?";
+}
+
+PathKind Tuner::choosePath(const PathOptions& o) const {
+  if (o.oneShotEligible) return PathKind::kOneShot;
+  if (o.zeroCopyOffered) return PathKind::kZeroCopy;
+  return PathKind::kMessages;
+}
+
 TuneResult Tuner::choose(Coll coll, size_t bytes) const {
   TuneResult r;
   int forced = forced_[static_cast<int>(coll)];

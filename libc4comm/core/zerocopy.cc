@@ -87,12 +87,15 @@ ZeroCopy::~ZeroCopy() {
   if (probePage_) (void)memFreeShared(probePage_);
 }
 
-Status ZeroCopy::init(Comm* comm, OneShot* os, transport::Transport* t) {
-  comm_ = comm;
+Status ZeroCopy::init(ExecContext* ctx, const std::vector<int32_t>& pids, int64_t timeoutMs, OneShot* os,
+                      transport::Transport* t) {
+  ctx_ = ctx;
+  pids_ = pids;
+  timeoutMs_ = timeoutMs;
   os_ = os;
   t_ = t;
-  rank_ = comm->rank;
-  nranks_ = comm->nranks;
+  rank_ = ctx->thisRank();
+  nranks_ = ctx->numRanks();
   enabled_ = false;
   if (!os->arenasReady()) return Status::ok();
   enabled_ = true;
@@ -116,7 +119,7 @@ Status ZeroCopy::init(Comm* comm, OneShot* os, transport::Transport* t) {
   watch_.reset();
   uint64_t ps;
   for (int idle = 1; (ps = loadAcq(&theirs->probeState)) == 0; ++idle) {
-    C4_CHECK(watch_.check(comm_, t_, next, OpSig(), "the zero-copy probe at init"));
+    C4_CHECK(watch_.check(rank_, timeoutMs_, t_, next, OpSig(), "the zero-copy probe at init"));
     transport::waitHint(idle);
   }
   bool ok = ps == kProbePublished && probePage_ != nullptr;
@@ -124,7 +127,7 @@ Status ZeroCopy::init(Comm* comm, OneShot* os, transport::Transport* t) {
   if (ok) {
     PeerMappings probe(1);
     char* q = nullptr;
-    Status rs = probe.resolve(comm->peers[static_cast<size_t>(next)].pid, theirs->probe, 8, &q);
+    Status rs = probe.resolve(pids_[static_cast<size_t>(next)], theirs->probe, 8, &q);
     ok = rs.isOk() && *reinterpret_cast<uint64_t*>(q) == (kProbeMagic ^ static_cast<uint64_t>(next));
     if (!rs.isOk()) why = rs.message();
   }
@@ -139,7 +142,7 @@ Status ZeroCopy::awaitProbes() {
   for (int r = 0; r < nranks_; ++r) {
     uint64_t c;
     for (int idle = 1; (c = loadAcq(&stateOf(r)->capable)) == 0; ++idle) {
-      C4_CHECK(watch_.check(comm_, t_, r, OpSig(), "the zero-copy probe results"));
+      C4_CHECK(watch_.check(rank_, timeoutMs_, t_, r, OpSig(), "the zero-copy probe results"));
       transport::waitHint(idle);
     }
     if (c != kCapable) {
@@ -210,7 +213,8 @@ Status ZeroCopy::decide(bool* decided, bool* fallback) {
     if (seen_[static_cast<size_t>(r)]) continue;
     CallMode mode = CallMode::kNotYet;
     C4_CHECK(os_->peerMode(r, sig_, &mode));
-    if (mode == CallMode::kNotYet) return watch_.check(comm_, t_, r, sig_);
+    waitingFor_ = r;
+    if (mode == CallMode::kNotYet) return watch_.check(rank_, 0, t_, r, sig_);
     if (mode != CallMode::kZeroCopy) {
       // This peer runs the call through messages (or already did, without waiting for us).
       *decided = *fallback = true;
@@ -232,7 +236,7 @@ Status ZeroCopy::resolvePeers() {
       return makeError(Code::kInternalError, "rank %d: rank %d offered %s for the zero-copy path without its record",
                        rank_, r, describeSig(sig_).c_str());
     const Bytes need = bytesOf(op_, r, nranks_);
-    const int32_t pid = comm_->peers[static_cast<size_t>(r)].pid;
+    const int32_t pid = pids_[static_cast<size_t>(r)];
     char* p = nullptr;
     if (need.send) C4_CHECK(maps_.resolve(pid, rec->send, need.send, &p));
     in_[static_cast<size_t>(r)] = need.send ? p : nullptr;
@@ -266,13 +270,21 @@ Status ZeroCopy::poll(bool* done, bool* fallback) {
     // Every rank has written its share into our output and read what it needed of our input.
     for (int r = 0; r < nranks_; ++r) {
       if (r == rank_ || loadAcq(&stateOf(r)->seq) > sig_.seq) continue;
-      return watch_.check(comm_, t_, r, sig_);
+      waitingFor_ = r;
+      return watch_.check(rank_, 0, t_, r, sig_);
     }
     phase_ = Phase::kDone;
     progressed_ = true;
   }
   *done = phase_ == Phase::kDone;
   return Status::ok();
+}
+
+std::string ZeroCopy::waitingOn() const {
+  if (waitingFor_ < 0) return "ranks of the zero-copy path";
+  return strFormat(phase_ == Phase::kDecide ? "rank %d (to announce the call, zero-copy path)"
+                                            : "rank %d (to finish its share, zero-copy path)",
+                   waitingFor_);
 }
 
 void ZeroCopy::compute() {

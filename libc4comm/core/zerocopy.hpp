@@ -26,14 +26,13 @@
 
 namespace c4 {
 
-struct Comm;
-
 class ZeroCopy {
  public:
   /// When every rank is on this host: publishes a probe page in this rank's arena, waits for the
   /// next rank's, maps it and publishes whether that worked (no collective: each rank waits only
   /// for its neighbour, which publishes before it waits). Otherwise a no-op.
-  Status init(Comm* comm, OneShot* oneShot, transport::Transport* t);
+  Status init(ExecContext* ctx, const std::vector<int32_t>& pids, int64_t timeoutMs, OneShot* oneShot,
+              transport::Transport* t);
   ~ZeroCopy();
   bool enabled() const { return enabled_; }
 
@@ -46,6 +45,8 @@ class ZeroCopy {
   /// Advances. *fallback: a peer did not offer, run the call on the message path instead.
   Status poll(bool* done, bool* fallback);
   bool madeProgress() const { return progressed_; }
+  /// Whom the running call waits for (the watchdog's error).
+  std::string waitingOn() const;
 
   /// Where a rank's buffers of one call lie (arena record, file comment).
   struct Record;
@@ -60,7 +61,9 @@ class ZeroCopy {
   Status resolvePeers();
   void compute();
 
-  Comm* comm_ = nullptr;
+  ExecContext* ctx_ = nullptr;
+  std::vector<int32_t> pids_;
+  int64_t timeoutMs_ = 0;  // for the blocking waits of the probe (not the calls: the watchdog)
   OneShot* os_ = nullptr;
   transport::Transport* t_ = nullptr;
   bool enabled_ = false;
@@ -78,6 +81,7 @@ class ZeroCopy {
   std::vector<char*> out_;       // every rank's output
   std::vector<uint8_t> seen_;
   bool progressed_ = false;
+  int waitingFor_ = -1;
   IdleWatch watch_;
 };
 

@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include "common/clock.hpp"
 #include "common/logging.hpp"
 #include "common/params.hpp"
 #include "common/status.hpp"
@@ -58,11 +59,7 @@ int64_t gAnchorNs = 0;
 // TSC ticks per ns; 0 until first needed (rateNow), so that init never waits for a calibration.
 std::atomic<double> gTicksPerNs{1.0};
 
-int64_t monoNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
-}
+int64_t monoNs() { return ::c4::detail::nowNs(); }
 
 bool tscInvariant() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -372,6 +369,12 @@ void Recorder::error(int code, const std::string& message, int peer) {
   record(e);
 }
 
+void Recorder::setTransports(const std::string& names) {
+  const size_t n = std::min(names.size(), sizeof(transports_) - 1);
+  memcpy(transports_, names.data(), n);
+  transports_[n] = 0;
+}
+
 void Recorder::note(const std::string& text) {
   if (!level_) return;
   Event e;
@@ -420,6 +423,7 @@ bool Recorder::dumpRaw(DumpReason why) {
   memcpy(h.commTag, tag_, sizeof(h.commTag));
   memcpy(h.commName, name_, sizeof(h.commName));
   memcpy(h.host, host_, sizeof(h.host));
+  memcpy(h.transports, transports_, sizeof(h.transports));
   bool ok = writeAll(fd, &h, sizeof(h));
   // Events [first, head) in at most two contiguous pieces of the ring.
   for (uint64_t i = first; ok && i < head;) {

@@ -63,7 +63,8 @@ int64_t toNs(uint64_t t);
 
 // ---- file format ----
 
-constexpr uint32_t kFileVersion = 1;
+// 2: Event::lane is the lane (kLaneStriped: several), Event::transport indexes FileHeader::transports.
+constexpr uint32_t kFileVersion = 2;
 constexpr char kFileMagic[8] = {'C', '4', 'T', 'R', 'A', 'C', 'E', '\0'};
 
 /// Why a file was written (FileHeader::reason).
@@ -101,7 +102,7 @@ struct FileHeader {
   char commTag[24];
   char commName[32];
   char host[64];
-  char reservedTail[24];
+  char transports[24];  // the communicator's transports by index, comma-separated ("shm,tcp")
 };
 static_assert(sizeof(FileHeader) == 320, "trace FileHeader is 320 bytes");
 
@@ -134,15 +135,54 @@ class Recorder {
   /// Changes the level (allocates the ring on first need).
   Status setLevel(Level l);
 
-  /// Appends one event (see the file comment). Only the communicator's thread calls it.
+  /// Appends one event (see the file comment). With one writer (the thread that drives the
+  /// communicator) no lock is taken; once setShared(true) (a progress thread drives it while the
+  /// caller records spans and notes), writers take a spin lock around the same stores.
   void record(const Event& e) {
-    const uint64_t h = head_.load(std::memory_order_relaxed);
-    std::atomic<uint64_t>* s = slots_ + (h & mask_) * kWords;
-    uint64_t w[kWords];
-    __builtin_memcpy(w, &e, sizeof(w));
-    for (size_t i = 0; i < kWords; ++i) s[i].store(w[i], std::memory_order_relaxed);
-    head_.store(h + 1, std::memory_order_release);
+    if (shared_.load(std::memory_order_relaxed)) {
+      while (writing_.exchange(true, std::memory_order_acquire)) {
+      }
+      store(e);
+      writing_.store(false, std::memory_order_release);
+      return;
+    }
+    store(e);
   }
+  /// Records `e` (an operation that has begun) and returns its ring index for complete().
+  uint64_t recordOpen(const Event& e) {
+    if (shared_.load(std::memory_order_relaxed)) {
+      while (writing_.exchange(true, std::memory_order_acquire)) {
+      }
+      const uint64_t h = head_.load(std::memory_order_relaxed);
+      store(e);
+      writing_.store(false, std::memory_order_release);
+      return h;
+    }
+    const uint64_t h = head_.load(std::memory_order_relaxed);
+    store(e);
+    return h;
+  }
+  /// Rewrites the event recordOpen() returned `index` for with its final version, unless the ring
+  /// has overwritten it since. (A reader copying that very slot meanwhile may see the old and the new
+  /// words mixed, both of the same operation.)
+  void complete(uint64_t index, const Event& e) {
+    const bool shared = shared_.load(std::memory_order_relaxed);
+    if (shared) {
+      while (writing_.exchange(true, std::memory_order_acquire)) {
+      }
+    }
+    if (slots_ && head_.load(std::memory_order_relaxed) - index < capacity_) {
+      std::atomic<uint64_t>* s = slots_ + (index & mask_) * kWords;
+      uint64_t w[kWords];
+      __builtin_memcpy(w, &e, sizeof(w));
+      for (size_t i = 0; i < kWords; ++i) s[i].store(w[i], std::memory_order_relaxed);
+    }
+    if (shared) writing_.store(false, std::memory_order_release);
+  }
+  /// Several threads will record from now on (see record()).
+  void setShared(bool shared) { shared_.store(shared, std::memory_order_relaxed); }
+  /// Names the communicator's transports by index (Event::transport), e.g. "shm,tcp".
+  void setTransports(const std::string& names);
   /// Adds `text` to the name table (bounded; not for a hot path); returns its id (0 = "").
   uint32_t intern(const char* text);
   /// Records kError / kDiag at now().
@@ -163,6 +203,14 @@ class Recorder {
 
  private:
   static constexpr size_t kWords = sizeof(Event) / 8;
+  void store(const Event& e) {
+    const uint64_t h = head_.load(std::memory_order_relaxed);
+    std::atomic<uint64_t>* s = slots_ + (h & mask_) * kWords;
+    uint64_t w[kWords];
+    __builtin_memcpy(w, &e, sizeof(w));
+    for (size_t i = 0; i < kWords; ++i) s[i].store(w[i], std::memory_order_relaxed);
+    head_.store(h + 1, std::memory_order_release);
+  }
   static constexpr size_t kNamesBytes = 64 * 1024;
   Status allocate();
 
@@ -180,6 +228,9 @@ class Recorder {
   char tag_[24] = {0};
   char name_[32] = {0};
   char host_[64] = {0};
+  char transports_[24] = {0};
+  std::atomic<bool> shared_{false};
+  std::atomic<bool> writing_{false};
   std::mutex namesMu_;  // writers of the name table; readers use namesUsed_
   char* names_ = nullptr;
   std::atomic<uint32_t> namesUsed_{0};

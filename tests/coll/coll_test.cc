@@ -73,6 +73,44 @@ INSTANTIATE_TEST_SUITE_P(Paths, PathMatrix,
                            return std::string(std::get<1>(i.param).name) + "_np" + std::to_string(std::get<0>(i.param));
                          });
 
+/// The executor's staging: every send and receive through host bounce buffers (as for memory a
+/// transport cannot reach), and every reducing receive landing in a bounce buffer and reduced when
+/// complete (the path of a transport without reduction on receive); over shm and over tcp.
+struct StagingConfig {
+  const char* name;
+  const char* env;  // NAME=VALUE
+  const char* transport;
+};
+void PrintTo(const StagingConfig& c, std::ostream* os) { *os << c.name; }
+class StagingMatrix : public ::testing::TestWithParam<StagingConfig> {};
+
+TEST_P(StagingMatrix, AllCollectivesTypesOpsCounts) {
+  const StagingConfig& cfg = GetParam();
+  std::string env = cfg.env;
+  const std::string name = env.substr(0, env.find('=')), value = env.substr(env.find('=') + 1);
+  setenv(name.c_str(), value.c_str(), 1);
+  setenv("C4_ONESHOT_BYTES", "0", 1);
+  setenv("C4_TRANSPORT", cfg.transport, 1);
+  MatrixOptions opt;
+  opt.counts = {1, 1009, 70001};
+  opt.bigBytes = 1u << 20;
+  opt.allTypesForMovement = false;
+  opt.trimmedIfQuick();
+  auto outs = runForked(3, [&](int r, int nr, const c4::UniqueId& id) { return matrixBody(r, nr, id, opt); });
+  unsetenv(name.c_str());
+  unsetenv("C4_ONESHOT_BYTES");
+  unsetenv("C4_TRANSPORT");
+  std::string s = summarize(outs);
+  EXPECT_TRUE(s.empty()) << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Exec, StagingMatrix,
+                         ::testing::Values(StagingConfig{"staged_shm", "C4_EXEC_STAGING=1", "shm"},
+                                           StagingConfig{"staged_tcp", "C4_EXEC_STAGING=1", "tcp"},
+                                           StagingConfig{"reduceAfterReceive_shm", "C4_RECV_REDUCE=0", "shm"},
+                                           StagingConfig{"reduceAfterReceive_tcp", "C4_RECV_REDUCE=0", "tcp"}),
+                         [](const ::testing::TestParamInfo<StagingConfig>& i) { return std::string(i.param.name); });
+
 /// The matrix over tcp with two lanes per peer: every peer over tcp (C4_TRANSPORT=tcp, also on one
 /// host), and "mixed": ranks split over two fake hosts (C4_HOSTID per rank), so that shm carries
 /// the pairs within a host and tcp the pairs across, in one communicator; "hier" forces the

@@ -29,12 +29,12 @@ def write_trace(path, rank, nranks, events, skew_ns=0, offset_est=None, rtt=2000
         offset_est = -skew_ns
     end_ns = base + max([e[1] for e in events] + [0]) + skew_ns + 100_000_000
     recs = b"".join(fmt.EVENT.pack(at0 + int((base + e[0] + skew_ns - an0) * TPN), at0 + int((base + e[1] + skew_ns - an0) * TPN),
-                                   *e[2:], 0) for e in events)
+                                   *e[2:12], 0) for e in events)
     n = len(events)
     hdr = fmt.HEADER.pack(fmt.MAGIC, fmt.VERSION, fmt.HEADER.size, fmt.EVENT.size, rank, nranks, 4242 + rank, level, 0,
                           0, n, 0, total if total is not None else n, at0, an0, at0 + int((end_ns - an0) * TPN), end_ns,
                           TPN, 0, offset_est if rank else 0, rtt if rank else 0, an0, 0, 0, 0, 1, len(names),
-                          tag.encode(), b"train", b"host%d" % rank, b"")
+                          tag.encode(), b"train", b"host%d" % rank, b"shm,tcp")
     with open(path, "wb") as f:
         f.write(hdr + recs + names)
 

@@ -22,6 +22,7 @@
 #include <mutex>
 #include <vector>
 
+#include "common/clock.hpp"
 #include "common/logging.hpp"
 #include "common/params.hpp"
 #include "common/status.hpp"
@@ -94,17 +95,9 @@ void storeRelease(T* p, T v) {
   __atomic_store_n(p, v, __ATOMIC_RELEASE);
 }
 
-int64_t nowMs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
+using detail::coarseNowMs;
 
-inline int64_t monoNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
+using detail::nowNs;
 
 /// One mapped segment. Ranks of one process share it through the registry, so a thread rank's
 /// view of a peer stays valid even if that peer's transport is destroyed first.
@@ -209,6 +202,11 @@ class ShmConnection final : public Connection {
   Status irecvForward(const MemRef& dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req,
                       Connection* to, const OpSig& toSig, Request* toReq) override;
   const Lane* lane(int i) const override { return i == 0 ? &lane_ : nullptr; }
+  std::string describeState() const override {
+    return strFormat("%zu send(s), %zu receive(s) pending with %s over shared memory%s%s", sends_.size() + acks_.size(),
+                     recvs_.size(), peerText().c_str(),
+                     broken_.isOk() ? "" : "; broken: ", broken_.isOk() ? "" : broken_.message().c_str());
+  }
 
   bool pending() const { return !sends_.empty() || !acks_.empty() || !recvs_.empty(); }
   /// One pass over both directions; true if anything moved. Failures break the connection.
@@ -294,6 +292,7 @@ class ShmTransport final : public Transport {
   }
   size_t hostArenaBytes() const override { return kArenaBytes; }
   Status peerHealth(int peer) override;
+  uint64_t progressCount() const override { return moved_; }
   void publishCpu() override { (void)ownCpu(); }
   bool peerSharesCpu() override;
   std::string takeNote() override { return std::move(note_); }
@@ -368,6 +367,7 @@ class ShmTransport final : public Transport {
   Status firstError_;
   Status abortStatus_;
   uint64_t probeWord_;
+  uint64_t moved_ = 0;  // rounds in which a connection moved data (progressCount)
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -776,7 +776,7 @@ void ShmTransport::spreadFrom(int cpu, int peer) {
   // 3 us instead of 0.6). The higher rank of the pair moves itself to a CPU no local rank reports,
   // within its own affinity mask, and restores the mask at once: the kernel migrates it on the
   // first call and leaves it there on the second. At most once per 100 ms.
-  const int64_t now = monoNs();
+  const int64_t now = nowNs();
   if (sharedSinceNs_ == 0) {
     sharedSinceNs_ = now;
     return;
@@ -849,7 +849,8 @@ void ShmConnection::checkStalled(int64_t now) {
     fail(st);
     return;
   }
-  if (now - stallSinceMs_ > t_->timeoutMs()) {
+  // Inside a communicator its watchdog decides (timeoutMs 0); standalone, the transport does.
+  if (t_->timeoutMs() > 0 && now - stallSinceMs_ > t_->timeoutMs()) {
     Status st = makeError(Code::kRemoteError,
                           "shm: no progress for %lld ms on %zu pending message(s) between rank %d and %s "
                           "(timeout C4_TIMEOUT=%lld ms)",
@@ -885,7 +886,7 @@ ShmTransport::ShmTransport(const Context& ctx)
       tag_(ctx.commTag),
       hostIds_(ctx.hostIds),
       oob_(ctx.oob),
-      timeoutMs_(ctx.timeoutMs > 0 ? ctx.timeoutMs : 300000),
+      timeoutMs_(std::max<int64_t>(0, ctx.timeoutMs)),
       pid_(getpid()),
       slotBytes_(static_cast<uint64_t>(paramShmSlotBytes())),
       numSlots_(static_cast<uint64_t>(paramShmSlots())),
@@ -1159,8 +1160,10 @@ Status ShmTransport::progress() {
   int64_t now = 0;
   for (size_t i = 0; i < active_.size(); ++i) {
     ShmConnection* c = active_[i];
-    if (!c->progressOnce() && c->pending()) {
-      if (now == 0) now = nowMs();
+    if (c->progressOnce()) {
+      ++moved_;
+    } else if (c->pending()) {
+      if (now == 0) now = coarseNowMs();
       c->checkStalled(now);
     }
   }

@@ -89,12 +89,8 @@ constexpr size_t kAckBatch = 1;       // pieces acknowledged together within one
 constexpr int64_t kCheckEveryMs = 20;
 constexpr int64_t kEofGraceMs = 1000;
 
-int64_t nowMs() { return detail::nowMs(); }
-int64_t nowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
-}
+using detail::nowMs;
+using detail::nowNs;
 
 uint64_t randomU64() {
   uint64_t v = 0;
@@ -275,8 +271,13 @@ class TcpConnection final : public Connection {
   Status setLaneWeights(const std::vector<double>& w) override;
   Status retireLane(int i, const std::string& why) override;
   Status addLane(const LanePlan& plan, int* index) override;
+  std::string describeState() const override;
 
+  /// Work outstanding: messages to send (eager ones until acknowledged) or receive.
   bool pending() const { return !sends_.empty() || !recvs_.empty(); }
+  /// Requests not completed yet: what a failure would fail. (An eager send's request is complete
+  /// before its acknowledgement; if the peer closes cleanly, its copy is simply dropped.)
+  bool owes() const { return sendsOwed_ > 0 || !recvs_.empty(); }
   bool initiator() const;
   /// Opens the initial lanes towards the peer (initiator side). Failures break the connection.
   void openLanes();
@@ -358,6 +359,8 @@ class TcpConnection final : public Connection {
   /// A receive completed: lanes still reading a copy of one of its pieces read it into a sink.
   void noteRecvProgress(RecvOp& op, uint64_t seq);
   void popDone();
+  /// The peer closed every lane with only eager sends unacknowledged: drop them.
+  void dropEager();
   void dropUnexpPiece(uint64_t seq, UnexpPiece* p);
   Status matchError(const OpSig& sig, uint64_t total, const RecvOp& op) const;
   Status protocolError(const Sock& s, const std::string& what);
@@ -388,6 +391,7 @@ class TcpConnection final : public Connection {
   std::vector<char> sink_;                      // payload of duplicate pieces
   std::vector<std::unique_ptr<char[]>> spare_;  // buffers of unexpected pieces, kept for reuse
   size_t eagerInUse_ = 0;                       // bytes of eager copies held
+  size_t sendsOwed_ = 0;                        // sends whose request has not completed
   Status broken_;
   Status closed_;  // the peer closed every lane cleanly
   int64_t lastMoveMs_ = 0;
@@ -444,6 +448,8 @@ class TcpTransportImpl final : public TcpTransport {
   void noteError(const Status& st) {
     if (firstError_.isOk()) firstError_ = st;
   }
+  void noteMoved(size_t n) { moved_ += n; }
+  uint64_t progressCount() const override { return moved_; }
   void activate(TcpConnection* c) {
     if (!c->inActiveList) {
       c->inActiveList = true;
@@ -510,6 +516,7 @@ class TcpTransportImpl final : public TcpTransport {
   Status firstError_;
   Status abortStatus_;
   int64_t lastCheckMs_ = 0;
+  uint64_t moved_ = 0;  // bytes moved (progressCount)
 
   friend class TcpConnection;
 };
@@ -772,7 +779,7 @@ Status TcpConnection::prepareRequest(Request* req) {
     failRequest(req, broken_);
     return broken_;
   }
-  if (!pending()) lastMoveMs_ = nowMs();
+  if (!owes()) lastMoveMs_ = nowMs();
   return Status::ok();
 }
 
@@ -791,6 +798,7 @@ Status TcpConnection::isend(const MemRef& buf, size_t bytes, const OpSig& sig, R
   op->req = req;
   op->seq = seq;
   op->pieces = op->left = op->frames = n;
+  ++sendsOwed_;
   if (acks()) {
     op->acked.assign((n + 63) / 64, 0);
     // Small sends are copied and complete once written: waiting for the acknowledgement would add
@@ -984,6 +992,7 @@ void TcpConnection::maybeCompleteSend(SendOp& op) {
   op.done = true;
   if (!op.reqDone) {
     op.reqDone = true;
+    --sendsOwed_;
     completeRequest(op.req);
   }
   if (op.copy) {
@@ -1025,7 +1034,29 @@ void TcpConnection::moved(Sock& s, size_t n, bool tx) {
     s.lane.addSent(n);
   else
     s.lane.addRecv(n);
-  if (n) lastMoveMs_ = nowMs();
+  if (n) {
+    lastMoveMs_ = nowMs();
+    t_->noteMoved(n);
+  }
+}
+
+std::string TcpConnection::describeState() const {
+  std::string out =
+      strFormat("%zu send(s), %zu receive(s) pending with %s", sends_.size(), recvs_.size(), peerText().c_str());
+  if (!broken_.isOk()) out += "; broken: " + broken_.message();
+  for (const auto& sp : socks_) {
+    const Sock& s = *sp;
+    if (s.placeholder) continue;
+    out += strFormat("; lane %d %s", s.index, laneStateName(s.lane.state()));
+    if (s.state == SockState::kIdle)
+      out += initiator() ? " (not opened)" : strFormat(" (rank %d never connected it)", peer_);
+    else if (s.state == SockState::kConnecting || s.state == SockState::kWaitChallenge)
+      out += " (handshake not finished)";
+    if (s.lane.state() == LaneState::kUp)
+      out += strFormat(" %zu piece(s) queued, %zu unacknowledged%s", s.txq.size(), s.inflight.size(),
+                       s.blocked ? ", stopped reading (no room)" : "");
+  }
+  return out;
 }
 
 void TcpConnection::retire(Sock& s, const std::string& why, bool notify) {
@@ -1101,7 +1132,7 @@ void TcpConnection::laneEof(Sock& s) {
   s.eofMs = nowMs();
   const bool midFrame = s.haveHdr || s.rxBeg != s.rxEnd;
   const std::string where = laneText(s);
-  if (acks() && (midFrame || pending() || !s.txq.empty()) && liveLanes() > 1) {
+  if (acks() && (midFrame || owes()) && liveLanes() > 1) {
     // The peer closed this lane (it retired it, or the socket broke at its end): the others go on.
     if (midFrame) s.lane.addError();
     retire(s, midFrame ? "the peer closed it in the middle of a piece" : "the peer closed it", false);
@@ -1126,7 +1157,10 @@ void TcpConnection::laneEof(Sock& s) {
   for (const auto& x : socks_) all &= x->eof || x->placeholder || x->lane.state() == LaneState::kRetired;
   if (all && closed_.isOk())
     closed_ = makeError(Code::kRemoteError, "tcp: %s closed its connection to rank %d", peerText().c_str(), t_->rank());
-  if (!pending()) return;
+  if (!owes()) {
+    if (all) dropEager();  // the peer closed cleanly: nobody waits for these copies
+    return;
+  }
   // Data comes before the close on each lane: once every lane is closed, nothing else arrives. A
   // pending send with pieces on a closed lane cannot finish either.
   bool stuckSend = s.outstanding();
@@ -1138,6 +1172,16 @@ void TcpConnection::laneEof(Sock& s) {
   }
 }
 
+void TcpConnection::dropEager() {
+  // Only sends whose requests completed are left (owes() is false): forget them and their frames.
+  for (auto& s : socks_) {
+    s->txq.clear();
+    s->inflight.clear();
+  }
+  sends_.clear();
+  eagerInUse_ = 0;
+}
+
 void TcpConnection::fail(const Status& st) {
   if (broken_.isOk()) broken_ = st;
   // An eager send whose request completed already has no request to fail any more.
@@ -1147,6 +1191,7 @@ void TcpConnection::fail(const Status& st) {
     if (!op.done) failRequest(op.req, st);
   sends_.clear();
   eagerInUse_ = 0;
+  sendsOwed_ = 0;
   recvs_.clear();
   unexp_.clear();
   unexpBytes_ = 0;
@@ -1264,6 +1309,7 @@ void TcpConnection::wrote(Sock& s, size_t n) {
     } else {
       if (op->copy && ++op->written >= op->pieces && !op->reqDone) {
         op->reqDone = true;  // eager: every piece is out, the copy serves re-sends
+        --sendsOwed_;
         completeRequest(op->req);
       }
       s.inflight.push_back(std::move(f));
@@ -1830,7 +1876,8 @@ void TcpConnection::check(int64_t now) {
   // acknowledgements such a lane was retired instead).
   for (auto& sp : socks_) {
     Sock& s = *sp;
-    if (!acks() && s.eof && pending() && now - s.eofMs > std::min<int64_t>(kEofGraceMs, t_->timeoutMs())) {
+    const int64_t grace = t_->timeoutMs() > 0 ? std::min<int64_t>(kEofGraceMs, t_->timeoutMs()) : kEofGraceMs;
+    if (!acks() && s.eof && owes() && now - s.eofMs > grace) {
       Status st = makeError(Code::kRemoteError, "tcp: %s closed its connection to rank %d with %zu message(s) pending",
                             laneText(s).c_str(), t_->rank(), sends_.size() + recvs_.size());
       C4_WARN(kLogNet, "%s", st.message().c_str());
@@ -1887,7 +1934,7 @@ void TcpConnection::check(int64_t now) {
       if (!broken_.isOk()) return;
     }
   }
-  if (!pending()) {
+  if (!owes()) {
     lastMoveMs_ = now;
     probe_.reset();
     return;
@@ -1898,7 +1945,8 @@ void TcpConnection::check(int64_t now) {
     if (down) probePeer(now);
     if (!broken_.isOk()) return;
   }
-  if (now - lastMoveMs_ <= t_->timeoutMs()) return;
+  // Inside a communicator its watchdog decides (timeoutMs 0); standalone, the transport does.
+  if (t_->timeoutMs() <= 0 || now - lastMoveMs_ <= t_->timeoutMs()) return;
   std::string down;
   for (const auto& s : socks_) {
     if (s->state == SockState::kUp || s->placeholder || s->lane.state() == LaneState::kRetired) continue;
@@ -1974,14 +2022,14 @@ TcpTransportImpl::TcpTransportImpl(const Context& ctx)
       key_{ctx.authKey[0], ctx.authKey[1]},
       tagHash_(tcpwire::tagHash(ctx.authKey, ctx.commTag.data(), ctx.commTag.size())),
       lanePlan_(ctx.lanePlan),
-      timeoutMs_(ctx.timeoutMs > 0 ? ctx.timeoutMs : 300000),
+      timeoutMs_(std::max<int64_t>(0, ctx.timeoutMs)),
       nlanes_(static_cast<int>(paramLanes())),
       pieceBytes_(static_cast<size_t>(std::max<int64_t>(4096, std::min<int64_t>(paramTcpPieceBytes(), 64 << 20))) &
                   ~size_t{4095}),
       bufBytes_(static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(paramTcpBufBytes(), 1 << 30)))),
       unexpLimit_(static_cast<size_t>(std::max<int64_t>(0, paramTcpUnexpectedBytes()))),
-      handshakeMs_(
-          std::max<int64_t>(1, std::min<int64_t>(paramTcpHandshakeMs(), ctx.timeoutMs > 0 ? ctx.timeoutMs : 300000))),
+      handshakeMs_(std::max<int64_t>(
+          1, ctx.timeoutMs > 0 ? std::min<int64_t>(paramTcpHandshakeMs(), ctx.timeoutMs) : paramTcpHandshakeMs())),
       sportBase_(paramTcpSportBase()),
       probeMs_(std::max<int64_t>(0, paramTcpProbeMs())),
       acks_(paramTcpAck() != 0),

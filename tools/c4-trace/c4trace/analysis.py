@@ -155,7 +155,11 @@ def analyze(run, top=10):
                     t_min = t0
                 if t_max is None or t1 > t_max:
                     t_max = t1
-                if typ == fmt.T_OP:
+                if typ == fmt.T_OP and e[11] & fmt.FLAG_OPEN:
+                    # Began and never ended before the file was written: where the rank was (a hang?).
+                    notes.append({"comm": c.tag, "rank": rank, "t_ns": t0, "text": "in %s seq %d (%d bytes) when "
+                                  "the trace was written: it never ended" % (fmt.coll_name(coll), seq, nbytes)})
+                elif typ == fmt.T_OP:
                     name = fmt.coll_name(coll)
                     s = colls.get(name)
                     if s is None:

@@ -34,10 +34,14 @@ def chrome(run, path):
                 named = {0}
                 f_ = c.files[rank]
                 for e in evs:
-                    t0, t1, nbytes, seq, peer, typ, coll, dt, red, algo, lane, flags = e
+                    t0, t1, nbytes, seq, peer, typ, coll, dt, red, algo, via, flags, lane = e
                     ts = (t0 - t_base) / 1000.0
                     dur = max(t1 - t0, 0) / 1000.0
-                    if typ == fmt.T_OP:
+                    if typ == fmt.T_OP and flags & fmt.FLAG_OPEN:
+                        # Began and never ended when the file was written: where this rank was.
+                        emit({"ph": "i", "s": "p", "name": fmt.coll_name(coll) + " (not ended)", "cat": "open",
+                              "pid": pid, "tid": 0, "ts": ts, "args": {"seq": seq, "bytes": nbytes}})
+                    elif typ == fmt.T_OP:
                         args = {"seq": seq, "bytes": nbytes, "dtype": fmt.dtype_name(dt),
                                 "algo": fmt.ALGOS.get(algo, algo)}
                         if peer >= 0:
@@ -50,14 +54,16 @@ def chrome(run, path):
                             tid, tname = 1, "local copy/reduce"
                         else:
                             out = red == 0
-                            tid = 10 + lane * 1000000 + peer * 2 + (0 if out else 1)
-                            tname = "%s %s peer %d" % (fmt.LANES[lane] if lane < len(fmt.LANES) else "lane%d" % lane,
-                                                       "to" if out else "from", peer)
+                            tid = 10 + via * 1000000 + peer * 2 + (0 if out else 1)
+                            tname = "%s %s peer %d" % (f_.transport_name(via), "to" if out else "from", peer)
                         if tid not in named:
                             named.add(tid)
                             emit({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": tname}})
+                        sargs = {"coll": fmt.coll_name(coll), "seq": seq, "bytes": nbytes}
+                        if lane >= 0 and peer >= 0:
+                            sargs["lane"] = "striped" if lane == fmt.LANE_STRIPED else lane
                         emit({"ph": "X", "name": kind, "cat": "step", "pid": pid, "tid": tid, "ts": ts, "dur": dur,
-                              "args": {"coll": fmt.coll_name(coll), "seq": seq, "bytes": nbytes}})
+                              "args": sargs})
                     elif typ == fmt.T_SPAN:
                         if 2 not in named:
                             named.add(2)

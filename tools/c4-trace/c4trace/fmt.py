@@ -1,16 +1,22 @@
-"""Reading c4comm trace files (.c4t): the layout of libc4comm/trace/recorder.hpp, version 1."""
+"""Reading c4comm trace files (.c4t): the layout of libc4comm/trace/recorder.hpp, versions 1 and 2.
+
+Version 2 (data path v2): a step's Event::lane is the lane it went over (255: striped over several),
+the last byte of the event is the index of its transport, and the header's last 24 bytes name the
+transports ("shm,tcp"). In version 1 the lane byte held the transport (0 shm, 1 tcp)."""
 import os
 import struct
 import sys
 
 MAGIC = b"C4TRACE\0"
-VERSION = 1
+VERSION = 2
+READS = (1, 2)
 HEADER = struct.Struct("<8sIIIiiiIIQQQQQqQqdqqqqqqqII24s32s64s24s")
 EVENT = struct.Struct("<QQQIiBBBBBBBB")
 assert HEADER.size == 320 and EVENT.size == 40
 
 # Event types, collectives, data types, reduction ops, algorithms (include/c4comm/*.hpp).
 T_OP, T_STEP, T_ERROR, T_DIAG, T_SPAN = 1, 2, 3, 4, 5
+LANE_STRIPED = 255
 COLLS = ["AllReduce", "AllGather", "Broadcast", "ReduceScatter", "Reduce", "AlltoAll", "Gather", "Scatter",
          "Send", "Recv", "Barrier"]
 DTYPES = ["int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16",
@@ -18,10 +24,10 @@ DTYPES = ["int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float"
 REDOPS = ["sum", "prod", "max", "min", "avg"]
 ALGOS = {0: "ring", 1: "tree", 2: "rhd", 3: "direct", 4: "hier", 0xfc: "zerocopy", 0xfd: "oneshot", 0xfe: "p2p", 0xff: "-"}
 STEPKINDS = ["send", "recv", "recvReduce", "copy", "reduce"]
-LANES = ["shm", "tcp"]
+LANES = ["shm", "tcp"]  # version 1: the transport of a step
 LEVELS = ["0", "op", "step"]
 REASONS = ["finalize", "destroy", "abort", "signal", "request"]
-FLAG_INPLACE, FLAG_NOOP, FLAG_NO_END = 1, 2, 4
+FLAG_INPLACE, FLAG_NOOP, FLAG_NO_END, FLAG_OPEN = 1, 2, 4, 8  # OPEN: began, never ended (version 2)
 
 
 def coll_name(c):
@@ -48,12 +54,15 @@ class TraceFile:
         h = HEADER.unpack_from(data, 0)
         (magic, version, hbytes, ebytes, self.rank, self.nranks, self.pid, self.level, self.reason,
          self.first_index, self.n_events, self.valid_from, self.total_events, at0, an0, at1, an1, tpn,
-         self.realtime_ns0, o0, r0, a0, o1, r1, a1, nclock, names_bytes, tag, name, host, _) = h
+         self.realtime_ns0, o0, r0, a0, o1, r1, a1, nclock, names_bytes, tag, name, host, tail) = h
         if magic != MAGIC:
             raise ValueError("%s: not a c4comm trace (bad magic)" % path)
-        if version != VERSION or hbytes != HEADER.size or ebytes != EVENT.size:
+        if version not in READS or hbytes != HEADER.size or ebytes != EVENT.size:
             raise ValueError("%s: trace format version %d (header %d, event %d bytes); this c4-trace reads "
-                             "version %d" % (path, version, hbytes, ebytes, VERSION))
+                             "versions %s" % (path, version, hbytes, ebytes, ", ".join(str(v) for v in READS)))
+        self.version = version
+        names = _cstr(tail) if version >= 2 else ""
+        self.transports = names.split(",") if names else list(LANES)
         self.tag, self.name, self.host = _cstr(tag), _cstr(name), _cstr(host)
         end = HEADER.size + self.n_events * EVENT.size
         if len(data) < end + names_bytes:
@@ -85,9 +94,13 @@ class TraceFile:
             return ""
         return _cstr(self.names[off:off + 256])
 
+    def transport_name(self, via):
+        return self.transports[via] if 0 <= via < len(self.transports) else "transport%d" % via
+
     def events(self):
-        """Events as tuples (t0, t1, bytes, seq, peer, type, coll, dtype, redop, algo, lane, flags), times in
-        ns on rank 0's clock (aligned)."""
+        """Events as tuples (t0, t1, bytes, seq, peer, type, coll, dtype, redop, algo, via, flags, lane), times
+        in ns on rank 0's clock (aligned). via: the step's transport (transport_name); lane: its lane, 255
+        when striped over several, -1 when the file (version 1) does not say."""
         tpn = self.ticks_per_ns
         at, an = self.anchor_ticks, self.anchor_ns
         inv = 1.0 / tpn
@@ -100,14 +113,18 @@ class TraceFile:
         else:
             slope, base = 0.0, (self.clock[0][0] if self.clock else 0)
         k = 0
-        for t0, t1, nbytes, seq, peer, typ, coll, dt, red, algo, lane, flags, _ in EVENT.iter_unpack(self._raw):
+        v1 = self.version < 2
+        for t0, t1, nbytes, seq, peer, typ, coll, dt, red, algo, lane, flags, tr in EVENT.iter_unpack(self._raw):
             k += 1
             if k <= self.skip:
                 continue
             l0 = an + (t0 - at) * inv
             l1 = an + (t1 - at) * inv
             off = base + slope * l0
-            append((int(l0 + off), int(l1 + off), nbytes, seq, peer, typ, coll, dt, red, algo, lane, flags))
+            if v1:
+                append((int(l0 + off), int(l1 + off), nbytes, seq, peer, typ, coll, dt, red, algo, lane, flags, -1))
+            else:
+                append((int(l0 + off), int(l1 + off), nbytes, seq, peer, typ, coll, dt, red, algo, tr, flags, lane))
         return out
 
 

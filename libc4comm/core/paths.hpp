@@ -1,0 +1,28 @@
+// The three ways a prepared call runs (docs/architecture.md, "paths"), behind one interface: the
+// executor over the transports (messages), the shared arena of small calls (one-shot), and the
+// shared buffers of ncclMemAlloc (zero-copy, falling back to messages when a peer does not offer).
+// The tuner chooses (Tuner::choosePath); the driving loop only calls start/poll.
+#pragma once
+
+#include <string>
+
+#include "c4comm/status.hpp"
+#include "core/tuner.hpp"
+
+namespace c4 {
+
+struct PreparedCall;
+
+class ExecPath {
+ public:
+  virtual ~ExecPath() = default;
+  virtual PathKind kind() const = 0;
+  /// Starts the prepared call.
+  virtual Status start(PreparedCall* p) = 0;
+  /// Advances it; *done once its result is complete, *progressed if anything moved.
+  virtual Status poll(PreparedCall* p, bool* done, bool* progressed) = 0;
+  /// Whom it waits for (the watchdog's error).
+  virtual std::string waitingOn(const PreparedCall* p) const = 0;
+};
+
+}  // namespace c4

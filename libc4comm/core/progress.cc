@@ -1,0 +1,227 @@
+#include "core/progress.hpp"
+
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <vector>
+
+#include "common/clock.hpp"
+#include "common/logging.hpp"
+#include "common/status.hpp"
+#include "core/comm.hpp"
+#include "core/group.hpp"
+#include "transports/idle.hpp"
+
+namespace c4 {
+
+namespace {
+// Between jobs the thread spins on its queue this long (so a caller issuing back-to-back calls
+// never waits for a wake-up), then yields as long again, then blocks (waking for network data
+// and at least every kIdleCheckMs, so the transports' checks and acknowledgements go on).
+constexpr int64_t kSpinNs = 200000;
+constexpr int64_t kIdleCheckMs = 20;
+}  // namespace
+
+ProgressEngine::ProgressEngine(Comm* comm) : comm_(comm) {}
+
+ProgressEngine::~ProgressEngine() {
+  stop();
+  if (eventFd_ >= 0) close(eventFd_);
+}
+
+Status ProgressEngine::start() {
+  eventFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (eventFd_ < 0) return sysError("progress thread: eventfd", errno);
+  try {
+    thread_ = std::thread([this] { loop(); });
+  } catch (const std::exception& e) {
+    return makeError(Code::kSystemError, "progress thread: cannot start a thread (%s)", e.what());
+  }
+  pthread_setname_np(thread_.native_handle(), "c4:progress");
+  started_ = true;
+  return Status::ok();
+}
+
+void ProgressEngine::wake() {
+  if (!sleeping_.load(std::memory_order_acquire)) return;
+  uint64_t one = 1;
+  ssize_t n = write(eventFd_, &one, sizeof(one));
+  (void)n;
+}
+
+void ProgressEngine::submit(const std::shared_ptr<Job>& job) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (stopping_.load() || !started_) {
+      job->result = makeError(Code::kInvalidUsage, "rank %d: the communicator is shutting down; the call was not run",
+                              comm_->rank);
+      job->done.store(true, std::memory_order_release);
+      return;
+    }
+    outstanding_.fetch_add(1, std::memory_order_acq_rel);
+    queue_.push_back(job);
+  }
+  wake();
+}
+
+Status ProgressEngine::wait(Job& job) {
+  // Spin and yield first: the job of a small call is done within microseconds.
+  const int64_t start = detail::nowNs();
+  for (int i = 0; !job.done.load(std::memory_order_acquire); ++i) {
+    if ((i & 63) == 63 && detail::nowNs() - start > 2 * kSpinNs) {
+      std::unique_lock<std::mutex> lk(mu_);
+      sleepers_.fetch_add(1, std::memory_order_acq_rel);
+      doneCv_.wait_for(lk, std::chrono::milliseconds(1), [&] { return job.done.load(std::memory_order_acquire); });
+      sleepers_.fetch_sub(1, std::memory_order_acq_rel);
+      continue;
+    }
+    if (comm_->oversubscribed || (i & 15) == 15) sched_yield();
+  }
+  return job.result;
+}
+
+void ProgressEngine::drain() {
+  if (!started_ || onThread()) return;
+  while (pending()) {
+    std::unique_lock<std::mutex> lk(mu_);
+    sleepers_.fetch_add(1, std::memory_order_acq_rel);
+    doneCv_.wait_for(lk, std::chrono::milliseconds(1), [&] { return !pending(); });
+    sleepers_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+void ProgressEngine::failQueued(const Status& st) {
+  std::deque<std::shared_ptr<Job>> dropped;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    dropped.swap(queue_);
+  }
+  for (auto& j : dropped) {
+    j->result = st;
+    j->done.store(true, std::memory_order_release);
+    outstanding_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  doneCv_.notify_all();
+}
+
+void ProgressEngine::stop() {
+  if (!started_) return;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (stopping_.exchange(true)) {
+      // already stopping
+    }
+  }
+  sleeping_.store(true);  // make sure the wake below is written
+  wake();
+  if (thread_.joinable() && !onThread()) thread_.join();
+}
+
+void ProgressEngine::run(Job& job) {
+  switch (job.kind) {
+    case Job::Kind::kInit: {
+      job.result = comm_->init(job.nranks, job.id, job.rank, job.config);
+      if (!job.result.isOk()) {
+        C4_WARN(kLogInit, "rank %d/%d: init failed: %s", job.rank, job.nranks, job.result.toString().c_str());
+        comm_->fail(job.result);
+      }
+      break;
+    }
+    case Job::Kind::kOps: {
+      Status f = comm_->failure();
+      if (!f.isOk()) {
+        job.result = f;
+        break;
+      }
+      std::vector<GroupItem> items(1);
+      items[0].comm = comm_;
+      items[0].ops = std::move(job.ops);
+      job.result = runGroupItems(items);
+      break;
+    }
+    case Job::Kind::kProbe:
+      job.result = comm_->failure();
+      if (job.result.isOk()) job.result = comm_->waitProbe(job.peer, &job.probe, job.waitMs);
+      break;
+    case Job::Kind::kRecvAny:
+      job.result = comm_->failure();
+      if (job.result.isOk()) job.result = comm_->recvAny(job.ops.at(0), &job.source);
+      break;
+  }
+}
+
+void ProgressEngine::idle(int rounds) {
+  // An abort asked for by another thread (commAbort, revoke) is carried out here, by the one
+  // thread that drives the transports.
+  if (comm_->abortRequested.load(std::memory_order_acquire)) (void)comm_->failure();
+  static thread_local int64_t idleSince = 0;
+  if (rounds <= 1) idleSince = detail::nowNs();
+  const int64_t idleNs = detail::nowNs() - idleSince;
+  if (idleNs < kSpinNs && !comm_->oversubscribed) {
+    if ((rounds & 255) == 0 && !comm_->transports.empty() && !comm_->failed.load()) {
+      Status st = comm_->progressTransports();
+      if (!st.isOk()) comm_->fail(st);
+    }
+    return;
+  }
+  if (idleNs < 2 * kSpinNs) {
+    sched_yield();
+    return;
+  }
+  // Block: on the network transports' fds (data to acknowledge) and the wake-up eventfd.
+  std::vector<pollfd> fds = comm_->waitFds;
+  fds.push_back(pollfd{eventFd_, POLLIN, 0});
+  sleeping_.store(true, std::memory_order_release);
+  bool empty;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    empty = queue_.empty();
+  }
+  if (empty && !stopping_.load()) {
+    timespec ts{0, kIdleCheckMs * 1000000};
+    (void)ppoll(fds.data(), fds.size(), &ts, nullptr);
+  }
+  sleeping_.store(false, std::memory_order_release);
+  uint64_t v;
+  while (read(eventFd_, &v, sizeof(v)) > 0) {
+  }
+  if (!comm_->transports.empty() && !comm_->failed.load()) {
+    Status st = comm_->progressTransports();
+    if (!st.isOk()) comm_->fail(st);
+  }
+}
+
+void ProgressEngine::loop() {
+  int rounds = 0;
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (!queue_.empty()) {
+        job = queue_.front();
+        queue_.pop_front();
+      } else if (stopping_.load()) {
+        return;
+      }
+    }
+    if (!job) {
+      idle(++rounds);
+      continue;
+    }
+    rounds = 0;
+    run(*job);
+    job->done.store(true, std::memory_order_release);
+    outstanding_.fetch_sub(1, std::memory_order_acq_rel);
+    if (sleepers_.load(std::memory_order_acquire) > 0) {
+      std::lock_guard<std::mutex> g(mu_);
+      doneCv_.notify_all();
+    }
+  }
+}
+
+}  // namespace c4

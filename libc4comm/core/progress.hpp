@@ -1,0 +1,96 @@
+// ProgressEngine: a communicator's progress thread (C4_PROGRESS_THREAD=1, or a communicator created
+// with Config::blocking = 0; device memory will need it too).
+//
+// The API turns every call on such a communicator into a Job and queues it; the thread runs the
+// jobs one after another, in call order, with the same driving loop the caller's thread uses
+// otherwise (core/group.hpp), so paths, transports, the watchdog and the tracer see one driving
+// thread. A blocking call waits for its job (spin, yield, then sleep); a non-blocking one returns
+// kInProgress and commGetAsyncError reports kInProgress until every queued job is done. Between
+// jobs the thread keeps the network transports progressing (acknowledgements, probes), so a peer's
+// sends complete even while this rank's application is busy elsewhere.
+//
+// Threading: submit(), wait(), pending(), drain() and stop() from any thread; everything else of
+// the communicator's data path only on the progress thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "c4comm/c4comm.hpp"
+#include "core/opdesc.hpp"
+
+namespace c4 {
+
+struct Comm;
+
+/// One call (or one group's part) for the progress thread.
+struct Job {
+  enum class Kind { kInit, kOps, kProbe, kRecvAny };
+  Kind kind = Kind::kOps;
+  std::vector<OpDesc> ops;  // kOps: collectives in call order, then point-to-point (one batch); kRecvAny: one
+  // kInit
+  int nranks = 0, rank = 0;
+  UniqueId id;
+  Config config;
+  // kProbe
+  int peer = 0;
+  int64_t waitMs = 0;
+  ProbeResult probe;
+  // kRecvAny
+  int source = -1;
+
+  Status result;
+  std::atomic<bool> done{false};
+};
+
+class ProgressEngine {
+ public:
+  explicit ProgressEngine(Comm* comm);
+  ~ProgressEngine();
+  ProgressEngine(const ProgressEngine&) = delete;
+  ProgressEngine& operator=(const ProgressEngine&) = delete;
+
+  /// Starts the thread (named "c4:progress").
+  Status start();
+  /// Queues `job`. After stop() the job fails at once.
+  void submit(const std::shared_ptr<Job>& job);
+  /// Blocks until `job` is done; its result.
+  Status wait(Job& job);
+  /// True while a job is queued or running.
+  bool pending() const { return outstanding_.load(std::memory_order_acquire) != 0; }
+  /// Blocks until no job is queued or running.
+  void drain();
+  /// Fails the queued jobs that have not started with `st` (a revoked or aborted communicator).
+  void failQueued(const Status& st);
+  /// Runs the queue to its end, stops the thread and joins it. Idempotent.
+  void stop();
+  /// The calling thread is the progress thread.
+  bool onThread() const { return std::this_thread::get_id() == thread_.get_id(); }
+
+ private:
+  void loop();
+  void run(Job& job);
+  /// Between jobs: keeps the transports going, takes abort requests, waits for work.
+  void idle(int rounds);
+  void wake();
+
+  Comm* comm_;
+  std::thread thread_;
+  mutable std::mutex mu_;
+  std::condition_variable doneCv_;  // waiters of jobs that sleep
+  std::deque<std::shared_ptr<Job>> queue_;
+  std::atomic<uint64_t> outstanding_{0};  // queued + running
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> sleeping_{false};  // the thread blocks in idle(): submit() must wake it
+  std::atomic<int> sleepers_{0};       // waiters asleep on doneCv_
+  int eventFd_ = -1;
+  bool started_ = false;
+};
+
+}  // namespace c4

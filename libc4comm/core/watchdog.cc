@@ -1,0 +1,49 @@
+#include "core/watchdog.hpp"
+
+#include "common/clock.hpp"
+#include "common/logging.hpp"
+#include "common/status.hpp"
+
+namespace c4 {
+
+void Watchdog::configure(int rank, int64_t timeoutMs) {
+  rank_ = rank;
+  timeoutMs_ = timeoutMs;
+}
+
+void Watchdog::enter(const OpSig& sig) {
+  const int64_t now = detail::nowNs();
+  active_.store(sig.seq + 1, std::memory_order_relaxed);
+  enteredNs_.store(now, std::memory_order_relaxed);
+  lastNs_.store(now, std::memory_order_relaxed);
+  seenProgress_ = progress_.load(std::memory_order_relaxed);
+  polls_ = 0;
+}
+
+void Watchdog::leave() {
+  active_.store(0, std::memory_order_relaxed);
+  lastNs_.store(detail::nowNs(), std::memory_order_relaxed);
+}
+
+Status Watchdog::idle(uint64_t external, const std::function<std::string()>& what,
+                      const std::function<std::string()>& waitingOn) {
+  // The clock is read every 16 idle rounds: cheap while spinning, within a sleep or two otherwise.
+  if ((++polls_ & 15) != 1) return Status::ok();
+  const int64_t now = detail::nowNs();
+  const uint64_t p = progress_.load(std::memory_order_relaxed);
+  if (p != seenProgress_ || external != seenExternal_ || lastNs_.load(std::memory_order_relaxed) == 0) {
+    seenProgress_ = p;
+    seenExternal_ = external;
+    lastNs_.store(now, std::memory_order_relaxed);
+    return Status::ok();
+  }
+  if (timeoutMs_ <= 0 || now - lastNs_.load(std::memory_order_relaxed) <= timeoutMs_ * 1000000LL) return Status::ok();
+  const std::string w = what ? what() : std::string("the operation");
+  const std::string on = waitingOn ? waitingOn() : std::string();
+  Status st = makeError(Code::kRemoteError, "rank %d: %s made no progress for %lld ms (C4_TIMEOUT); waiting on %s",
+                        rank_, w.c_str(), static_cast<long long>(timeoutMs_), on.empty() ? "?" : on.c_str());
+  lastNs_.store(now, std::memory_order_relaxed);  // one error per timeout, not one per round
+  return st;
+}
+
+}  // namespace c4
