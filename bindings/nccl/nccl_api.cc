@@ -98,10 +98,6 @@ ncclResult_t fromStatus(const c4::Status& s) {
   return static_cast<ncclResult_t>(s.code());
 }
 
-ncclResult_t notImplemented(const char* fn, const char* why) {
-  return fail(ncclInvalidUsage, "%s is not implemented by c4comm yet: %s (see docs/api-coverage.md)", fn, why);
-}
-
 /// The integer a caller passed for an enum argument. Read through memcpy: a garbage value (say -1
 /// for ncclRedOp_t) is outside the enum's range and must be rejected, not loaded as the enum.
 template <typename E>
@@ -398,9 +394,7 @@ ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   if (revokeFlags != NCCL_REVOKE_DEFAULT) {
     return fail(ncclInvalidArgument, "%s: revokeFlags 0x%x is invalid (must be NCCL_REVOKE_DEFAULT)", fn, revokeFlags);
   }
-  return notImplemented(fn,
-                        "c4 does not track calls in flight on other threads, so it cannot tell when a revoked "
-                        "communicator is quiescent; use ncclCommShrink with NCCL_SHRINK_ABORT");
+  return fromStatus(c4::commRevoke(toC4(comm)));
 }
 
 ncclResult_t pncclCommFinalize(ncclComm_t comm) {

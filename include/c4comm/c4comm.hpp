@@ -21,6 +21,13 @@
 namespace c4 {
 
 /// Opaque communicator.
+///
+/// Threading: one thread at a time calls into a communicator (several communicators may be used
+/// from several threads, and one thread may drive several in a group). The exceptions are
+/// commAbort, commRevoke and commGetAsyncError, which another thread may call while an operation
+/// runs. A communicator with a progress thread (Config::blocking = 0, or C4_PROGRESS_THREAD=1)
+/// runs its operations on that thread in call order; the trace functions may then be called
+/// from the application's threads while it records.
 struct Comm;
 
 /// 128 bytes, layout-compatible with ncclUniqueId: root address, port and a random secret.
@@ -30,8 +37,10 @@ struct UniqueId {
 
 /// Per-communicator configuration (the subset of ncclConfig_t that applies to c4comm).
 struct Config {
-  /// Non-zero: calls block until done. Zero: allowed to return kInProgress (host paths still
-  /// complete before returning).
+  /// Non-zero: calls block until done. Zero (NCCL's non-blocking communicators): the communicator
+  /// gets a progress thread; init, collectives, point-to-point calls and groupEnd queue their work
+  /// and return kInProgress, and commGetAsyncError reports kInProgress until everything queued is
+  /// done (then ok, or the error). Buffers must not be touched until then.
   int blocking = 1;
   /// Name shown in logs and traces; may be empty.
   std::string name;
@@ -95,14 +104,22 @@ C4_API Status commShrink(Comm* comm, const int* exclude, int nexclude, Comm** ne
 C4_API Status commFinalize(Comm* comm);
 /// Frees the communicator (finalizes first if needed).
 C4_API Status commDestroy(Comm* comm);
-/// Aborts outstanding work on this rank, tells the peers, frees the communicator. Never hangs.
+/// Aborts outstanding work on this rank, tells the peers, frees the communicator. Never hangs. May be
+/// called while another thread is inside an operation on `comm` (that operation then fails).
 C4_API Status commAbort(Comm* comm);
+/// ncclCommRevoke (NCCL 2.28): stops the communicator's work. Operations in flight (also on other
+/// threads, or queued on its progress thread) fail; once none runs any more the communicator is
+/// quiescent: a blocking communicator's call returns then, a non-blocking one returns kInProgress
+/// until then (commGetAsyncError too, then ok). Afterwards every call but commShrink, commFinalize,
+/// commDestroy and commAbort fails with kInvalidUsage. Peers see this rank's connections abort.
+C4_API Status commRevoke(Comm* comm);
 
 /// Number of ranks, this rank, and device (-1 for host-only communicators).
 C4_API Status commCount(const Comm* comm, int* count);
 C4_API Status commUserRank(const Comm* comm, int* rank);
 C4_API Status commCuDevice(const Comm* comm, int* device);
-/// The first asynchronous error seen by the communicator (ok if none).
+/// The first asynchronous error seen by the communicator (ok if none); kInProgress while a
+/// non-blocking communicator's init or queued operations (or a revoke) are not done.
 C4_API Status commGetAsyncError(Comm* comm);
 
 /// Reason for the most recent failure of a c4 call in this thread ("" if none).

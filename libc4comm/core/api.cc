@@ -1,5 +1,7 @@
 // The public C++ API (include/c4comm/c4comm.hpp): argument validation, group state, and the
 // communicator life cycle. Every failure is recorded as this thread's last error.
+#include <sched.h>
+
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -16,8 +18,14 @@
 #include "core/comm.hpp"
 #include "core/group.hpp"
 #include "core/memory.hpp"
+#include "core/progress.hpp"
 
 namespace c4 {
+
+C4_PARAM_INT(ProgressThread, "C4_PROGRESS_THREAD", nullptr, 0,
+             "1: every communicator gets a progress thread that runs its operations in call order (blocking calls "
+             "wait for it; between calls it keeps the network transports progressing); 0: the calling thread drives "
+             "each operation. Communicators created with Config::blocking = 0 always have one")
 
 namespace {
 
@@ -41,7 +49,7 @@ thread_local GroupState tGroup;
 
 /// Records a failure as the thread's last error (and the group's, inside a group).
 Status record(Status&& st) {
-  if (!st.isOk()) {
+  if (!st.isOk() && st.code() != Code::kInProgress) {
     // A rejected argument is first understood here; failures from below were logged where they arose.
     if (st.code() == Code::kInvalidArgument) C4_WARN(kLogCall, "%s", st.message().c_str());
     tLastError = st.message();
@@ -68,7 +76,33 @@ Status checkComm(const Comm* c) {
 Status checkUsable(Comm* c) {
   C4_CHECK(checkComm(c));
   if (c->finalized) return makeError(Code::kInvalidUsage, "rank %d: communicator was finalized", c->rank);
+  if (c->revoked.load(std::memory_order_acquire))
+    return makeError(Code::kInvalidUsage,
+                     "rank %d: communicator was revoked (commRevoke); only commShrink, commFinalize, commDestroy and "
+                     "commAbort are allowed on it",
+                     c->rank);
   return c->failure();
+}
+
+/// Counts a thread running an operation on a communicator without a progress thread, so that
+/// requestAbort (commAbort, commRevoke from another thread) knows whether it must wait.
+class BusyScope {
+ public:
+  explicit BusyScope(Comm* c) : c_(c) { c_->busy.fetch_add(1, std::memory_order_acq_rel); }
+  ~BusyScope() { c_->busy.fetch_sub(1, std::memory_order_acq_rel); }
+  BusyScope(const BusyScope&) = delete;
+  BusyScope& operator=(const BusyScope&) = delete;
+
+ private:
+  Comm* c_;
+};
+
+/// Runs `job` on comm's progress thread: waits for it (blocking communicators) or returns
+/// kInProgress (non-blocking: commGetAsyncError reports the outcome).
+Status submitJob(Comm* comm, const std::shared_ptr<Job>& job, bool forceWait = false) {
+  comm->engine->submit(job);
+  if (comm->config.blocking || forceWait) return comm->engine->wait(*job);
+  return Status(Code::kInProgress, "operation queued on a non-blocking communicator");
 }
 
 Status checkType(DataType dt) {
@@ -116,6 +150,12 @@ Status enqueue(Comm* comm, const OpDesc& op) {
     tGroup.items.back().ops.push_back(op);
     return Status::ok();
   }
+  if (comm->engine) {
+    auto job = std::make_shared<Job>();
+    job->ops.push_back(op);
+    return submitJob(comm, job);
+  }
+  BusyScope busy(comm);
   if (op.coll == Coll::kSend || op.coll == Coll::kRecv) return comm->runP2p({op});
   return comm->runCollective(op);
 }
@@ -130,7 +170,26 @@ Status validate(Comm* comm, const OpDesc& op, size_t inMult, size_t outMult, boo
   return Status::ok();
 }
 
+/// Whether a communicator with `config` gets a progress thread.
+bool wantsEngine(const Config& config) { return config.blocking == 0 || paramProgressThread() != 0; }
+
 Status initComm(Comm* c, int nranks, const UniqueId& id, int rank, const Config& config) {
+  c->rank = rank;
+  c->nranks = nranks;
+  c->config = config;
+  if (wantsEngine(config)) {
+    c->engine = std::make_unique<ProgressEngine>(c);
+    c->recorder.setShared(true);  // the progress thread and the caller record
+    C4_CHECK(c->engine->start());
+    auto job = std::make_shared<Job>();
+    job->kind = Job::Kind::kInit;
+    job->nranks = nranks;
+    job->rank = rank;
+    job->id = id;
+    job->config = config;
+    // Non-blocking: the communicator is handed out now and commGetAsyncError says when it is ready.
+    return submitJob(c, job);
+  }
   Status st = c->init(nranks, id, rank, config);
   if (!st.isOk()) {
     C4_WARN(kLogInit, "rank %d/%d: init failed: %s", rank, nranks, st.toString().c_str());
@@ -210,6 +269,10 @@ Status commInitRank(Comm** comm, int nranks, const UniqueId& id, int rank, const
     return Status::ok();
   }
   Status st = initComm(c, nranks, id, rank, config);
+  if (st.code() == Code::kInProgress) {
+    *comm = c;  // non-blocking: ready once commGetAsyncError says so
+    return st;
+  }
   if (!st.isOk()) {
     unregisterComm(c);
     delete c;
@@ -262,6 +325,7 @@ Status commInitFromEnv(Comm** comm, const Config& config) {
 
 Status commSplit(Comm* comm, int color, int key, Comm** newcomm, const Config* config) {
   C4_CHECK_RECORD(checkUsable(comm));
+  if (comm->engine) comm->engine->drain();
   if (!newcomm) return record(makeError(Code::kInvalidArgument, "newcomm is NULL"));
   if (color < -1) return record(makeError(Code::kInvalidArgument, "color %d is negative (use -1 for no color)", color));
   struct Entry {
@@ -297,6 +361,7 @@ Status commShrink(Comm* comm, const int* exclude, int nexclude, Comm** newcomm, 
   if (nexclude < 0) return record(makeError(Code::kInvalidArgument, "exclude count %d is negative", nexclude));
   if (nexclude > 0 && !exclude) return record(makeError(Code::kInvalidArgument, "exclude list is NULL"));
   if (comm->finalized) return record(makeError(Code::kInvalidUsage, "rank %d: communicator was finalized", comm->rank));
+  if (comm->engine && !abortParent) comm->engine->drain();
   std::vector<char> excluded(static_cast<size_t>(comm->nranks), 0);
   for (int i = 0; i < nexclude; ++i) {
     const int r = exclude[i];
@@ -310,8 +375,11 @@ Status commShrink(Comm* comm, const int* exclude, int nexclude, Comm** newcomm, 
   if (excluded[static_cast<size_t>(comm->rank)])
     return record(makeError(Code::kInvalidUsage,
                             "rank %d is in its own exclude list: excluded ranks must not call commShrink", comm->rank));
-  if (abortParent)
-    comm->fail(makeError(Code::kRemoteError, "rank %d aborted the communicator to shrink it", comm->rank));
+  if (abortParent) {
+    const Status why = makeError(Code::kRemoteError, "rank %d aborted the communicator to shrink it", comm->rank);
+    if (comm->engine) comm->engine->failQueued(why);
+    comm->requestAbort(why);
+  }
   std::vector<int> members;
   for (int r = 0; r < comm->nranks; ++r)
     if (!excluded[static_cast<size_t>(r)]) members.push_back(r);
@@ -360,7 +428,8 @@ Status commShrink(Comm* comm, const int* exclude, int nexclude, Comm** newcomm, 
 
 Status commFinalize(Comm* comm) {
   C4_CHECK_RECORD(checkComm(comm));
-  // Host collectives complete before they return, so nothing is outstanding.
+  // Host collectives complete before they return; a progress thread's queue runs to its end first.
+  if (comm->engine) comm->engine->drain();
   if (!comm->finalized) {
     // A second clock sample (so c4-trace can correct drift); bounded, as a rank may not finalize.
     if (comm->recorder.allocated() && !comm->failed.load()) comm->traceClockSync(1, 2000);
@@ -374,6 +443,8 @@ Status commDestroy(Comm* comm) {
   if (!comm) return Status::ok();  // like NCCL: destroying NULL is a no-op
   C4_CHECK_RECORD(checkComm(comm));
   unregisterComm(comm);
+  // What is queued on a progress thread runs first (NCCL's destroy also completes pending work).
+  if (comm->engine) comm->engine->stop();
   if (!comm->finalized) dumpTrace(comm, trace::DumpReason::kDestroy);
   delete comm;
   return Status::ok();
@@ -383,9 +454,40 @@ Status commAbort(Comm* comm) {
   if (!comm) return Status::ok();
   C4_CHECK_RECORD(checkComm(comm));
   unregisterComm(comm);
-  comm->fail(makeError(Code::kRemoteError, "rank %d aborted the communicator", comm->rank));
+  const Status why = makeError(Code::kRemoteError, "rank %d aborted the communicator", comm->rank);
+  if (comm->engine) {
+    // The progress thread carries the abort out (in-flight work fails), then stops.
+    comm->engine->failQueued(why);
+    comm->requestAbort(why);
+    comm->engine->stop();
+  } else {
+    comm->requestAbort(why);
+    // Another thread may be inside an operation on it: it fails at its next poll; wait for it.
+    while (comm->busy.load(std::memory_order_acquire) > 0) sched_yield();
+  }
   dumpTrace(comm, trace::DumpReason::kAbort);
   delete comm;
+  return Status::ok();
+}
+
+Status commRevoke(Comm* comm) {
+  C4_CHECK_RECORD(checkComm(comm));
+  if (comm->finalized) return record(makeError(Code::kInvalidUsage, "rank %d: communicator was finalized", comm->rank));
+  if (!comm->revoked.exchange(true, std::memory_order_acq_rel)) {
+    C4_INFO(kLogInit, "rank %d: communicator %s revoked", comm->rank, comm->tag.c_str());
+    const Status why = makeError(Code::kRemoteError, "rank %d revoked the communicator", comm->rank);
+    if (comm->engine) comm->engine->failQueued(why);
+    comm->requestAbort(why);
+  }
+  // Quiescent once no operation runs any more (in-flight ones fail at their next poll).
+  auto quiescent = [comm] {
+    return comm->engine ? !comm->engine->pending() : comm->busy.load(std::memory_order_acquire) == 0;
+  };
+  if (!comm->config.blocking) {
+    if (!quiescent()) return Status(Code::kInProgress, "revoke in progress");
+  } else {
+    while (!quiescent()) sched_yield();
+  }
   return Status::ok();
 }
 
@@ -412,12 +514,21 @@ Status commCuDevice(const Comm* comm, int* device) {
 
 Status commGetAsyncError(Comm* comm) {
   C4_CHECK_RECORD(checkComm(comm));
-  std::lock_guard<std::mutex> g(comm->errMu);
-  return comm->asyncError;
+  const bool busy = comm->engine ? comm->engine->pending() : comm->busy.load(std::memory_order_acquire) > 0;
+  if (comm->revoked.load(std::memory_order_acquire))
+    return busy ? Status(Code::kInProgress, "revoke in progress") : Status::ok();
+  {
+    std::lock_guard<std::mutex> g(comm->errMu);
+    if (!comm->asyncError.isOk()) return comm->asyncError;
+  }
+  // A non-blocking communicator's init and operations are done once nothing is queued.
+  if (comm->engine && busy) return Status(Code::kInProgress, "operations in progress");
+  return Status::ok();
 }
 
 Status redOpCreatePreMulSum(RedOp* op, const void* scalar, DataType dt, ScalarResidence residence, Comm* comm) {
   C4_CHECK_RECORD(checkUsable(comm));
+  if (comm->engine) comm->engine->drain();  // its queued calls read the operator table
   if (!op) return record(makeError(Code::kInvalidArgument, "op is NULL"));
   if (!scalar) return record(makeError(Code::kInvalidArgument, "scalar is NULL"));
   C4_CHECK_RECORD(checkType(dt));
@@ -443,6 +554,7 @@ Status redOpCreatePreMulSum(RedOp* op, const void* scalar, DataType dt, ScalarRe
 
 Status redOpDestroy(RedOp op, Comm* comm) {
   C4_CHECK_RECORD(checkComm(comm));
+  if (comm->engine) comm->engine->drain();
   int v = static_cast<int>(op);
   size_t idx = static_cast<size_t>(v - kNumBuiltinOps);
   if (v < kNumBuiltinOps || idx >= comm->userOps.size() || !comm->userOps[idx].live)
@@ -551,14 +663,30 @@ static Status checkProbe(int peer, Comm* comm, ProbeResult* out, const char* fn)
   return Status::ok();
 }
 
+/// waitProbe on the driving thread: the caller's, or the progress thread (the result is the caller's
+/// whatever the communicator's blocking mode: a probe reports, it does not run an operation).
+static Status runProbe(Comm* comm, int peer, ProbeResult* out, int64_t waitMs) {
+  if (!comm->engine) {
+    BusyScope busy(comm);
+    return comm->waitProbe(peer, out, waitMs);
+  }
+  auto job = std::make_shared<Job>();
+  job->kind = Job::Kind::kProbe;
+  job->peer = peer;
+  job->waitMs = waitMs;
+  Status st = submitJob(comm, job, /*forceWait=*/true);
+  *out = job->probe;
+  return st;
+}
+
 Status iprobe(int peer, Comm* comm, ProbeResult* out) {
   C4_CHECK_RECORD(checkProbe(peer, comm, out, "iprobe"));
-  return record(comm->waitProbe(peer, out, 0));  // one look
+  return record(runProbe(comm, peer, out, 0));  // one look
 }
 
 Status probe(int peer, Comm* comm, ProbeResult* out, int64_t waitMs) {
   C4_CHECK_RECORD(checkProbe(peer, comm, out, "probe"));
-  return record(comm->waitProbe(peer, out, waitMs));
+  return record(runProbe(comm, peer, out, waitMs));
 }
 
 Status recvAny(void* recvbuff, size_t count, DataType dt, int* source, Comm* comm, void* stream) {
@@ -574,6 +702,16 @@ Status recvAny(void* recvbuff, size_t count, DataType dt, int* source, Comm* com
                             "outside groupStart/groupEnd"));
   if (comm->nranks == 1)
     return record(makeError(Code::kInvalidUsage, "recvAny on a communicator of 1 rank: there is no other rank"));
+  if (comm->engine) {
+    // The sender is the result: the call waits even on a non-blocking communicator.
+    auto job = std::make_shared<Job>();
+    job->kind = Job::Kind::kRecvAny;
+    job->ops.push_back(d);
+    Status st = submitJob(comm, job, /*forceWait=*/true);
+    if (st.isOk()) *source = job->source;
+    return record(std::move(st));
+  }
+  BusyScope busy(comm);
   return record(comm->recvAny(d, source));
 }
 
@@ -623,14 +761,50 @@ Status groupEnd() {
     for (const Status& s : res)
       if (!s.isOk() && first.isOk()) first = s;
   }
-  if (!first.isOk()) {
+  if (!first.isOk() && first.code() != Code::kInProgress) {
     tLastError = first.message();
     return first;
   }
-  if (items.empty()) return Status::ok();
-  Status st = runGroupItems(items);
-  if (!st.isOk()) tLastError = st.message();
-  return st;
+  bool inProgress = first.code() == Code::kInProgress;
+  if (items.empty()) return inProgress ? first : Status::ok();
+  // Communicators with a progress thread get their part as one job each (their collectives in
+  // call order, then their point-to-point batch); the others run here, together.
+  std::vector<GroupItem> here;
+  std::vector<std::pair<Comm*, std::shared_ptr<Job>>> jobs;
+  for (GroupItem& it : items) {
+    if (!it.comm->engine) {
+      here.push_back(std::move(it));
+      continue;
+    }
+    std::shared_ptr<Job> job;
+    for (auto& j : jobs)
+      if (j.first == it.comm) job = j.second;
+    if (!job) {
+      job = std::make_shared<Job>();
+      jobs.emplace_back(it.comm, job);
+    }
+    job->ops.insert(job->ops.end(), it.ops.begin(), it.ops.end());
+  }
+  for (auto& j : jobs) j.first->engine->submit(j.second);
+  Status st;
+  if (!here.empty()) {
+    for (GroupItem& it : here) it.comm->busy.fetch_add(1, std::memory_order_acq_rel);
+    st = runGroupItems(here);
+    for (GroupItem& it : here) it.comm->busy.fetch_sub(1, std::memory_order_acq_rel);
+  }
+  for (auto& j : jobs) {
+    if (!j.first->config.blocking) {
+      inProgress = true;  // commGetAsyncError reports its outcome
+      continue;
+    }
+    Status js = j.first->engine->wait(*j.second);
+    if (st.isOk()) st = js;
+  }
+  if (!st.isOk()) {
+    tLastError = st.message();
+    return st;
+  }
+  return inProgress ? Status(Code::kInProgress, "group queued on a non-blocking communicator") : Status::ok();
 }
 
 Status groupSimulateEnd(double* estimatedUs) {

@@ -282,10 +282,8 @@ void testErrors(ncclComm_t comm) {
   r = ncclMemFree(buf);
   EXPECT(r == ncclInvalidArgument, "ncclMemFree(stack buffer) -> %d", static_cast<int>(r));
 
-  // Not implemented yet: a clear ncclInvalidUsage, with the reason in ncclGetLastError.
-  r = ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT);
-  EXPECT(r == ncclInvalidUsage, "ncclCommRevoke -> %d", static_cast<int>(r));
-  EXPECT(strstr(ncclGetLastError(comm), "not implemented") != nullptr, "last error '%s'", ncclGetLastError(comm));
+  r = ncclCommRevoke(comm, 0x40);
+  EXPECT(r == ncclInvalidArgument, "ncclCommRevoke(bad flags) -> %d", static_cast<int>(r));
 
   // ncclGroupSimulateEnd: the tuner's estimate, and nothing runs; without a group, a usage error.
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
@@ -382,21 +380,95 @@ void testInitAll(int n) {
   if (gFailures == 0) printf("ncclCommInitAll with %d ranks: ok\n", n);
 }
 
-int runRank(int rank, int n, int idIn, const std::vector<int>& idOuts) {
+/// The pipes of a rank: rank 0 writes to every other rank (ids, barrier releases), the others write
+/// to rank 0 (barrier arrivals).
+struct Pipes {
+  int in = -1;            // rank > 0: from rank 0
+  std::vector<int> outs;  // rank 0: to ranks 1..n-1
+  int up = -1;            // rank > 0: to rank 0
+  std::vector<int> ups;   // rank 0: from ranks 1..n-1
+};
+
+/// A barrier outside the communicators (a revoke must not race a peer still finishing an
+/// operation with this rank).
+bool pipeBarrier(int rank, const Pipes& p) {
+  char b = 1;
+  if (rank == 0) {
+    for (int fd : p.ups)
+      if (!readAll(fd, &b, 1)) return false;
+    for (int fd : p.outs)
+      if (!writeAll(fd, &b, 1)) return false;
+    return true;
+  }
+  return writeAll(p.up, &b, 1) && readAll(p.in, &b, 1);
+}
+
+/// Polls ncclCommGetAsyncError until it leaves ncclInProgress (at most 60 s); its final value.
+ncclResult_t waitAsync(ncclComm_t comm) {
+  ncclResult_t r = ncclInProgress;
+  for (int i = 0; i < 600000 && r == ncclInProgress; ++i) {
+    r = ncclCommGetAsyncError(comm, &r) == ncclSuccess ? r : ncclInternalError;
+    if (r == ncclInProgress) usleep(100);
+  }
+  return r;
+}
+
+/// Non-blocking communicators (config.blocking = 0): init, a collective, a group and a revoke
+/// return ncclSuccess or ncclInProgress, and ncclCommGetAsyncError says ncclInProgress until done,
+/// as NCCL documents. Then a revoked communicator refuses work and is destroyed.
+void testNonBlocking(int rank, int n, const ncclUniqueId& id, const Pipes& pipes) {
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  cfg.commName = "abi_nonblocking";
+  ncclComm_t comm = nullptr;
+  ncclResult_t r = ncclCommInitRankConfig(&comm, n, id, rank, &cfg);
+  EXPECT((r == ncclSuccess || r == ncclInProgress) && comm != nullptr, "non-blocking init -> %d", static_cast<int>(r));
+  if (comm == nullptr) return;
+  r = waitAsync(comm);
+  EXPECT(r == ncclSuccess, "non-blocking init completed with %d: %s", static_cast<int>(r), ncclGetLastError(comm));
+  std::vector<float> big(1 << 18, static_cast<float>(rank + 1)), got(big.size(), -1.f);
+  r = ncclAllReduce(big.data(), got.data(), big.size(), ncclFloat, ncclSum, comm, kNoStream);
+  EXPECT(r == ncclSuccess || r == ncclInProgress, "non-blocking allreduce -> %d", static_cast<int>(r));
+  r = waitAsync(comm);
+  const float want = static_cast<float>(n * (n + 1) / 2);
+  EXPECT(r == ncclSuccess && got[0] == want && got.back() == want, "non-blocking allreduce: %d, %g (want %g)",
+         static_cast<int>(r), static_cast<double>(got[0]), static_cast<double>(want));
+  int a = rank, b = 2 * rank;
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclAllReduce(&a, &a, 1, ncclInt32, ncclSum, comm, kNoStream));
+  NCCL_OK(ncclAllReduce(&b, &b, 1, ncclInt32, ncclMax, comm, kNoStream));
+  r = ncclGroupEnd();
+  EXPECT(r == ncclSuccess || r == ncclInProgress, "non-blocking group -> %d", static_cast<int>(r));
+  r = waitAsync(comm);
+  EXPECT(r == ncclSuccess && a == n * (n - 1) / 2 && b == 2 * (n - 1), "non-blocking group: %d, %d %d",
+         static_cast<int>(r), a, b);
+  // Revoke: quiescent (ncclInProgress, then ncclSuccess), then every call is refused.
+  if (!pipeBarrier(rank, pipes)) EXPECT(false, "barrier before revoke");
+  r = ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT);
+  EXPECT(r == ncclSuccess || r == ncclInProgress, "ncclCommRevoke (non-blocking) -> %d", static_cast<int>(r));
+  r = waitAsync(comm);
+  EXPECT(r == ncclSuccess, "revoke completed with %d", static_cast<int>(r));
+  r = ncclAllReduce(&a, &a, 1, ncclInt32, ncclSum, comm, kNoStream);
+  EXPECT(r == ncclInvalidUsage && strstr(ncclGetLastError(comm), "revoked") != nullptr,
+         "allreduce after revoke -> %d ('%s')", static_cast<int>(r), ncclGetLastError(comm));
+  NCCL_OK(ncclCommDestroy(comm));
+}
+
+int runRank(int rank, int n, const Pipes& pipes) {
   gRank = rank;
-  ncclUniqueId id;
+  ncclUniqueId id, id2;
   if (rank == 0) {
     ncclResult_t r = ncclGetUniqueId(&id);
-    if (r != ncclSuccess) {
+    ncclResult_t r2 = ncclGetUniqueId(&id2);
+    if (r != ncclSuccess || r2 != ncclSuccess) {
       fprintf(stderr, "[rank 0] ncclGetUniqueId -> %d: %s\n", static_cast<int>(r), ncclGetLastError(nullptr));
       return 1;  // the other ranks see EOF on their pipe and fail too
     }
-    for (int fd : idOuts) {
-      if (!writeAll(fd, &id, sizeof(id))) return 1;
-      close(fd);
+    for (int fd : pipes.outs) {
+      if (!writeAll(fd, &id, sizeof(id)) || !writeAll(fd, &id2, sizeof(id2))) return 1;
     }
-  } else if (!readAll(idIn, &id, sizeof(id))) {
-    fprintf(stderr, "[rank %d] did not receive the unique id\n", rank);
+  } else if (!readAll(pipes.in, &id, sizeof(id)) || !readAll(pipes.in, &id2, sizeof(id2))) {
+    fprintf(stderr, "[rank %d] did not receive the unique ids\n", rank);
     return 1;
   }
   ncclComm_t comm = nullptr;
@@ -420,6 +492,16 @@ int runRank(int rank, int n, int idIn, const std::vector<int>& idOuts) {
   }
   testCollectives(comm, rank, n);
   testErrors(comm);
+  testNonBlocking(rank, n, id2, pipes);
+  // Revoke on a blocking communicator: returns once quiescent; then calls are refused.
+  if (!pipeBarrier(rank, pipes)) EXPECT(false, "barrier before revoke");
+  r = ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT);
+  EXPECT(r == ncclSuccess, "ncclCommRevoke -> %d", static_cast<int>(r));
+  float z = 1.f;
+  r = ncclAllReduce(&z, &z, 1, ncclFloat, ncclSum, comm, kNoStream);
+  EXPECT(r == ncclInvalidUsage, "allreduce after revoke -> %d", static_cast<int>(r));
+  r = ncclCommGetAsyncError(comm, &r) == ncclSuccess ? r : ncclInternalError;
+  EXPECT(r == ncclSuccess, "async error after revoke: %d", static_cast<int>(r));
   r = ncclCommDestroy(comm);
   EXPECT(r == ncclSuccess, "ncclCommDestroy -> %d", static_cast<int>(r));
   if (gFailures == 0) printf("[rank %d] ok\n", rank);
@@ -438,16 +520,18 @@ int main(int argc, char** argv) {
   testStatic(argc > 2 ? argv[2] : nullptr);
   if (gFailures) return 1;
 
-  // One pipe per rank > 0, written by rank 0. Fork everything before any communicator exists.
-  std::vector<int> readEnds(n, -1), writeEnds;
+  // Two pipes per rank > 0: rank 0 -> it, it -> rank 0. Fork everything before any communicator exists.
+  std::vector<int> readEnds(n, -1), writeEnds, upRead, upWrite(n, -1);
   for (int r = 1; r < n; ++r) {
-    int fds[2];
-    if (pipe(fds) != 0) {
+    int fds[2], ups[2];
+    if (pipe(fds) != 0 || pipe(ups) != 0) {
       perror("pipe");
       return 1;
     }
     readEnds[r] = fds[0];
     writeEnds.push_back(fds[1]);
+    upRead.push_back(ups[0]);
+    upWrite[r] = ups[1];
   }
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
@@ -458,19 +542,30 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (pid == 0) {
-      for (int q = 1; q < n; ++q)
+      for (int q = 1; q < n; ++q) {
         if (q != r) close(readEnds[q]);
-      std::vector<int> outs;
-      if (r == 0)
-        outs = writeEnds;
-      else
+        if (q != r) close(upWrite[q]);
+      }
+      Pipes p;
+      if (r == 0) {
+        p.outs = writeEnds;
+        p.ups = upRead;
+      } else {
         for (int fd : writeEnds) close(fd);
-      _exit(runRank(r, n, readEnds[r], outs));
+        for (int fd : upRead) close(fd);
+        p.in = readEnds[r];
+        p.up = upWrite[r];
+      }
+      _exit(runRank(r, n, p));
     }
     pids.push_back(pid);
   }
   for (int fd : writeEnds) close(fd);
-  for (int r = 1; r < n; ++r) close(readEnds[r]);
+  for (int fd : upRead) close(fd);
+  for (int r = 1; r < n; ++r) {
+    close(readEnds[r]);
+    close(upWrite[r]);
+  }
 
   // Wait with a deadline: a hung rank must fail the test, not hang it.
   const int kDeadlineSec = argc > 3 ? atoi(argv[3]) : 90;

@@ -944,3 +944,202 @@ TEST(Lifecycle, ManyCommunicatorsConcurrently) {
 
 }  // namespace
 }  // namespace c4test
+
+namespace c4test {
+namespace {
+
+/// Polls commGetAsyncError until it leaves kInProgress (at most 60 s).
+c4::Status waitAsync(c4::Comm* comm) {
+  const int64_t t0 = monoMs();
+  for (;;) {
+    c4::Status st = c4::commGetAsyncError(comm);
+    if (st.code() != Code::kInProgress || monoMs() - t0 > 60000) return st;
+    usleep(200);
+  }
+}
+
+// Non-blocking communicators (Config::blocking = 0): init and every call queue their work and
+// return kInProgress; commGetAsyncError says kInProgress until it is done. Collectives of every
+// kind, a group of several, point-to-point and a receive from any source all arrive whole.
+TEST(NonBlocking, InitCollectivesGroupsPointToPoint) {
+  auto outs = runForked(3, [](int rank, int n, const c4::UniqueId& id) -> Failures {
+    Failures f;
+    c4::Config cfg;
+    cfg.blocking = 0;
+    c4::Comm* comm = nullptr;
+    c4::Status st = c4::commInitRank(&comm, n, id, rank, cfg);
+    if ((!st.isOk() && st.code() != Code::kInProgress) || !comm) return {"init: " + st.toString()};
+    st = waitAsync(comm);
+    if (!st.isOk()) return {"init completed with " + st.toString()};
+    // A collective: kInProgress (or done already), then the data.
+    std::vector<int32_t> in(100003, rank + 1), out(in.size(), -1);
+    st = c4::allReduce(in.data(), out.data(), in.size(), c4::DataType::kInt32, c4::RedOp::kSum, comm);
+    if (!st.isOk() && st.code() != Code::kInProgress) f.push_back("allReduce: " + st.toString());
+    st = waitAsync(comm);
+    if (!st.isOk() || out[0] != 6 || out.back() != 6) f.push_back("allReduce result " + std::to_string(out[0]));
+    // Several calls queued back to back run in call order.
+    std::vector<int32_t> g(3 * 7, -1), b(7, rank == 1 ? 42 : 0);
+    int32_t mine[7];
+    for (int i = 0; i < 7; ++i) mine[i] = rank * 10 + i;
+    (void)c4::allGather(mine, g.data(), 7, c4::DataType::kInt32, comm);
+    (void)c4::broadcast(b.data(), b.data(), 7, c4::DataType::kInt32, 1, comm);
+    st = waitAsync(comm);
+    if (!st.isOk()) f.push_back("queued calls: " + st.toString());
+    for (int r = 0; r < 3; ++r)
+      if (g[static_cast<size_t>(r * 7 + 3)] != r * 10 + 3) f.push_back("allGather block " + std::to_string(r));
+    if (b[6] != 42) f.push_back("broadcast");
+    // A group: one job on the progress thread.
+    int32_t x = rank, y = rank;
+    (void)c4::groupStart();
+    (void)c4::allReduce(&x, &x, 1, c4::DataType::kInt32, c4::RedOp::kSum, comm);
+    (void)c4::allReduce(&y, &y, 1, c4::DataType::kInt32, c4::RedOp::kMax, comm);
+    st = c4::groupEnd();
+    if (!st.isOk() && st.code() != Code::kInProgress) f.push_back("groupEnd: " + st.toString());
+    st = waitAsync(comm);
+    if (!st.isOk() || x != 3 || y != 2) f.push_back("group " + std::to_string(x) + " " + std::to_string(y));
+    // Point to point around the ring, and a receive from any source (it waits for its sender).
+    int32_t sendv = rank * 100, recvv = -1;
+    (void)c4::groupStart();
+    (void)c4::send(&sendv, 1, c4::DataType::kInt32, (rank + 1) % n, comm);
+    (void)c4::recv(&recvv, 1, c4::DataType::kInt32, (rank + n - 1) % n, comm);
+    (void)c4::groupEnd();
+    st = waitAsync(comm);
+    if (!st.isOk() || recvv != ((rank + n - 1) % n) * 100) f.push_back("ring exchange " + std::to_string(recvv));
+    if (rank == 0) {
+      int src = -1;
+      int32_t v = -1;
+      st = c4::recvAny(&v, 1, c4::DataType::kInt32, &src, comm);
+      if (!st.isOk() || src != 2 || v != 77) f.push_back("recvAny: " + st.toString() + " from " + std::to_string(src));
+    } else if (rank == 2) {
+      int32_t v = 77;
+      (void)c4::send(&v, 1, c4::DataType::kInt32, 0, comm);
+      st = waitAsync(comm);
+      if (!st.isOk()) f.push_back("send to 0: " + st.toString());
+    }
+    st = c4::commDestroy(comm);
+    if (!st.isOk()) f.push_back("destroy: " + st.toString());
+    return f;
+  });
+  EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
+}
+
+// The progress thread with blocking calls (C4_PROGRESS_THREAD=1): the collective matrix.
+TEST(NonBlocking, ProgressThreadRunsTheMatrix) {
+  ScopedEnv pt("C4_PROGRESS_THREAD", "1");
+  MatrixOptions opt;
+  opt.counts = {0, 1, 1009, 70001};
+  opt.bigBytes = 1u << 20;
+  opt.allTypesForMovement = false;
+  opt.trimmedIfQuick();
+  for (int n : {2, 3}) {
+    auto outs = runForked(n, [&](int r, int nr, const c4::UniqueId& id) -> Failures {
+      c4::Comm* comm = nullptr;
+      c4::Status st = c4::commInitRank(&comm, nr, id, r);
+      if (!st.isOk()) return {"init: " + st.toString()};
+      MatrixRunner runner(comm, r, nr);
+      Failures f = runner.run(opt);
+      st = c4::commDestroy(comm);
+      if (!st.isOk()) f.push_back("destroy: " + st.toString());
+      return f;
+    });
+    EXPECT_TRUE(summarize(outs).empty()) << n << " ranks:\n" << summarize(outs);
+  }
+}
+
+// Revoke (ncclCommRevoke): an operation blocked on a peer that never joins, on another thread,
+// fails; revoke returns once nothing runs; later calls, blocking or not, fail clearly and at once.
+TEST(Revoke, StopsInFlightWorkThenRefusesCalls) {
+  ScopedEnv timeout("C4_TIMEOUT", "60");
+  for (int blocking : {1, 0}) {
+    auto outs = runForked(2, [&](int rank, int n, const c4::UniqueId& id) -> Failures {
+      Failures f;
+      c4::Config cfg;
+      cfg.blocking = blocking;
+      c4::Comm* comm = nullptr;
+      c4::Status st = c4::commInitRank(&comm, n, id, rank, cfg);
+      if (st.code() == Code::kInProgress) st = waitAsync(comm);
+      if (!st.isOk()) return {"init: " + st.toString()};
+      if (rank == 1) {
+        sleep(3);  // never joins the AllReduce; its peer's revoke must not wait for it
+        (void)c4::commDestroy(comm);
+        return f;
+      }
+      std::vector<float> b(1 << 16, 1.f);
+      std::atomic<int> done{0};
+      c4::Status inflight;
+      const int64_t t0 = monoMs();
+      std::thread t([&] {
+        inflight = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+        if (inflight.code() == Code::kInProgress) inflight = waitAsync(comm);
+        done = 1;
+      });
+      usleep(300000);
+      st = c4::commRevoke(comm);
+      if (!blocking && st.code() == Code::kInProgress) st = waitAsync(comm);
+      if (!st.isOk()) f.push_back("revoke: " + st.toString());
+      t.join();
+      if (monoMs() - t0 > 5000) f.push_back("revoke took " + std::to_string(monoMs() - t0) + " ms");
+      if (blocking && inflight.isOk()) f.push_back("the in-flight allreduce succeeded");
+      c4::Status later = c4::allReduce(b.data(), b.data(), 1, c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+      if (later.code() != Code::kInvalidUsage || later.message().find("revoked") == std::string::npos)
+        f.push_back("call after revoke: " + later.toString());
+      int src = -1;
+      later = c4::recvAny(b.data(), 1, c4::DataType::kFloat32, &src, comm);
+      if (later.code() != Code::kInvalidUsage) f.push_back("recvAny after revoke: " + later.toString());
+      if (!c4::commGetAsyncError(comm).isOk()) f.push_back("async error after revoke");
+      st = c4::commDestroy(comm);
+      if (!st.isOk()) f.push_back("destroy: " + st.toString());
+      return f;
+    });
+    EXPECT_TRUE(summarize(outs).empty()) << "blocking " << blocking << ":\n" << summarize(outs);
+  }
+}
+
+// Bad use of non-blocking communicators: calls on a failed one return its error at once, never
+// hang; destroying one with work queued completes that work first.
+TEST(NonBlocking, FailedCommunicatorAndDestroyWithQueuedWork) {
+  auto outs = runForked(2, [](int rank, int n, const c4::UniqueId& id) -> Failures {
+    Failures f;
+    c4::Config cfg;
+    cfg.blocking = 0;
+    c4::Comm* comm = nullptr;
+    c4::Status st = c4::commInitRank(&comm, n, id, rank, cfg);
+    if (st.code() == Code::kInProgress) st = waitAsync(comm);
+    if (!st.isOk()) return {"init: " + st.toString()};
+    // Queue work and destroy right away: the queue runs first, the data arrives.
+    std::vector<int32_t> v(50000, rank + 1);
+    for (int i = 0; i < 4; ++i)
+      (void)c4::allReduce(v.data(), v.data(), v.size(), c4::DataType::kInt32, c4::RedOp::kSum, comm);
+    // Before destroy finishes, 1+2 = 3 is doubled three times: 24 (the calls ran in order).
+    c4::Comm* sub = nullptr;
+    st = c4::commSplit(comm, 0, rank, &sub, &cfg);
+    if (st.code() == Code::kInProgress) st = waitAsync(sub);
+    if (!st.isOk()) f.push_back("split: " + st.toString());
+    st = c4::commDestroy(comm);
+    if (!st.isOk()) f.push_back("destroy: " + st.toString());
+    if (v[0] != 24 || v.back() != 24) f.push_back("after destroy: " + std::to_string(v[0]));
+    if (!sub) return f;
+    // A peer that aborts: the other's queued call fails naming it, later calls fail at once.
+    if (rank == 1) {
+      usleep(200000);
+      (void)c4::commAbort(sub);
+      usleep(500000);
+      return f;
+    }
+    const int64_t t0 = monoMs();
+    (void)c4::allReduce(v.data(), v.data(), v.size(), c4::DataType::kInt32, c4::RedOp::kSum, sub);
+    st = waitAsync(sub);
+    if (st.isOk() || st.message().find("rank 1") == std::string::npos)
+      f.push_back("after the peer aborted: " + st.toString());
+    c4::Status later = c4::allReduce(v.data(), v.data(), 1, c4::DataType::kInt32, c4::RedOp::kSum, sub);
+    if (later.isOk() || later.code() == Code::kInProgress)
+      f.push_back("call on a failed communicator: " + later.toString());
+    if (monoMs() - t0 > 10000) f.push_back("took " + std::to_string(monoMs() - t0) + " ms");
+    (void)c4::commDestroy(sub);
+    return f;
+  });
+  EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
+}
+
+}  // namespace
+}  // namespace c4test
