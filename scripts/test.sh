@@ -12,17 +12,24 @@ scripts/build.sh
 export C4_TRACE_DIR="$PWD/build/test-traces"
 rm -rf "$C4_TRACE_DIR"
 echo "[test] ctest (build/)"
-(cd build && ctest --output-on-failure -j2 --timeout 1200)
+(cd build && ctest --output-on-failure -j2 --timeout 1200 --output-junit ctest-junit.xml)
+# Every expected suite ran and nothing skipped itself (a missing prerequisite fails the run instead
+# of leaving it green; C4_ALLOW_SKIPS=1 accepts skips on a machine that cannot run them).
+python3 tools/check_suites.py build/ctest-junit.xml
 # The torch backend's pytest suite runs on Debian's interpreter (the one with torch).
 if [ -d build/python/c4comm_torch ]; then
   echo "[test] pytest tests/torch (backend c4, /usr/bin/python3)"
   C4_TORCH_PYTHONPATH=build/python /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/torch
-else
+elif [ "${C4_ALLOW_SKIPS:-0}" = "1" ]; then
   echo "[test] tests/torch skipped: c4comm_torch was not built (no torch for /usr/bin/python3)"
+else
+  echo "[test] FAIL: c4comm_torch was not built (no torch for /usr/bin/python3): the torch suite cannot run" >&2
+  exit 1
 fi
 if [ "${C4_SKIP_SANITIZERS:-0}" != "1" ]; then
   echo "[test] ctest under ASan+UBSan (build-asan/)"
   BUILD_DIR=build-asan BUILD_TYPE=Debug scripts/build.sh -DC4_SANITIZE=address,undefined -DC4_WITH_TORCH=OFF
   (cd build-asan && C4_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-     ctest --output-on-failure -j2 --timeout 1800 -LE nosan)
+     ctest --output-on-failure -j2 --timeout 1800 -LE nosan --output-junit ctest-junit.xml)
+  python3 tools/check_suites.py build-asan/ctest-junit.xml --only-skips
 fi

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/shm/shm_test_util.hpp"
+#include "transports/shm/shm_transport.hpp"
 
 using namespace c4;
 using namespace c4::transport;

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "common/status.hpp"
-#include "transports/shm/shm_transport.hpp"
+#include "transports/idle.hpp"
 #include "transports/transport.hpp"
 
 namespace c4::transport::testing {

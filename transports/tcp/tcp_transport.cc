@@ -359,6 +359,8 @@ class TcpConnection final : public Connection {
   /// A receive completed: lanes still reading a copy of one of its pieces read it into a sink.
   void noteRecvProgress(RecvOp& op, uint64_t seq);
   void popDone();
+  /// Tells the peer of the lanes this rank retired, on a lane in service (once one is up).
+  void sendNotices();
   /// The peer closed every lane with only eager sends unacknowledged: drop them.
   void dropEager();
   void dropUnexpPiece(uint64_t seq, UnexpPiece* p);
@@ -388,10 +390,11 @@ class TcpConnection final : public Connection {
   uint64_t recvBase_ = 0;  // seq of recvs_.front()
   std::map<uint64_t, UnexpMsg> unexp_;
   size_t unexpBytes_ = 0;
-  std::vector<char> sink_;                      // payload of duplicate pieces
-  std::vector<std::unique_ptr<char[]>> spare_;  // buffers of unexpected pieces, kept for reuse
-  size_t eagerInUse_ = 0;                       // bytes of eager copies held
-  size_t sendsOwed_ = 0;                        // sends whose request has not completed
+  std::vector<char> sink_;                            // payload of duplicate pieces
+  std::vector<std::pair<int, std::string>> notices_;  // lane retirements the peer has not been told of
+  std::vector<std::unique_ptr<char[]>> spare_;        // buffers of unexpected pieces, kept for reuse
+  size_t eagerInUse_ = 0;                             // bytes of eager copies held
+  size_t sendsOwed_ = 0;                              // sends whose request has not completed
   Status broken_;
   Status closed_;  // the peer closed every lane cleanly
   int64_t lastMoveMs_ = 0;
@@ -636,6 +639,7 @@ void TcpConnection::attach(int lane, Fd fd, const SockAddr& remote) {
   s.eof = false;
   setEvents(s, EPOLLIN);
   C4_INFO(kLogNet, "tcp: rank %d accepted %s", t_->rank(), laneText(s).c_str());
+  sendNotices();
   if (!s.txq.empty()) t_->activate(this);
 }
 
@@ -1105,13 +1109,21 @@ void TcpConnection::retire(Sock& s, const std::string& why, bool notify) {
   for (SendOp* op : finished) maybeCompleteSend(*op);
   popDone();
   if (notify) {
-    for (auto& o : socks_) {
-      if (!o->up() || o->silenced) continue;
-      queueCtl(*o, tcpwire::kRetire, static_cast<uint64_t>(s.index), why.substr(0, kMaxReason));
-      break;
-    }
+    // On a lane in service; if none is up yet (handshakes under way), on the first that comes up.
+    notices_.emplace_back(s.index, why.substr(0, kMaxReason));
+    sendNotices();
   }
   t_->activate(this);
+}
+
+void TcpConnection::sendNotices() {
+  if (notices_.empty()) return;
+  for (auto& o : socks_) {
+    if (!o->up() || o->silenced) continue;
+    for (const auto& n : notices_) queueCtl(*o, tcpwire::kRetire, static_cast<uint64_t>(n.first), n.second);
+    notices_.clear();
+    return;
+  }
 }
 
 void TcpConnection::laneError(Sock& s, const char* what, int err) {
@@ -1821,6 +1833,7 @@ void TcpConnection::onReadable(Sock& s) {
     s.lane.setState(LaneState::kUp);
     s.progressNs = nowNs();
     C4_INFO(kLogNet, "tcp: rank %d connected %s", t_->rank(), laneText(s).c_str());
+    sendNotices();
     flush(s);
     return;
   }

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Fails a test run in which an expected suite was not registered or skipped itself.
+
+A suite whose prerequisite is missing (clang-format, NVIDIA's nccl.h, root for the emulated
+fabrics, chromium) registers no test or exits 77 and ctest counts it as skipped: a run that should
+have checked it stays green. CI runs this on ctest's JUnit report (ctest --output-junit):
+  - every expected suite has tests in the report (at least as many as given below);
+  - no test was skipped, except those whose name matches an allowed pattern (the GPU tests: no GPU
+    in CI) or every test when C4_ALLOW_SKIPS=1 (a developer's machine without root, say).
+
+Usage: check_suites.py JUNIT.xml [--only-skips]
+"""
+import fnmatch
+import os
+import sys
+import xml.etree.ElementTree as ET
+
+# suite -> (name patterns, minimum number of tests)
+EXPECTED = {
+    "style (clang-format, docs/params.md)": (["style_clang_format", "docs_params_current"], 2),
+    "ABI (against NVIDIA's nccl.h)": (["abi_*"], 6),
+    "netlab (emulated hosts and fabrics)": (["netlab_*"], 10),
+    "transport conformance": (["*Conformance*"], 10),
+    "trace report screenshot": (["trace_report_screenshot"], 1),
+}
+ALLOWED_SKIPS = ["*Gpu*", "*gpu*", "*Cuda*"]
+
+
+def main():
+    if len(sys.argv) < 2:
+        print(__doc__)
+        return 2
+    only_skips = "--only-skips" in sys.argv[2:]
+    root = ET.parse(sys.argv[1]).getroot()
+    cases = list(root.iter("testcase"))
+    names = [c.get("name", "") for c in cases]
+    bad = []
+    if not only_skips:
+        for suite, (patterns, least) in EXPECTED.items():
+            n = sum(1 for name in names if any(fnmatch.fnmatch(name, p) for p in patterns))
+            if n < least:
+                bad.append("suite %s: %d test(s) registered, expected at least %d (is its prerequisite installed?)" %
+                           (suite, n, least))
+    allow_all = os.environ.get("C4_ALLOW_SKIPS") == "1"
+    for c in cases:
+        status = c.get("status", "")
+        skipped = status in ("skipped", "notrun", "disabled") or c.find("skipped") is not None
+        if not skipped or allow_all:
+            continue
+        name = c.get("name", "")
+        if any(fnmatch.fnmatch(name, p) for p in ALLOWED_SKIPS):
+            continue
+        why = c.find("skipped")
+        reason = (why.get("message") or why.text or "") if why is not None else ""
+        bad.append("test %s was skipped%s" % (name, (": " + reason.strip()[:200]) if reason.strip() else ""))
+    if bad:
+        print("check_suites: %d problem(s) in %s:" % (len(bad), sys.argv[1]))
+        for b in bad:
+            print("  " + b)
+        return 1
+    print("check_suites: %d tests; every expected suite ran, nothing skipped" % len(cases))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
