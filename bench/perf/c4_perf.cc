@@ -37,6 +37,13 @@ class C4Backend : public Backend {
   int nranks() const override { return nranks_; }
 
   Status run(Coll coll, const void* send, void* recv, size_t count, DataType dt, RedOp op, int root) override {
+    Status st = issue(coll, send, recv, count, dt, op, root);
+    // A non-blocking communicator queued the call: wait for it as an application would.
+    while (st.code() == Code::kInProgress) st = commGetAsyncError(comm_);
+    return st;
+  }
+
+  Status issue(Coll coll, const void* send, void* recv, size_t count, DataType dt, RedOp op, int root) {
     switch (coll) {
       case Coll::kAllReduce:
         return withContext(allReduce(send, recv, count, dt, op, comm_), "allReduce");
@@ -79,11 +86,11 @@ class C4Backend : public Backend {
 
   Status allReduceDouble(double* v, ReduceMode mode) override {
     RedOp op = mode == ReduceMode::kMin ? RedOp::kMin : mode == ReduceMode::kMax ? RedOp::kMax : RedOp::kSum;
-    return withContext(allReduce(v, v, 1, DataType::kFloat64, op, comm_), "allReduce(double)");
+    return run(Coll::kAllReduce, v, v, 1, DataType::kFloat64, op, 0);
   }
 
   Status allGatherBytes(const void* mine, void* all, size_t bytes) override {
-    return withContext(allGather(mine, all, bytes, DataType::kUint8, comm_), "allGather(bytes)");
+    return run(Coll::kAllGather, mine, all, bytes, DataType::kUint8, RedOp::kSum, 0);
   }
 
  private:
@@ -208,7 +215,10 @@ int runSpawned(const Options& opts, const RunInfo& info) {
       close(readFd[rank]);
     }
     Comm* comm = nullptr;
-    Status s = commInitRank(&comm, n, h.id, rank);
+    Config cfg;
+    cfg.blocking = opts.nonblocking ? 0 : 1;
+    Status s = commInitRank(&comm, n, h.id, rank, cfg);
+    while (s.code() == Code::kInProgress) s = commGetAsyncError(comm);
     if (!s.isOk()) {
       fprintf(stderr, "%s: rank %d: commInitRank failed: %s\n", kProgram, rank, s.toString().c_str());
       return 1;

@@ -506,6 +506,9 @@ void printUsage(FILE* out, const char* prog) {
           "min, 3 max (default 1)\n"
           "  -z, --blocking <0/1>      accepted (host collectives always block)\n"
           "  -G, --cudagraph <n>       accepted (ignored on host memory)\n"
+          "  --nonblocking <0/1>       c4-perf: 1 = non-blocking communicators (Config::blocking = 0): every\n"
+          "                            call is queued on the progress thread and waited for with\n"
+          "                            commGetAsyncError (default 0)\n"
           "  -R, --local_register <0/1>  1: buffers from the library's allocator (c4: ncclMemAlloc,\n"
           "                            zero-copy on one host; MPI: MPI_Alloc_mem) (default 0)\n"
           "  -t, --nthreads / -g, --ngpus <1>   accepted when 1\n"
@@ -569,6 +572,7 @@ bool parseOptions(int argc, char** argv, Options* o, bool* help, std::string* er
                             {"-z", "--blocking", &o->blocking},
                             {"-G", "--cudagraph", &o->graph},
                             {"-R", "--local_register", &o->registered},
+                            {"--nonblocking", "--nonblocking", &o->nonblocking},
                             {"-t", "--nthreads", &nthreads},
                             {"-g", "--ngpus", &ngpus},
                             {"-np", "--np", &o->np},

@@ -35,10 +35,12 @@ struct Options {
   int blocking = 0;                                 // -z (accepted; host calls always block)
   int graph = 0;                                    // -G (accepted; no CUDA graphs on host memory)
   int registered = 0;                               // -R: 1 = buffers from the library's allocator
-  Coll coll = Coll::kAllReduce;                     // -C
-  int np = 0;                                       // -np: spawn this many local ranks (0: launcher or 1 rank)
-  bool listParams = false;                          // --list-params
-  std::string glooAlgo = "default";                 // --gloo-algo ring|bcube|default (c4-peer-gloo only)
+  int nonblocking =
+      0;  // --nonblocking 1: c4-perf's communicators are non-blocking (calls go through the progress thread)
+  Coll coll = Coll::kAllReduce;      // -C
+  int np = 0;                        // -np: spawn this many local ranks (0: launcher or 1 rank)
+  bool listParams = false;           // --list-params
+  std::string glooAlgo = "default";  // --gloo-algo ring|bcube|default (c4-peer-gloo only)
 };
 
 /// Parses argv into *opts. Unknown flags and bad values fail with a message in

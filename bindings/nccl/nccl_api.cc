@@ -66,7 +66,6 @@ constexpr unsigned int kConfigMagic = 0xcafebeef;
 constexpr unsigned int kSimInfoMagic = 0x74685283;
 // ncclConfig_t first appeared in NCCL 2.14; a smaller version code is not a config at all.
 constexpr unsigned int kFirstConfigVersion = 21400;
-constexpr uint64_t kRegHandleMagic = 0x633472656768646eull;  // "c4reghdn"
 constexpr uint64_t kWinHandleMagic = 0x633477696e68646eull;  // "c4winhdn"
 
 // ---- last error -------------------------------------------------------------------------------
@@ -208,8 +207,7 @@ ncclResult_t parseConfig(const char* fn, const ncclConfig_t* config, c4::Config*
   return ncclSuccess;
 }
 
-/// Output of ncclCommRegister: host memory needs no registration, so the handle only remembers
-/// what was registered, to validate the matching ncclCommDeregister.
+/// Output of ncclCommWindowRegister: the range, to validate the matching ncclCommWindowDeregister.
 struct RegHandle {
   uint64_t magic;
   ncclComm_t comm;
@@ -448,27 +446,16 @@ ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t size, v
   C4_NCCL_CHECK(checkPtr(fn, "buff", buff));
   C4_NCCL_CHECK(checkPtr(fn, "handle", handle));
   if (size == 0) return fail(ncclInvalidArgument, "%s: size is 0", fn);
-  // Host memory is used in place by every c4 transport; registration has nothing to pin or map.
-  *handle = new RegHandle{kRegHandleMagic, comm, buff, size};
-  return ncclSuccess;
+  // Registered with every transport of the communicator (a range for shm and tcp, which use host
+  // memory in place; RDMA memory regions and CUDA IPC handles later).
+  return fromStatus(c4::commRegister(toC4(comm), buff, size, handle));
 }
 
 ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle) {
   const char* fn = "ncclCommDeregister";
   C4_NCCL_CHECK(checkComm(fn, comm));
   C4_NCCL_CHECK(checkPtr(fn, "handle", handle));
-  auto* reg = static_cast<RegHandle*>(handle);
-  if (reg->magic != kRegHandleMagic) {
-    return fail(ncclInvalidArgument, "%s: handle %p did not come from ncclCommRegister (or was deregistered)", fn,
-                handle);
-  }
-  if (reg->comm != comm) {
-    return fail(ncclInvalidArgument, "%s: handle %p was registered on communicator %p, not %p", fn, handle,
-                static_cast<void*>(reg->comm), static_cast<void*>(comm));
-  }
-  reg->magic = 0;
-  delete reg;
-  return ncclSuccess;
+  return fromStatus(c4::commDeregister(toC4(comm), handle));
 }
 
 ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) {

@@ -69,6 +69,14 @@ C4_API Status memFree(void* ptr);
 /// True if [ptr, ptr + size) lies inside one live memAlloc allocation of this process.
 C4_API bool memShareable(const void* ptr, size_t size);
 
+/// ncclCommRegister: registers [buff, buff + size) with every transport of `comm` (RDMA memory
+/// regions and CUDA IPC handles will live there; shm and tcp use host memory in place and keep
+/// only the range). *handle is for commDeregister. kInvalidArgument for a NULL buff or handle or a
+/// size of 0.
+C4_API Status commRegister(Comm* comm, void* buff, size_t size, void** handle);
+/// Releases what commRegister returned on the same communicator (kInvalidArgument otherwise).
+C4_API Status commDeregister(Comm* comm, void* handle);
+
 /// Creates a unique id for a new communicator and starts the bootstrap root that serves it in
 /// this process. The root address comes from C4_COMM_ID / NCCL_COMM_ID ("host:port") if set,
 /// otherwise an interface chosen by C4_SOCKET_IFNAME / NCCL_SOCKET_IFNAME.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -88,8 +89,9 @@ Status checkUsable(Comm* c) {
 /// requestAbort (commAbort, commRevoke from another thread) knows whether it must wait.
 class BusyScope {
  public:
-  explicit BusyScope(Comm* c) : c_(c) { c_->busy.fetch_add(1, std::memory_order_acq_rel); }
-  ~BusyScope() { c_->busy.fetch_sub(1, std::memory_order_acq_rel); }
+  // One thread at a time drives a communicator: plain stores, no read-modify-write on the hot path.
+  explicit BusyScope(Comm* c) : c_(c) { c_->busy.store(true, std::memory_order_seq_cst); }
+  ~BusyScope() { c_->busy.store(false, std::memory_order_release); }
   BusyScope(const BusyScope&) = delete;
   BusyScope& operator=(const BusyScope&) = delete;
 
@@ -150,14 +152,20 @@ Status enqueue(Comm* comm, const OpDesc& op) {
     tGroup.items.back().ops.push_back(op);
     return Status::ok();
   }
+  auto run = [comm, &op] {
+    if (op.coll == Coll::kSend || op.coll == Coll::kRecv) return comm->runP2p({op});
+    return comm->runCollective(op);
+  };
   if (comm->engine) {
+    // Blocking, with nothing queued: on this thread, as without a progress thread.
+    Status st;
+    if (comm->config.blocking && comm->engine->runInline(run, &st)) return st;
     auto job = std::make_shared<Job>();
     job->ops.push_back(op);
     return submitJob(comm, job);
   }
   BusyScope busy(comm);
-  if (op.coll == Coll::kSend || op.coll == Coll::kRecv) return comm->runP2p({op});
-  return comm->runCollective(op);
+  return run();
 }
 
 /// Common validation for collectives; `inMult`/`outMult` are the buffer sizes in units of count.
@@ -250,6 +258,39 @@ Status memFree(void* ptr) { return record(memFreeShared(ptr)); }
 bool memShareable(const void* ptr, size_t size) {
   MemRef ref;
   return memLookup(ptr, size, &ref);
+}
+
+/// Runs `fn` on the communicator's data path from the caller's thread: directly, or with the
+/// progress thread's drive lock once its queue is empty.
+static Status onDataPath(Comm* comm, const std::function<Status()>& fn) {
+  if (!comm->engine) {
+    BusyScope busy(comm);
+    return fn();
+  }
+  for (;;) {
+    comm->engine->drain();
+    Status st;
+    if (comm->engine->runInline(fn, &st)) return st;
+    sched_yield();
+  }
+}
+
+Status commRegister(Comm* comm, void* buff, size_t size, void** handle) {
+  C4_CHECK_RECORD(checkUsable(comm));
+  if (!buff) return record(makeError(Code::kInvalidArgument, "commRegister: buff is NULL"));
+  if (!handle) return record(makeError(Code::kInvalidArgument, "commRegister: handle is NULL"));
+  if (size == 0) return record(makeError(Code::kInvalidArgument, "commRegister: size is 0"));
+  Comm::Registration* reg = nullptr;
+  C4_CHECK_RECORD(onDataPath(comm, [&] { return comm->registerMemory(buff, size, &reg); }));
+  *handle = reg;
+  return Status::ok();
+}
+
+Status commDeregister(Comm* comm, void* handle) {
+  C4_CHECK_RECORD(checkComm(comm));
+  if (!handle) return record(makeError(Code::kInvalidArgument, "commDeregister: handle is NULL"));
+  auto* reg = static_cast<Comm::Registration*>(handle);
+  return record(onDataPath(comm, [&] { return comm->deregisterMemory(reg); }));
 }
 
 Status getUniqueId(UniqueId* id) {
@@ -463,7 +504,7 @@ Status commAbort(Comm* comm) {
   } else {
     comm->requestAbort(why);
     // Another thread may be inside an operation on it: it fails at its next poll; wait for it.
-    while (comm->busy.load(std::memory_order_acquire) > 0) sched_yield();
+    while (comm->busy.load(std::memory_order_acquire)) sched_yield();
   }
   dumpTrace(comm, trace::DumpReason::kAbort);
   delete comm;
@@ -481,7 +522,7 @@ Status commRevoke(Comm* comm) {
   }
   // Quiescent once no operation runs any more (in-flight ones fail at their next poll).
   auto quiescent = [comm] {
-    return comm->engine ? !comm->engine->pending() : comm->busy.load(std::memory_order_acquire) == 0;
+    return comm->engine ? !comm->engine->pending() : !comm->busy.load(std::memory_order_acquire);
   };
   if (!comm->config.blocking) {
     if (!quiescent()) return Status(Code::kInProgress, "revoke in progress");
@@ -514,15 +555,20 @@ Status commCuDevice(const Comm* comm, int* device) {
 
 Status commGetAsyncError(Comm* comm) {
   C4_CHECK_RECORD(checkComm(comm));
-  const bool busy = comm->engine ? comm->engine->pending() : comm->busy.load(std::memory_order_acquire) > 0;
+  const bool busy = comm->engine ? comm->engine->pending() : comm->busy.load(std::memory_order_acquire);
   if (comm->revoked.load(std::memory_order_acquire))
     return busy ? Status(Code::kInProgress, "revoke in progress") : Status::ok();
   {
     std::lock_guard<std::mutex> g(comm->errMu);
     if (!comm->asyncError.isOk()) return comm->asyncError;
   }
-  // A non-blocking communicator's init and operations are done once nothing is queued.
-  if (comm->engine && busy) return Status(Code::kInProgress, "operations in progress");
+  // A non-blocking communicator's init and operations are done once nothing is queued. Callers
+  // poll this in a loop: yield, so that the progress thread gets the core (with ranks on every
+  // core, a spinning poller otherwise holds it for a whole time slice).
+  if (comm->engine && busy) {
+    sched_yield();
+    return Status(Code::kInProgress, "operations in progress");
+  }
   return Status::ok();
 }
 
@@ -670,6 +716,8 @@ static Status runProbe(Comm* comm, int peer, ProbeResult* out, int64_t waitMs) {
     BusyScope busy(comm);
     return comm->waitProbe(peer, out, waitMs);
   }
+  Status inl;
+  if (comm->engine->runInline([&] { return comm->waitProbe(peer, out, waitMs); }, &inl)) return inl;
   auto job = std::make_shared<Job>();
   job->kind = Job::Kind::kProbe;
   job->peer = peer;
@@ -788,9 +836,9 @@ Status groupEnd() {
   for (auto& j : jobs) j.first->engine->submit(j.second);
   Status st;
   if (!here.empty()) {
-    for (GroupItem& it : here) it.comm->busy.fetch_add(1, std::memory_order_acq_rel);
+    for (GroupItem& it : here) it.comm->busy.store(true, std::memory_order_seq_cst);
     st = runGroupItems(here);
-    for (GroupItem& it : here) it.comm->busy.fetch_sub(1, std::memory_order_acq_rel);
+    for (GroupItem& it : here) it.comm->busy.store(false, std::memory_order_release);
   }
   for (auto& j : jobs) {
     if (!j.first->config.blocking) {

@@ -235,6 +235,8 @@ Comm::~Comm() {
   // The progress thread first: nothing may drive the transports while they go.
   if (engine) engine->stop();
   engine.reset();
+  // Registrations the user never released go with their transports.
+  while (!registrations_.empty()) (void)deregisterMemory(registrations_.begin()->first);
   // Transports go first: they may reference the bootstrap's peers during teardown.
   transports.clear();
   bootstrap.reset();
@@ -276,8 +278,11 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   cpu_set_t cpuSet;
   if (sched_getaffinity(0, sizeof(cpuSet), &cpuSet) == 0) cores = CPU_COUNT(&cpuSet);
-  // A rank with a progress thread runs two busy threads.
-  oversubscribed = std::max(localRanks, machineRanks) * (engine ? 2 : 1) > std::max(1L, cores);
+  // A non-blocking communicator runs its calls on its progress thread while the application
+  // polls: two busy threads per rank. (With blocking calls the caller runs them itself and the
+  // progress thread sleeps between them: one.)
+  const int threadsPerRank = engine && !cfg.blocking ? 2 : 1;
+  oversubscribed = std::max(localRanks, machineRanks) * threadsPerRank > std::max(1L, cores);
 
   transport::Context ctx;
   ctx.rank = r;
@@ -459,7 +464,7 @@ void Comm::requestAbort(const Status& st) {
   abortRequested.store(true, std::memory_order_release);
   // Nobody drives the communicator: carry it out here. (A driving thread sees the flag at its next
   // poll; the progress thread between jobs.)
-  if (!engine && busy.load(std::memory_order_acquire) == 0) takeAbortRequest();
+  if (!engine && !busy.load(std::memory_order_acquire)) takeAbortRequest();
 }
 
 void Comm::takeAbortRequest() {
@@ -495,6 +500,42 @@ Status Comm::failure() {
   if (!failed.load(std::memory_order_acquire)) return Status::ok();
   std::lock_guard<std::mutex> g(errMu);
   return Status(asyncError.code(), "communicator failed earlier: " + asyncError.message());
+}
+
+Status Comm::registerMemory(void* buff, size_t size, Registration** out) {
+  auto reg = std::make_unique<Registration>();
+  reg->buff = buff;
+  reg->size = size;
+  const transport::MemSpace space = spaceOf(buff, size);
+  for (auto& t : transports) {
+    std::unique_ptr<transport::MemRegion> r;
+    Status st = t->registerMemory(buff, size, space, &r);
+    if (!st.isOk()) {
+      for (size_t i = 0; i < reg->regions.size(); ++i) (void)transports[i]->deregisterMemory(reg->regions[i].get());
+      return makeError(st.code(), "rank %d: registering %zu bytes at %p with %s: %s", rank, size, buff, t->name(),
+                       st.message().c_str());
+    }
+    reg->regions.push_back(std::move(r));
+  }
+  *out = reg.get();
+  registrations_.emplace(reg.get(), std::move(reg));
+  return Status::ok();
+}
+
+Status Comm::deregisterMemory(Registration* reg) {
+  auto it = registrations_.find(reg);
+  if (it == registrations_.end())
+    return makeError(Code::kInvalidArgument,
+                     "handle %p is not a live registration of this communicator (registered on another one, "
+                     "already deregistered, or not from commRegister)",
+                     static_cast<void*>(reg));
+  Status first;
+  for (size_t i = 0; i < reg->regions.size() && i < transports.size(); ++i) {
+    Status st = transports[i]->deregisterMemory(reg->regions[i].get());
+    if (first.isOk()) first = st;
+  }
+  registrations_.erase(it);
+  return first;
 }
 
 void* Comm::scratch(size_t bytes) {
@@ -663,13 +704,13 @@ Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
   p->bases[static_cast<int>(BufBase::kInput)] = input;
   p->bases[static_cast<int>(BufBase::kOutput)] = op.recvbuff;
   p->bases[static_cast<int>(BufBase::kScratch)] = scr;
-  p->spaces[static_cast<int>(BufBase::kInput)] = spaceOf(input, sched::inputBytes(args));
-  p->spaces[static_cast<int>(BufBase::kOutput)] = spaceOf(op.recvbuff, sched::outputBytes(args));
   if (viaArena) {
     p->path = oneShotPath_.get();
     p->traceAlgo = trace::kAlgoOneShot;
     return Status::ok();
   }
+  p->spaces[static_cast<int>(BufBase::kInput)] = spaceOf(input, sched::inputBytes(args));
+  p->spaces[static_cast<int>(BufBase::kOutput)] = spaceOf(op.recvbuff, sched::outputBytes(args));
   p->path = p->kind == PathKind::kZeroCopy ? zeroCopyPath_.get() : messagePath_.get();
   p->traceAlgo = static_cast<uint8_t>(cp->algo);
   cp->plan.sig = sig;

@@ -141,6 +141,17 @@ struct Comm final : public ExecContext {
 
   void* scratch(size_t bytes);
 
+  /// A buffer registered with every transport (commRegister).
+  struct Registration {
+    void* buff = nullptr;
+    size_t size = 0;
+    std::vector<std::unique_ptr<transport::MemRegion>> regions;  // per transport
+  };
+  /// Registers [buff, buff + size) with every transport (driving thread). The communicator owns
+  /// the registration until deregisterMemory or its destruction.
+  Status registerMemory(void* buff, size_t size, Registration** out);
+  /// kInvalidArgument for a handle this communicator did not hand out (or already released).
+  Status deregisterMemory(Registration* reg);
   // ---- ExecContext ----
   int thisRank() const override { return rank; }
   int numRanks() const override { return nranks; }
@@ -178,7 +189,7 @@ struct Comm final : public ExecContext {
   std::atomic<bool> failed{false};
   std::atomic<bool> abortRequested{false};  // requestAbort: the driving thread fails the communicator
   Status abortReason;                       // guarded by errMu
-  std::atomic<int> busy{0};                 // threads running an operation on it (caller-driven mode)
+  std::atomic<bool> busy{false};            // a thread runs an operation on it (caller-driven mode)
   std::atomic<bool> revoked{false};         // commRevoke was called
   bool finalized = false;
   uint32_t shrinks = 0;  // commShrink calls on this communicator (each has its own bootstrap tag)
@@ -214,6 +225,7 @@ struct Comm final : public ExecContext {
   Watchdog watchdog_;
   std::vector<transport::Caps> caps_;  // per transport
   std::unique_ptr<ExecPath> messagePath_, oneShotPath_, zeroCopyPath_;
+  std::map<Registration*, std::unique_ptr<Registration>> registrations_;  // live commRegister handles
 };
 
 /// How long any wait (bootstrap, a peer, a collective) may see no progress, in ms: C4_TIMEOUT if

@@ -19,9 +19,9 @@
 namespace c4 {
 
 namespace {
-// Between jobs the thread spins on its queue this long (so a caller issuing back-to-back calls
-// never waits for a wake-up), then yields as long again, then blocks (waking for network data
-// and at least every kIdleCheckMs, so the transports' checks and acknowledgements go on).
+// Between jobs the thread yields on its queue this long (so a caller issuing back-to-back calls
+// never waits for a wake-up), then blocks (waking for network data and at least every
+// kIdleCheckMs, so the transports' checks and acknowledgements go on).
 constexpr int64_t kSpinNs = 200000;
 constexpr int64_t kIdleCheckMs = 20;
 }  // namespace
@@ -66,6 +66,14 @@ void ProgressEngine::submit(const std::shared_ptr<Job>& job) {
     queue_.push_back(job);
   }
   wake();
+}
+
+bool ProgressEngine::runInline(const std::function<Status()>& fn, Status* out) {
+  if (!started_ || pending() || stopping_.load()) return false;
+  std::unique_lock<std::mutex> drive(driveMu_, std::try_to_lock);
+  if (!drive.owns_lock() || pending()) return false;
+  *out = fn();
+  return true;
 }
 
 Status ProgressEngine::wait(Job& job) {
@@ -158,18 +166,25 @@ void ProgressEngine::run(Job& job) {
 void ProgressEngine::idle(int rounds) {
   // An abort asked for by another thread (commAbort, revoke) is carried out here, by the one
   // thread that drives the transports.
-  if (comm_->abortRequested.load(std::memory_order_acquire)) (void)comm_->failure();
+  if (comm_->abortRequested.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> drive(driveMu_);
+    (void)comm_->failure();
+  }
   static thread_local int64_t idleSince = 0;
   if (rounds <= 1) idleSince = detail::nowNs();
   const int64_t idleNs = detail::nowNs() - idleSince;
-  if (idleNs < kSpinNs && !comm_->oversubscribed) {
-    if ((rounds & 255) == 0 && !comm_->transports.empty() && !comm_->failed.load()) {
-      Status st = comm_->progressTransports();
-      if (!st.isOk()) comm_->fail(st);
-    }
-    return;
-  }
-  if (idleNs < 2 * kSpinNs) {
+  // The transports are driven only with the drive lock (a blocking call may run inline meanwhile).
+  auto progress = [this] {
+    std::unique_lock<std::mutex> drive(driveMu_, std::try_to_lock);
+    if (!drive.owns_lock() || comm_->transports.empty() || comm_->failed.load()) return;
+    if (comm_->abortRequested.load(std::memory_order_acquire)) (void)comm_->failure();
+    Status st = comm_->progressTransports();
+    if (!st.isOk()) comm_->fail(st);
+  };
+  // Between jobs: yield for a while (the next call of a loop comes within microseconds; spinning
+  // would keep the application's own thread, or a peer's, off the core), then block.
+  if (idleNs < kSpinNs) {
+    if ((rounds & 63) == 0) progress();
     sched_yield();
     return;
   }
@@ -190,10 +205,7 @@ void ProgressEngine::idle(int rounds) {
   uint64_t v;
   while (read(eventFd_, &v, sizeof(v)) > 0) {
   }
-  if (!comm_->transports.empty() && !comm_->failed.load()) {
-    Status st = comm_->progressTransports();
-    if (!st.isOk()) comm_->fail(st);
-  }
+  progress();
 }
 
 void ProgressEngine::loop() {
@@ -214,7 +226,10 @@ void ProgressEngine::loop() {
       continue;
     }
     rounds = 0;
-    run(*job);
+    {
+      std::lock_guard<std::mutex> drive(driveMu_);
+      run(*job);
+    }
     job->done.store(true, std::memory_order_release);
     outstanding_.fetch_sub(1, std::memory_order_acq_rel);
     if (sleepers_.load(std::memory_order_acquire) > 0) {

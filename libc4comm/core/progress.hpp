@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -60,6 +61,10 @@ class ProgressEngine {
   Status start();
   /// Queues `job`. After stop() the job fails at once.
   void submit(const std::shared_ptr<Job>& job);
+  /// A blocking call with nothing queued before it runs on the caller's thread, with the thread's
+  /// drive lock held (no hand-off, so no added latency): returns false, having run nothing, when
+  /// jobs are queued or running (the call must go behind them: submit it).
+  bool runInline(const std::function<Status()>& fn, Status* out);
   /// Blocks until `job` is done; its result.
   Status wait(Job& job);
   /// True while a job is queued or running.
@@ -84,6 +89,7 @@ class ProgressEngine {
   std::thread thread_;
   mutable std::mutex mu_;
   std::condition_variable doneCv_;  // waiters of jobs that sleep
+  std::mutex driveMu_;              // held by whoever drives the communicator (a job, an inline call)
   std::deque<std::shared_ptr<Job>> queue_;
   std::atomic<uint64_t> outstanding_{0};  // queued + running
   std::atomic<bool> stopping_{false};

@@ -12,18 +12,14 @@ void Watchdog::configure(int rank, int64_t timeoutMs) {
 }
 
 void Watchdog::enter(const OpSig& sig) {
-  const int64_t now = detail::nowNs();
+  // No clock read here: small operations finish before their first idle round.
   active_.store(sig.seq + 1, std::memory_order_relaxed);
-  enteredNs_.store(now, std::memory_order_relaxed);
-  lastNs_.store(now, std::memory_order_relaxed);
-  seenProgress_ = progress_.load(std::memory_order_relaxed);
+  enteredNs_.store(0, std::memory_order_relaxed);
+  lastNs_.store(0, std::memory_order_relaxed);
   polls_ = 0;
 }
 
-void Watchdog::leave() {
-  active_.store(0, std::memory_order_relaxed);
-  lastNs_.store(detail::nowNs(), std::memory_order_relaxed);
-}
+void Watchdog::leave() { active_.store(0, std::memory_order_relaxed); }
 
 Status Watchdog::idle(uint64_t external, const std::function<std::string()>& what,
                       const std::function<std::string()>& waitingOn) {
@@ -31,6 +27,7 @@ Status Watchdog::idle(uint64_t external, const std::function<std::string()>& wha
   if ((++polls_ & 15) != 1) return Status::ok();
   const int64_t now = detail::nowNs();
   const uint64_t p = progress_.load(std::memory_order_relaxed);
+  if (enteredNs_.load(std::memory_order_relaxed) == 0) enteredNs_.store(now, std::memory_order_relaxed);
   if (p != seenProgress_ || external != seenExternal_ || lastNs_.load(std::memory_order_relaxed) == 0) {
     seenProgress_ = p;
     seenExternal_ = external;

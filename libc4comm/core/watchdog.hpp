@@ -32,8 +32,9 @@ class Watchdog {
   void enter(const OpSig& sig);
   /// The running operation ended.
   void leave();
-  /// Something moved (hot path: one relaxed increment).
-  void moved() { progress_.fetch_add(1, std::memory_order_relaxed); }
+  /// Something moved (hot path: the driving thread is the only writer, so a plain increment of the
+  /// atomic, no read-modify-write).
+  void moved() { progress_.store(progress_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
 
   /// An idle round of the driving loop. `external` is a counter that grows whenever the transports
   /// moved bytes (Transport::progressCount summed); `what` names the wait ("AllReduce seq 3 ...") and
@@ -46,7 +47,8 @@ class Watchdog {
   uint64_t progressCount() const { return progress_.load(std::memory_order_relaxed); }
   /// CLOCK_MONOTONIC ns of the last progress the driving loop saw (0: none yet).
   int64_t lastProgressNs() const { return lastNs_.load(std::memory_order_relaxed); }
-  /// The running operation's sequence number + 1 (0: none), and since when it runs.
+  /// The running operation's sequence number + 1 (0: none), and since when it waits (set at its
+  /// first idle round: an operation that never waits costs no clock read).
   uint64_t activeSeq() const { return active_.load(std::memory_order_relaxed); }
   int64_t enteredNs() const { return enteredNs_.load(std::memory_order_relaxed); }
 
