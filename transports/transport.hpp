@@ -243,8 +243,9 @@ class Transport {
   /// Advances all pending requests. Fails if a peer died, aborted, or broke the protocol; the
   /// affected requests are failed too.
   virtual Status progress() = 0;
-  /// Grows whenever the transport moves data (bytes, slots); a watchdog reads it to tell a slow
-  /// operation from a stuck one. Driving thread.
+  /// Grows whenever the transport delivers data (bytes received, or acknowledged by the peer; slots
+  /// consumed); a watchdog reads it to tell a slow operation from a stuck one. Control traffic and
+  /// writes a peer may never read (a socket buffer on a dead path) do not count. Driving thread.
   virtual uint64_t progressCount() const { return 0; }
   /// Tells every connected peer that this rank is aborting (best effort, never blocks), and fails
   /// all pending requests with `reason`.

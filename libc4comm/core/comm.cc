@@ -553,7 +553,7 @@ void* Comm::scratch(size_t bytes) {
 }
 
 Result<CachedPlan*> Comm::cachedPlan(const sched::CollArgs& args, size_t nominalBytes) {
-  CacheKey key{static_cast<int>(args.coll), static_cast<int>(args.dtype), args.root, args.count};
+  CacheKey key{static_cast<int>(args.coll), static_cast<int>(args.dtype), args.root, args.count, args.aliased};
   auto it = cache_.find(key);
   if (it != cache_.end()) {
     if (it->second.second != lru_.begin()) lru_.splice(lru_.begin(), lru_, it->second.second);
@@ -585,6 +585,12 @@ Result<CachedPlan*> Comm::cachedPlan(const sched::CollArgs& args, size_t nominal
 }
 
 namespace {
+bool buffersOverlap(const void* a, size_t aBytes, const void* b, size_t bBytes) {
+  if (!a || !b || aBytes == 0 || bBytes == 0) return false;
+  const uintptr_t x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + bBytes && y < x + aBytes;
+}
+
 bool collReduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce; }
 
 size_t nominalBytes(const OpDesc& op, int n) {
@@ -655,6 +661,9 @@ Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
   args.dtype = op.dtype;
   args.root = op.root;
   args.reduces = reduces;
+  // Disjoint buffers get a plan without write-after-read waits between input and output (an
+  // in-place call, or any overlap, keeps the conservative one).
+  args.aliased = buffersOverlap(op.sendbuff, sched::inputBytes(args), op.recvbuff, sched::outputBytes(args));
   CachedPlan* cp = nullptr;
   if (!viaArena) {
     C4_ASSIGN_OR_RETURN(cp, cachedPlan(args, nominalBytes(op, nranks)));

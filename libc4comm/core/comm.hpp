@@ -207,8 +207,9 @@ struct Comm final : public ExecContext {
   struct CacheKey {
     int coll, dtype, root;
     size_t count;
+    bool aliased;
     bool operator<(const CacheKey& o) const {
-      return std::tie(coll, dtype, root, count) < std::tie(o.coll, o.dtype, o.root, o.count);
+      return std::tie(coll, dtype, root, count, aliased) < std::tie(o.coll, o.dtype, o.root, o.count, o.aliased);
     }
   };
   /// The cached plan for `args`, built (tuned, generated, bound) on a miss.

@@ -61,6 +61,7 @@ Builder::Builder(const CollArgs& args)
       outSpace_ = 1;  // no in-place form: the buffers are distinct
       break;
   }
+  if (!args.aliased) outSpace_ = 1;  // the caller's buffers are disjoint
   sched_.algo = Algo::kRing;
 }
 

@@ -1,7 +1,8 @@
 // Internal to c4_sched: the helper every generator uses to emit steps. It derives each step's deps
 // from the byte regions the step reads and writes (read-after-write, write-after-read,
 // write-after-write), treating kInput and kOutput as aliased the way an in-place call aliases them,
-// so one schedule is correct whether or not the caller's buffers alias.
+// so one schedule is correct whether or not the caller's buffers alias (unless CollArgs::aliased is
+// false: then they are separate address spaces).
 #pragma once
 
 #include <cstddef>

@@ -14,7 +14,8 @@
 //    area of `scratchBytes`. In-place calls alias kInput and kOutput as NCCL defines (AllReduce,
 //    Broadcast, Reduce: same pointer; AllGather: input == output + rank*count; ReduceScatter:
 //    output == input + rank*count; Gather at the root: input == output + root*count; Scatter at the
-//    root: output == input + root*count); a schedule must be correct both aliased and not. AlltoAll
+//    root: output == input + root*count); a schedule must be correct both aliased and not, unless
+//    CollArgs::aliased is false (disjoint buffers only: no dependencies between them). AlltoAll
 //    is never given aliased buffers (the communicator works from a copy when the caller aliases). Non-root
 //    ranks never touch kOutput of Reduce/Gather nor kInput of Broadcast/Scatter (those pointers may
 //    be null there).
@@ -79,6 +80,10 @@ struct CollArgs {
   int root = 0;
   bool reduces = false;         // true for AllReduce, ReduceScatter, Reduce
   size_t chunkBytes = 1 << 20;  // pipelining granularity chosen by the tuner (rounded to elements)
+  // Whether the call's input and output may alias (in place). False only when the caller's buffers
+  // are known to be disjoint: the schedule then has no write-after-read dependencies between them
+  // (a receive into the output need not wait for a send of the input), and must not be run in place.
+  bool aliased = true;
   // Host index of every rank (same value = same host); empty: all on one host. Only the
   // hierarchical generators read it.
   std::vector<int32_t> hostOf;

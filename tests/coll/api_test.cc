@@ -2,7 +2,9 @@
 // anything is touched; ranks that disagree, die or abort make the others fail fast, never hang.
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include <atomic>
 #include <climits>
@@ -376,6 +378,54 @@ TEST(Failure, DeadPeerIsNamedNotAHang) {
   }
   std::string all = outs[0].detail + outs[1].detail;
   EXPECT_NE(all.find("rank 2"), std::string::npos) << "nobody named the dead rank:\n" << all;
+}
+
+// A stopped peer (SIGSTOP: its sockets stay open, nothing is read) over tcp with two lanes: the
+// send's lane stalls while the other lane sits idle and gets pinged every half stall period. The
+// pings are written into a socket buffer nobody reads; they are not progress, so the watchdog fires
+// within C4_TIMEOUT naming the peer (it once counted those bytes and waited forever).
+TEST(Failure, StoppedPeerOverTcpIsNamedNotAHang) {
+  ScopedEnv transport("C4_TRANSPORT", "tcp");
+  ScopedEnv lanes("C4_LANES", "2");
+  ScopedEnv stall("C4_TCP_LANE_STALL_MS", "300");
+  ScopedEnv timeout("C4_TIMEOUT", "3");
+  auto* peerPid = static_cast<std::atomic<pid_t>*>(
+      mmap(nullptr, sizeof(std::atomic<pid_t>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(peerPid, MAP_FAILED);
+  new (peerPid) std::atomic<pid_t>(0);
+  auto outs = runForked(
+      2,
+      [&](int rank, int n, const c4::UniqueId& id) -> Failures {
+        c4::Comm* comm = nullptr;
+        c4::Status st = c4::commInitRank(&comm, n, id, rank);
+        if (!st.isOk()) return {"init: " + st.toString()};
+        // Both lanes up: a striped AllReduce.
+        std::vector<float> b(1 << 18, 1.0f);
+        st = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+        if (!st.isOk()) return {"warm-up: " + st.toString()};
+        if (rank == 1) {
+          peerPid->store(getpid());
+          raise(SIGSTOP);  // rank 0 kills this process
+          return {"rank 1 ran on after SIGSTOP"};
+        }
+        while (peerPid->load() == 0) usleep(1000);
+        usleep(100000);
+        const int64_t t0 = monoMs();
+        st = c4::send(b.data(), 1 << 16, c4::DataType::kFloat32, 1, comm);  // 256 KiB: one piece, one lane
+        const int64_t took = monoMs() - t0;
+        kill(peerPid->load(), SIGKILL);
+        Failures f;
+        if (st.isOk()) f.push_back("UNEXPECTED-OK: the send to a stopped peer completed");
+        if (st.message().find("rank 1") == std::string::npos) f.push_back("does not name rank 1: " + st.toString());
+        if (took > 9000) f.push_back("took " + std::to_string(took) + " ms (C4_TIMEOUT is 3 s)");
+        (void)c4::commAbort(comm);
+        return f;
+      },
+      40);
+  if (peerPid->load() > 0) kill(peerPid->load(), SIGKILL);
+  munmap(peerPid, sizeof(std::atomic<pid_t>));
+  EXPECT_FALSE(outs[0].crashed) << outs[0].detail;
+  EXPECT_TRUE(outs[0].detail.empty()) << outs[0].detail;
 }
 
 TEST(Failure, AbortByOneRankFailsTheOthersFast) {

@@ -131,6 +131,7 @@ bool isReducing(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduceScat
     a.reduces = isReducing(c.coll);
     a.chunkBytes = c.chunkBytes;
     a.hostOf = c.hostOf;
+    a.aliased = c.planAliased >= 0 ? c.planAliased != 0 : c.inPlace && hasInPlace(c.coll);
     Result<Schedule> s = generate(c.algo, a);
     if (!s.isOk())
       return ::testing::AssertionFailure() << describe(c) << ": generate failed: " << s.status().toString();

@@ -31,6 +31,9 @@ struct CaseSpec {
   bool exactValues = true;
   /// Host of every rank for the hierarchical generators (empty: one host).
   std::vector<int32_t> hostOf;
+  /// CollArgs::aliased of the generated schedules: -1 as the communicator chooses (aliased exactly
+  /// when the buffers are, i.e. in place), 0 or 1 to force it.
+  int planAliased = -1;
 };
 
 std::string describe(const CaseSpec& c);

@@ -1038,10 +1038,11 @@ void TcpConnection::moved(Sock& s, size_t n, bool tx) {
     s.lane.addSent(n);
   else
     s.lane.addRecv(n);
-  if (n) {
-    lastMoveMs_ = nowMs();
-    t_->noteMoved(n);
-  }
+  // Bytes on the socket are not progress for the watchdog (a write into the socket buffer of a
+  // black-holed path succeeds, and a ping every second would keep a hang alive forever): only
+  // pieces delivered count (noteMoved in finishPiece, in the acknowledgement handler, and, without
+  // acknowledgements, once written).
+  if (n) lastMoveMs_ = nowMs();
 }
 
 std::string TcpConnection::describeState() const {
@@ -1307,6 +1308,7 @@ void TcpConnection::wrote(Sock& s, size_t n) {
     }
     s.lane.addPieces(1, f.resent ? 1 : 0);
     if (!acks()) {
+      t_->noteMoved(f.hdr.bytes);
       s.txq.pop_front();
       --op->frames;
       --op->left;
@@ -1639,6 +1641,7 @@ void TcpConnection::onAck(Sock& s, const AckEntry* e, size_t n) {
     if (op.done || testBit(op.acked, a.piece)) continue;
     setBit(op.acked, a.piece);
     --op.left;
+    t_->noteMoved(std::min(t_->pieceBytes(), op.bytes - static_cast<size_t>(a.piece) * t_->pieceBytes()));
     // Its frame waits in this lane's inflight queue, almost always at the front.
     for (auto it = s.inflight.begin(); it != s.inflight.end(); ++it) {
       if (it->op == &op && it->piece == a.piece) {
@@ -1693,6 +1696,7 @@ void TcpConnection::finishPiece(Sock& s) {
     }
   }
   if (d == RxDest::kDiscard) return;
+  t_->noteMoved(h.bytes);
   if (d == RxDest::kUnexp) {
     UnexpPiece* p = s.unexp;
     s.unexp = nullptr;
