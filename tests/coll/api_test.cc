@@ -1008,6 +1008,13 @@ c4::Status waitAsync(c4::Comm* comm) {
   }
 }
 
+/// commInitRank with `cfg` (nonblocking: waited for here).
+c4::Status initComm(const c4::Config& cfg, int rank, int n, const c4::UniqueId& id, c4::Comm** comm) {
+  c4::Status st = c4::commInitRank(comm, n, id, rank, cfg);
+  if (st.code() == Code::kInProgress) st = waitAsync(*comm);
+  return st;
+}
+
 // Non-blocking communicators (Config::blocking = 0): init and every call queue their work and
 // return kInProgress; commGetAsyncError says kInProgress until it is done. Collectives of every
 // kind, a group of several, point-to-point and a receive from any source all arrive whole.
@@ -1022,8 +1029,7 @@ TEST(Api, RegisterAndDeregister) {
       c4::Config cfg;
       cfg.blocking = blocking;
       c4::Comm* comm = nullptr;
-      c4::Status st = c4::commInitRank(&comm, n, id, rank, cfg);
-      if (st.code() == Code::kInProgress) st = waitAsync(comm);
+      c4::Status st = initComm(cfg, rank, n, id, &comm);
       if (!st.isOk()) return {"init: " + st.toString()};
       auto expect = [&](const char* what, c4::Status got, Code want) {
         if (got.code() != want) f.push_back(std::string(what) + " -> " + got.toString());
@@ -1166,8 +1172,7 @@ TEST(Revoke, StopsInFlightWorkThenRefusesCalls) {
       c4::Config cfg;
       cfg.blocking = blocking;
       c4::Comm* comm = nullptr;
-      c4::Status st = c4::commInitRank(&comm, n, id, rank, cfg);
-      if (st.code() == Code::kInProgress) st = waitAsync(comm);
+      c4::Status st = initComm(cfg, rank, n, id, &comm);
       if (!st.isOk()) return {"init: " + st.toString()};
       if (rank == 1) {
         sleep(3);  // never joins the AllReduce; its peer's revoke must not wait for it
@@ -1213,8 +1218,7 @@ TEST(NonBlocking, FailedCommunicatorAndDestroyWithQueuedWork) {
     c4::Config cfg;
     cfg.blocking = 0;
     c4::Comm* comm = nullptr;
-    c4::Status st = c4::commInitRank(&comm, n, id, rank, cfg);
-    if (st.code() == Code::kInProgress) st = waitAsync(comm);
+    c4::Status st = initComm(cfg, rank, n, id, &comm);
     if (!st.isOk()) return {"init: " + st.toString()};
     // Queue work and destroy right away: the queue runs first, the data arrives.
     std::vector<int32_t> v(50000, rank + 1);
