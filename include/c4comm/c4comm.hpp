@@ -74,7 +74,8 @@ C4_API bool memShareable(const void* ptr, size_t size);
 /// only the range). *handle is for commDeregister. kInvalidArgument for a NULL buff or handle or a
 /// size of 0.
 C4_API Status commRegister(Comm* comm, void* buff, size_t size, void** handle);
-/// Releases what commRegister returned on the same communicator (kInvalidArgument otherwise).
+/// Releases what commRegister returned on the same communicator (kInvalidArgument for any other
+/// handle, or one already released). commDestroy releases the registrations still held.
 C4_API Status commDeregister(Comm* comm, void* handle);
 
 /// Creates a unique id for a new communicator and starts the bootstrap root that serves it in

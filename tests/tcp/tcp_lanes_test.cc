@@ -1,8 +1,8 @@
 // Lanes of the tcp transport (wire v2: acknowledged pieces) with ranks as forked processes on
-// loopback: a lane killed in the middle of a message (reset, or silently black-holed) at several
-// offsets loses nothing and reduces nothing twice; lanes retired and added on purpose; the last
-// lane refused; a connection that loses every lane fails naming the peer; C4_TCP_ACK=0 and its
-// agreement; the bounded send queue (back-pressure).
+// loopback: a lane killed in the middle of a message (reset, silently black-holed, or black-holed in one direction) at
+// several offsets loses nothing and reduces nothing twice; lanes retired and added on purpose; the last lane refused; a
+// connection that loses every lane fails naming the peer; C4_TCP_ACK=0 and its agreement; the bounded send queue
+// (back-pressure).
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -111,11 +111,11 @@ uint64_t piecesResent(Connection* c) {
   return n;
 }
 
-/// Small pieces (64 KiB) on 2 lanes, a short stall threshold.
+/// Small pieces (64 KiB) on `lanes` lanes (2 by default), a short stall threshold.
 class LaneEnv {
  public:
-  LaneEnv()
-      : lanes_("C4_LANES", "2"),
+  explicit LaneEnv(int lanes = 2)
+      : lanes_("C4_LANES", std::to_string(lanes).c_str()),
         piece_("C4_TCP_PIECE_BYTES", "65536"),
         stall_("C4_TCP_LANE_STALL_MS", "300"),
         // Small socket buffers: the kernel holds little of a message, so a rank that stops at a
@@ -127,14 +127,23 @@ class LaneEnv {
 };
 
 struct KillCase {
-  bool silent;      // black hole (found by its stall) or reset (found by the error)
+  LaneFault fault;  // reset (found by the error), black hole or one-way black hole (found by stalls)
   bool byReceiver;  // which end breaks the lane
   bool reduce;      // the receive reduces (in place: a piece reduced twice shows)
   int percent;      // how far into the message (by bytes received) the lane breaks
+  // 3: a third lane, which the same end black-holes (kSilent) at the same moment. With a mute lane
+  // 1, the pieces it read on lane 1 come again on lane 0 while those lost on lane 2 still have to,
+  // so the duplicates arrive while the message is incomplete (with 2 lanes the message is often
+  // whole before the sender gives lane 1 up, and late duplicates are dropped by message number).
+  int lanes = 2;
 };
 std::string killName(const ::testing::TestParamInfo<KillCase>& p) {
-  return std::string(p.param.silent ? "silent" : "reset") + (p.param.byReceiver ? "_byReceiver" : "_bySender") +
-         (p.param.reduce ? "_reduce" : "_copy") + "_at" + std::to_string(p.param.percent);
+  const char* fault = p.param.fault == LaneFault::kSilent ? "silent"
+                      : p.param.fault == LaneFault::kMute ? "mute"
+                                                          : "reset";
+  return std::string(fault) + (p.param.byReceiver ? "_byReceiver" : "_bySender") +
+         (p.param.reduce ? "_reduce" : "_copy") + "_at" + std::to_string(p.param.percent) +
+         (p.param.lanes == 3 ? "_lane2Silent" : "");
 }
 
 class TcpLaneKill : public ::testing::TestWithParam<KillCase> {};
@@ -145,7 +154,7 @@ class TcpLaneKill : public ::testing::TestWithParam<KillCase> {};
 // ways on the lane that is left, and both ends report lane 1 retired.
 TEST_P(TcpLaneKill, NoDataLostNothingReducedTwice) {
   const KillCase k = GetParam();
-  LaneEnv env;
+  LaneEnv env(k.lanes);
   ProgressBarrier pb;
   const std::string tag = testing::freshTag();
   runRanks(2, [&](int r, Oob& oob) -> std::string {
@@ -179,7 +188,8 @@ TEST_P(TcpLaneKill, NoDataLostNothingReducedTwice) {
     }
     REQUIRE(req.state == Request::kPending, "the message was complete before %d%%", k.percent);
     REQUIRE_OK(oob.barrier());
-    if (killer) REQUIRE_OK(tcpOf(t)->breakLane(1 - r, 1, k.silent));
+    if (killer) REQUIRE_OK(tcpOf(t)->breakLane(1 - r, 1, k.fault));
+    if (killer && k.lanes == 3) REQUIRE_OK(tcpOf(t)->breakLane(1 - r, 2, LaneFault::kSilent));
     REQUIRE_OK(waitAll(t.get(), {&req}, 60000));
     if (r == 1) {
       for (size_t i = 0; i < count; ++i) {
@@ -209,11 +219,13 @@ TEST_P(TcpLaneKill, NoDataLostNothingReducedTwice) {
       e = exchange(m);
       if (!e.empty()) return e;
     }
-    // The lane is out of service at both ends once the stall or the error is seen.
+    // The lanes broken are out of service at both ends once the stall or the error is seen.
     deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (c->lane(1)->state() != LaneState::kRetired) {
-      REQUIRE_OK(t->progress());
-      REQUIRE(std::chrono::steady_clock::now() < deadline, "lane 1 still %s", laneStateName(c->lane(1)->state()));
+    for (int l = 1; l < k.lanes; ++l) {
+      while (c->lane(l)->state() != LaneState::kRetired) {
+        REQUIRE_OK(t->progress());
+        REQUIRE(std::chrono::steady_clock::now() < deadline, "lane %d still %s", l, laneStateName(c->lane(l)->state()));
+      }
     }
     REQUIRE(c->lane(0)->state() == LaneState::kUp, "lane 0 is %s", laneStateName(c->lane(0)->state()));
     const LaneSnapshot dead = c->lane(1)->snapshot();
@@ -228,13 +240,18 @@ TEST_P(TcpLaneKill, NoDataLostNothingReducedTwice) {
 
 std::vector<KillCase> killCases() {
   std::vector<KillCase> out;
-  for (bool silent : {false, true})
+  for (LaneFault fault : {LaneFault::kReset, LaneFault::kSilent})
     for (bool byReceiver : {true, false})
-      for (int percent : {5, 50, 90}) out.push_back(KillCase{silent, byReceiver, true, percent});
+      for (int percent : {5, 50, 90}) out.push_back(KillCase{fault, byReceiver, true, percent});
+  // The receiver goes mute on the lane: every piece it reads there after that arrives a second time
+  // on the other lane (its acknowledgement was lost), so each must be counted and reduced once.
+  for (int percent : {5, 50}) out.push_back(KillCase{LaneFault::kMute, true, true, percent});
+  out.push_back(KillCase{LaneFault::kMute, true, true, 50, 3});
   // Plain receives write straight into dst: a piece whose copy arrives on two lanes must still be
   // counted once, and nothing may be written after the receive completed.
-  out.push_back(KillCase{false, true, false, 50});
-  out.push_back(KillCase{true, false, false, 50});
+  out.push_back(KillCase{LaneFault::kReset, true, false, 50});
+  out.push_back(KillCase{LaneFault::kSilent, false, false, 50});
+  out.push_back(KillCase{LaneFault::kMute, true, false, 50});
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(All, TcpLaneKill, ::testing::ValuesIn(killCases()), killName);
@@ -346,8 +363,8 @@ TEST(TcpLaneControl, NoLaneLeftFailsNamingThePeer) {
     const auto t0 = std::chrono::steady_clock::now();
     if (r == 0) {
       REQUIRE_OK(c->irecv(big.data(), n, testSig(1, n), nullptr, &q));
-      REQUIRE_OK(tcpOf(t)->breakLane(1, 0, false));
-      REQUIRE_OK(tcpOf(t)->breakLane(1, 1, false));
+      REQUIRE_OK(tcpOf(t)->breakLane(1, 0, LaneFault::kReset));
+      REQUIRE_OK(tcpOf(t)->breakLane(1, 1, LaneFault::kReset));
     } else {
       REQUIRE_OK(c->isend(big.data(), n, testSig(1, n), &q));
     }
@@ -401,7 +418,7 @@ TEST(TcpLaneControl, AcksOffAgreementAndFailure) {
     Request b;
     if (r == 0) {
       REQUIRE_OK(c->irecv(big.data(), big.size(), testSig(1, big.size()), nullptr, &b));
-      REQUIRE_OK(tcpOf(t)->breakLane(1, 1, false));
+      REQUIRE_OK(tcpOf(t)->breakLane(1, 1, LaneFault::kReset));
     } else {
       REQUIRE_OK(c->isend(big.data(), big.size(), testSig(1, big.size()), &b));
     }

@@ -154,6 +154,19 @@ struct RecvOp {
   bool done;
 };
 
+/// Whether `piece` of `op` was received already (a copy re-sent after a lane was retired): each
+/// piece is counted and reduced once. The mutant build of tests/tcp (C4_TCP_MUTANT_DOUBLE_COUNT)
+/// forgets, to prove that the lane-kill test catches a piece counted or reduced twice.
+inline bool seenPiece(const RecvOp& op, uint32_t piece) {
+#ifdef C4_TCP_MUTANT_DOUBLE_COUNT
+  (void)op;
+  (void)piece;
+  return false;
+#else
+  return testBit(op.bits, piece);
+#endif
+}
+
 /// A frame queued on a lane: a piece of a SendOp, or a control frame (op null) with its payload.
 struct TxFrame {
   SendOp* op = nullptr;
@@ -242,7 +255,8 @@ struct Sock {
   bool pausedSent = false;
   bool eof = false;
   int64_t eofMs = 0;
-  bool silenced = false;  // breakLane(silent): neither read nor written any more
+  bool silenced = false;  // breakLane(kSilent): neither read nor written any more
+  bool muted = false;     // breakLane(kMute): read, never written any more
 
   bool placeholder = false;  // acceptor side: a lane index the peer has not connected yet
   bool live() const { return lane.live(); }
@@ -313,7 +327,7 @@ class TcpConnection final : public Connection {
   const std::vector<std::unique_ptr<Sock>>& socks() const { return socks_; }
   void sendAbort(const std::string& reason);
   /// breakLane (see TcpTransport).
-  Status breakLane(int lane, bool silent);
+  Status breakLane(int lane, LaneFault fault);
   bool needRx = false;
   bool needAck = false;
   bool inActiveList = false;
@@ -419,7 +433,7 @@ class TcpTransportImpl final : public TcpTransport {
 
   int lanes() const override { return nlanes_; }
   std::vector<std::string> listenAddresses() const override;
-  Status breakLane(int peer, int lane, bool silent) override;
+  Status breakLane(int peer, int lane, LaneFault fault) override;
 
   Status setup(Oob* oob);
 
@@ -561,6 +575,7 @@ int TcpConnection::liveLanes() const {
 void TcpConnection::setEvents(Sock& s, uint32_t ev) {
   if (!s.fd.valid() || ev == s.events) return;
   if (s.silenced) ev = 0;
+  if (s.muted) ev &= ~static_cast<uint32_t>(EPOLLOUT);
   epoll_event e{};
   e.events = ev;
   e.data.u64 = kTagLane | (static_cast<uint64_t>(peer_) << 8) | static_cast<uint64_t>(s.index);
@@ -926,14 +941,14 @@ void TcpConnection::recycle(std::unique_ptr<char[]>&& b) {
 }
 
 bool TcpConnection::countPiece(RecvOp& op, uint32_t piece) {
-  if (testBit(op.bits, piece)) return false;
+  if (seenPiece(op, piece)) return false;
   setBit(op.bits, piece);
   ++op.got;
   return true;
 }
 
 bool TcpConnection::applyPiece(RecvOp& op, uint32_t piece, uint64_t offset, const char* data, size_t bytes) {
-  if (testBit(op.bits, piece)) return false;  // a copy that arrived twice (re-sent after a lane was retired)
+  if (seenPiece(op, piece)) return false;  // a copy that arrived twice (re-sent after a lane was retired)
   if (bytes) {
     if (op.hasRed)
       reduceInto(op.red, op.dst, offset, data, bytes);
@@ -1222,7 +1237,7 @@ void TcpConnection::sendAbort(const std::string& reason) {
   std::string r = reason.substr(0, kMaxReason);
   for (auto& sp : socks_) {
     Sock& s = *sp;
-    if (s.state != SockState::kUp || !s.fd.valid() || s.silenced) continue;
+    if (s.state != SockState::kUp || !s.fd.valid() || s.silenced || s.muted) continue;
     // Only at a frame boundary; a half-written piece cannot be interrupted.
     if (!s.hsOut.empty() || (!s.txq.empty() && s.txq.front().done != 0)) continue;
     FrameHdr h{};
@@ -1236,15 +1251,23 @@ void TcpConnection::sendAbort(const std::string& reason) {
   }
 }
 
-Status TcpConnection::breakLane(int lane, bool silent) {
-  if (lane < 0 || lane >= numLanes() || !sock(lane).up() || sock(lane).silenced)
+Status TcpConnection::breakLane(int lane, LaneFault fault) {
+  if (lane < 0 || lane >= numLanes() || !sock(lane).up() || sock(lane).silenced || sock(lane).muted)
     return makeError(Code::kInvalidArgument, "tcp: breakLane: lane %d to rank %d is not in service", lane, peer_);
   Sock& s = sock(lane);
   C4_WARN(kLogNet, "tcp: rank %d breaks %s (fault drill, %s)", t_->rank(), laneText(s).c_str(),
-          silent ? "silent: no more reads or writes" : "reset");
-  if (silent) {
+          fault == LaneFault::kSilent ? "silent: no more reads or writes"
+          : fault == LaneFault::kMute ? "mute: read, no more writes"
+                                      : "reset");
+  if (fault == LaneFault::kSilent) {
     setEvents(s, 0);
     s.silenced = true;
+    return Status::ok();
+  }
+  if (fault == LaneFault::kMute) {
+    setEvents(s, EPOLLIN);
+    s.wantOut = false;
+    s.muted = true;
     return Status::ok();
   }
   linger lg{1, 0};  // close() sends a reset
@@ -1334,7 +1357,7 @@ void TcpConnection::wrote(Sock& s, size_t n) {
 }
 
 void TcpConnection::flush(Sock& s) {
-  if (!s.fd.valid() || s.silenced) return;
+  if (!s.fd.valid() || s.silenced || s.muted) return;
   while (!s.hsOut.empty()) {
     ssize_t n = C4_SYSCALL_RETRY(send(s.fd.get(), s.hsOut.data(), s.hsOut.size(), MSG_NOSIGNAL | MSG_DONTWAIT));
     if (n < 0) {
@@ -1497,7 +1520,7 @@ bool TcpConnection::startPiece(Sock& s) {
       fail(me);
       return false;
     }
-    if (testBit(op.bits, s.piece)) return discard();
+    if (seenPiece(op, s.piece)) return discard();
     if (op.hasRed) {
       if (h.bytes % dataTypeSize(op.red.dtype) != 0) {
         fail(protocolError(s, "piece is not a whole number of elements"));
@@ -2093,10 +2116,10 @@ std::vector<std::string> TcpTransportImpl::listenAddresses() const {
   return out;
 }
 
-Status TcpTransportImpl::breakLane(int peer, int lane, bool silent) {
+Status TcpTransportImpl::breakLane(int peer, int lane, LaneFault fault) {
   if (!canConnect(peer) || conns_.empty() || !conns_[static_cast<size_t>(peer)])
     return makeError(Code::kInvalidArgument, "tcp: breakLane: no connection from rank %d to rank %d", rank_, peer);
-  return conns_[static_cast<size_t>(peer)]->breakLane(lane, silent);
+  return conns_[static_cast<size_t>(peer)]->breakLane(lane, fault);
 }
 
 LanePlan TcpTransportImpl::planFor(int peer, int lane) const { return lanePlan_ ? lanePlan_(peer, lane) : LanePlan{}; }
