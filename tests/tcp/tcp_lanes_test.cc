@@ -1,8 +1,8 @@
 // Lanes of the tcp transport (wire v2: acknowledged pieces) with ranks as forked processes on
-// loopback: a lane killed in the middle of a message (reset, silently black-holed, or black-holed in one direction) at
-// several offsets loses nothing and reduces nothing twice; lanes retired and added on purpose; the last lane refused; a
-// connection that loses every lane fails naming the peer; C4_TCP_ACK=0 and its agreement; the bounded send queue
-// (back-pressure).
+// loopback: a lane killed in the middle of a message (reset, silently black-holed, or black-holed
+// in one direction) at several offsets loses nothing and reduces nothing twice; lanes retired and
+// added on purpose; the last lane refused; a connection that loses every lane fails naming the
+// peer; C4_TCP_ACK=0 and its agreement; the bounded send queue (back-pressure).
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
