@@ -238,6 +238,60 @@ TEST_P(TcpLaneKill, NoDataLostNothingReducedTwice) {
   });
 }
 
+// Copies of pieces that arrive before their receive is posted: the receiver goes mute on lane 1
+// (reads it, writes nothing) before a message comes, so every piece it reads there is sent again
+// on lane 0 once the sender gives lane 1 up. All of it waits in the unexpected-piece buffers until
+// the sender's send completed; only then is the (reducing, in place) receive posted. Each piece
+// must be counted and reduced once, independent of timing: the mutant transport of
+// TcpLaneKill.MutantThatCountsPiecesTwiceIsCaught fails here every time.
+TEST(TcpLaneKill, CopiesReadBeforeTheReceiveIsPostedCountOnce) {
+  LaneEnv env;
+  ProgressBarrier pb;
+  const std::string tag = testing::freshTag();
+  runRanks(2, [&](int r, Oob& oob) -> std::string {
+    Status st;
+    auto t = create(r, tag, oob, &st);
+    REQUIRE_OK(st);
+    Connection* c = nullptr;
+    std::string e = connectUp(r, oob, t.get(), &c);
+    if (!e.empty()) return e;
+    const size_t count = (8u << 20) / 4;
+    const OpSig sig = testSig(0, count, Coll::kAllReduce, DataType::kInt32);
+    std::vector<int32_t> buf(count);
+    for (size_t i = 0; i < count; ++i)
+      buf[i] = r == 0 ? static_cast<int32_t>(i * 3 + 1) : static_cast<int32_t>(i % 1000 * 5);
+    if (r == 1) REQUIRE_OK(tcpOf(t)->breakLane(0, 1, LaneFault::kMute));
+    REQUIRE_OK(oob.barrier());
+    if (r == 0) {
+      Request s;
+      REQUIRE_OK(c->isend(buf.data(), count * 4, sig, &s));
+      REQUIRE_OK(waitAll(t.get(), {&s}, 60000));
+      REQUIRE(piecesResent(c) > 0, "no piece was sent again");
+      REQUIRE(c->lane(1)->state() == LaneState::kRetired, "lane 1 is %s", laneStateName(c->lane(1)->state()));
+      REQUIRE_OK(pb.wait(t.get(), 1));
+      REQUIRE_OK(pb.wait(t.get(), 2));
+      return "";
+    }
+    REQUIRE_OK(pb.wait(t.get(), 1));  // the sender's send is complete: every copy is here
+    Request q;
+    ReduceSpec red{MemRef(buf.data()), DataType::kInt32, RedOp::kSum};
+    REQUIRE_OK(c->irecv(buf.data(), count * 4, sig, &red, &q));
+    // The data is checked either way: a copy counted twice shows as a piece reduced twice, and may
+    // push the count past the total so that the receive never completes.
+    const Status w = waitAll(t.get(), {&q}, 10000);
+    std::string bad;
+    for (size_t i = 0; i < count && bad.empty(); ++i) {
+      const int32_t want = static_cast<int32_t>(i * 3 + 1) + static_cast<int32_t>(i % 1000 * 5);
+      if (buf[i] != want)
+        bad = strFormat("element %zu is %d, want %d (%s)", i, buf[i], want,
+                        buf[i] == want + static_cast<int32_t>(i * 3 + 1) ? "reduced twice" : "lost or wrong");
+    }
+    if (bad.empty() && !w.isOk()) bad = "receive: " + w.toString();
+    REQUIRE_OK(pb.wait(t.get(), 2));
+    return bad;
+  });
+}
+
 std::vector<KillCase> killCases() {
   std::vector<KillCase> out;
   for (LaneFault fault : {LaneFault::kReset, LaneFault::kSilent})

@@ -154,16 +154,17 @@ struct RecvOp {
   bool done;
 };
 
-/// Whether `piece` of `op` was received already (a copy re-sent after a lane was retired): each
-/// piece is counted and reduced once. The mutant build of tests/tcp (C4_TCP_MUTANT_DOUBLE_COUNT)
-/// forgets, to prove that the lane-kill test catches a piece counted or reduced twice.
-inline bool seenPiece(const RecvOp& op, uint32_t piece) {
+/// Whether `piece` of a message (its bitmap `bits`) was received already (a copy re-sent after a
+/// lane was retired): each piece is counted and reduced once. The mutant build of tests/tcp
+/// (C4_TCP_MUTANT_DOUBLE_COUNT) forgets, to prove that the lane-kill tests catch a piece counted or
+/// reduced twice.
+inline bool seenPiece(const std::vector<uint64_t>& bits, uint32_t piece) {
 #ifdef C4_TCP_MUTANT_DOUBLE_COUNT
-  (void)op;
+  (void)bits;
   (void)piece;
   return false;
 #else
-  return testBit(op.bits, piece);
+  return testBit(bits, piece);
 #endif
 }
 
@@ -941,14 +942,14 @@ void TcpConnection::recycle(std::unique_ptr<char[]>&& b) {
 }
 
 bool TcpConnection::countPiece(RecvOp& op, uint32_t piece) {
-  if (seenPiece(op, piece)) return false;
+  if (seenPiece(op.bits, piece)) return false;
   setBit(op.bits, piece);
   ++op.got;
   return true;
 }
 
 bool TcpConnection::applyPiece(RecvOp& op, uint32_t piece, uint64_t offset, const char* data, size_t bytes) {
-  if (seenPiece(op, piece)) return false;  // a copy that arrived twice (re-sent after a lane was retired)
+  if (seenPiece(op.bits, piece)) return false;  // a copy that arrived twice (re-sent after a lane was retired)
   if (bytes) {
     if (op.hasRed)
       reduceInto(op.red, op.dst, offset, data, bytes);
@@ -1520,7 +1521,7 @@ bool TcpConnection::startPiece(Sock& s) {
       fail(me);
       return false;
     }
-    if (seenPiece(op, s.piece)) return discard();
+    if (seenPiece(op.bits, s.piece)) return discard();
     if (op.hasRed) {
       if (h.bytes % dataTypeSize(op.red.dtype) != 0) {
         fail(protocolError(s, "piece is not a whole number of elements"));
@@ -1536,7 +1537,7 @@ bool TcpConnection::startPiece(Sock& s) {
     return true;
   }
   auto found = unexp_.find(h.seq);
-  if (found != unexp_.end() && !found->second.bits.empty() && testBit(found->second.bits, s.piece)) return discard();
+  if (found != unexp_.end() && !found->second.bits.empty() && seenPiece(found->second.bits, s.piece)) return discard();
   // The receive of the next message is often about to be posted: an in-place collective posts it
   // once the acknowledgement of an earlier send from the same buffer arrives, maybe on another lane
   // this very round. A large piece waits a moment in the socket (this lane is read again at the
@@ -1731,7 +1732,7 @@ void TcpConnection::finishPiece(Sock& s) {
     const uint64_t idx = h.seq - recvBase_;
     if (idx >= recvs_.size()) {
       UnexpMsg& m = unexp_[h.seq];
-      if (testBit(m.bits, piece))
+      if (seenPiece(m.bits, piece))
         dropUnexpPiece(h.seq, p);
       else
         setBit(m.bits, piece);
