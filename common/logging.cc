@@ -16,8 +16,8 @@
 namespace c4 {
 
 C4_PARAM_STR(Debug, "C4_DEBUG", "NCCL_DEBUG", "", "Log level: VERSION, WARN, INFO, ABORT or TRACE (default: none)")
-C4_PARAM_STR(DebugSubsys, "C4_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS", "INIT,COLL,P2P,SHM,NET,BOOTSTRAP,TUNING,ENV,SCHED",
-             "Comma list of subsystems to log (INIT, COLL, P2P, SHM, NET, BOOTSTRAP, TUNING, ENV, ALLOC, CALL, "
+C4_PARAM_STR(DebugSubsys, "C4_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS", "INIT,COLL,P2P,SHM,NET,BOOTSTRAP,TUNING,ENV,SCHED,PLAN",
+             "Comma list of subsystems to log (INIT, COLL, P2P, SHM, NET, BOOTSTRAP, TUNING, ENV, ALLOC, CALL, PLAN, "
              "SCHED, ALL); a leading ^ excludes the listed ones")
 C4_PARAM_STR(DebugFile, "C4_DEBUG_FILE", "NCCL_DEBUG_FILE", "",
              "Write the log to this file instead of stderr; %h expands to the host name, %p to the pid")
@@ -45,7 +45,8 @@ uint32_t logSubsysMask(const std::string& spec) {
     uint32_t bit;
   } kNames[] = {{"INIT", kLogInit},   {"COLL", kLogColl},           {"P2P", kLogP2p},       {"SHM", kLogShm},
                 {"NET", kLogNet},     {"BOOTSTRAP", kLogBootstrap}, {"TUNING", kLogTuning}, {"ENV", kLogEnv},
-                {"ALLOC", kLogAlloc}, {"CALL", kLogCall},           {"SCHED", kLogSched},   {"ALL", kLogAll}};
+                {"ALLOC", kLogAlloc}, {"CALL", kLogCall},           {"SCHED", kLogSched},   {"PLAN", kLogPlan},
+                {"ALL", kLogAll}};
   bool invert = !spec.empty() && spec[0] == '^';
   uint32_t mask = 0;
   size_t pos = invert ? 1 : 0;

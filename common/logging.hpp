@@ -22,6 +22,7 @@ enum LogSubsys : uint32_t {
   kLogAlloc = 1u << 8,
   kLogCall = 1u << 9,
   kLogSched = 1u << 10,
+  kLogPlan = 1u << 11,
   kLogAll = ~0u,
 };
 

@@ -4,6 +4,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config python3 libgtest-dev libgmock-dev libbenchmark-dev
       openmpi-bin libopenmpi-dev libgloo-dev iproute2 procps
       clang-format binutils  # the style suite; c++filt for the exported-symbol test
+      nlohmann-json3-dev libglpk-dev  # C4P: the topology file; the planner tests' LP bound
       python3-torch libtorch-dev pybind11-dev python3-pytest  # the torch backend (bindings/torch)
       chromium)  # the c4-trace report's screenshot test (tests/trace)
 missing=()

@@ -104,7 +104,11 @@ struct MemRef {
 /// Where one lane of a network connection goes out (C4P's hook; see Context::lanePlan).
 struct LanePlan {
   int localPort = -1;       // index into this rank's NIC ports (-1: lane mod ports)
+  int remotePort = -1;      // index into the peer's NIC ports (-1: localPort mod the peer's ports)
   uint16_t sourcePort = 0;  // local TCP/UDP source port to bind (0: the kernel chooses)
+  // Where sourcePort is taken (another communicator or process bound it), the other ports of this
+  // range that lead the same way are tried in turn; {0, 0}: sourcePort only.
+  uint16_t sourcePortLo = 0, sourcePortHi = 0;
 };
 
 /// Completion record owned by the caller; must stay alive (and not move) until state != kPending.
@@ -269,6 +273,12 @@ class Transport {
   /// Ok while `peer` is alive and has not aborted or closed; else an error naming it. May make a
   /// system call: callers rate-limit it.
   virtual Status peerHealth(int peer) { return Status::ok(); }
+
+  /// This rank's NIC ports ("ip:port", the port it listens on there), in the order that
+  /// LanePlan::localPort and remotePort index; empty for a transport without network ports.
+  virtual std::vector<std::string> portAddresses() const { return {}; }
+  /// Lanes each connection opens at first (the planner plans that many).
+  virtual int lanesPerConnection() const { return 1; }
 
   /// A file descriptor that polls readable when progress() may have work (network data arrived, a
   /// blocked socket became writable), for callers that block while idle; -1 if the transport has

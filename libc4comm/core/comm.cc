@@ -295,6 +295,7 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
     ctx.pids.push_back(p.pid);
   }
   deriveAuthKey(id, ctx.authKey);
+  ctx.lanePlan = lanePlanner.hook();
 
   // Which transports, in which order of preference: every registered one (auto), or the list in
   // C4_TRANSPORT. Transport setup is collective, so the choice must agree: one allGather of its hash.
@@ -377,14 +378,18 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   p2pSendSeq.assign(static_cast<size_t>(n), 0);
   p2pRecvSeq.assign(static_cast<size_t>(n), 0);
   C4_CHECK(tuner.init(n, static_cast<int>(hosts.size()), caps));
-  if (hosts.size() > 1 && interT != nullptr) {
-    // Several hosts: the hierarchical schedules become candidates, priced with both cost models.
-    std::vector<int32_t> hostOf;
-    std::map<uint64_t, int32_t> index;
-    for (const RankInfo& p : peers)
-      hostOf.push_back(index.emplace(p.hostId, static_cast<int32_t>(index.size())).first->second);
+  std::vector<int32_t> hostOf;
+  std::map<uint64_t, int32_t> hostIndex;
+  for (const RankInfo& p : peers)
+    hostOf.push_back(hostIndex.emplace(p.hostId, static_cast<int32_t>(hostIndex.size())).first->second);
+  // Several hosts: the hierarchical schedules become candidates, priced with both cost models.
+  if (hosts.size() > 1 && interT != nullptr)
     tuner.setHosts(hostOf, intraT != nullptr ? intraT->caps() : interT->caps(), interT->caps());
-  }
+  // C4P plans the lanes of the network transport in use (collective: every rank takes part).
+  transport::Transport* laneT = nullptr;
+  for (transport::Transport* t : peerTransport)
+    if (t != nullptr && laneT == nullptr && t->caps().lanes) laneT = t;
+  C4_CHECK(lanePlanner.init(r, n, bootstrap.get(), hostOf, laneT, tuner));
   trace::RecorderInfo ti;
   ti.rank = r;
   ti.nranks = n;

@@ -26,6 +26,7 @@
 #include "core/bootstrap.hpp"
 #include "core/exec_context.hpp"
 #include "core/executor.hpp"
+#include "core/lane_planner.hpp"
 #include "core/oneshot.hpp"
 #include "core/opdesc.hpp"
 #include "core/tuner.hpp"
@@ -199,6 +200,7 @@ struct Comm final : public ExecContext {
   std::unique_ptr<ProgressEngine> engine;
 
   Tuner tuner;
+  LanePlanner lanePlanner;  // C4P: the network transport's lane plan
   OneShot oneShot;
   ZeroCopy zeroCopy;
   trace::Recorder recorder;

@@ -434,6 +434,8 @@ class TcpTransportImpl final : public TcpTransport {
 
   int lanes() const override { return nlanes_; }
   std::vector<std::string> listenAddresses() const override;
+  std::vector<std::string> portAddresses() const override { return listenAddresses(); }
+  int lanesPerConnection() const override { return nlanes_; }
   Status breakLane(int peer, int lane, LaneFault fault) override;
 
   Status setup(Oob* oob);
@@ -2181,8 +2183,11 @@ Status TcpTransportImpl::openLaneSocket(int peer, Sock& l, const LanePlan& plan)
                        static_cast<long long>(sportBase_), static_cast<long long>(p), l.index, rank_, peer);
     sport = static_cast<uint16_t>(p);
   }
+  if (plan.remotePort >= pr.nports)
+    return makeError(Code::kInvalidArgument, "tcp: lane plan for lane %d to rank %d names its port %d of %d", l.index,
+                     peer, plan.remotePort, pr.nports);
   l.localPort = lp;
-  l.remotePort = lp % pr.nports;
+  l.remotePort = plan.remotePort >= 0 ? plan.remotePort : lp % pr.nports;
   C4_CHECK(detail::fromWire(pr.addrs[l.remotePort], &l.remote));
   l.remoteText = l.remote.toString();
   l.lane.setEndpoints(lp, "", l.remoteText);
@@ -2201,7 +2206,17 @@ Status TcpTransportImpl::openLaneSocket(int peer, Sock& l, const LanePlan& plan)
   if (sport == 0) setsockopt(fd.get(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
 #endif
   tuneSocket(fd.get());
-  if (::bind(fd.get(), local.sa(), local.len) != 0) {
+  // A planned source port taken by another socket: the other ports of its range lead the same way.
+  int rcBind = ::bind(fd.get(), local.sa(), local.len);
+  if (rcBind != 0 && errno == EADDRINUSE && plan.sourcePort != 0 && plan.sourcePortHi > plan.sourcePortLo &&
+      sport >= plan.sourcePortLo && sport <= plan.sourcePortHi) {
+    const int span = plan.sourcePortHi - plan.sourcePortLo + 1;
+    for (int k = 1; k < std::min(span, 256) && rcBind != 0 && errno == EADDRINUSE; ++k) {
+      local.setPort(static_cast<uint16_t>(plan.sourcePortLo + (sport - plan.sourcePortLo + k) % span));
+      rcBind = ::bind(fd.get(), local.sa(), local.len);
+    }
+  }
+  if (rcBind != 0) {
     int err = errno;
     return makeError(err == EADDRINUSE ? Code::kInvalidUsage : Code::kSystemError,
                      "tcp: rank %d cannot bind lane %d to rank %d to local address %s: %s%s", rank_, l.index, peer,

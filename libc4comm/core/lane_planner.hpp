@@ -1,0 +1,61 @@
+// The communicator's side of C4P (docs/c4p.md): at init, reads the topology (C4_TOPO_FILE, else a
+// flat model of the ranks' NIC ports), finds where every rank sits, takes the flows of the
+// schedules the communicator will run for large AllReduces, plans every lane (libc4comm/planner),
+// and answers the network transport's Context::lanePlan with the plan. All ranks compute the same
+// plan from the same inputs; init checks that they agree on the file and the mode.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "c4comm/status.hpp"
+#include "common/params.hpp"
+#include "transports/transport.hpp"
+
+namespace c4 {
+
+C4_PARAM_STR(Planner, "C4_PLANNER", nullptr, "c4p",
+             "C4P lane planning: c4p (plan ports and paths from the topology), ecmp (seeded random source ports, as "
+             "hashing gives: the baseline), off (the transport's defaults); same on all ranks")
+C4_PARAM_STR(TopoFile, "C4_TOPO_FILE", nullptr, "",
+             "C4P: the fabric's topology JSON (tools/netlab writes it); empty: a flat model of the ranks' NIC ports "
+             "(all paths equal)")
+C4_PARAM_INT(PlanSeed, "C4_PLAN_SEED", nullptr, 1, "C4P: seed of C4_PLANNER=ecmp's random source ports")
+C4_PARAM_INT(PlanBytes, "C4_PLAN_BYTES", nullptr, 67108864,
+             "C4P: the AllReduce size whose schedules give the flows the lanes are planned for")
+
+namespace plan {
+class Plan;
+class Topology;
+struct PlanInput;
+}  // namespace plan
+
+class Tuner;
+
+class LanePlanner {
+ public:
+  LanePlanner();
+  ~LanePlanner();
+  /// The hook to put in transport::Context::lanePlan before the transports are created; answers
+  /// defaults until init() has planned.
+  std::function<transport::LanePlan(int peer, int lane)> hook();
+  /// Plans the lanes of `net` (the network transport, may be null: nothing to plan). Collective
+  /// over `oob`: every rank calls it. `hostOf[r]` numbers the ranks' hosts.
+  Status init(int rank, int nranks, transport::Oob* oob, const std::vector<int32_t>& hostOf,
+              transport::Transport* net, const Tuner& tuner);
+  /// The plan for lane `lane` of the connection to `peer` (defaults where nothing is planned).
+  transport::LanePlan lanePlan(int peer, int lane) const;
+  /// "c4p over topo.json: 8 connections, 16 lanes, most loaded link leaf0->spine1 at 100%" or "off".
+  const std::string& summary() const { return summary_; }
+
+ private:
+  struct State;
+  static transport::LanePlan planFor(const State& s, int peer, int lane);
+  std::shared_ptr<State> s_;
+  int rank_ = 0;
+  std::string summary_ = "off";
+};
+
+}  // namespace c4

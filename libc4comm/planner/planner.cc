@@ -1,0 +1,528 @@
+#include "planner/planner.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <tuple>
+
+namespace c4::plan {
+
+namespace {
+
+constexpr uint16_t kEphemeralLo = 32768, kEphemeralHi = 60999;  // Linux's default ip_local_port_range
+
+uint64_t splitmix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+uint64_t pairKey(int a, int b) { return static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32 | static_cast<uint32_t>(b); }
+
+// One way to carry a lane: ports at both ends and a path; the links of both directions.
+struct Candidate {
+  int pa = 0, pb = 0, path = 0;
+  std::vector<int> fwd, back;
+};
+
+struct ConnWork {
+  int a = 0, b = 0;
+  double ab = 0, ba = 0;  // bytes per lane, each direction
+  std::vector<Candidate> cands;
+  std::vector<int> choice;  // candidate per lane
+};
+
+std::string humanBytes(double b) {
+  char buf[32];
+  if (b >= 1e9)
+    snprintf(buf, sizeof(buf), "%.2f GB", b / 1e9);
+  else if (b >= 1e6)
+    snprintf(buf, sizeof(buf), "%.2f MB", b / 1e6);
+  else if (b >= 1e3)
+    snprintf(buf, sizeof(buf), "%.1f KB", b / 1e3);
+  else
+    snprintf(buf, sizeof(buf), "%.0f B", b);
+  return buf;
+}
+
+class Solver {
+ public:
+  Solver(const PlanInput& in) : in_(in), t_(*in.topo) {
+    secPerByte_.resize(static_cast<size_t>(t_.numLinks()));
+    for (int l = 0; l < t_.numLinks(); ++l) secPerByte_[static_cast<size_t>(l)] = 8.0 / t_.link(l).bps;
+    load_.assign(static_cast<size_t>(t_.numLinks()), 0.0);
+  }
+
+  Status build(std::vector<ConnWork>* conns) {
+    const int n = static_cast<int>(in_.ranks.size());
+    if (in_.lanes < 1) return makeError(Code::kInvalidArgument, "planner: %d lanes per connection", in_.lanes);
+    for (int r = 0; r < n; ++r) {
+      const RankPlace& p = in_.ranks[static_cast<size_t>(r)];
+      if (p.host < 0 || p.host >= t_.numHosts())
+        return makeError(Code::kInvalidArgument, "planner: rank %d sits on no host of topology %s", r, t_.source().c_str());
+      if (p.ports.empty())
+        return makeError(Code::kInvalidArgument, "planner: rank %d has no NIC port in topology %s", r, t_.source().c_str());
+      for (int q : p.ports)
+        if (q < 0 || q >= static_cast<int>(t_.host(p.host).ports.size()))
+          return makeError(Code::kInvalidArgument, "planner: rank %d names port %d of host %s, which has %zu", r, q,
+                           t_.host(p.host).name.c_str(), t_.host(p.host).ports.size());
+    }
+    std::map<std::pair<int, int>, std::pair<double, double>> sum;
+    for (const Flow& f : in_.flows) {
+      if (f.src < 0 || f.src >= n || f.dst < 0 || f.dst >= n)
+        return makeError(Code::kInvalidArgument, "planner: a flow from rank %d to rank %d; the job has %d ranks", f.src,
+                         f.dst, n);
+      if (f.src == f.dst || f.bytes <= 0) continue;
+      if (in_.ranks[static_cast<size_t>(f.src)].host == in_.ranks[static_cast<size_t>(f.dst)].host) continue;
+      auto& s = sum[{std::min(f.src, f.dst), std::max(f.src, f.dst)}];
+      (f.src < f.dst ? s.first : s.second) += f.bytes;
+    }
+    for (auto& [k, v] : sum) {
+      ConnWork c;
+      c.a = k.first;
+      c.b = k.second;
+      c.ab = v.first / in_.lanes;
+      c.ba = v.second / in_.lanes;
+      conns->push_back(std::move(c));
+    }
+    // Largest first; ties by ranks (deterministic).
+    std::stable_sort(conns->begin(), conns->end(), [](const ConnWork& x, const ConnWork& y) {
+      return std::max(x.ab, x.ba) > std::max(y.ab, y.ba);
+    });
+    return Status::ok();
+  }
+
+  void candidates(ConnWork& c) {
+    const RankPlace& ra = in_.ranks[static_cast<size_t>(c.a)];
+    const RankPlace& rb = in_.ranks[static_cast<size_t>(c.b)];
+    for (size_t pa = 0; pa < ra.ports.size(); ++pa)
+      for (size_t pb = 0; pb < rb.ports.size(); ++pb) {
+        HostPort ha{ra.host, ra.ports[pa]}, hb{rb.host, rb.ports[pb]};
+        const int np = t_.numPaths(ha, hb);
+        for (int i = 0; i < np; ++i) {
+          Candidate k;
+          k.pa = static_cast<int>(pa);
+          k.pb = static_cast<int>(pb);
+          k.path = i;
+          t_.pathLinks(ha, hb, i, &k.fwd);
+          for (auto it = k.fwd.rbegin(); it != k.fwd.rend(); ++it) k.back.push_back(t_.link(*it).reverse);
+          c.cands.push_back(std::move(k));
+        }
+      }
+  }
+
+  void apply(const ConnWork& c, const Candidate& k, double sign) {
+    for (int l : k.fwd) load_[static_cast<size_t>(l)] += sign * c.ab;
+    for (int l : k.back) load_[static_cast<size_t>(l)] += sign * c.ba;
+  }
+
+  // The most loaded of the candidate's links if the lane went there, and the sum (tie-break).
+  std::pair<double, double> cost(const ConnWork& c, const Candidate& k) const {
+    double worst = 0, total = 0;
+    auto visit = [&](const std::vector<int>& links, double w) {
+      if (w <= 0) return;
+      for (int l : links) {
+        const double s = (load_[static_cast<size_t>(l)] + w) * secPerByte_[static_cast<size_t>(l)];
+        worst = std::max(worst, s);
+        total += s;
+      }
+    };
+    visit(k.fwd, c.ab);
+    visit(k.back, c.ba);
+    return {worst, total};
+  }
+
+  int best(const ConnWork& c) const {
+    int bi = 0;
+    std::pair<double, double> bc = cost(c, c.cands[0]);
+    for (size_t i = 1; i < c.cands.size(); ++i) {
+      auto k = cost(c, c.cands[i]);
+      // Relative tolerance: equal loads computed in different orders must tie.
+      const double eps = 1e-12 * std::max(1.0, bc.first);
+      const double eps2 = 1e-12 * std::max(1.0, bc.second);
+      if (k.first < bc.first - eps || (k.first <= bc.first + eps && k.second < bc.second - eps2)) {
+        bc = k;
+        bi = static_cast<int>(i);
+      }
+    }
+    return bi;
+  }
+
+  double maxSeconds(int* which) const {
+    double m = 0;
+    *which = -1;
+    for (size_t l = 0; l < load_.size(); ++l) {
+      const double s = load_[l] * secPerByte_[l];
+      if (s > m * (1 + 1e-12)) {
+        m = s;
+        *which = static_cast<int>(l);
+      }
+    }
+    return m;
+  }
+
+  void greedy(std::vector<ConnWork>& conns) {
+    for (ConnWork& c : conns) {
+      candidates(c);
+      c.choice.assign(static_cast<size_t>(in_.lanes), 0);
+      for (int l = 0; l < in_.lanes; ++l) {
+        const int k = best(c);
+        c.choice[static_cast<size_t>(l)] = k;
+        apply(c, c.cands[static_cast<size_t>(k)], +1);
+      }
+    }
+  }
+
+  // Moves lanes off the most loaded link while that lowers what their new path's worst link reads.
+  void localSearch(std::vector<ConnWork>& conns) {
+    for (int move = 0; move < in_.searchMoves; ++move) {
+      int b = -1;
+      const double m = maxSeconds(&b);
+      if (b < 0) return;
+      bool moved = false;
+      for (ConnWork& c : conns) {
+        for (size_t l = 0; l < c.choice.size() && !moved; ++l) {
+          const Candidate& cur = c.cands[static_cast<size_t>(c.choice[l])];
+          const bool onB = (c.ab > 0 && std::find(cur.fwd.begin(), cur.fwd.end(), b) != cur.fwd.end()) ||
+                           (c.ba > 0 && std::find(cur.back.begin(), cur.back.end(), b) != cur.back.end());
+          if (!onB) continue;
+          apply(c, cur, -1);
+          const int k = best(c);
+          if (k != c.choice[l] && cost(c, c.cands[static_cast<size_t>(k)]).first < m * (1 - 1e-9)) {
+            c.choice[l] = k;
+            moved = true;
+          }
+          apply(c, c.cands[static_cast<size_t>(c.choice[l])], +1);
+        }
+        if (moved) break;
+      }
+      if (!moved) return;
+    }
+  }
+
+  std::vector<double>& load() { return load_; }
+
+ private:
+  const PlanInput& in_;
+  const Topology& t_;
+  std::vector<double> secPerByte_;
+  std::vector<double> load_;
+};
+
+// Steering source ports: distinct per local address (host port) and path's ranges, offset by salt.
+class PortAllocator {
+ public:
+  explicit PortAllocator(uint32_t salt) : salt_(salt) {}
+  Status take(const Topology& t, HostPort local, const std::vector<PortRange>& ranges, uint16_t* port,
+              PortRange* range) {
+    size_t total = 0;
+    for (const PortRange& r : ranges) total += static_cast<size_t>(r.hi - r.lo) + 1;
+    if (total == 0) return Status::ok();
+    const auto key = std::make_tuple(local.host, local.port, ranges.front().lo);
+    size_t& used = used_[key];
+    if (used >= total)
+      return makeError(Code::kInvalidUsage,
+                       "planner: the steering source ports of %s port %s (%zu) are all taken; widen the fabric's ECMP "
+                       "steering range or use fewer lanes (C4_LANES)",
+                       t.host(local.host).name.c_str(), t.port(local).name.c_str(), total);
+    size_t k = (salt_ + used++) % total;
+    for (const PortRange& r : ranges) {
+      const size_t n = static_cast<size_t>(r.hi - r.lo) + 1;
+      if (k < n) {
+        *port = static_cast<uint16_t>(r.lo + k);
+        *range = r;
+        return Status::ok();
+      }
+      k -= n;
+    }
+    return Status::ok();
+  }
+
+ private:
+  uint32_t salt_;
+  std::map<std::tuple<int, int, uint16_t>, size_t> used_;
+};
+
+}  // namespace
+
+const char* modeName(Mode m) {
+  switch (m) {
+    case Mode::kOff:
+      return "off";
+    case Mode::kEcmp:
+      return "ecmp";
+    case Mode::kC4p:
+      return "c4p";
+  }
+  return "?";
+}
+
+bool parseMode(const std::string& s, Mode* out) {
+  for (Mode m : {Mode::kOff, Mode::kEcmp, Mode::kC4p})
+    if (s == modeName(m)) {
+      *out = m;
+      return true;
+    }
+  return false;
+}
+
+const PlannedConn* Plan::find(int x, int y) const {
+  auto it = index_.find(pairKey(std::min(x, y), std::max(x, y)));
+  return it == index_.end() ? nullptr : &conns[it->second];
+}
+
+int Plan::bottleneck(const Topology& t) const {
+  int b = -1;
+  double m = 0;
+  for (size_t l = 0; l < load.size(); ++l) {
+    const double s = load[l] * 8.0 / t.link(static_cast<int>(l)).bps;
+    if (s > m * (1 + 1e-12)) {
+      m = s;
+      b = static_cast<int>(l);
+    }
+  }
+  return b;
+}
+
+double Plan::maxLinkSeconds(const Topology& t) const {
+  const int b = bottleneck(t);
+  return b < 0 ? 0 : load[static_cast<size_t>(b)] * 8.0 / t.link(b).bps;
+}
+
+double Plan::hostBoundSeconds(const Topology& t, const PlanInput& in) const {
+  // Per host: bytes out over the summed capacity of the ports its ranks use (and in, likewise).
+  std::map<int, double> out, inb;
+  std::map<int, std::map<int, bool>> used;
+  for (const RankPlace& r : in.ranks)
+    for (int p : r.ports) used[r.host][p] = true;
+  for (const Flow& f : in.flows) {
+    const int hs = in.ranks[static_cast<size_t>(f.src)].host, hd = in.ranks[static_cast<size_t>(f.dst)].host;
+    if (hs == hd || f.bytes <= 0) continue;
+    out[hs] += f.bytes;
+    inb[hd] += f.bytes;
+  }
+  double m = 0;
+  for (auto& [h, ports] : used) {
+    double up = 0, down = 0;
+    for (auto& [p, yes] : ports) {
+      up += t.link(t.port(HostPort{h, p}).up).bps;
+      down += t.link(t.port(HostPort{h, p}).down).bps;
+    }
+    m = std::max(m, out[h] * 8.0 / up);
+    m = std::max(m, inb[h] * 8.0 / down);
+  }
+  return m;
+}
+
+void Plan::computeLoad(const PlanInput& in) {
+  const Topology& t = *in.topo;
+  load.assign(static_cast<size_t>(t.numLinks()), 0.0);
+  std::vector<int> links;
+  for (const PlannedConn& c : conns) {
+    const RankPlace& ra = in.ranks[static_cast<size_t>(c.a)];
+    const RankPlace& rb = in.ranks[static_cast<size_t>(c.b)];
+    const double ab = c.bytesAB / static_cast<double>(c.lanes.size()), ba = c.bytesBA / static_cast<double>(c.lanes.size());
+    for (const LaneChoice& l : c.lanes) {
+      HostPort ha{ra.host, ra.ports[static_cast<size_t>(l.localPort)]}, hb{rb.host, rb.ports[static_cast<size_t>(l.remotePort)]};
+      t.pathLinks(ha, hb, l.path, &links);
+      for (int e : links) load[static_cast<size_t>(e)] += ab;
+      if (l.backPath >= 0) {
+        t.pathLinks(hb, ha, l.backPath, &links);  // the ECMP rule gave the replies their own path
+      } else {
+        std::vector<int> fwd;
+        fwd.swap(links);
+        for (auto it = fwd.rbegin(); it != fwd.rend(); ++it) links.push_back(t.link(*it).reverse);
+      }
+      for (int e : links) load[static_cast<size_t>(e)] += ba;
+    }
+  }
+}
+
+std::string Plan::describe(const PlanInput& in) const {
+  const Topology& t = *in.topo;
+  std::string s;
+  char buf[512];
+  for (const PlannedConn& c : conns) {
+    const RankPlace& ra = in.ranks[static_cast<size_t>(c.a)];
+    const RankPlace& rb = in.ranks[static_cast<size_t>(c.b)];
+    for (size_t i = 0; i < c.lanes.size(); ++i) {
+      const LaneChoice& l = c.lanes[i];
+      HostPort ha{ra.host, ra.ports[static_cast<size_t>(l.localPort)]}, hb{rb.host, rb.ports[static_cast<size_t>(l.remotePort)]};
+      const std::string via = t.pathName(ha, hb, l.path);
+      const std::string back = l.backPath >= 0 && l.backPath != l.path ? t.pathName(hb, ha, l.backPath) : via;
+      snprintf(buf, sizeof(buf), "rank %d <-> rank %d lane %zu: %s%s -> %s%s%s%s%s%s, sport %u, %s -> / %s <-\n", c.a, c.b,
+               i, t.host(ha.host).name.c_str(), t.port(ha).name.c_str(), t.host(hb.host).name.c_str(),
+               t.port(hb).name.c_str(), via.empty() ? "" : " via ", via.c_str(),
+               back != via ? ", back via " : "", back != via ? back.c_str() : "", static_cast<unsigned>(l.sourcePort),
+               humanBytes(c.bytesAB / static_cast<double>(c.lanes.size())).c_str(),
+               humanBytes(c.bytesBA / static_cast<double>(c.lanes.size())).c_str());
+      s += buf;
+    }
+  }
+  return s;
+}
+
+std::string Plan::describeLoad(const Topology& t, int maxLines) const {
+  std::vector<int> order;
+  for (size_t l = 0; l < load.size(); ++l)
+    if (load[l] > 0) order.push_back(static_cast<int>(l));
+  auto secs = [&](int l) { return load[static_cast<size_t>(l)] * 8.0 / t.link(l).bps; };
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return secs(x) > secs(y); });
+  const double top = order.empty() ? 0 : secs(order.front());
+  std::string s;
+  char buf[256];
+  int n = 0;
+  for (int l : order) {
+    if (maxLines > 0 && n++ >= maxLines) break;
+    snprintf(buf, sizeof(buf), "%-24s %10s %9.2f ms %4.0f%%\n", t.link(l).name.c_str(),
+             humanBytes(load[static_cast<size_t>(l)]).c_str(), secs(l) * 1e3, top > 0 ? 100.0 * secs(l) / top : 0.0);
+    s += buf;
+  }
+  return s;
+}
+
+Status makePlan(const PlanInput& in, Plan* out) {
+  if (in.topo == nullptr) return makeError(Code::kInvalidArgument, "planner: no topology");
+  const Topology& t = *in.topo;
+  Solver solver(in);
+  std::vector<ConnWork> work;
+  Status st = solver.build(&work);
+  if (!st.isOk()) return st;
+  Plan p;
+  p.mode = in.mode;
+  if (in.mode == Mode::kC4p) {
+    solver.greedy(work);
+    solver.localSearch(work);
+  }
+  PortAllocator ports(in.portSalt);
+  for (ConnWork& w : work) {
+    PlannedConn c;
+    c.a = w.a;
+    c.b = w.b;
+    c.bytesAB = w.ab * in.lanes;
+    c.bytesBA = w.ba * in.lanes;
+    const RankPlace& ra = in.ranks[static_cast<size_t>(w.a)];
+    const RankPlace& rb = in.ranks[static_cast<size_t>(w.b)];
+    for (int l = 0; l < in.lanes; ++l) {
+      LaneChoice lc;
+      if (in.mode == Mode::kC4p) {
+        const Candidate& k = w.cands[static_cast<size_t>(w.choice[static_cast<size_t>(l)])];
+        lc.localPort = k.pa;
+        lc.remotePort = k.pb;
+        lc.path = k.path;
+        HostPort ha{ra.host, ra.ports[static_cast<size_t>(k.pa)]}, hb{rb.host, rb.ports[static_cast<size_t>(k.pb)]};
+        st = ports.take(t, ha, t.steeringRanges(ha, hb, k.path), &lc.sourcePort, &lc.sourceRange);
+        if (!st.isOk()) return st;
+      } else {
+        // What the transport does unplanned: lane l on port l mod ports at both ends; a random
+        // source port (ecmp: seeded; off: the kernel's, estimated with a seed) and the fabric's
+        // hash for each direction.
+        lc.localPort = l % static_cast<int>(ra.ports.size());
+        lc.remotePort = lc.localPort % static_cast<int>(rb.ports.size());
+        HostPort ha{ra.host, ra.ports[static_cast<size_t>(lc.localPort)]}, hb{rb.host, rb.ports[static_cast<size_t>(lc.remotePort)]};
+        const uint64_t r = splitmix(in.seed ^ splitmix(pairKey(w.a, w.b) * 131 + static_cast<uint64_t>(l)));
+        const uint16_t sport = static_cast<uint16_t>(kEphemeralLo + r % (kEphemeralHi - kEphemeralLo + 1));
+        uint16_t dport = rb.listenPorts.size() > static_cast<size_t>(lc.remotePort)
+                             ? rb.listenPorts[static_cast<size_t>(lc.remotePort)]
+                             : 0;
+        if (dport == 0) dport = static_cast<uint16_t>(kEphemeralLo + (r >> 20) % (kEphemeralHi - kEphemeralLo + 1));
+        lc.path = t.pathByPorts(ha, hb, sport, dport);
+        lc.backPath = t.pathByPorts(hb, ha, dport, sport);
+        if (in.mode == Mode::kEcmp) {
+          lc.sourcePort = sport;
+          lc.sourceRange = PortRange{kEphemeralLo, kEphemeralHi};
+        }
+      }
+      c.lanes.push_back(lc);
+    }
+    p.index_[pairKey(c.a, c.b)] = p.conns.size();
+    p.conns.push_back(std::move(c));
+  }
+  p.computeLoad(in);
+  *out = std::move(p);
+  return Status::ok();
+}
+
+Status exhaustivePlan(const PlanInput& in, Plan* out, int64_t maxCombos) {
+  if (in.topo == nullptr) return makeError(Code::kInvalidArgument, "planner: no topology");
+  Solver solver(in);
+  std::vector<ConnWork> work;
+  Status st = solver.build(&work);
+  if (!st.isOk()) return st;
+  struct Slot {
+    size_t conn;
+    int lane;
+  };
+  std::vector<Slot> slots;
+  double combos = 1;
+  for (size_t i = 0; i < work.size(); ++i) {
+    solver.candidates(work[i]);
+    work[i].choice.assign(static_cast<size_t>(in.lanes), 0);
+    for (int l = 0; l < in.lanes; ++l) {
+      slots.push_back(Slot{i, l});
+      combos *= static_cast<double>(work[i].cands.size());
+    }
+  }
+  if (combos > static_cast<double>(maxCombos))
+    return makeError(Code::kInvalidArgument, "planner: exhaustive search over %.3g combinations (limit %lld)", combos,
+                     static_cast<long long>(maxCombos));
+  // Depth-first with bound: the max link reading only grows as lanes are added. Lanes of one
+  // connection are interchangeable: choices are kept non-decreasing within a connection.
+  double best = INFINITY;
+  std::vector<std::vector<int>> bestChoice;
+  std::vector<double>& load = solver.load();
+  const Topology& t = *in.topo;
+  auto curMax = [&](const ConnWork& c, const Candidate& k) {
+    double m = 0;
+    for (int l : k.fwd) m = std::max(m, load[static_cast<size_t>(l)] * 8.0 / t.link(l).bps);
+    for (int l : k.back) m = std::max(m, load[static_cast<size_t>(l)] * 8.0 / t.link(l).bps);
+    return m;
+  };
+  std::function<void(size_t, double)> dfs = [&](size_t s, double sofar) {
+    if (sofar >= best * (1 - 1e-12)) return;
+    if (s == slots.size()) {
+      best = sofar;
+      bestChoice.clear();
+      for (const ConnWork& c : work) bestChoice.push_back(c.choice);
+      return;
+    }
+    ConnWork& c = work[slots[s].conn];
+    const int lane = slots[s].lane;
+    const int from = lane > 0 ? c.choice[static_cast<size_t>(lane - 1)] : 0;
+    for (int k = from; k < static_cast<int>(c.cands.size()); ++k) {
+      const Candidate& cand = c.cands[static_cast<size_t>(k)];
+      c.choice[static_cast<size_t>(lane)] = k;
+      solver.apply(c, cand, +1);
+      dfs(s + 1, std::max(sofar, curMax(c, cand)));
+      solver.apply(c, cand, -1);
+    }
+  };
+  dfs(0, 0.0);
+  Plan p;
+  p.mode = Mode::kC4p;
+  for (size_t i = 0; i < work.size(); ++i) {
+    PlannedConn c;
+    c.a = work[i].a;
+    c.b = work[i].b;
+    c.bytesAB = work[i].ab * in.lanes;
+    c.bytesBA = work[i].ba * in.lanes;
+    for (int k : bestChoice.empty() ? work[i].choice : bestChoice[i]) {
+      const Candidate& cand = work[i].cands[static_cast<size_t>(k)];
+      LaneChoice lc;
+      lc.localPort = cand.pa;
+      lc.remotePort = cand.pb;
+      lc.path = cand.path;
+      c.lanes.push_back(lc);
+    }
+    p.index_[pairKey(c.a, c.b)] = p.conns.size();
+    p.conns.push_back(std::move(c));
+  }
+  p.computeLoad(in);
+  *out = std::move(p);
+  return Status::ok();
+}
+
+}  // namespace c4::plan
