@@ -1,0 +1,182 @@
+// c4-plan: C4P's plan for a fabric before a job runs (docs/c4p.md). Reads a topology (the JSON that
+// tools/netlab writes, or a generated leaf-spine / fat-tree), places ranks host by host, takes the
+// flows of one collective's schedules, and prints the c4p plan (flow -> lanes -> links), the per-link
+// load, and what ECMP hashing (random source ports) gives over several seeds.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "planner/flows.hpp"
+#include "planner/planner.hpp"
+#include "planner/topology.hpp"
+
+namespace {
+
+using namespace c4;
+
+void usage() {
+  fprintf(stderr,
+          "usage: c4-plan TOPO.json | --leaf-spine H,P,L,S[,GBIT] | --fat-tree K,HOSTS_PER_LEAF,P[,GBIT]\n"
+          "         [-C allreduce|allgather|reducescatter|broadcast|alltoall] [-A ring|tree|rhd|direct|hier]\n"
+          "         [-b BYTES] [--ranks-per-host R] [--ports N] [--lanes L] [--seeds S] [--links N] [--quiet]\n"
+          "Places R ranks on every host in order (rank r on host r / R), each using the first N ports of its\n"
+          "host (default: all), L lanes per connection (default: the ports); prints the c4p plan and link\n"
+          "load, then ECMP (random source ports) over S seeds (default 10). Sizes take K, M, G suffixes.\n");
+}
+
+size_t parseSize(const char* s) {
+  char* end = nullptr;
+  double v = strtod(s, &end);
+  switch (end != nullptr ? *end : 0) {
+    case 'K': case 'k': v *= 1024; break;
+    case 'M': case 'm': v *= 1024 * 1024; break;
+    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
+    default: break;
+  }
+  return static_cast<size_t>(v);
+}
+
+std::vector<double> numbers(const char* s) {
+  std::vector<double> out;
+  for (const char* p = s; *p;) {
+    char* end = nullptr;
+    out.push_back(strtod(p, &end));
+    if (end == p) break;
+    p = *end == ',' ? end + 1 : end;
+  }
+  return out;
+}
+
+bool parseColl(const std::string& s, Coll* out) {
+  const struct {
+    const char* name;
+    Coll coll;
+  } kColls[] = {{"allreduce", Coll::kAllReduce},         {"allgather", Coll::kAllGather},
+                {"reducescatter", Coll::kReduceScatter}, {"broadcast", Coll::kBroadcast},
+                {"reduce", Coll::kReduce},               {"alltoall", Coll::kAlltoAll}};
+  for (const auto& c : kColls)
+    if (s == c.name) {
+      *out = c.coll;
+      return true;
+    }
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string file, algoName = "ring", collName = "allreduce";
+  std::vector<double> leafSpine, fatTree;
+  size_t bytes = 64u << 20;
+  int ranksPerHost = 1, ports = 0, lanes = 0, seeds = 10, links = 12;
+  bool quiet = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) {
+        usage();
+        exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "-h" || a == "--help") return usage(), 0;
+    if (a == "--leaf-spine") leafSpine = numbers(next());
+    else if (a == "--fat-tree") fatTree = numbers(next());
+    else if (a == "-C") collName = next();
+    else if (a == "-A") algoName = next();
+    else if (a == "-b") bytes = parseSize(next());
+    else if (a == "--ranks-per-host") ranksPerHost = atoi(next());
+    else if (a == "--ports") ports = atoi(next());
+    else if (a == "--lanes") lanes = atoi(next());
+    else if (a == "--seeds") seeds = atoi(next());
+    else if (a == "--links") links = atoi(next());
+    else if (a == "--quiet") quiet = true;
+    else if (!a.empty() && a[0] != '-' && file.empty()) file = a;
+    else return usage(), 2;
+  }
+  plan::Topology topo;
+  if (!file.empty()) {
+    Status st = plan::Topology::load(file, &topo);
+    if (!st.isOk()) return fprintf(stderr, "c4-plan: %s\n", st.toString().c_str()), 1;
+  } else if (leafSpine.size() >= 4) {
+    const double bps = (leafSpine.size() > 4 ? leafSpine[4] : 1) * 1e9;
+    topo = plan::Topology::leafSpine(static_cast<int>(leafSpine[0]), static_cast<int>(leafSpine[1]),
+                                     static_cast<int>(leafSpine[2]), static_cast<int>(leafSpine[3]), bps, bps);
+  } else if (fatTree.size() >= 3 && static_cast<int>(fatTree[0]) % 2 == 0 && fatTree[0] >= 2) {
+    const double bps = (fatTree.size() > 3 ? fatTree[3] : 1) * 1e9;
+    topo = plan::Topology::fatTree(static_cast<int>(fatTree[0]), static_cast<int>(fatTree[1]),
+                                   static_cast<int>(fatTree[2]), bps);
+  } else {
+    return usage(), 2;
+  }
+  Coll coll;
+  sched::Algo algo;
+  if (!parseColl(collName, &coll)) return fprintf(stderr, "c4-plan: unknown collective %s\n", collName.c_str()), 2;
+  if (!sched::parseAlgo(algoName, &algo)) return fprintf(stderr, "c4-plan: unknown algorithm %s\n", algoName.c_str()), 2;
+  if (ranksPerHost < 1) return fprintf(stderr, "c4-plan: --ranks-per-host must be >= 1\n"), 2;
+
+  plan::PlanInput in;
+  in.topo = &topo;
+  std::vector<int32_t> hostOf;
+  int maxPorts = 0;
+  for (int h = 0; h < topo.numHosts(); ++h) {
+    const int np = static_cast<int>(topo.host(h).ports.size());
+    const int use = ports > 0 ? std::min(ports, np) : np;
+    maxPorts = std::max(maxPorts, use);
+    for (int r = 0; r < ranksPerHost; ++r) {
+      plan::RankPlace p;
+      p.host = h;
+      for (int q = 0; q < use; ++q) p.ports.push_back(q);
+      in.ranks.push_back(p);
+      hostOf.push_back(h);
+    }
+  }
+  in.lanes = lanes > 0 ? lanes : maxPorts;
+  const int n = static_cast<int>(in.ranks.size());
+  sched::Algo used = algo;
+  Status st = plan::scheduleFlows(algo, coll, n, bytes, hostOf, &in.flows, &used);
+  if (!st.isOk()) return fprintf(stderr, "c4-plan: %s\n", st.toString().c_str()), 1;
+  printf("c4-plan: %s; %d hosts, %d ranks, %d lane(s) per connection; %s %s of %zu B (%zu flows)\n",
+         topo.source().c_str(), topo.numHosts(), n, in.lanes, sched::algoName(used), collName.c_str(), bytes,
+         in.flows.size());
+
+  plan::Plan c4p;
+  in.mode = plan::Mode::kC4p;
+  const auto t0 = std::chrono::steady_clock::now();
+  st = plan::makePlan(in, &c4p);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!st.isOk()) return fprintf(stderr, "c4-plan: %s\n", st.toString().c_str()), 1;
+  const double ideal = c4p.hostBoundSeconds(topo, in);
+  auto ratio = [&](const plan::Plan& p) {
+    const double s = p.maxLinkSeconds(topo);
+    return s > 0 ? ideal / s : 1.0;
+  };
+  printf("\n== c4p (planned in %.1f ms): most loaded link %.2f ms, host-port bound %.2f ms: %.2f x ideal\n", ms,
+         c4p.maxLinkSeconds(topo) * 1e3, ideal * 1e3, ratio(c4p));
+  if (!quiet) printf("%s", c4p.describe(in).c_str());
+  printf("-- link load (most loaded first):\n%s", c4p.describeLoad(topo, links).c_str());
+
+  printf("\n== ecmp (random source ports, the fabric's hash) over %d seed(s):\n", seeds);
+  double sum = 0, worst = INFINITY;
+  for (int s = 1; s <= seeds; ++s) {
+    plan::Plan e;
+    in.mode = plan::Mode::kEcmp;
+    in.seed = static_cast<uint64_t>(s);
+    st = plan::makePlan(in, &e);
+    if (!st.isOk()) return fprintf(stderr, "c4-plan: %s\n", st.toString().c_str()), 1;
+    const double r = ratio(e);
+    const int b = e.bottleneck(topo);
+    printf("seed %2d: most loaded link %-20s %.2f ms: %.2f x ideal\n", s, b < 0 ? "-" : topo.link(b).name.c_str(),
+           e.maxLinkSeconds(topo) * 1e3, r);
+    sum += r;
+    worst = std::min(worst, r);
+  }
+  if (seeds > 0)
+    printf("ecmp: mean %.2f, worst %.2f x ideal; c4p %.2f (c4p / ecmp worst %.2f)\n", sum / seeds, worst, ratio(c4p),
+           ratio(c4p) / worst);
+  return 0;
+}
