@@ -35,7 +35,7 @@ struct LaneSnapshot {
   uint64_t bytesRecv = 0;     ///< payload + headers read from the kernel
   uint64_t piecesSent = 0;    ///< data frames written
   uint64_t piecesResent = 0;  ///< data frames written again after another lane was retired
-  uint64_t busyNs = 0;        ///< time with data queued to send
+  uint64_t busyNs = 0;        ///< time with data queued to send, or sent and not yet acknowledged
   uint64_t stallNs = 0;       ///< time with data queued that the kernel would not take (socket full)
   uint64_t errors = 0;        ///< errors seen on this lane (the one that retired it included)
 };

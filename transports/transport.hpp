@@ -109,6 +109,9 @@ struct LanePlan {
   // Where sourcePort is taken (another communicator or process bound it), the other ports of this
   // range that lead the same way are tried in turn; {0, 0}: sourcePort only.
   uint16_t sourcePortLo = 0, sourcePortHi = 0;
+  // The lane's way through the fabric as the planner sees it ("h1p1 -> leaf0 -> spine1 -> leaf1 ->
+  // h2p1"), for messages about the lane; empty: unknown.
+  std::string label;
 };
 
 /// Completion record owned by the caller; must stay alive (and not move) until state != kPending.
@@ -244,6 +247,9 @@ class Transport {
   virtual bool canConnect(int peer) const = 0;
   /// Returns the connection to `peer`, creating it on first use. Owned by the transport.
   virtual Status connect(int peer, Connection** out) = 0;
+  /// The connection to `peer` if one exists (connect() made it, or the peer opened it), else
+  /// nullptr; creates and opens nothing. Driving thread.
+  virtual Connection* existingConnection(int peer) { return nullptr; }
   /// Advances all pending requests. Fails if a peer died, aborted, or broke the protocol; the
   /// affected requests are failed too.
   virtual Status progress() = 0;

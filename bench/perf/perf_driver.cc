@@ -267,11 +267,27 @@ bool Sweep::benchOne(bool inPlace, const Counts& c, DataType dt, RedOp op, doubl
   Status s = be_.allReduceDouble(&sync, ReduceMode::kSum);
   if (!s.isOk()) return fail("barrier", s), false;
   double t0 = nowSeconds();
+  int64_t wrongEach = 0;
+  double timed = 0;
   for (int i = 0; i < opts_.iters; ++i) {
+    if (opts_.timeline && opts_.check) initData(inPlace, c, dt, op, l);
+    const double ti = nowSeconds();
     s = runOnce(c, dt, op, l);
     if (!s.isOk()) return fail(collFlagName(opts_.coll), s), false;
+    if (!opts_.timeline) continue;
+    const double dti = nowSeconds() - ti;
+    timed += dti;
+    const int64_t w = opts_.check ? checkData(c, dt, op, l) : 0;
+    wrongEach += w;
+    double alg = 0, bus = 0;
+    bandwidth(opts_.coll, c.param, dataTypeSize(dt), n_, dti, &alg, &bus);
+    if (rank_ == 0 || w != 0)
+      printf("#  rank %d iteration %3d: %12.1f us  algbw %7.3f  busbw %7.3f GB/s  %s\n", rank_, i, dti * 1e6, alg, bus,
+             opts_.check ? (w == 0 ? "right" : "WRONG") : "");
+    fflush(stdout);
   }
-  double t = (nowSeconds() - t0) / std::max(opts_.iters, 1) * 1e6;
+  double t = (opts_.timeline ? timed : nowSeconds() - t0) / std::max(opts_.iters, 1) * 1e6;
+  if (wrongEach != 0) return fail("timeline check", Status(Code::kInternalError, "wrong results in a timed iteration")), false;
   switch (opts_.average) {
     case 0:
       t = rank_ == 0 ? t : 0;
@@ -509,6 +525,8 @@ void printUsage(FILE* out, const char* prog) {
           "  --nonblocking <0/1>       c4-perf: 1 = non-blocking communicators (Config::blocking = 0): every\n"
           "                            call is queued on the progress thread and waited for with\n"
           "                            commGetAsyncError (default 0)\n"
+          "  --timeline <0/1>          c4-perf: 1 = time each timed iteration on its own and print it (rank 0);\n"
+          "                            with -c 1 every iteration's result is checked too (default 0)\n"
           "  -R, --local_register <0/1>  1: buffers from the library's allocator (c4: ncclMemAlloc,\n"
           "                            zero-copy on one host; MPI: MPI_Alloc_mem) (default 0)\n"
           "  -t, --nthreads / -g, --ngpus <1>   accepted when 1\n"
@@ -573,6 +591,7 @@ bool parseOptions(int argc, char** argv, Options* o, bool* help, std::string* er
                             {"-G", "--cudagraph", &o->graph},
                             {"-R", "--local_register", &o->registered},
                             {"--nonblocking", "--nonblocking", &o->nonblocking},
+                            {"--timeline", "--timeline", &o->timeline},
                             {"-t", "--nthreads", &nthreads},
                             {"-g", "--ngpus", &ngpus},
                             {"-np", "--np", &o->np},

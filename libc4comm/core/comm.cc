@@ -925,6 +925,7 @@ void Comm::traceClockSync(int which, int64_t waitMs) {
 
 void Comm::finish(Prepared* p) {
   watchdog_.leave();
+  if (lanePlanner.active()) lanePlanner.rebalance();
   if (p->traceT0) traceOp(p, false);
   if (p->collective) oneShot.markDone(p->sig.seq);
   if (!p->postDivide) return;

@@ -1,8 +1,11 @@
 #include "core/lane_planner.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <map>
 
+#include "common/clock.hpp"
 #include "common/logging.hpp"
 #include "common/status.hpp"
 #include "core/tuner.hpp"
@@ -37,7 +40,20 @@ uint16_t portOf(const std::string& addr) {
 }  // namespace
 
 struct LanePlanner::State {
+  // What the rebalancer remembers of a lane between two looks.
+  struct LaneSeen {
+    uint64_t bytes = 0, busyNs = 0;
+    double samples[3] = {0, 0, 0};  // the last throughput samples, bytes per busy ns
+    int next = 0;                   // samples taken
+    double rate = 0;                // their median
+    int slow = 0;      // consecutive looks well below its peers
+    bool handled = false;  // retirement dealt with
+  };
   int rank = 0;
+  transport::Transport* net = nullptr;
+  int64_t periodNs = 0, lastNs = 0;
+  std::map<std::pair<int, int>, LaneSeen> seen;  // (peer, lane)
+  std::vector<char> failed;                      // links a retired lane may have failed on
   plan::Topology topo;
   plan::PlanInput input;
   plan::Plan plan;
@@ -69,6 +85,7 @@ transport::LanePlan LanePlanner::planFor(const State& s, int peer, int lane) {
     lp.sourcePortLo = l.sourceRange.lo;
     lp.sourcePortHi = l.sourceRange.hi;
   }
+  lp.label = plan::lanePath(s.input, s.plan, c->a, c->b, lane);
   return lp;
 }
 
@@ -187,6 +204,9 @@ Status LanePlanner::init(int rank, int nranks, transport::Oob* oob, const std::v
   st = plan::makePlan(in, &s_->plan);
   if (!st.isOk()) return st;
   s_->planned = true;
+  s_->net = net;
+  s_->periodNs = paramRebalanceMs() * 1000000;
+  active_ = s_->periodNs > 0 && !s_->plan.conns.empty();
 
   const plan::Topology& t = s_->topo;
   const int b = s_->plan.bottleneck(t);
@@ -204,6 +224,132 @@ Status LanePlanner::init(int rank, int nranks, transport::Oob* oob, const std::v
             s_->plan.hostBoundSeconds(t, in) * 1e3, s_->plan.maxLinkSeconds(t) * 1e3, l.c_str());
   }
   return Status::ok();
+}
+
+void LanePlanner::rebalance() {
+  State& s = *s_;
+  const int64_t now = detail::nowNs();
+  if (now - s.lastNs < s.periodNs) return;
+  s.lastNs = now;
+  const plan::Topology& t = s.topo;
+  for (size_t ci = 0; ci < s.plan.conns.size(); ++ci) {
+    const plan::PlannedConn& pc = s.plan.conns[ci];
+    if (pc.a != s.rank && pc.b != s.rank) continue;
+    const int peer = pc.a == s.rank ? pc.b : pc.a;
+    const bool opener = pc.a == s.rank;
+    transport::Connection* conn = s.net->existingConnection(peer);
+    if (conn == nullptr) continue;
+    const int n = conn->numLanes();
+    std::vector<transport::LaneSnapshot> snap;
+    for (int i = 0; i < n; ++i) {
+      const transport::Lane* l = conn->lane(i);
+      snap.push_back(l != nullptr ? l->snapshot() : transport::LaneSnapshot{});
+    }
+    // Retired lanes: once each, replace it where this rank opens lanes.
+    bool lanesChanged = false;
+    for (int i = 0; i < n; ++i) {
+      State::LaneSeen& seen = s.seen[{peer, i}];
+      if (snap[static_cast<size_t>(i)].state != transport::LaneState::kRetired || seen.handled) continue;
+      seen.handled = true;
+      if (i >= static_cast<int>(s.plan.conns[ci].lanes.size()) || s.plan.conns[ci].lanes[static_cast<size_t>(i)].retired)
+        continue;
+      const std::string was = plan::lanePath(s.input, s.plan, pc.a, pc.b, i);
+      plan::markLaneLinks(s.input, s.plan, pc.a, pc.b, i, &s.failed);
+      bool found = false;
+      plan::LaneChoice lc;
+      // The acceptor only books the retirement; the opener adds the replacement (same plan on both).
+      Status st = plan::replaceLane(s.input, &s.plan, pc.a, pc.b, i, s.failed, false, &found, &lc);
+      if (!st.isOk() || !found || !opener) {
+        C4_INFO(kLogPlan, "rank %d: C4P: lane %d to rank %d (%s) left service%s", s.rank, i, peer, was.c_str(),
+                !st.isOk() ? st.message().c_str() : !found ? "; no healthy path is left to replace it" : "");
+        continue;
+      }
+      int index = -1;
+      st = conn->addLane(planFor(s, peer, static_cast<int>(s.plan.conns[ci].lanes.size()) - 1), &index);
+      const std::string now_ = plan::lanePath(s.input, s.plan, pc.a, pc.b,
+                                              static_cast<int>(s.plan.conns[ci].lanes.size()) - 1);
+      if (!st.isOk() || index != static_cast<int>(s.plan.conns[ci].lanes.size()) - 1) {
+        C4_WARN(kLogPlan, "rank %d: C4P: cannot replace lane %d to rank %d (%s): %s", s.rank, i, peer, was.c_str(),
+                st.isOk() ? "lane numbers disagree with the plan" : st.message().c_str());
+        continue;
+      }
+      C4_INFO(kLogPlan, "rank %d: C4P: lane %d to rank %d (%s) left service; lane %d replaces it (%s)", s.rank, i, peer,
+              was.c_str(), index, now_.c_str());
+      lanesChanged = true;
+    }
+    if (lanesChanged) continue;  // weigh the new set of lanes at the next look
+    // Weights from throughput, measured over what each lane carried since the last look.
+    std::vector<double> rate(static_cast<size_t>(n), 0.0);
+    double best = 0;
+    int measured = 0;
+    for (int i = 0; i < n; ++i) {
+      const transport::LaneSnapshot& l = snap[static_cast<size_t>(i)];
+      State::LaneSeen& seen = s.seen[{peer, i}];
+      const uint64_t db = l.bytesSent - seen.bytes, dt = l.busyNs - seen.busyNs;
+      seen.bytes = l.bytesSent;
+      seen.busyNs = l.busyNs;
+      if (l.state != transport::LaneState::kUp) continue;
+      if (db >= (1u << 20) && dt > 0) {
+        const double r = static_cast<double>(db) / static_cast<double>(dt);
+        // The median of the last three samples: one odd sample (the peer was slow to read) moves
+        // nothing, a link that changed rate is followed at the second sample.
+        seen.samples[seen.next++ % 3] = r;
+        double v[3];
+        const int k = std::min(seen.next, 3);
+        std::copy(seen.samples, seen.samples + k, v);
+        std::sort(v, v + k);
+        seen.rate = k == 2 ? std::min(v[0], v[1]) + 0.5 * std::abs(v[1] - v[0]) : v[k / 2];
+      }
+      if (seen.rate > 0) {
+        rate[static_cast<size_t>(i)] = seen.rate;
+        best = std::max(best, seen.rate);
+        ++measured;
+      }
+    }
+    if (measured < 2 || best <= 0) continue;
+    std::vector<double> w(static_cast<size_t>(n), 0.0);
+    bool change = false;
+    for (int i = 0; i < n; ++i) {
+      const transport::LaneSnapshot& l = snap[static_cast<size_t>(i)];
+      if (!(l.state == transport::LaneState::kUp || l.state == transport::LaneState::kConnecting)) continue;
+      const double r = rate[static_cast<size_t>(i)];
+      w[static_cast<size_t>(i)] = r > 0 ? std::max(0.05, r / best) : 1.0;
+      if (std::abs(w[static_cast<size_t>(i)] - l.weight) > 0.1 * std::max(l.weight, 0.05)) change = true;
+      // Well below its peers, look after look: a spare path (if the fabric has one) serves better.
+      State::LaneSeen& seen = s.seen[{peer, i}];
+      seen.slow = r > 0 && r < 0.5 * best ? seen.slow + 1 : 0;
+      if (opener && seen.slow >= 3 && i < static_cast<int>(s.plan.conns[ci].lanes.size())) {
+        seen.slow = 0;
+        std::vector<char> avoid;
+        plan::markLaneLinks(s.input, s.plan, pc.a, pc.b, i, &avoid);
+        plan::Plan trial = s.plan;
+        bool found = false;
+        plan::LaneChoice lc;
+        if (plan::replaceLane(s.input, &trial, pc.a, pc.b, i, avoid, true, &found, &lc).isOk() && found) {
+          const std::string was = plan::lanePath(s.input, s.plan, pc.a, pc.b, i);
+          s.plan = std::move(trial);
+          int index = -1;
+          Status st = conn->addLane(planFor(s, peer, static_cast<int>(s.plan.conns[ci].lanes.size()) - 1), &index);
+          if (st.isOk()) st = conn->retireLane(i, "C4P: moved to a spare path (it ran at " +
+                                                      std::to_string(static_cast<int>(100 * r / best)) +
+                                                      "% of its connection's fastest lane)");
+          C4_INFO(kLogPlan, "rank %d: C4P: lane %d to rank %d (%s) at %.0f%% of its peers: %s", s.rank, i, peer,
+                  was.c_str(), 100 * r / best, st.isOk() ? "moved to a spare path" : st.message().c_str());
+          s.seen[{peer, i}].handled = true;
+          change = false;  // the lanes changed: weigh them at the next look
+          break;
+        }
+      }
+    }
+    if (!change) continue;
+    Status st = conn->setLaneWeights(w);
+    if (st.isOk()) {
+      std::string text;
+      for (int i = 0; i < n; ++i) text += (i ? " " : "") + std::to_string(w[static_cast<size_t>(i)]).substr(0, 4);
+      C4_INFO(kLogPlan, "rank %d: C4P: lane weights to rank %d: %s (measured throughput, %s)", s.rank, peer,
+              text.c_str(), t.source().c_str());
+    }
+  }
 }
 
 }  // namespace c4

@@ -25,6 +25,9 @@ C4_PARAM_STR(TopoFile, "C4_TOPO_FILE", nullptr, "",
 C4_PARAM_INT(PlanSeed, "C4_PLAN_SEED", nullptr, 1, "C4P: seed of C4_PLANNER=ecmp's random source ports")
 C4_PARAM_INT(PlanBytes, "C4_PLAN_BYTES", nullptr, 67108864,
              "C4P: the AllReduce size whose schedules give the flows the lanes are planned for")
+C4_PARAM_INT(RebalanceMs, "C4_REBALANCE_MS", nullptr, 200,
+             "C4P: between operations, at most this often, striping weights follow each lane's measured throughput "
+             "and retired lanes are replaced on healthy paths; 0 = never")
 
 namespace plan {
 class Plan;
@@ -47,6 +50,15 @@ class LanePlanner {
               transport::Transport* net, const Tuner& tuner);
   /// The plan for lane `lane` of the connection to `peer` (defaults where nothing is planned).
   transport::LanePlan lanePlan(int peer, int lane) const;
+  /// Whether there is a plan to keep (init planned lanes and C4_REBALANCE_MS > 0).
+  bool active() const { return active_; }
+  /// Between operations, on the driving thread: at most every C4_REBALANCE_MS, sets each planned
+  /// connection's striping weights from its lanes' measured throughput (bytes per busy second,
+  /// smoothed; a lane keeps at least 5% so that it is still measured), replaces a retired lane
+  /// (this rank opens the connection's lanes) by a new one on a path that avoids the retired
+  /// lane's fabric links, and moves a lane that stays well below its peers onto a spare path when
+  /// the fabric has one.
+  void rebalance();
   /// "c4p over topo.json: 8 connections, 16 lanes, most loaded link leaf0->spine1 at 100%" or "off".
   const std::string& summary() const { return summary_; }
 
@@ -55,6 +67,7 @@ class LanePlanner {
   static transport::LanePlan planFor(const State& s, int peer, int lane);
   std::shared_ptr<State> s_;
   int rank_ = 0;
+  bool active_ = false;
   std::string summary_ = "off";
 };
 

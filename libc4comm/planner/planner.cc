@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -324,8 +325,11 @@ void Plan::computeLoad(const PlanInput& in) {
   for (const PlannedConn& c : conns) {
     const RankPlace& ra = in.ranks[static_cast<size_t>(c.a)];
     const RankPlace& rb = in.ranks[static_cast<size_t>(c.b)];
-    const double ab = c.bytesAB / static_cast<double>(c.lanes.size()), ba = c.bytesBA / static_cast<double>(c.lanes.size());
+    const double live = static_cast<double>(
+        std::max<std::ptrdiff_t>(1, std::count_if(c.lanes.begin(), c.lanes.end(), [](const LaneChoice& l) { return !l.retired; })));
+    const double ab = c.bytesAB / live, ba = c.bytesBA / live;
     for (const LaneChoice& l : c.lanes) {
+      if (l.retired) continue;
       HostPort ha{ra.host, ra.ports[static_cast<size_t>(l.localPort)]}, hb{rb.host, rb.ports[static_cast<size_t>(l.remotePort)]};
       t.pathLinks(ha, hb, l.path, &links);
       for (int e : links) load[static_cast<size_t>(e)] += ab;
@@ -350,6 +354,7 @@ std::string Plan::describe(const PlanInput& in) const {
     const RankPlace& rb = in.ranks[static_cast<size_t>(c.b)];
     for (size_t i = 0; i < c.lanes.size(); ++i) {
       const LaneChoice& l = c.lanes[i];
+      if (l.retired) continue;
       HostPort ha{ra.host, ra.ports[static_cast<size_t>(l.localPort)]}, hb{rb.host, rb.ports[static_cast<size_t>(l.remotePort)]};
       const std::string via = t.pathName(ha, hb, l.path);
       const std::string back = l.backPath >= 0 && l.backPath != l.path ? t.pathName(hb, ha, l.backPath) : via;
@@ -443,6 +448,127 @@ Status makePlan(const PlanInput& in, Plan* out) {
   }
   p.computeLoad(in);
   *out = std::move(p);
+  return Status::ok();
+}
+
+namespace {
+
+// The lane's two host ports.
+void laneEnds(const PlanInput& in, const PlannedConn& c, const LaneChoice& l, HostPort* ha, HostPort* hb) {
+  const RankPlace& ra = in.ranks[static_cast<size_t>(c.a)];
+  const RankPlace& rb = in.ranks[static_cast<size_t>(c.b)];
+  *ha = HostPort{ra.host, ra.ports[static_cast<size_t>(l.localPort)]};
+  *hb = HostPort{rb.host, rb.ports[static_cast<size_t>(l.remotePort)]};
+}
+
+}  // namespace
+
+void markLaneLinks(const PlanInput& in, const Plan& plan, int a, int b, int lane, std::vector<char>* marks) {
+  const Topology& t = *in.topo;
+  marks->resize(static_cast<size_t>(t.numLinks()), 0);
+  const PlannedConn* c = plan.find(a, b);
+  if (c == nullptr || lane < 0 || lane >= static_cast<int>(c->lanes.size())) return;
+  HostPort ha, hb;
+  laneEnds(in, *c, c->lanes[static_cast<size_t>(lane)], &ha, &hb);
+  std::vector<int> links;
+  t.pathLinks(ha, hb, c->lanes[static_cast<size_t>(lane)].path, &links);
+  for (int l : links) {
+    if (t.link(l).from < 0 || t.link(l).to < 0) continue;  // a host port: not the fabric's
+    (*marks)[static_cast<size_t>(l)] = 1;
+    (*marks)[static_cast<size_t>(t.link(l).reverse)] = 1;
+  }
+}
+
+std::string lanePath(const PlanInput& in, const Plan& plan, int a, int b, int lane) {
+  const Topology& t = *in.topo;
+  const PlannedConn* c = plan.find(a, b);
+  if (c == nullptr || lane < 0 || lane >= static_cast<int>(c->lanes.size())) return "?";
+  HostPort ha, hb;
+  laneEnds(in, *c, c->lanes[static_cast<size_t>(lane)], &ha, &hb);
+  std::vector<int> links;
+  t.pathLinks(ha, hb, c->lanes[static_cast<size_t>(lane)].path, &links);
+  std::string s = t.host(ha.host).name + t.port(ha).name;
+  for (int l : links) {
+    const Link& k = t.link(l);
+    s += " -> " + (k.to >= 0 ? t.sw(k.to).name : t.host(hb.host).name + t.port(hb).name);
+  }
+  return s;
+}
+
+Status replaceLane(const PlanInput& in, Plan* plan, int a, int b, int lane, const std::vector<char>& avoid,
+                   bool spareOnly, bool* found, LaneChoice* out) {
+  *found = false;
+  const Topology& t = *in.topo;
+  auto it = plan->index_.find(pairKey(std::min(a, b), std::max(a, b)));
+  if (it == plan->index_.end())
+    return makeError(Code::kInvalidArgument, "planner: no planned connection between ranks %d and %d", a, b);
+  PlannedConn& c = plan->conns[it->second];
+  if (lane < 0 || lane >= static_cast<int>(c.lanes.size()))
+    return makeError(Code::kInvalidArgument, "planner: lane %d of ranks %d-%d out of range [0, %zu)", lane, c.a, c.b,
+                     c.lanes.size());
+  c.lanes[static_cast<size_t>(lane)].retired = true;
+  plan->computeLoad(in);
+  // Candidates as the plan made them, priced with the load as it is now and the new lane's share.
+  Solver solver(in);
+  solver.load() = plan->load;
+  ConnWork w;
+  w.a = c.a;
+  w.b = c.b;
+  const double live = static_cast<double>(
+      1 + std::count_if(c.lanes.begin(), c.lanes.end(), [](const LaneChoice& l) { return !l.retired; }));
+  w.ab = c.bytesAB / live;
+  w.ba = c.bytesBA / live;
+  solver.candidates(w);
+  int best = -1;
+  std::pair<double, double> bc{0, 0};
+  for (size_t i = 0; i < w.cands.size(); ++i) {
+    const Candidate& k = w.cands[i];
+    bool ok = true;
+    for (const std::vector<int>* links : {&k.fwd, &k.back}) {
+      const double wdir = links == &k.fwd ? w.ab : w.ba;
+      for (int l : *links) {
+        if (!avoid.empty() && avoid[static_cast<size_t>(l)]) ok = false;
+        const bool fabric = t.link(l).from >= 0 && t.link(l).to >= 0;
+        if (spareOnly && fabric && wdir > 0 && plan->load[static_cast<size_t>(l)] > 0) ok = false;
+      }
+    }
+    if (!ok) continue;
+    auto cost = solver.cost(w, k);
+    if (best < 0 || cost.first < bc.first * (1 - 1e-12) ||
+        (cost.first <= bc.first * (1 + 1e-12) && cost.second < bc.second * (1 - 1e-12))) {
+      best = static_cast<int>(i);
+      bc = cost;
+    }
+  }
+  if (best < 0) return Status::ok();
+  const Candidate& k = w.cands[static_cast<size_t>(best)];
+  LaneChoice lc;
+  lc.localPort = k.pa;
+  lc.remotePort = k.pb;
+  lc.path = k.path;
+  HostPort ha{in.ranks[static_cast<size_t>(c.a)].host, in.ranks[static_cast<size_t>(c.a)].ports[static_cast<size_t>(k.pa)]};
+  HostPort hb{in.ranks[static_cast<size_t>(c.b)].host, in.ranks[static_cast<size_t>(c.b)].ports[static_cast<size_t>(k.pb)]};
+  const std::vector<PortRange> ranges = t.steeringRanges(ha, hb, k.path);
+  size_t total = 0;
+  for (const PortRange& r : ranges) total += static_cast<size_t>(r.hi - r.lo) + 1;
+  if (total > 0) {
+    // A port of the path's ranges away from those the first plan handed out (the transport tries
+    // the rest of the range if it is taken).
+    size_t off = (in.portSalt + 7919u * static_cast<uint32_t>(c.lanes.size() + 1) + total / 2) % total;
+    for (const PortRange& r : ranges) {
+      const size_t n = static_cast<size_t>(r.hi - r.lo) + 1;
+      if (off < n) {
+        lc.sourcePort = static_cast<uint16_t>(r.lo + off);
+        lc.sourceRange = r;
+        break;
+      }
+      off -= n;
+    }
+  }
+  c.lanes.push_back(lc);
+  plan->computeLoad(in);
+  *found = true;
+  *out = lc;
   return Status::ok();
 }
 

@@ -63,6 +63,7 @@ struct LaneChoice {
   int backPath = -1;           // the way back's path among numPaths(remote, local); -1: the same links
   uint16_t sourcePort = 0;     // first source port to bind (0: the kernel's)
   PortRange sourceRange;       // ports of the same path to try when that one is taken ({0,0}: none)
+  bool retired = false;        // out of service (replaceLane): carries nothing
 };
 
 struct PlannedConn {
@@ -87,7 +88,7 @@ class Plan {
   /// Seconds the most loaded host port link needs: what no plan can beat (the ideal, when the
   /// fabric itself does not oversubscribe).
   double hostBoundSeconds(const Topology& t, const PlanInput& in) const;
-  /// Recomputes `load` from the lane choices.
+  /// Recomputes `load` from the lane choices (a connection's bytes split over its live lanes).
   void computeLoad(const PlanInput& in);
   /// The plan, one line per lane: "rank 0 -> rank 1 lane 0: h0p0 -> spine1 -> h1p1 sport 25000".
   std::string describe(const PlanInput& in) const;
@@ -98,11 +99,27 @@ class Plan {
   std::unordered_map<uint64_t, size_t> index_;
   friend Status makePlan(const PlanInput& in, Plan* out);
   friend Status exhaustivePlan(const PlanInput& in, Plan* out, int64_t maxCombos);
+  friend Status replaceLane(const PlanInput&, Plan*, int, int, int, const std::vector<char>&, bool, bool*, LaneChoice*);
 };
 
 /// Plans by in.mode. Errors: a rank without a host or ports, a flow naming an unknown rank,
 /// steering ranges exhausted.
 Status makePlan(const PlanInput& in, Plan* out);
+/// Re-planning one lane: lane `lane` of the connection (a, b) leaves service (retired, carrying
+/// nothing from now on; the others carry its share), and a new lane is chosen for the connection:
+/// the candidate whose most loaded link ends up least loaded, never crossing a link marked in
+/// `avoid` (indexed by link; may be empty), and with `spareOnly` only one whose links carry none of
+/// the plan's load in the directions it would use (a spare path). The new lane is appended to the
+/// connection (its index: the connection's lane count before) and the loads updated. False in
+/// *found when no candidate qualifies (the lane is retired all the same).
+Status replaceLane(const PlanInput& in, Plan* plan, int a, int b, int lane, const std::vector<char>& avoid,
+                   bool spareOnly, bool* found, LaneChoice* out);
+/// Marks the directed links of lane `lane` of (a, b) (both directions, host ports excluded) in
+/// *marks (resized to the link count): the fabric links a failed lane may have failed on.
+void markLaneLinks(const PlanInput& in, const Plan& plan, int a, int b, int lane, std::vector<char>* marks);
+/// "h0p1 -> leaf0 -> spine1 -> leaf1 -> h2p1" for lane `lane` of (a, b).
+std::string lanePath(const PlanInput& in, const Plan& plan, int a, int b, int lane);
+
 /// The optimum (least maxLinkSeconds) by trying every combination of lane choices; for small
 /// instances only (fails when there are more than maxCombos combinations).
 Status exhaustivePlan(const PlanInput& in, Plan* out, int64_t maxCombos = 20000000);

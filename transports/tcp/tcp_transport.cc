@@ -219,6 +219,7 @@ struct Sock {
   uint32_t events = 0;  // registered epoll events
   SockAddr remote;
   std::string localText, remoteText;
+  std::string pathText;  // the planner's label of its way through the fabric (LanePlan::label)
 
   // Handshake (initiator side).
   tcpwire::Hello hello{};
@@ -428,6 +429,7 @@ class TcpTransportImpl final : public TcpTransport {
   bool canConnect(int peer) const override { return peer >= 0 && peer < nranks_ && peer != rank_; }
   int waitFd() const override { return ep_.get(); }
   Status connect(int peer, Connection** out) override;
+  Connection* existingConnection(int peer) override;
   Status progress() override;
   void abort(const std::string& reason) override;
   Status peerHealth(int peer) override;
@@ -565,8 +567,10 @@ uint32_t TcpConnection::piecesOf(size_t bytes) const {
 std::string TcpConnection::peerText() const { return strFormat("rank %d (host %s)", peer_, t_->peerHost(peer_)); }
 
 std::string TcpConnection::laneText(const Sock& s) const {
-  return strFormat("rank %d (host %s, lane %d of %zu, %s -> %s)", peer_, t_->peerHost(peer_), s.index, socks_.size(),
-                   s.localText.empty() ? "?" : s.localText.c_str(), s.remoteText.empty() ? "?" : s.remoteText.c_str());
+  return strFormat("rank %d (host %s, lane %d of %zu, %s -> %s%s%s)", peer_, t_->peerHost(peer_), s.index,
+                   socks_.size(), s.localText.empty() ? "?" : s.localText.c_str(),
+                   s.remoteText.empty() ? "?" : s.remoteText.c_str(), s.pathText.empty() ? "" : ", path ",
+                   s.pathText.c_str());
 }
 
 int TcpConnection::liveLanes() const {
@@ -651,6 +655,7 @@ void TcpConnection::attach(int lane, Fd fd, const SockAddr& remote) {
   local.len = sizeof(local.storage);
   if (getsockname(s.fd.get(), local.sa(), &local.len) == 0) s.localText = local.toString();
   s.lane.setEndpoints(s.localPort, s.localText, s.remoteText);
+  s.pathText = t_->planFor(peer_, s.index).label;
   s.state = SockState::kUp;
   s.lane.setState(LaneState::kUp);
   s.progressNs = nowNs();
@@ -1436,7 +1441,7 @@ void TcpConnection::flush(Sock& s) {
     budget -= std::min(budget, static_cast<size_t>(n));
     wrote(s, static_cast<size_t>(n));
   }
-  if (s.txq.empty()) s.lane.setBusy(false, nowNs());
+  if (!s.outstanding()) s.lane.setBusy(false, nowNs());  // busy until what it carried is acknowledged
   if (s.lane.state() == LaneState::kDraining && s.txq.empty()) {
     // retireLane without acknowledgements: what it had is out; now it closes.
     s.lane.setState(LaneState::kRetired);
@@ -1681,6 +1686,7 @@ void TcpConnection::onAck(Sock& s, const AckEntry* e, size_t n) {
       finished = true;
     }
   }
+  if (!s.outstanding()) s.lane.setBusy(false, nowNs());
   if (finished) popDone();
 }
 
@@ -2167,6 +2173,11 @@ Status TcpTransportImpl::connect(int peer, Connection** out) {
   return Status::ok();
 }
 
+Connection* TcpTransportImpl::existingConnection(int peer) {
+  if (peer < 0 || static_cast<size_t>(peer) >= conns_.size()) return nullptr;
+  return conns_[static_cast<size_t>(peer)].get();
+}
+
 Status TcpTransportImpl::openLaneSocket(int peer, Sock& l, const LanePlan& plan) {
   const SetupRecord& pr = records_[static_cast<size_t>(peer)];
   int lp = plan.localPort >= 0 ? plan.localPort : l.index % static_cast<int>(portAddrs_.size());
@@ -2188,6 +2199,7 @@ Status TcpTransportImpl::openLaneSocket(int peer, Sock& l, const LanePlan& plan)
                      peer, plan.remotePort, pr.nports);
   l.localPort = lp;
   l.remotePort = plan.remotePort >= 0 ? plan.remotePort : lp % pr.nports;
+  l.pathText = plan.label;
   C4_CHECK(detail::fromWire(pr.addrs[l.remotePort], &l.remote));
   l.remoteText = l.remote.toString();
   l.lane.setEndpoints(lp, "", l.remoteText);
