@@ -36,6 +36,18 @@ enum class EventType : uint8_t {
   kError = 3,  ///< the communicator failed: t0 = t1 = when; bytes = status code; name = message
   kDiag = 4,   ///< a diagnosis or note (addNote); name = text
   kSpan = 5,   ///< a span added by the application or a binding (addSpan); name = its name
+  kPlan = 6,   ///< C4P (docs/c4p.md): Event::redop is a PlanEvent; name = its text
+};
+
+/// What a kPlan event records (Event::redop).
+enum class PlanEvent : uint8_t {
+  kPlan = 0,     ///< the plan made at init; t0 = t1; name = its summary
+  kReplan = 1,   ///< a lane replaced or moved; t0 = t1; peer; lane = the new lane; name = what happened
+  kWeights = 2,  ///< striping weights changed; t0 = t1; peer; name = the weights
+  /// What one lane sent between two looks of the rebalancer: [t0, t1] the window, bytes, peer,
+  /// lane; name = its way from this rank ("h1p1 -> leaf0 -> spine1 -> leaf1 -> h2p1"), so a
+  /// reader adds the bytes to each hop: per-link load over time.
+  kLaneSample = 3,
 };
 
 /// Algorithm codes in Event::algo: sched::Algo values (0 ring, 1 tree, 2 rhd, 3 direct, 4 hier), or:

@@ -385,11 +385,6 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   // Several hosts: the hierarchical schedules become candidates, priced with both cost models.
   if (hosts.size() > 1 && interT != nullptr)
     tuner.setHosts(hostOf, intraT != nullptr ? intraT->caps() : interT->caps(), interT->caps());
-  // C4P plans the lanes of the network transport in use (collective: every rank takes part).
-  transport::Transport* laneT = nullptr;
-  for (transport::Transport* t : peerTransport)
-    if (t != nullptr && laneT == nullptr && t->caps().lanes) laneT = t;
-  C4_CHECK(lanePlanner.init(r, n, bootstrap.get(), hostOf, laneT, tuner));
   trace::RecorderInfo ti;
   ti.rank = r;
   ti.nranks = n;
@@ -398,6 +393,11 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   ti.host = mine.hostname;
   C4_CHECK(recorder.init(ti));
   recorder.setTransports(transportList);
+  // C4P plans the lanes of the network transport in use (collective: every rank takes part).
+  transport::Transport* laneT = nullptr;
+  for (transport::Transport* t : peerTransport)
+    if (t != nullptr && laneT == nullptr && t->caps().lanes) laneT = t;
+  C4_CHECK(lanePlanner.init(r, n, bootstrap.get(), hostOf, laneT, tuner, &recorder));
   traceClockSync(0, timeoutMs);
   const double tEnd = msNow();
   C4_INFO(kLogInit,

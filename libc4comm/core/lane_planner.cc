@@ -13,6 +13,7 @@
 #include "planner/planner.hpp"
 #include "planner/topology.hpp"
 #include "sched/schedule.hpp"
+#include "trace/recorder.hpp"
 
 namespace c4 {
 
@@ -51,7 +52,9 @@ struct LanePlanner::State {
   };
   int rank = 0;
   transport::Transport* net = nullptr;
+  trace::Recorder* recorder = nullptr;
   int64_t periodNs = 0, lastNs = 0;
+  uint64_t lastTicks = 0;  // trace clock at the last look
   std::map<std::pair<int, int>, LaneSeen> seen;  // (peer, lane)
   std::vector<char> failed;                      // links a retired lane may have failed on
   plan::Topology topo;
@@ -89,8 +92,27 @@ transport::LanePlan LanePlanner::planFor(const State& s, int peer, int lane) {
   return lp;
 }
 
+namespace {
+
+// "a -> b -> c" read the other way.
+std::string reversePath(const std::string& p) {
+  std::vector<std::string> hops;
+  for (size_t pos = 0;;) {
+    const size_t e = p.find(" -> ", pos);
+    hops.push_back(p.substr(pos, e == std::string::npos ? std::string::npos : e - pos));
+    if (e == std::string::npos) break;
+    pos = e + 4;
+  }
+  std::string out;
+  for (auto it = hops.rbegin(); it != hops.rend(); ++it) out += (out.empty() ? "" : " -> ") + *it;
+  return out;
+}
+
+}  // namespace
+
 Status LanePlanner::init(int rank, int nranks, transport::Oob* oob, const std::vector<int32_t>& hostOf,
-                         transport::Transport* net, const Tuner& tuner) {
+                         transport::Transport* net, const Tuner& tuner, trace::Recorder* recorder) {
+  s_->recorder = recorder;
   rank_ = s_->rank = rank;
   plan::Mode mode = plan::Mode::kC4p;
   const std::string modeText = paramPlanner();
@@ -216,6 +238,8 @@ Status LanePlanner::init(int rank, int nranks, transport::Oob* oob, const std::v
            sched::algoName(algo), bytes, b < 0 ? "none" : t.link(b).name.c_str());
   summary_ = buf;
   C4_INFO(kLogPlan, "rank %d: C4P %s", rank, summary_.c_str());
+  if (recorder != nullptr) recorder->plan(trace::PlanEvent::kPlan, "C4P " + summary_);
+  s_->lastTicks = trace::ticks();
   if (rank == 0 && logEnabled(LogLevel::kInfo, kLogPlan)) {
     const std::string d = s_->plan.describe(in);
     C4_INFO(kLogPlan, "C4P plan (lane: ports, path, source port, bytes each way):\n%s", d.c_str());
@@ -231,6 +255,7 @@ void LanePlanner::rebalance() {
   const int64_t now = detail::nowNs();
   if (now - s.lastNs < s.periodNs) return;
   s.lastNs = now;
+  const uint64_t nowTicks = trace::ticks();
   const plan::Topology& t = s.topo;
   for (size_t ci = 0; ci < s.plan.conns.size(); ++ci) {
     const plan::PlannedConn& pc = s.plan.conns[ci];
@@ -275,6 +300,11 @@ void LanePlanner::rebalance() {
       }
       C4_INFO(kLogPlan, "rank %d: C4P: lane %d to rank %d (%s) left service; lane %d replaces it (%s)", s.rank, i, peer,
               was.c_str(), index, now_.c_str());
+      if (s.recorder != nullptr)
+        s.recorder->plan(trace::PlanEvent::kReplan,
+                         "lane " + std::to_string(i) + " (" + was + ") left service; lane " + std::to_string(index) +
+                             " replaces it (" + now_ + ")",
+                         peer, index);
       lanesChanged = true;
     }
     if (lanesChanged) continue;  // weigh the new set of lanes at the next look
@@ -288,17 +318,24 @@ void LanePlanner::rebalance() {
       const uint64_t db = l.bytesSent - seen.bytes, dt = l.busyNs - seen.busyNs;
       seen.bytes = l.bytesSent;
       seen.busyNs = l.busyNs;
+      if (s.recorder != nullptr && db > 0 && i < static_cast<int>(s.plan.conns[ci].lanes.size())) {
+        const std::string path = plan::lanePath(s.input, s.plan, pc.a, pc.b, i);
+        s.recorder->plan(trace::PlanEvent::kLaneSample, opener ? path : reversePath(path), peer, i, db, s.lastTicks,
+                         nowTicks);
+      }
       if (l.state != transport::LaneState::kUp) continue;
       if (db >= (1u << 20) && dt > 0) {
         const double r = static_cast<double>(db) / static_cast<double>(dt);
         // The median of the last three samples: one odd sample (the peer was slow to read) moves
         // nothing, a link that changed rate is followed at the second sample.
         seen.samples[seen.next++ % 3] = r;
-        double v[3];
-        const int k = std::min(seen.next, 3);
-        std::copy(seen.samples, seen.samples + k, v);
-        std::sort(v, v + k);
-        seen.rate = k == 2 ? std::min(v[0], v[1]) + 0.5 * std::abs(v[1] - v[0]) : v[k / 2];
+        const double* v = seen.samples;
+        if (seen.next == 1)
+          seen.rate = v[0];
+        else if (seen.next == 2)
+          seen.rate = 0.5 * (v[0] + v[1]);
+        else
+          seen.rate = std::max(std::min(v[0], v[1]), std::min(std::max(v[0], v[1]), v[2]));  // the median
       }
       if (seen.rate > 0) {
         rate[static_cast<size_t>(i)] = seen.rate;
@@ -335,6 +372,12 @@ void LanePlanner::rebalance() {
                                                       "% of its connection's fastest lane)");
           C4_INFO(kLogPlan, "rank %d: C4P: lane %d to rank %d (%s) at %.0f%% of its peers: %s", s.rank, i, peer,
                   was.c_str(), 100 * r / best, st.isOk() ? "moved to a spare path" : st.message().c_str());
+          if (s.recorder != nullptr && st.isOk())
+            s.recorder->plan(trace::PlanEvent::kReplan,
+                             "lane " + std::to_string(i) + " (" + was + ") moved to a spare path as lane " +
+                                 std::to_string(index) + " (" +
+                                 plan::lanePath(s.input, s.plan, pc.a, pc.b, index) + ")",
+                             peer, index);
           s.seen[{peer, i}].handled = true;
           change = false;  // the lanes changed: weigh them at the next look
           break;
@@ -348,8 +391,10 @@ void LanePlanner::rebalance() {
       for (int i = 0; i < n; ++i) text += (i ? " " : "") + std::to_string(w[static_cast<size_t>(i)]).substr(0, 4);
       C4_INFO(kLogPlan, "rank %d: C4P: lane weights to rank %d: %s (measured throughput, %s)", s.rank, peer,
               text.c_str(), t.source().c_str());
+      if (s.recorder != nullptr) s.recorder->plan(trace::PlanEvent::kWeights, "weights " + text, peer);
     }
   }
+  s.lastTicks = nowTicks;
 }
 
 }  // namespace c4

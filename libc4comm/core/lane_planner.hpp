@@ -36,6 +36,9 @@ struct PlanInput;
 }  // namespace plan
 
 class Tuner;
+namespace trace {
+class Recorder;
+}
 
 class LanePlanner {
  public:
@@ -47,7 +50,7 @@ class LanePlanner {
   /// Plans the lanes of `net` (the network transport, may be null: nothing to plan). Collective
   /// over `oob`: every rank calls it. `hostOf[r]` numbers the ranks' hosts.
   Status init(int rank, int nranks, transport::Oob* oob, const std::vector<int32_t>& hostOf,
-              transport::Transport* net, const Tuner& tuner);
+              transport::Transport* net, const Tuner& tuner, trace::Recorder* recorder);
   /// The plan for lane `lane` of the connection to `peer` (defaults where nothing is planned).
   transport::LanePlan lanePlan(int peer, int lane) const;
   /// Whether there is a plan to keep (init planned lanes and C4_REBALANCE_MS > 0).
@@ -57,7 +60,7 @@ class LanePlanner {
   /// smoothed; a lane keeps at least 5% so that it is still measured), replaces a retired lane
   /// (this rank opens the connection's lanes) by a new one on a path that avoids the retired
   /// lane's fabric links, and moves a lane that stays well below its peers onto a spare path when
-  /// the fabric has one.
+  /// the fabric has one. Traces what it did and what each lane carried (trace::PlanEvent).
   void rebalance();
   /// "c4p over topo.json: 8 connections, 16 lanes, most loaded link leaf0->spine1 at 100%" or "off".
   const std::string& summary() const { return summary_; }

@@ -384,6 +384,21 @@ void Recorder::note(const std::string& text) {
   record(e);
 }
 
+void Recorder::plan(PlanEvent what, const std::string& text, int peer, int lane, uint64_t bytes, uint64_t t0,
+                    uint64_t t1) {
+  if (!level_) return;
+  Event e;
+  e.type = EventType::kPlan;
+  e.redop = static_cast<uint8_t>(what);
+  e.t0 = t0 != 0 ? t0 : ticks();
+  e.t1 = t1 != 0 ? t1 : e.t0;
+  e.peer = peer;
+  e.lane = static_cast<uint8_t>(std::min(lane, 254));
+  e.bytes = bytes;
+  e.seq = intern(text.c_str());
+  record(e);
+}
+
 void Recorder::setClock(int which, const ClockSample& s) {
   clock_[which] = s;
   clockSamples_ = std::max(clockSamples_, which + 1);

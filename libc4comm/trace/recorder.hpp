@@ -188,6 +188,9 @@ class Recorder {
   /// Records kError / kDiag at now().
   void error(int code, const std::string& message, int peer);
   void note(const std::string& text);
+  /// Records a kPlan event (C4P); [t0, t1] in ticks (t1 = t0 for an instant; 0: now).
+  void plan(PlanEvent what, const std::string& text, int peer = -1, int lane = 0, uint64_t bytes = 0, uint64_t t0 = 0,
+            uint64_t t1 = 0);
 
   void setClock(int which, const ClockSample& s);
   const ClockSample& clock(int which) const { return clock_[which]; }
