@@ -16,7 +16,8 @@
 namespace c4 {
 
 C4_PARAM_STR(Debug, "C4_DEBUG", "NCCL_DEBUG", "", "Log level: VERSION, WARN, INFO, ABORT or TRACE (default: none)")
-C4_PARAM_STR(DebugSubsys, "C4_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS", "INIT,COLL,P2P,SHM,NET,BOOTSTRAP,TUNING,ENV,SCHED,PLAN",
+C4_PARAM_STR(DebugSubsys, "C4_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS",
+             "INIT,COLL,P2P,SHM,NET,BOOTSTRAP,TUNING,ENV,SCHED,PLAN",
              "Comma list of subsystems to log (INIT, COLL, P2P, SHM, NET, BOOTSTRAP, TUNING, ENV, ALLOC, CALL, PLAN, "
              "SCHED, ALL); a leading ^ excludes the listed ones")
 C4_PARAM_STR(DebugFile, "C4_DEBUG_FILE", "NCCL_DEBUG_FILE", "",

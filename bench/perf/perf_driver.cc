@@ -287,7 +287,8 @@ bool Sweep::benchOne(bool inPlace, const Counts& c, DataType dt, RedOp op, doubl
     fflush(stdout);
   }
   double t = (opts_.timeline ? timed : nowSeconds() - t0) / std::max(opts_.iters, 1) * 1e6;
-  if (wrongEach != 0) return fail("timeline check", Status(Code::kInternalError, "wrong results in a timed iteration")), false;
+  if (wrongEach != 0)
+    return fail("timeline check", Status(Code::kInternalError, "wrong results in a timed iteration")), false;
   switch (opts_.average) {
     case 0:
       t = rank_ == 0 ? t : 0;

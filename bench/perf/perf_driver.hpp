@@ -36,7 +36,7 @@ struct Options {
   int graph = 0;                                    // -G (accepted; no CUDA graphs on host memory)
   int registered = 0;                               // -R: 1 = buffers from the library's allocator
   int nonblocking =
-      0;  // --nonblocking 1: c4-perf's communicators are non-blocking (calls go through the progress thread)
+      0;             // --nonblocking 1: c4-perf's communicators are non-blocking (calls go through the progress thread)
   int timeline = 0;  // --timeline 1: each timed iteration timed (and, with -c 1, checked) on its own; rank 0 prints it
   Coll coll = Coll::kAllReduce;      // -C
   int np = 0;                        // -np: spawn this many local ranks (0: launcher or 1 rank)

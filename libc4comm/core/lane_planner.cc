@@ -47,14 +47,14 @@ struct LanePlanner::State {
     double samples[3] = {0, 0, 0};  // the last throughput samples, bytes per busy ns
     int next = 0;                   // samples taken
     double rate = 0;                // their median
-    int slow = 0;      // consecutive looks well below its peers
-    bool handled = false;  // retirement dealt with
+    int slow = 0;                   // consecutive looks well below its peers
+    bool handled = false;           // retirement dealt with
   };
   int rank = 0;
   transport::Transport* net = nullptr;
   trace::Recorder* recorder = nullptr;
   int64_t periodNs = 0, lastNs = 0;
-  uint64_t lastTicks = 0;  // trace clock at the last look
+  uint64_t lastTicks = 0;                        // trace clock at the last look
   std::map<std::pair<int, int>, LaneSeen> seen;  // (peer, lane)
   std::vector<char> failed;                      // links a retired lane may have failed on
   plan::Topology topo;
@@ -145,10 +145,11 @@ Status LanePlanner::init(int rank, int nranks, transport::Oob* oob, const std::v
           break;
         }
         if (mine.host >= 0 && hp.host != mine.host) {
-          local = makeError(Code::kInvalidArgument,
-                            "C4_TOPO_FILE %s: rank %d's NIC ports %s and %s lie on different hosts of the file (%s, %s)",
-                            file.c_str(), rank, addrs[0].c_str(), addrs[i].c_str(),
-                            s_->topo.host(mine.host).name.c_str(), s_->topo.host(hp.host).name.c_str());
+          local =
+              makeError(Code::kInvalidArgument,
+                        "C4_TOPO_FILE %s: rank %d's NIC ports %s and %s lie on different hosts of the file (%s, %s)",
+                        file.c_str(), rank, addrs[0].c_str(), addrs[i].c_str(), s_->topo.host(mine.host).name.c_str(),
+                        s_->topo.host(hp.host).name.c_str());
           break;
         }
         mine.host = hp.host;
@@ -233,7 +234,8 @@ Status LanePlanner::init(int rank, int nranks, transport::Oob* oob, const std::v
   const plan::Topology& t = s_->topo;
   const int b = s_->plan.bottleneck(t);
   char buf[512];
-  snprintf(buf, sizeof(buf), "%s over %s: %zu connection(s) x %d lane(s) for %s AllReduce of %zu B; most loaded link %s",
+  snprintf(buf, sizeof(buf),
+           "%s over %s: %zu connection(s) x %d lane(s) for %s AllReduce of %zu B; most loaded link %s",
            plan::modeName(mode), file.empty() ? "a flat model" : file.c_str(), s_->plan.conns.size(), in.lanes,
            sched::algoName(algo), bytes, b < 0 ? "none" : t.link(b).name.c_str());
   summary_ = buf;
@@ -276,7 +278,8 @@ void LanePlanner::rebalance() {
       State::LaneSeen& seen = s.seen[{peer, i}];
       if (snap[static_cast<size_t>(i)].state != transport::LaneState::kRetired || seen.handled) continue;
       seen.handled = true;
-      if (i >= static_cast<int>(s.plan.conns[ci].lanes.size()) || s.plan.conns[ci].lanes[static_cast<size_t>(i)].retired)
+      if (i >= static_cast<int>(s.plan.conns[ci].lanes.size()) ||
+          s.plan.conns[ci].lanes[static_cast<size_t>(i)].retired)
         continue;
       const std::string was = plan::lanePath(s.input, s.plan, pc.a, pc.b, i);
       plan::markLaneLinks(s.input, s.plan, pc.a, pc.b, i, &s.failed);
@@ -286,13 +289,15 @@ void LanePlanner::rebalance() {
       Status st = plan::replaceLane(s.input, &s.plan, pc.a, pc.b, i, s.failed, false, &found, &lc);
       if (!st.isOk() || !found || !opener) {
         C4_INFO(kLogPlan, "rank %d: C4P: lane %d to rank %d (%s) left service%s", s.rank, i, peer, was.c_str(),
-                !st.isOk() ? st.message().c_str() : !found ? "; no healthy path is left to replace it" : "");
+                !st.isOk() ? st.message().c_str()
+                : !found   ? "; no healthy path is left to replace it"
+                           : "");
         continue;
       }
       int index = -1;
       st = conn->addLane(planFor(s, peer, static_cast<int>(s.plan.conns[ci].lanes.size()) - 1), &index);
-      const std::string now_ = plan::lanePath(s.input, s.plan, pc.a, pc.b,
-                                              static_cast<int>(s.plan.conns[ci].lanes.size()) - 1);
+      const std::string now_ =
+          plan::lanePath(s.input, s.plan, pc.a, pc.b, static_cast<int>(s.plan.conns[ci].lanes.size()) - 1);
       if (!st.isOk() || index != static_cast<int>(s.plan.conns[ci].lanes.size()) - 1) {
         C4_WARN(kLogPlan, "rank %d: C4P: cannot replace lane %d to rank %d (%s): %s", s.rank, i, peer, was.c_str(),
                 st.isOk() ? "lane numbers disagree with the plan" : st.message().c_str());
@@ -367,16 +372,17 @@ void LanePlanner::rebalance() {
           s.plan = std::move(trial);
           int index = -1;
           Status st = conn->addLane(planFor(s, peer, static_cast<int>(s.plan.conns[ci].lanes.size()) - 1), &index);
-          if (st.isOk()) st = conn->retireLane(i, "C4P: moved to a spare path (it ran at " +
-                                                      std::to_string(static_cast<int>(100 * r / best)) +
-                                                      "% of its connection's fastest lane)");
+          if (st.isOk())
+            st = conn->retireLane(i, "C4P: moved to a spare path (it ran at " +
+                                         std::to_string(static_cast<int>(100 * r / best)) +
+                                         "% of its connection's fastest lane)");
           C4_INFO(kLogPlan, "rank %d: C4P: lane %d to rank %d (%s) at %.0f%% of its peers: %s", s.rank, i, peer,
                   was.c_str(), 100 * r / best, st.isOk() ? "moved to a spare path" : st.message().c_str());
           if (s.recorder != nullptr && st.isOk())
             s.recorder->plan(trace::PlanEvent::kReplan,
                              "lane " + std::to_string(i) + " (" + was + ") moved to a spare path as lane " +
-                                 std::to_string(index) + " (" +
-                                 plan::lanePath(s.input, s.plan, pc.a, pc.b, index) + ")",
+                                 std::to_string(index) + " (" + plan::lanePath(s.input, s.plan, pc.a, pc.b, index) +
+                                 ")",
                              peer, index);
           s.seen[{peer, i}].handled = true;
           change = false;  // the lanes changed: weigh them at the next look

@@ -49,8 +49,8 @@ class LanePlanner {
   std::function<transport::LanePlan(int peer, int lane)> hook();
   /// Plans the lanes of `net` (the network transport, may be null: nothing to plan). Collective
   /// over `oob`: every rank calls it. `hostOf[r]` numbers the ranks' hosts.
-  Status init(int rank, int nranks, transport::Oob* oob, const std::vector<int32_t>& hostOf,
-              transport::Transport* net, const Tuner& tuner, trace::Recorder* recorder);
+  Status init(int rank, int nranks, transport::Oob* oob, const std::vector<int32_t>& hostOf, transport::Transport* net,
+              const Tuner& tuner, trace::Recorder* recorder);
   /// The plan for lane `lane` of the connection to `peer` (defaults where nothing is planned).
   transport::LanePlan lanePlan(int peer, int lane) const;
   /// Whether there is a plan to keep (init planned lanes and C4_REBALANCE_MS > 0).

@@ -21,7 +21,9 @@ uint64_t splitmix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-uint64_t pairKey(int a, int b) { return static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32 | static_cast<uint32_t>(b); }
+uint64_t pairKey(int a, int b) {
+  return static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32 | static_cast<uint32_t>(b);
+}
 
 // One way to carry a lane: ports at both ends and a path; the links of both directions.
 struct Candidate {
@@ -63,9 +65,11 @@ class Solver {
     for (int r = 0; r < n; ++r) {
       const RankPlace& p = in_.ranks[static_cast<size_t>(r)];
       if (p.host < 0 || p.host >= t_.numHosts())
-        return makeError(Code::kInvalidArgument, "planner: rank %d sits on no host of topology %s", r, t_.source().c_str());
+        return makeError(Code::kInvalidArgument, "planner: rank %d sits on no host of topology %s", r,
+                         t_.source().c_str());
       if (p.ports.empty())
-        return makeError(Code::kInvalidArgument, "planner: rank %d has no NIC port in topology %s", r, t_.source().c_str());
+        return makeError(Code::kInvalidArgument, "planner: rank %d has no NIC port in topology %s", r,
+                         t_.source().c_str());
       for (int q : p.ports)
         if (q < 0 || q >= static_cast<int>(t_.host(p.host).ports.size()))
           return makeError(Code::kInvalidArgument, "planner: rank %d names port %d of host %s, which has %zu", r, q,
@@ -90,9 +94,8 @@ class Solver {
       conns->push_back(std::move(c));
     }
     // Largest first; ties by ranks (deterministic).
-    std::stable_sort(conns->begin(), conns->end(), [](const ConnWork& x, const ConnWork& y) {
-      return std::max(x.ab, x.ba) > std::max(y.ab, y.ba);
-    });
+    std::stable_sort(conns->begin(), conns->end(),
+                     [](const ConnWork& x, const ConnWork& y) { return std::max(x.ab, x.ba) > std::max(y.ab, y.ba); });
     return Status::ok();
   }
 
@@ -325,12 +328,13 @@ void Plan::computeLoad(const PlanInput& in) {
   for (const PlannedConn& c : conns) {
     const RankPlace& ra = in.ranks[static_cast<size_t>(c.a)];
     const RankPlace& rb = in.ranks[static_cast<size_t>(c.b)];
-    const double live = static_cast<double>(
-        std::max<std::ptrdiff_t>(1, std::count_if(c.lanes.begin(), c.lanes.end(), [](const LaneChoice& l) { return !l.retired; })));
+    const double live = static_cast<double>(std::max<std::ptrdiff_t>(
+        1, std::count_if(c.lanes.begin(), c.lanes.end(), [](const LaneChoice& l) { return !l.retired; })));
     const double ab = c.bytesAB / live, ba = c.bytesBA / live;
     for (const LaneChoice& l : c.lanes) {
       if (l.retired) continue;
-      HostPort ha{ra.host, ra.ports[static_cast<size_t>(l.localPort)]}, hb{rb.host, rb.ports[static_cast<size_t>(l.remotePort)]};
+      HostPort ha{ra.host, ra.ports[static_cast<size_t>(l.localPort)]},
+          hb{rb.host, rb.ports[static_cast<size_t>(l.remotePort)]};
       t.pathLinks(ha, hb, l.path, &links);
       for (int e : links) load[static_cast<size_t>(e)] += ab;
       if (l.backPath >= 0) {
@@ -355,13 +359,14 @@ std::string Plan::describe(const PlanInput& in) const {
     for (size_t i = 0; i < c.lanes.size(); ++i) {
       const LaneChoice& l = c.lanes[i];
       if (l.retired) continue;
-      HostPort ha{ra.host, ra.ports[static_cast<size_t>(l.localPort)]}, hb{rb.host, rb.ports[static_cast<size_t>(l.remotePort)]};
+      HostPort ha{ra.host, ra.ports[static_cast<size_t>(l.localPort)]},
+          hb{rb.host, rb.ports[static_cast<size_t>(l.remotePort)]};
       const std::string via = t.pathName(ha, hb, l.path);
       const std::string back = l.backPath >= 0 && l.backPath != l.path ? t.pathName(hb, ha, l.backPath) : via;
-      snprintf(buf, sizeof(buf), "rank %d <-> rank %d lane %zu: %s%s -> %s%s%s%s%s%s, sport %u, %s -> / %s <-\n", c.a, c.b,
-               i, t.host(ha.host).name.c_str(), t.port(ha).name.c_str(), t.host(hb.host).name.c_str(),
-               t.port(hb).name.c_str(), via.empty() ? "" : " via ", via.c_str(),
-               back != via ? ", back via " : "", back != via ? back.c_str() : "", static_cast<unsigned>(l.sourcePort),
+      snprintf(buf, sizeof(buf), "rank %d <-> rank %d lane %zu: %s%s -> %s%s%s%s%s%s, sport %u, %s -> / %s <-\n", c.a,
+               c.b, i, t.host(ha.host).name.c_str(), t.port(ha).name.c_str(), t.host(hb.host).name.c_str(),
+               t.port(hb).name.c_str(), via.empty() ? "" : " via ", via.c_str(), back != via ? ", back via " : "",
+               back != via ? back.c_str() : "", static_cast<unsigned>(l.sourcePort),
                humanBytes(c.bytesAB / static_cast<double>(c.lanes.size())).c_str(),
                humanBytes(c.bytesBA / static_cast<double>(c.lanes.size())).c_str());
       s += buf;
@@ -427,7 +432,8 @@ Status makePlan(const PlanInput& in, Plan* out) {
         // hash for each direction.
         lc.localPort = l % static_cast<int>(ra.ports.size());
         lc.remotePort = lc.localPort % static_cast<int>(rb.ports.size());
-        HostPort ha{ra.host, ra.ports[static_cast<size_t>(lc.localPort)]}, hb{rb.host, rb.ports[static_cast<size_t>(lc.remotePort)]};
+        HostPort ha{ra.host, ra.ports[static_cast<size_t>(lc.localPort)]},
+            hb{rb.host, rb.ports[static_cast<size_t>(lc.remotePort)]};
         const uint64_t r = splitmix(in.seed ^ splitmix(pairKey(w.a, w.b) * 131 + static_cast<uint64_t>(l)));
         const uint16_t sport = static_cast<uint16_t>(kEphemeralLo + r % (kEphemeralHi - kEphemeralLo + 1));
         uint16_t dport = rb.listenPorts.size() > static_cast<size_t>(lc.remotePort)
@@ -546,8 +552,10 @@ Status replaceLane(const PlanInput& in, Plan* plan, int a, int b, int lane, cons
   lc.localPort = k.pa;
   lc.remotePort = k.pb;
   lc.path = k.path;
-  HostPort ha{in.ranks[static_cast<size_t>(c.a)].host, in.ranks[static_cast<size_t>(c.a)].ports[static_cast<size_t>(k.pa)]};
-  HostPort hb{in.ranks[static_cast<size_t>(c.b)].host, in.ranks[static_cast<size_t>(c.b)].ports[static_cast<size_t>(k.pb)]};
+  HostPort ha{in.ranks[static_cast<size_t>(c.a)].host,
+              in.ranks[static_cast<size_t>(c.a)].ports[static_cast<size_t>(k.pa)]};
+  HostPort hb{in.ranks[static_cast<size_t>(c.b)].host,
+              in.ranks[static_cast<size_t>(c.b)].ports[static_cast<size_t>(k.pb)]};
   const std::vector<PortRange> ranges = t.steeringRanges(ha, hb, k.path);
   size_t total = 0;
   for (const PortRange& r : ranges) total += static_cast<size_t>(r.hi - r.lo) + 1;

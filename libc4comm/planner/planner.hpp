@@ -50,24 +50,24 @@ struct PlanInput {
   std::vector<Flow> flows;
   int lanes = 2;
   Mode mode = Mode::kC4p;
-  uint64_t seed = 1;        // ecmp's random source ports
-  uint32_t portSalt = 0;    // offsets steering ports, so that communicators of one job differ
-  int searchMoves = 100000; // local-search moves at most (c4p)
+  uint64_t seed = 1;         // ecmp's random source ports
+  uint32_t portSalt = 0;     // offsets steering ports, so that communicators of one job differ
+  int searchMoves = 100000;  // local-search moves at most (c4p)
 };
 
 /// One lane's assignment. Ports index the ranks' NIC port lists (RankPlace::ports).
 struct LaneChoice {
-  int localPort = 0;           // port of the connection's lower rank (the one that opens lanes)
-  int remotePort = 0;          // port of the higher rank
-  int path = 0;                // among topo.numPaths(local, remote)
-  int backPath = -1;           // the way back's path among numPaths(remote, local); -1: the same links
-  uint16_t sourcePort = 0;     // first source port to bind (0: the kernel's)
-  PortRange sourceRange;       // ports of the same path to try when that one is taken ({0,0}: none)
-  bool retired = false;        // out of service (replaceLane): carries nothing
+  int localPort = 0;        // port of the connection's lower rank (the one that opens lanes)
+  int remotePort = 0;       // port of the higher rank
+  int path = 0;             // among topo.numPaths(local, remote)
+  int backPath = -1;        // the way back's path among numPaths(remote, local); -1: the same links
+  uint16_t sourcePort = 0;  // first source port to bind (0: the kernel's)
+  PortRange sourceRange;    // ports of the same path to try when that one is taken ({0,0}: none)
+  bool retired = false;     // out of service (replaceLane): carries nothing
 };
 
 struct PlannedConn {
-  int a = 0, b = 0;          // ranks, a < b
+  int a = 0, b = 0;  // ranks, a < b
   double bytesAB = 0, bytesBA = 0;
   std::vector<LaneChoice> lanes;
 };

@@ -247,8 +247,7 @@ Status Topology::parse(const std::string& text, const std::string& source, Topol
         return rd.fail(uw, "names spine \"" + spine + "\", which is not in spines"), rd.err;
       if (!capacity(uw, cable, &bps)) return rd.err;
       for (int e : t.switches_[static_cast<size_t>(leaf)].up)
-        if (t.links_[static_cast<size_t>(e)].to == s->second)
-          return rd.fail(uw, "a second uplink to " + spine), rd.err;
+        if (t.links_[static_cast<size_t>(e)].to == s->second) return rd.fail(uw, "a second uplink to " + spine), rd.err;
       const int e = t.addCable(cable, t.switches_[static_cast<size_t>(leaf)].name, leaf, spine, s->second, bps);
       t.switches_[static_cast<size_t>(leaf)].up.push_back(e);
     }
@@ -314,7 +313,8 @@ Status Topology::parse(const std::string& text, const std::string& source, Topol
     const json& e = *eit;
     const int nsp = static_cast<int>(t.spineSwitch_.size());
     double dflt = 0;
-    if (e.contains("default_spine") && rd.num(e, "default_spine", "ecmp", &dflt)) t.defaultSpine_ = static_cast<int>(dflt);
+    if (e.contains("default_spine") && rd.num(e, "default_spine", "ecmp", &dflt))
+      t.defaultSpine_ = static_cast<int>(dflt);
     if (!rd.err.isOk()) return rd.err;
     if (t.defaultSpine_ < 0 || t.defaultSpine_ >= nsp)
       return rd.fail("ecmp", "default_spine " + std::to_string(t.defaultSpine_) + " names no spine (the fabric has " +
@@ -331,8 +331,9 @@ Status Topology::parse(const std::string& text, const std::string& source, Topol
         if (s.tier != 0) continue;
         bool has = false;
         for (int l : s.up) has |= t.links_[static_cast<size_t>(l)].to == sw;
-        if (!has) return rd.fail(where, "steers onto " + t.switches_[static_cast<size_t>(sw)].name + ", but " + s.name +
-                                            " has no uplink to it");
+        if (!has)
+          return rd.fail(where, "steers onto " + t.switches_[static_cast<size_t>(sw)].name + ", but " + s.name +
+                                    " has no uplink to it");
       }
       return true;
     };
@@ -457,8 +458,8 @@ Topology Topology::leafSpine(int hosts, int ports, int leaves, int spines, doubl
 
 Topology Topology::fatTree(int k, int hostsPerLeaf, int ports, double bps) {
   Topology t;
-  t.source_ = "fat-tree k=" + std::to_string(k) + " " + std::to_string(hostsPerLeaf) + " hosts/leaf x" +
-              std::to_string(ports);
+  t.source_ =
+      "fat-tree k=" + std::to_string(k) + " " + std::to_string(hostsPerLeaf) + " hosts/leaf x" + std::to_string(ports);
   const int half = k / 2;
   // Switch indices: leaves first (pod-major), then aggregation, then core.
   for (int p = 0; p < k; ++p)
@@ -544,7 +545,8 @@ const Topology::LeafPaths& Topology::leafPaths(int la, int lb) const {
         for (const Up& b : fromB) {
           if (a.node != b.node) continue;
           std::vector<int> p = a.links;
-          for (auto r = b.links.rbegin(); r != b.links.rend(); ++r) p.push_back(links_[static_cast<size_t>(*r)].reverse);
+          for (auto r = b.links.rbegin(); r != b.links.rend(); ++r)
+            p.push_back(links_[static_cast<size_t>(*r)].reverse);
           out.links.push_back(std::move(p));
           out.top.push_back(a.node);
         }

@@ -22,12 +22,12 @@ namespace c4::plan {
 
 /// One direction of a physical link.
 struct Link {
-  std::string name;    // "h0p0->leaf0", "leaf0->spine1"
-  std::string cable;   // the physical link's name in the file ("h0p0-leaf0")
-  int from = -1;       // switch index, or -1 for a host port
-  int to = -1;         // switch index, or -1 for a host port
-  int reverse = -1;    // the same cable's other direction
-  double bps = 0;      // capacity, bits per second (> 0)
+  std::string name;   // "h0p0->leaf0", "leaf0->spine1"
+  std::string cable;  // the physical link's name in the file ("h0p0-leaf0")
+  int from = -1;      // switch index, or -1 for a host port
+  int to = -1;        // switch index, or -1 for a host port
+  int reverse = -1;   // the same cable's other direction
+  double bps = 0;     // capacity, bits per second (> 0)
 };
 
 struct Port {
@@ -45,8 +45,8 @@ struct Host {
 
 struct Switch {
   std::string name;
-  int tier = 0;          // 0 leaf, 1 spine / aggregation, 2 core
-  std::vector<int> up;   // links to the tier above
+  int tier = 0;         // 0 leaf, 1 spine / aggregation, 2 core
+  std::vector<int> up;  // links to the tier above
 };
 
 /// A host port: host index and port index within the host.
@@ -82,7 +82,9 @@ class Topology {
 
   int numHosts() const { return static_cast<int>(hosts_.size()); }
   const Host& host(int h) const { return hosts_[static_cast<size_t>(h)]; }
-  const Port& port(HostPort hp) const { return hosts_[static_cast<size_t>(hp.host)].ports[static_cast<size_t>(hp.port)]; }
+  const Port& port(HostPort hp) const {
+    return hosts_[static_cast<size_t>(hp.host)].ports[static_cast<size_t>(hp.port)];
+  }
   int numSwitches() const { return static_cast<int>(switches_.size()); }
   const Switch& sw(int i) const { return switches_[static_cast<size_t>(i)]; }
   int numLinks() const { return static_cast<int>(links_.size()); }
@@ -138,8 +140,8 @@ class Topology {
   std::map<std::string, int> linkByName_;
   std::map<std::string, HostPort> byAddr_;
   bool steerable_ = false;
-  std::vector<int> spineSwitch_;                  // ECMP spine index -> switch index
-  std::map<int, std::vector<PortRange>> steer_;   // switch index of a spine -> its steering ranges
+  std::vector<int> spineSwitch_;                 // ECMP spine index -> switch index
+  std::map<int, std::vector<PortRange>> steer_;  // switch index of a spine -> its steering ranges
   std::vector<MatchRule> match_;
   int defaultSpine_ = 0;
   mutable std::map<std::pair<int, int>, LeafPaths> cache_;

@@ -32,10 +32,20 @@ size_t parseSize(const char* s) {
   char* end = nullptr;
   double v = strtod(s, &end);
   switch (end != nullptr ? *end : 0) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
+    case 'K':
+    case 'k':
+      v *= 1024;
+      break;
+    case 'M':
+    case 'm':
+      v *= 1024 * 1024;
+      break;
+    case 'G':
+    case 'g':
+      v *= 1024.0 * 1024 * 1024;
+      break;
+    default:
+      break;
   }
   return static_cast<size_t>(v);
 }
@@ -55,9 +65,9 @@ bool parseColl(const std::string& s, Coll* out) {
   const struct {
     const char* name;
     Coll coll;
-  } kColls[] = {{"allreduce", Coll::kAllReduce},         {"allgather", Coll::kAllGather},
-                {"reducescatter", Coll::kReduceScatter}, {"broadcast", Coll::kBroadcast},
-                {"reduce", Coll::kReduce},               {"alltoall", Coll::kAlltoAll}};
+  } kColls[] = {
+      {"allreduce", Coll::kAllReduce}, {"allgather", Coll::kAllGather}, {"reducescatter", Coll::kReduceScatter},
+      {"broadcast", Coll::kBroadcast}, {"reduce", Coll::kReduce},       {"alltoall", Coll::kAlltoAll}};
   for (const auto& c : kColls)
     if (s == c.name) {
       *out = c.coll;
@@ -84,19 +94,32 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "-h" || a == "--help") return usage(), 0;
-    if (a == "--leaf-spine") leafSpine = numbers(next());
-    else if (a == "--fat-tree") fatTree = numbers(next());
-    else if (a == "-C") collName = next();
-    else if (a == "-A") algoName = next();
-    else if (a == "-b") bytes = parseSize(next());
-    else if (a == "--ranks-per-host") ranksPerHost = atoi(next());
-    else if (a == "--ports") ports = atoi(next());
-    else if (a == "--lanes") lanes = atoi(next());
-    else if (a == "--seeds") seeds = atoi(next());
-    else if (a == "--links") links = atoi(next());
-    else if (a == "--quiet") quiet = true;
-    else if (!a.empty() && a[0] != '-' && file.empty()) file = a;
-    else return usage(), 2;
+    if (a == "--leaf-spine")
+      leafSpine = numbers(next());
+    else if (a == "--fat-tree")
+      fatTree = numbers(next());
+    else if (a == "-C")
+      collName = next();
+    else if (a == "-A")
+      algoName = next();
+    else if (a == "-b")
+      bytes = parseSize(next());
+    else if (a == "--ranks-per-host")
+      ranksPerHost = atoi(next());
+    else if (a == "--ports")
+      ports = atoi(next());
+    else if (a == "--lanes")
+      lanes = atoi(next());
+    else if (a == "--seeds")
+      seeds = atoi(next());
+    else if (a == "--links")
+      links = atoi(next());
+    else if (a == "--quiet")
+      quiet = true;
+    else if (!a.empty() && a[0] != '-' && file.empty())
+      file = a;
+    else
+      return usage(), 2;
   }
   plan::Topology topo;
   if (!file.empty()) {
@@ -116,7 +139,8 @@ int main(int argc, char** argv) {
   Coll coll;
   sched::Algo algo;
   if (!parseColl(collName, &coll)) return fprintf(stderr, "c4-plan: unknown collective %s\n", collName.c_str()), 2;
-  if (!sched::parseAlgo(algoName, &algo)) return fprintf(stderr, "c4-plan: unknown algorithm %s\n", algoName.c_str()), 2;
+  if (!sched::parseAlgo(algoName, &algo))
+    return fprintf(stderr, "c4-plan: unknown algorithm %s\n", algoName.c_str()), 2;
   if (ranksPerHost < 1) return fprintf(stderr, "c4-plan: --ranks-per-host must be >= 1\n"), 2;
 
   plan::PlanInput in;
