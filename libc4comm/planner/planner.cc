@@ -139,7 +139,8 @@ class Solver {
     return {worst, total};
   }
 
-  int best(const ConnWork& c) const {
+  int best(const ConnWork& c) {
+    evals_ += static_cast<int64_t>(c.cands.size());
     int bi = 0;
     std::pair<double, double> bc = cost(c, c.cands[0]);
     for (size_t i = 1; i < c.cands.size(); ++i) {
@@ -170,7 +171,7 @@ class Solver {
 
   void greedy(std::vector<ConnWork>& conns) {
     for (ConnWork& c : conns) {
-      candidates(c);
+      if (c.cands.empty()) candidates(c);
       c.choice.assign(static_cast<size_t>(in_.lanes), 0);
       for (int l = 0; l < in_.lanes; ++l) {
         const int k = best(c);
@@ -203,17 +204,103 @@ class Solver {
         }
         if (moved) break;
       }
-      if (!moved) return;
+      if (!moved && !chain(conns, b, m)) return;
     }
   }
 
+  // Whether lane l of c runs over link `link` in a direction that carries its bytes.
+  static bool uses(const ConnWork& c, const Candidate& k, int link) {
+    return (c.ab > 0 && std::find(k.fwd.begin(), k.fwd.end(), link) != k.fwd.end()) ||
+           (c.ba > 0 && std::find(k.back.begin(), k.back.end(), link) != k.back.end());
+  }
+
+  // No single lane can leave the most loaded link b (reading m) without making another link read
+  // m: an ejection chain of two. Lane X leaves b for a path whose worst link then reads m (a tie),
+  // and a lane Y leaves that link for a path below m; kept only if both end below m. Bounded work.
+  bool chain(std::vector<ConnWork>& conns, int b, double m) {
+    const double below = m * (1 - 1e-9);
+    int64_t budget = 200000;  // candidate evaluations
+    for (ConnWork& cx : conns) {
+      for (size_t lx = 0; lx < cx.choice.size(); ++lx) {
+        const int curX = cx.choice[lx];
+        if (!uses(cx, cx.cands[static_cast<size_t>(curX)], b)) continue;
+        apply(cx, cx.cands[static_cast<size_t>(curX)], -1);
+        for (size_t kx = 0; kx < cx.cands.size() && budget > 0; ++kx) {
+          --budget;
+          if (static_cast<int>(kx) == curX) continue;
+          const Candidate& candX = cx.cands[kx];
+          if (uses(cx, candX, b) || cost(cx, candX).first > m * (1 + 1e-9)) continue;
+          apply(cx, candX, +1);
+          // Each link of X's new path that now reads m must lose a lane Y to a path below m.
+          std::vector<int> ties;
+          for (const std::vector<int>* links : {&candX.fwd, &candX.back})
+            for (int l : *links)
+              if (load_[static_cast<size_t>(l)] * secPerByte_[static_cast<size_t>(l)] >= below &&
+                  std::find(ties.begin(), ties.end(), l) == ties.end())
+                ties.push_back(l);
+          struct Undo {
+            ConnWork* c;
+            size_t lane;
+            int was;
+          };
+          std::vector<Undo> undo;
+          bool done = true;
+          for (int tie : ties) {
+            if (load_[static_cast<size_t>(tie)] * secPerByte_[static_cast<size_t>(tie)] < below) continue;
+            bool relieved = false;
+            for (ConnWork& cy : conns) {
+              for (size_t ly = 0; ly < cy.choice.size() && !relieved && budget > 0; ++ly) {
+                if (&cy == &cx && ly == lx) continue;
+                const int was = cy.choice[ly];
+                const Candidate& curY = cy.cands[static_cast<size_t>(was)];
+                if (!uses(cy, curY, tie)) continue;
+                apply(cy, curY, -1);
+                const int ky = best(cy);
+                budget -= static_cast<int64_t>(cy.cands.size());
+                if (ky != was && cost(cy, cy.cands[static_cast<size_t>(ky)]).first < below) {
+                  cy.choice[ly] = ky;
+                  undo.push_back(Undo{&cy, ly, was});
+                  relieved = true;
+                }
+                apply(cy, cy.cands[static_cast<size_t>(cy.choice[ly])], +1);
+              }
+              if (relieved) break;
+            }
+            if (!relieved) {
+              done = false;
+              break;
+            }
+          }
+          if (!done) {
+            for (auto u = undo.rbegin(); u != undo.rend(); ++u) {
+              apply(*u->c, u->c->cands[static_cast<size_t>(u->c->choice[u->lane])], -1);
+              u->c->choice[u->lane] = u->was;
+              apply(*u->c, u->c->cands[static_cast<size_t>(u->was)], +1);
+            }
+          }
+          if (done) {
+            cx.choice[lx] = static_cast<int>(kx);
+            return true;
+          }
+          apply(cx, candX, -1);
+        }
+        apply(cx, cx.cands[static_cast<size_t>(curX)], +1);
+        if (budget <= 0) return false;
+      }
+    }
+    return false;
+  }
+
   std::vector<double>& load() { return load_; }
+  /// Candidates priced so far (the restarts' work budget: deterministic, unlike a clock).
+  int64_t evals() const { return evals_; }
 
  private:
   const PlanInput& in_;
   const Topology& t_;
   std::vector<double> secPerByte_;
   std::vector<double> load_;
+  int64_t evals_ = 0;
 };
 
 // Steering source ports: distinct per local address (host port) and path's ranges, offset by salt.
@@ -394,6 +481,35 @@ std::string Plan::describeLoad(const Topology& t, int maxLines) const {
   return s;
 }
 
+namespace {
+
+// No plan beats the busiest host's bytes over its ports, nor the bytes leaving (entering) a leaf
+// for other leaves over its uplinks (what an oversubscribed fabric imposes).
+double lowerBound(const PlanInput& in) {
+  const Topology& t = *in.topo;
+  Plan probe;
+  double m = probe.hostBoundSeconds(t, in);
+  std::map<int, double> out, inb;  // leaf -> bytes
+  for (const Flow& f : in.flows) {
+    const RankPlace& rs = in.ranks[static_cast<size_t>(f.src)];
+    const RankPlace& rd = in.ranks[static_cast<size_t>(f.dst)];
+    if (rs.host == rd.host || f.bytes <= 0) continue;
+    const int ls = t.port(HostPort{rs.host, rs.ports[0]}).leaf, ld = t.port(HostPort{rd.host, rd.ports[0]}).leaf;
+    if (ls == ld) continue;
+    out[ls] += f.bytes;
+    inb[ld] += f.bytes;
+  }
+  for (auto* side : {&out, &inb})
+    for (auto& [leaf, bytes] : *side) {
+      double bps = 0;
+      for (int l : t.sw(leaf).up) bps += t.link(l).bps;
+      if (bps > 0) m = std::max(m, bytes * 8.0 / bps);
+    }
+  return m;
+}
+
+}  // namespace
+
 Status makePlan(const PlanInput& in, Plan* out) {
   if (in.topo == nullptr) return makeError(Code::kInvalidArgument, "planner: no topology");
   const Topology& t = *in.topo;
@@ -406,6 +522,29 @@ Status makePlan(const PlanInput& in, Plan* out) {
   if (in.mode == Mode::kC4p) {
     solver.greedy(work);
     solver.localSearch(work);
+    // Above the host-port bound, single moves and short chains can be stuck where a long swap
+    // would help (lanes as colours of a bipartite graph across a fat-tree's pods). Greedy again
+    // from other orders (connections and tie-breaks shuffled, seeded: every rank gets the same
+    // plan), within a budget of work, keeping the best.
+    int b = -1;
+    double bestMax = solver.maxSeconds(&b);
+    const double bound = lowerBound(in);
+    const int64_t budget = solver.evals() + std::min<int64_t>(solver.evals() * in.restarts, 5000000);
+    uint64_t rng = 0x5EED;
+    for (int r = 0; r < in.restarts && bestMax > bound * (1 + 1e-9) && solver.evals() < budget; ++r) {
+      std::vector<ConnWork> trial = work;
+      for (size_t i = trial.size(); i > 1; --i) std::swap(trial[i - 1], trial[(rng = splitmix(rng)) % i]);
+      for (ConnWork& c : trial)
+        for (size_t i = c.cands.size(); i > 1; --i) std::swap(c.cands[i - 1], c.cands[(rng = splitmix(rng)) % i]);
+      std::fill(solver.load().begin(), solver.load().end(), 0.0);
+      solver.greedy(trial);
+      solver.localSearch(trial);
+      const double m = solver.maxSeconds(&b);
+      if (m < bestMax * (1 - 1e-9)) {
+        bestMax = m;
+        work = std::move(trial);
+      }
+    }
   }
   PortAllocator ports(in.portSalt);
   for (ConnWork& w : work) {
@@ -426,6 +565,13 @@ Status makePlan(const PlanInput& in, Plan* out) {
         HostPort ha{ra.host, ra.ports[static_cast<size_t>(k.pa)]}, hb{rb.host, rb.ports[static_cast<size_t>(k.pb)]};
         st = ports.take(t, ha, t.steeringRanges(ha, hb, k.path), &lc.sourcePort, &lc.sourceRange);
         if (!st.isOk()) return st;
+        // The replies follow the steering source port only if the peer's listening port does not
+        // match an earlier entry of the fabric's rule; where it does, book them where they go.
+        const size_t rp = static_cast<size_t>(k.pb);
+        if (lc.sourcePort != 0 && rp < rb.listenPorts.size() && rb.listenPorts[rp] != 0) {
+          const int back = t.pathByPorts(hb, ha, rb.listenPorts[rp], lc.sourcePort);
+          if (t.pathName(hb, ha, back) != t.pathName(ha, hb, lc.path)) lc.backPath = back;
+        }
       } else {
         // What the transport does unplanned: lane l on port l mod ports at both ends; a random
         // source port (ecmp: seeded; off: the kernel's, estimated with a seed) and the fabric's

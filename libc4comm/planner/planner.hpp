@@ -9,7 +9,8 @@
 // same path. Deterministic: every rank computes the same plan from the same input.
 //
 // Modes: c4p (greedy, largest connections first, each lane onto the candidate whose most loaded
-// link ends up least loaded; then local search moving lanes off the bottleneck link), ecmp (what
+// link ends up least loaded; then local search moving lanes off the bottleneck link, alone or in
+// a chain of two; above the host-port bound, restarts from shuffled orders), ecmp (what
 // hashing gives: each lane on port lane mod ports of both ends and a seeded random source port,
 // its path the fabric's ECMP rule), off (the transport's defaults; nothing planned).
 #pragma once
@@ -53,6 +54,7 @@ struct PlanInput {
   uint64_t seed = 1;         // ecmp's random source ports
   uint32_t portSalt = 0;     // offsets steering ports, so that communicators of one job differ
   int searchMoves = 100000;  // local-search moves at most (c4p)
+  int restarts = 16;         // c4p above the host-port bound: greedy again from shuffled orders (0: never)
 };
 
 /// One lane's assignment. Ports index the ranks' NIC port lists (RankPlace::ports).

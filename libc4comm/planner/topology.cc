@@ -313,13 +313,12 @@ Status Topology::parse(const std::string& text, const std::string& source, Topol
     const json& e = *eit;
     const int nsp = static_cast<int>(t.spineSwitch_.size());
     double dflt = 0;
-    if (e.contains("default_spine") && rd.num(e, "default_spine", "ecmp", &dflt))
-      t.defaultSpine_ = static_cast<int>(dflt);
-    if (!rd.err.isOk()) return rd.err;
-    if (t.defaultSpine_ < 0 || t.defaultSpine_ >= nsp)
-      return rd.fail("ecmp", "default_spine " + std::to_string(t.defaultSpine_) + " names no spine (the fabric has " +
+    if (e.contains("default_spine") && !rd.num(e, "default_spine", "ecmp", &dflt)) return rd.err;
+    if (!(dflt >= 0 && dflt < nsp && dflt == static_cast<double>(static_cast<int>(dflt))))
+      return rd.fail("ecmp", "default_spine " + std::to_string(dflt) + " names no spine (the fabric has " +
                                  std::to_string(nsp) + ")"),
              rd.err;
+    t.defaultSpine_ = static_cast<int>(dflt);
     auto spineOk = [&](const std::string& where, double v, int* out) {
       if (v < 0 || v >= nsp || v != static_cast<double>(static_cast<int>(v)))
         return rd.fail(where, "names spine " + std::to_string(static_cast<long long>(v)) + ", but the fabric has " +
@@ -372,30 +371,56 @@ Status Topology::parse(const std::string& text, const std::string& source, Topol
         t.match_.push_back(mr);
       }
     }
-    // A steering range must steer where it says: each of its ports, as a source port, first
-    // matches its own spine in the match list.
-    for (auto& [sw, ranges] : t.steer_) {
-      for (const PortRange& r : ranges) {
-        for (uint16_t port : {r.lo, r.hi}) {
-          if (t.match_.empty()) break;
-          int got = t.defaultSpine_;
-          for (const MatchRule& m : t.match_)
-            if (!m.dport && port >= m.lo && port <= m.hi) {
-              got = m.spine;
-              break;
-            }
-          const int gotSw = t.spineSwitch_[static_cast<size_t>(got)];
-          if (gotSw != sw)
+    // A steering range must steer where it says: every one of its ports, as a source port, first
+    // matches its own spine in the match list (walked in order over what is still unmatched;
+    // destination-port entries are not checked: they match the replies, whose destination is the
+    // steered source port).
+    if (!t.match_.empty()) {
+      for (auto& [sw, ranges] : t.steer_) {
+        for (const PortRange& r : ranges) {
+          std::vector<std::pair<int, int>> open{{r.lo, r.hi}};
+          auto wrong = [&](int port, int spine) {
+            const int gotSw = t.spineSwitch_[static_cast<size_t>(spine)];
             return rd.fail("ecmp.rule", "source port " + std::to_string(port) + " steers onto " +
                                             t.switches_[static_cast<size_t>(sw)].name + " by the rule but onto " +
-                                            t.switches_[static_cast<size_t>(gotSw)].name + " by the match list"),
-                   rd.err;
+                                            t.switches_[static_cast<size_t>(gotSw)].name + " by the match list");
+          };
+          for (const MatchRule& m : t.match_) {
+            if (m.dport) continue;
+            std::vector<std::pair<int, int>> rest;
+            for (auto [lo, hi] : open) {
+              const int a = std::max<int>(lo, m.lo), b = std::min<int>(hi, m.hi);
+              if (a > b) {
+                rest.emplace_back(lo, hi);
+                continue;
+              }
+              if (t.spineSwitch_[static_cast<size_t>(m.spine)] != sw) return wrong(a, m.spine), rd.err;
+              if (lo < a) rest.emplace_back(lo, a - 1);
+              if (b < hi) rest.emplace_back(b + 1, hi);
+            }
+            open.swap(rest);
+            if (open.empty()) break;
+          }
+          if (!open.empty() && t.spineSwitch_[static_cast<size_t>(t.defaultSpine_)] != sw)
+            return wrong(open.front().first, t.defaultSpine_), rd.err;
         }
       }
     }
     t.steerable_ = !t.steer_.empty();
   }
   t.finish();
+  // Every two leaves with hosts must reach each other (through some spine).
+  std::vector<int> used;
+  for (const Host& h : t.hosts_)
+    for (const Port& p : h.ports)
+      if (std::find(used.begin(), used.end(), p.leaf) == used.end()) used.push_back(p.leaf);
+  for (size_t i = 0; i < used.size(); ++i)
+    for (size_t j = i + 1; j < used.size(); ++j)
+      if (t.leafPaths(used[i], used[j]).links.empty())
+        return rd.fail("leaves", t.switches_[static_cast<size_t>(used[i])].name + " and " +
+                                     t.switches_[static_cast<size_t>(used[j])].name +
+                                     " have hosts but share no spine: no path between them"),
+               rd.err;
   *out = std::move(t);
   return Status::ok();
 }

@@ -472,6 +472,35 @@ TEST(PlannerTest, C4pIsDeterministic) {
   EXPECT_EQ(a.describe(in), b.describe(in));
 }
 
+// A listening port inside a steering range matches the rule before the reply's destination port
+// does: the replies of a lane steered elsewhere take the listening port's spine, and the plan must
+// book them there (LaneChoice::backPath), as ecmp's evaluation does.
+TEST(PlannerTest, RepliesFromAListenPortInsideASteeringRange) {
+  Topology t;
+  ASSERT_TRUE(Topology::parse(c4test::kNetlabTopo, "netlab.json", &t).isOk());
+  std::vector<RankPlace> ranks = onePerHost(t);
+  for (RankPlace& r : ranks) r.listenPorts = {21000, 21001};  // spine0's steering range
+  PlanInput in = input(t, ranks, ringFlows(4, 64 * kMiB), 2);
+  Plan p;
+  ASSERT_TRUE(makePlan(in, &p).isOk());
+  int viaSpine1 = 0;
+  for (const auto& c : p.conns)
+    for (const LaneChoice& l : c.lanes) {
+      const HostPort ha{ranks[static_cast<size_t>(c.a)].host,
+                        ranks[static_cast<size_t>(c.a)].ports[static_cast<size_t>(l.localPort)]};
+      const HostPort hb{ranks[static_cast<size_t>(c.b)].host,
+                        ranks[static_cast<size_t>(c.b)].ports[static_cast<size_t>(l.remotePort)]};
+      if (t.pathName(ha, hb, l.path) != "spine1") {
+        EXPECT_EQ(l.backPath, -1);
+        continue;
+      }
+      ++viaSpine1;
+      ASSERT_GE(l.backPath, 0) << "replies of a lane via spine1 to listen port 2100x go via spine0";
+      EXPECT_EQ(t.pathName(hb, ha, l.backPath), "spine0");
+    }
+  EXPECT_GT(viaSpine1, 0);
+}
+
 TEST(PlannerTest, SteeringPortsFollowTheRule) {
   Topology t;
   ASSERT_TRUE(Topology::parse(c4test::kNetlabTopo, "netlab.json", &t).isOk());

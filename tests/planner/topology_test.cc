@@ -307,6 +307,22 @@ TEST(TopologyTest, BadFilesNameTheEntry) {
        replaceOnce(good, "{\"field\": \"sport\", \"lo\": 25000, \"hi\": 29999, \"spine\": 1}",
                    "{\"field\": \"sport\", \"lo\": 25000, \"hi\": 29999, \"spine\": 0}"),
        {"ecmp.rule", "source port 25000 steers onto spine1 by the rule but onto spine0 by the match list"}},
+      {"a match entry inside a steering range sends it elsewhere",
+       replaceOnce(good, "{\"field\": \"sport\", \"lo\": 20000, \"hi\": 24999, \"spine\": 0}",
+                   "{\"field\": \"sport\", \"lo\": 26000, \"hi\": 26999, \"spine\": 0}, "
+                   "{\"field\": \"sport\", \"lo\": 20000, \"hi\": 24999, \"spine\": 0}"),
+       {"ecmp.rule", "source port 26000 steers onto spine1 by the rule but onto spine0 by the match list"}},
+      {"default_spine out of range",
+       replaceOnce(good, "\"default_spine\": 0", "\"default_spine\": 1e30"),
+       {"ecmp", "default_spine", "names no spine"}},
+      {"two leaves share no spine (no ECMP rule)",
+       replaceOnce(good.substr(0, good.find(",\n \"ecmp\":")) + "\n}",
+                   "{\"spine\": \"spine0\", \"ifname\": \"s0\", \"addr\": \"10.1.128.5\", \"peer_addr\": "
+                   "\"10.1.128.6\", \"subnet\": \"10.1.128.4/30\", \"link\": \"leaf1-spine0\", \"table\": 100},\n    "
+                   "{\"spine\": \"spine1\", \"ifname\": \"s1\", \"addr\": \"10.1.129.5\", \"peer_addr\": "
+                   "\"10.1.129.6\", \"subnet\": \"10.1.129.4/30\", \"link\": \"leaf1-spine1\", \"table\": 101}",
+                   ""),
+       {"leaves", "leaf0 and leaf1", "share no spine"}},
       {"port out of range",
        replaceOnce(good, "\"sport_lo\": 25000", "\"sport_lo\": 70000"),
        {"ecmp.rule[1]", "\"sport_lo\"", "not a TCP port"}},
