@@ -22,7 +22,7 @@ EXPECTED = {
     "netlab (emulated hosts and fabrics)": (["netlab_*"], 10),
     "transport conformance": (["*Conformance*"], 10),
     "trace report screenshot": (["trace_report_screenshot"], 1),
-    "C4P planner": (["Planner*", "Topology*"], 29),
+    "C4P planner": (["Planner*", "Topology*"], 30),
 }
 ALLOWED_SKIPS = ["*Gpu*", "*gpu*", "*Cuda*"]
 

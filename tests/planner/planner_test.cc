@@ -751,3 +751,60 @@ TEST(PlannerTest, DescribeAndLoad) {
 }
 
 }  // namespace
+
+// Failover and rebalancing (core/lane_planner.cc) re-plan one lane: a retired lane carries nothing,
+// its replacement avoids the links marked, and a spare path is one no other lane loads.
+TEST(PlannerTest, ReplaceLaneAvoidsTheFailedLinks) {
+  Topology t;
+  ASSERT_TRUE(Topology::parse(c4test::kNetlabTopo, "netlab.json", &t).isOk());
+  PlanInput in = input(t, onePerHost(t), ringFlows(4, 64 * kMiB), 2);
+  Plan p;
+  ASSERT_TRUE(makePlan(in, &p).isOk());
+  // Ring 0 -> 1 -> 2 -> 3 -> 0 with hosts 0, 1 on leaf0: connection (1, 2) crosses the spines, one
+  // lane on each.
+  const c4::plan::PlannedConn* c = p.find(1, 2);
+  ASSERT_NE(c, nullptr);
+  ASSERT_EQ(c->lanes.size(), 2u);
+  int viaSpine1 = -1;
+  for (int i = 0; i < 2; ++i)
+    if (lanePath(in, p, 1, 2, i).find("spine1") != std::string::npos) viaSpine1 = i;
+  ASSERT_GE(viaSpine1, 0) << p.describe(in);
+  const std::string path = lanePath(in, p, 1, 2, viaSpine1);
+  EXPECT_NE(path.find(" -> leaf0 -> spine1 -> leaf1 -> "), std::string::npos) << path;
+  EXPECT_EQ(path.rfind("h1p", 0), 0u) << path;
+
+  std::vector<char> avoid;
+  markLaneLinks(in, p, 1, 2, viaSpine1, &avoid);
+  ASSERT_EQ(avoid.size(), static_cast<size_t>(t.numLinks()));
+  for (const char* name : {"leaf0->spine1", "spine1->leaf1", "leaf1->spine1", "spine1->leaf0"})
+    EXPECT_TRUE(avoid[static_cast<size_t>(t.findLink(name))]) << name;
+  EXPECT_FALSE(avoid[static_cast<size_t>(t.findLink("leaf0->spine0"))]);
+  EXPECT_FALSE(avoid[static_cast<size_t>(t.findLink("h1p0->leaf0"))]) << "host ports are not the fabric's";
+
+  // No spare path: the other spine carries the connection's other lane.
+  Plan trial = p;
+  bool found = true;
+  LaneChoice lc;
+  ASSERT_TRUE(replaceLane(in, &trial, 1, 2, viaSpine1, avoid, true, &found, &lc).isOk());
+  EXPECT_FALSE(found);
+  EXPECT_TRUE(trial.find(1, 2)->lanes[static_cast<size_t>(viaSpine1)].retired);
+
+  // Failover: the replacement goes through spine0 and the retired lane carries nothing.
+  const double before = p.load[static_cast<size_t>(t.findLink("leaf0->spine1"))];
+  EXPECT_GT(before, 0);
+  ASSERT_TRUE(replaceLane(in, &p, 1, 2, viaSpine1, avoid, false, &found, &lc).isOk());
+  ASSERT_TRUE(found);
+  c = p.find(1, 2);
+  ASSERT_EQ(c->lanes.size(), 3u);
+  EXPECT_TRUE(c->lanes[static_cast<size_t>(viaSpine1)].retired);
+  EXPECT_NE(lanePath(in, p, 1, 2, 2).find("spine0"), std::string::npos) << lanePath(in, p, 1, 2, 2);
+  EXPECT_GE(lc.sourcePort, 20000);
+  EXPECT_LE(lc.sourcePort, 24999);  // spine0's steering range
+  EXPECT_EQ(p.load[static_cast<size_t>(t.findLink("leaf0->spine1"))], 0.0) << p.describeLoad(t);
+  // The connection's bytes now ride its two live lanes, both through spine0.
+  EXPECT_DOUBLE_EQ(p.load[static_cast<size_t>(t.findLink("leaf0->spine0"))], c->bytesAB);
+
+  // Errors.
+  EXPECT_FALSE(replaceLane(in, &p, 0, 2, 0, avoid, false, &found, &lc).isOk()) << "no such connection";
+  EXPECT_FALSE(replaceLane(in, &p, 1, 2, 7, avoid, false, &found, &lc).isOk()) << "no such lane";
+}
