@@ -2,6 +2,7 @@
 """Tests of tools/c4-trace on synthetic traces written in the library's file format: the report's
 numbers, JSON/CSV/HTML/Chrome outputs, clock alignment with skewed ranks, bad input, and a
 1-million-event merge (its time is printed, not asserted). Usage: test_c4trace.py PATH/TO/c4-trace"""
+import csv
 import json
 import os
 import struct
@@ -41,6 +42,20 @@ def write_trace(path, rank, nranks, events, skew_ns=0, offset_est=None, rtt=2000
 
 def op(t0, dur, nbytes, seq, coll=0, algo=0, peer=-1):
     return (t0, t0 + dur, nbytes, seq, peer, fmt.T_OP, coll, 7, 0, algo, 0, 0)
+
+
+def names_table(*texts):
+    """A trace file's name table holding texts: (bytes, {text: its name id})."""
+    data, ids = b"\0", {}
+    for t in texts:
+        ids[t] = len(data)
+        data += t.encode() + b"\0"
+    return data, ids
+
+
+def plan_ev(kind, t0, name_id, t1=None, nbytes=0, peer=-1, lane=0):
+    """A C4P event (T_PLAN, Event::redop = kind, one of fmt.PLAN_*) in write_trace's layout."""
+    return (t0, t0 if t1 is None else t1, nbytes, name_id, peer, fmt.T_PLAN, 0, 0, kind, 0xff, lane, 0)
 
 
 def load_json(path):
@@ -204,6 +219,166 @@ class C4TraceTool(unittest.TestCase):
         self.assertIn("ERROR rank 0: code 6: connection reset by rank 1", so)
         self.assertIn("997 older events were overwritten", so)
         self.assertIn("no file for rank(s) 1", so)
+
+    PLAN = ("C4P c4p over /tmp/x/topo.json: 2 connection(s) x 2 lane(s) for ring AllReduce of 67108864 B; most "
+            "loaded link leaf0->spine1")
+    PATH_A = "h0p0 -> leaf0 -> spine1 -> leaf1 -> h1p0"  # rank 0, lane 0 to rank 1
+    PATH_C = "h0p1 -> leaf0 -> spine0 -> leaf1 -> h1p1"  # rank 0, lane 1 to rank 1
+    PATH_D = "h2p0 -> leaf0 -> spine1 -> leaf1 -> h1p0"  # rank 1 (on host h2 here), lane 0 to rank 0's h1p0
+    PATH_E = "h2p1 -> leaf0 -> h0p1"  # rank 1, lane 1 to rank 0
+    REPLAN = "lane 1 (%s) moved to a spare path as lane 2 (h0p1 -> leaf0 -> spine1 -> leaf1 -> h1p1)" % PATH_C
+
+    def make_c4p_run(self):
+        """2 ranks (rank 1's clock 3 s ahead, as measured): the plan on both; rank 0 sends 100 MB on PATH_A in
+        [0, 1 s], 50 MB in [1, 2 s] and 40 MB on PATH_C in [0, 2 s], changes weights at 1 s and moves lane 1 at
+        1.5 s; rank 1 sends 300 MB on PATH_D (sharing leaf0->spine1->leaf1->h1p0 with PATH_A) in [0.5, 1.5 s] and
+        20 MB on PATH_E in [0, 2 s], and changes weights at 1.2 s."""
+        s = 1_000_000_000
+        names, ids = names_table(self.PLAN, self.PATH_A, self.PATH_C, "weights 1.00 0.50", self.REPLAN)
+        evs = [plan_ev(fmt.PLAN_PLAN, 0, ids[self.PLAN]), op(1000, 2 * s - 2000, 64 << 20, 0),
+               plan_ev(fmt.PLAN_LANE_SAMPLE, 0, ids[self.PATH_A], s, 100_000_000, peer=1, lane=0),
+               plan_ev(fmt.PLAN_LANE_SAMPLE, 0, ids[self.PATH_C], 2 * s, 40_000_000, peer=1, lane=1),
+               plan_ev(fmt.PLAN_WEIGHTS, s, ids["weights 1.00 0.50"], peer=1),
+               plan_ev(fmt.PLAN_LANE_SAMPLE, s, ids[self.PATH_A], 2 * s, 50_000_000, peer=1, lane=0),
+               plan_ev(fmt.PLAN_REPLAN, s + s // 2, ids[self.REPLAN], peer=1, lane=2)]
+        write_trace(os.path.join(self.dir, "c4pc4pc4pc4pc4p0.r0.c4t"), 0, 2, evs, names=names, tag="c4pc4pc4pc4pc4p0")
+        names, ids = names_table(self.PLAN, self.PATH_D, self.PATH_E, "weights 0.90 1.00")
+        evs = [plan_ev(fmt.PLAN_PLAN, 0, ids[self.PLAN]), op(2000, 2 * s - 2000, 64 << 20, 0),
+               plan_ev(fmt.PLAN_LANE_SAMPLE, 0, ids[self.PATH_E], 2 * s, 20_000_000, peer=0, lane=1),
+               plan_ev(fmt.PLAN_LANE_SAMPLE, s // 2, ids[self.PATH_D], s + s // 2, 300_000_000, peer=0, lane=0),
+               plan_ev(fmt.PLAN_WEIGHTS, s + s // 5, ids["weights 0.90 1.00"], peer=0)]
+        write_trace(os.path.join(self.dir, "c4pc4pc4pc4pc4p0.r1.c4t"), 1, 2, evs, names=names, tag="c4pc4pc4pc4pc4p0",
+                    skew_ns=3_000_000_000)
+
+    def test_c4p_link_load_and_plan_events(self):
+        self.make_c4p_run()
+        out = os.path.join(self.dir, "rep.html")
+        rc, so, se = run_tool("report", self.dir, "-o", out, "--json", "--csv")
+        self.assertEqual(rc, 0, se)
+        c4p = load_json(os.path.join(self.dir, "rep.json"))["c4p"]
+        # 2 s of run: 50 ms buckets (the minimum), from the run's first event (t = 0) to its last (t = 2 s).
+        self.assertEqual(c4p["bucket_ns"], 50_000_000)
+        self.assertEqual(c4p["buckets"], 41)
+        self.assertEqual(c4p["lane_samples"], 5)
+        self.assertEqual(c4p["sample_bytes"], 510_000_000)
+        links = {l["link"]: l for l in c4p["links"]}
+        self.assertEqual(set(links), {"h0p0->leaf0", "leaf0->spine1", "spine1->leaf1", "leaf1->h1p0", "h0p1->leaf0",
+                                      "leaf0->spine0", "spine0->leaf1", "leaf1->h1p1", "h2p0->leaf0", "h2p1->leaf0",
+                                      "leaf0->h0p1"})
+        # Switch-to-switch links first, each group by mean load.
+        self.assertEqual([l["link"] for l in c4p["links"]][:4], ["leaf0->spine1", "spine1->leaf1", "leaf0->spine0",
+                                                                 "spine0->leaf1"])
+        self.assertEqual({k for k, l in links.items() if l["fabric"]}, {"leaf0->spine1", "spine1->leaf1",
+                                                                         "leaf0->spine0", "spine0->leaf1"})
+
+        def expect(name, pieces):
+            """pieces: (first bucket, last bucket + 1, GB/s), 0 elsewhere, None (null) in the last bucket, [2, 2.05 s),
+            which no rank's samples cover."""
+            want = [0.0] * 40 + [None]
+            for a, b, v in pieces:
+                for k in range(a, b):
+                    want[k] += v
+            got = links[name]["GBps"]
+            self.assertEqual(len(got), 41, name)
+            for k in range(41):
+                if want[k] is None:
+                    self.assertIsNone(got[k], "%s bucket %d: %r" % (name, k, got))
+                else:
+                    self.assertAlmostEqual(got[k], want[k], places=9, msg="%s bucket %d: %r" % (name, k, got))
+        # 100 MB over [0, 1 s] is 0.1 GB/s on each of PATH_A's 4 links, then 50 MB over [1, 2 s] 0.05 GB/s; rank 1's
+        # 300 MB over [0.5, 1.5 s] (0.3 GB/s) adds up with them on the 3 links the paths share.
+        a_only = [(0, 20, 0.1), (20, 40, 0.05)]
+        expect("h0p0->leaf0", a_only)
+        for name in ("leaf0->spine1", "spine1->leaf1", "leaf1->h1p0"):
+            expect(name, a_only + [(10, 30, 0.3)])
+        expect("h2p0->leaf0", [(10, 30, 0.3)])
+        expect("leaf0->h0p1", [(0, 40, 0.01)])
+        for name in ("h0p1->leaf0", "leaf0->spine0", "spine0->leaf1", "leaf1->h1p1"):
+            expect(name, [(0, 40, 0.02)])
+        self.assertAlmostEqual(links["leaf0->spine1"]["mean_GBps"], 0.225, places=7)  # 450 MB in the 2 s sampled
+        self.assertAlmostEqual(links["leaf0->spine1"]["peak_GBps"], 0.4, places=7)
+        self.assertEqual(links["leaf0->spine1"]["bytes"], 450_000_000)
+        self.assertAlmostEqual(links["h2p0->leaf0"]["mean_GBps"], 0.15, places=7)
+        # Plan events: the plan once for both ranks, a re-plan, two weight changes, on the aligned clock.
+        self.assertEqual(c4p["plans"], [{"text": self.PLAN, "t_ns": c4p["plans"][0]["t_ns"], "ranks": [0, 1],
+                                         "comms": ["c4pc4pc4pc4pc4p0"]}])
+        self.assertEqual((c4p["replans"], c4p["weight_changes"]), (1, 2))
+        evs = [(e["kind"], e["rank"], e["peer"], e["text"]) for e in c4p["events"]]
+        self.assertEqual(evs[2:], [("weights", 0, 1, "weights 1.00 0.50"), ("weights", 1, 0, "weights 0.90 1.00"),
+                                   ("replan", 0, 1, self.REPLAN)])
+        self.assertEqual(c4p["events"][-1]["lane"], 2)
+        self.assertAlmostEqual((c4p["events"][3]["t_ns"] - c4p["t0_ns"]) / 1e9, 1.2, places=6)  # rank 1, skew undone
+        # The text summary.
+        self.assertIn("\nC4P (lane planning", so)
+        self.assertEqual(so.count(self.PLAN), 1)
+        self.assertIn(self.PLAN + "  (ranks 0-1)", so)
+        self.assertIn("  re-plans: 1\n    +1.500 s rank 0 -> peer 1 lane 2: " + self.REPLAN + "\n", so)
+        self.assertIn("  weight changes: 2\n    +1.000 s rank 0 -> peer 1: weights 1.00 0.50\n"
+                      "    +1.200 s rank 1 -> peer 0: weights 0.90 1.00\n", so)
+        self.assertRegex(so, r"\n    leaf0->spine1 +switch mean +0\.225  peak +0\.400 ")
+        self.assertRegex(so, r"\n    h2p0->leaf0 +host +mean +0\.150  peak +0\.300 ")
+        # The HTML report: the section, one line per group of links with the same load (5), the marks, the table.
+        html = read_text(out)
+        self.assertIn("<h2 id=\"c4p\">C4P: per-link load over time</h2>", html)
+        self.assertEqual(html.count("<svg"), html.count("</svg>"))
+        self.assertEqual(html.count('class="c4p-link"'), 5)
+        self.assertEqual(html.count('class="c4p-replan"'), 1)
+        self.assertEqual(html.count('class="c4p-weights"'), 2)
+        self.assertIn("leaf0->spine1, spine1->leaf1 (+1 alike)", html.replace("&gt;", ">"))
+        self.assertIn(self.REPLAN.replace(">", "&gt;"), html)
+        self.assertNotIn("<script", html)
+        # CSV: GB/s per link and bucket; the plan events.
+        with open(os.path.join(self.dir, "rep-csv", "c4p_link_load.csv")) as f:
+            rows = list(csv.reader(f))
+        self.assertEqual(rows[0][:3], ["t_s", "leaf0->spine1", "spine1->leaf1"])
+        self.assertEqual(len(rows), 42)
+        self.assertEqual(rows[11][0], "0.5")
+        self.assertAlmostEqual(float(rows[11][1]), 0.4, places=5)
+        self.assertEqual(rows[41][1], "")  # [2, 2.05 s): not sampled
+        with open(os.path.join(self.dir, "rep-csv", "c4p_events.csv")) as f:
+            self.assertEqual([r[3] for r in csv.reader(f)], ["event", "plan", "plan", "weights", "weights", "replan"])
+        # Chrome export: a slice per lane sample, the plan events as instants.
+        rc, so, se = run_tool("export", self.dir, "-o", os.path.join(self.dir, "t.json"))
+        self.assertEqual(rc, 0, se)
+        tr = [e for e in load_json(os.path.join(self.dir, "t.json"))["traceEvents"] if e.get("cat") == "c4p"]
+        samples = [e for e in tr if e["ph"] == "X"]
+        self.assertEqual(len(samples), 5)
+        self.assertIn(self.PATH_D, [e["args"]["path"] for e in samples])
+        self.assertEqual(sorted(e["name"] for e in tr if e["ph"] == "i"),
+                         ["C4P plan", "C4P plan", "C4P replan", "C4P weights", "C4P weights"])
+
+    def test_c4p_buckets(self):
+        self.assertEqual(analysis.bucket_width(2_000_000_000), 50_000_000)
+        self.assertEqual(analysis.bucket_width(26_100_000_000), 250_000_000)
+        self.assertEqual(analysis.bucket_width(180_000_000_000), 2_000_000_000)
+        self.assertEqual(analysis.path_links("a -> b -> c"), [("a", "b"), ("b", "c")])
+        self.assertEqual(analysis.path_links("a"), [])
+        # An instant sample counts in its bucket; a window is spread by its overlap with each bucket.
+        self.assertEqual(analysis.spread(120, 120, 10, 0, 100, 5), [(1, 10.0)])
+        self.assertEqual(analysis.spread(50, 250, 200, 0, 100, 5), [(0, 50.0), (1, 100.0), (2, 50.0)])
+        self.assertEqual(analysis.spread(100, 200, 100, 0, 100, 5), [(1, 100.0)])
+        # Each sender's bytes in a bucket over the part of the bucket its sampled span covers; None where a sender of
+        # the link was not sampled. r0 covers [0, 100), r1 [50, 150); r2 has only an instant sample (at 120).
+        ab, bc, cd = ("a", "b"), ("b", "c"), ("c", "d")
+        rates, totals, n = analysis.link_load([(0, 100, 100, [ab], "r0"), (50, 150, 100, [ab, bc], "r1"),
+                                               (0, 100, 30, [cd], "r0"), (120, 120, 40, [bc], "r2")], 0, 150, 100)
+        self.assertEqual(n, 2)
+        self.assertEqual(rates, {ab: [1.0 + 1.0, None], bc: [1.0, 1.0 + 0.4], cd: [0.3, None]})
+        self.assertEqual(totals, {ab: 200, bc: 140, cd: 30})
+        rates, totals, n = analysis.link_load([(0, 100, 100, [ab], "r0"), (100, 200, 50, [bc], "r1")], 0, 300, 100)
+        self.assertEqual(rates, {ab: [1.0, None, None, None], bc: [None, 0.5, None, None]})
+
+    def test_no_c4p_section_without_plan_events(self):
+        self.make_run()
+        out = os.path.join(self.dir, "rep.html")
+        rc, so, se = run_tool("report", self.dir, "-o", out, "--json", "--csv")
+        self.assertEqual(rc, 0, se)
+        self.assertNotIn("C4P", so)
+        self.assertNotIn("C4P", read_text(out))
+        self.assertNotIn("c4p", load_json(os.path.join(self.dir, "rep.json")))
+        self.assertEqual(sorted(os.listdir(os.path.join(self.dir, "rep-csv"))),
+                         sorted(n + ".csv" for n in ("collectives", "sizes", "bandwidth", "traffic", "waits",
+                                                     "step_waits", "late")))
 
     def test_bad_input(self):
         rc, so, se = run_tool("summary", os.path.join(self.dir, "missing"))

@@ -1,5 +1,6 @@
 """Merging the ranks of a run and computing the report's tables."""
 import collections
+import math
 import os
 
 from . import fmt
@@ -139,6 +140,7 @@ def analyze(run, top=10):
     step_waits = collections.defaultdict(lambda: [0, 0, 0])
     late = collections.defaultdict(lambda: [0, 0, 0])  # (tag, rank) -> [times last, total lateness ns, ops]
     errors, notes, spans = [], [], collections.defaultdict(lambda: [0, 0])
+    plan_events, lane_samples = [], []  # C4P (T_PLAN)
     total_time = 0
     t_min, t_max = None, None
     level = 0
@@ -149,6 +151,7 @@ def analyze(run, top=10):
         for rank, evs in c.events.items():
             level = max(level, c.files[rank].level)
             f = c.files[rank]
+            paths = {}  # name id -> the links of a lane sample's path
             for e in evs:
                 t0, t1, nbytes, seq, peer, typ, coll = e[0], e[1], e[2], e[3], e[4], e[5], e[6]
                 if t_min is None or t0 < t_min:
@@ -196,6 +199,15 @@ def analyze(run, top=10):
                     sp = spans[f.name_of(seq)]
                     sp[0] += 1
                     sp[1] += t1 - t0
+                elif typ == fmt.T_PLAN:
+                    if e[8] == fmt.PLAN_LANE_SAMPLE:
+                        links = paths.get(seq)
+                        if links is None:
+                            links = paths[seq] = path_links(f.name_of(seq))
+                        lane_samples.append((t0, t1, nbytes, links, (c.tag, rank)))
+                    else:
+                        plan_events.append({"comm": c.tag, "rank": rank, "t_ns": t0, "kind": fmt.plan_kind(e[8]),
+                                            "peer": peer, "lane": e[12], "text": f.name_of(seq)})
         matrix[c.tag] = mat
         # Per collective instance: late arrivals and achieved bandwidth.
         for (coll, seq), per in by_seq.items():
@@ -262,7 +274,7 @@ def analyze(run, top=10):
               "events": sum(len(v) for v in c.events.values()),
               "clock": {str(r): [{"offset_ns": o, "rtt_ns": rt, "at_ns": a} for o, rt, a in f.clock]
                         for r, f in sorted(c.files.items())}} for c in run.comms.values()]
-    return {
+    rep = {
         "comms": comms, "events": run.n_events, "level": fmt.LEVELS[min(level, 2)],
         "span_ns": (t_max - t_min) if t_min is not None else 0, "t_min_ns": t_min or 0,
         "collectives": coll_rows, "sizes": size_rows, "bandwidth": bw_rows, "traffic": mat_rows,
@@ -271,6 +283,135 @@ def analyze(run, top=10):
         "spans": [{"name": k, "count": v[0], "total_ns": v[1]} for k, v in sorted(spans.items())],
         "warnings": run.warnings,
     }
+    if plan_events or lane_samples:  # only then: reports of runs without C4P stay as they were
+        rep["c4p"] = plan_report(plan_events, lane_samples, t_min, t_max)
+    return rep
+
+
+# ---- C4P: plan events and per-link load over time ----
+
+MIN_BUCKET_NS = 50_000_000
+LINK_BUCKETS = 100  # about this many time buckets over the run
+PLAN_EVENTS_KEPT = 1000  # re-plans and weight changes each kept in the report (the latest; counts are complete)
+
+
+def path_links(path):
+    """A lane's way "h1p1 -> leaf0 -> spine1 -> leaf1 -> h2p1" -> its directed links [(h1p1, leaf0), ...]."""
+    hops = [h.strip() for h in path.split("->")]
+    hops = [h for h in hops if h]
+    return [(hops[i], hops[i + 1]) for i in range(len(hops) - 1)]
+
+
+def bucket_width(span_ns, target=LINK_BUCKETS):
+    """About span / target, rounded to 1, 2, 2.5 or 5 x 10^k ns, at least MIN_BUCKET_NS."""
+    raw = span_ns / float(target)
+    if raw <= MIN_BUCKET_NS:
+        return MIN_BUCKET_NS
+    p = 10.0 ** math.floor(math.log10(raw))
+    best = min((m * p for m in (1, 2, 2.5, 5, 10)), key=lambda c: abs(math.log(c / raw)))
+    return max(MIN_BUCKET_NS, int(round(best)))
+
+
+def spread(t0, t1, nbytes, origin, width, n):
+    """[(bucket, bytes)]: nbytes spread uniformly over [t0, t1] (all in t0's bucket when t1 <= t0)."""
+    def clamp(k):
+        return min(max(k, 0), n - 1)
+    if t1 <= t0:
+        return [(clamp((t0 - origin) // width), float(nbytes))]
+    rate = nbytes / float(t1 - t0)
+    a, b = t0 - origin, t1 - origin
+    out = []
+    for k in range(a // width, (b - 1) // width + 1):
+        overlap = min(b, (k + 1) * width) - max(a, k * width)
+        if overlap > 0:
+            out.append((clamp(k), rate * overlap))
+    return out
+
+
+def link_load(samples, origin, end, width):
+    """samples: (t0, t1, bytes, links, sender). GB/s per directed link per time bucket [origin + k*width, +width):
+    each sample's bytes spread uniformly over its window onto every link of its path, each sender's share divided by
+    the part of the bucket within its sampled span (from its first window's start to its last window's end: its
+    rebalancer looks at every lane each time and records only lanes that sent something, so a gap inside the span
+    is an idle lane, outside it nothing is known), summed over the link's senders; None where a sender of the link
+    was not sampled at all (the ends of the run, where the ranks' first and last windows differ).
+    -> ({link: [GB/s or None]}, {link: bytes}, number of buckets)"""
+    n = max(1, (end - origin) // width + 1)
+    span = {}
+    for t0, t1, nbytes, links, who in samples:
+        a, b = span.get(who, (t0, t1))
+        span[who] = (min(a, t0), max(b, t1))
+    cover = {}  # sender -> ns of each bucket within its span (none for a sender with instant samples only)
+    for who, (a, b) in span.items():
+        if b > a:
+            cov = [0.0] * n
+            for k, x in spread(a, b, b - a, origin, width, n):
+                cov[k] += x
+            cover[who] = cov
+    rates, totals, senders = {}, {}, collections.defaultdict(set)
+    for t0, t1, nbytes, links, who in samples:
+        if not links or nbytes <= 0:
+            continue
+        cov = cover.get(who)
+        parts = [(k, x / (cov[k] if cov is not None and cov[k] > 0 else width))
+                 for k, x in spread(t0, t1, nbytes, origin, width, n)]
+        for link in links:
+            arr = rates.get(link)
+            if arr is None:
+                arr = rates[link] = [0.0] * n
+                totals[link] = 0
+            for k, r in parts:
+                arr[k] += r
+            totals[link] += nbytes
+            senders[link].add(who)
+    for link, arr in rates.items():
+        covs = [cover[w] for w in senders[link] if w in cover]
+        for k in range(n):
+            if any(c[k] <= 0 for c in covs):
+                arr[k] = None
+    return rates, totals, n
+
+
+def plan_report(plan_events, lane_samples, t_min, t_max):
+    """The report's "c4p" part: the plans (once per distinct text), re-plans and weight changes, and the load of
+    every directed link per time bucket (GB/s), summed over the ranks (and communicators) that sent over it."""
+    plan_events.sort(key=lambda p: (p["t_ns"], p["comm"], p["rank"]))
+    plans = collections.OrderedDict()
+    for p in plan_events:
+        if p["kind"] == "plan":
+            x = plans.setdefault(p["text"], {"text": p["text"], "t_ns": p["t_ns"], "ranks": [], "comms": []})
+            x["ranks"].append(p["rank"])
+            if p["comm"] not in x["comms"]:
+                x["comms"].append(p["comm"])
+    replans = [p for p in plan_events if p["kind"] == "replan"]
+    weights = [p for p in plan_events if p["kind"] == "weights"]
+    others = [p for p in plan_events if p["kind"] not in ("plan", "replan", "weights")]
+    kept = ([p for p in plan_events if p["kind"] == "plan"] + replans[-PLAN_EVENTS_KEPT:] +
+            weights[-PLAN_EVENTS_KEPT:] + others[-PLAN_EVENTS_KEPT:])
+    kept.sort(key=lambda p: (p["t_ns"], p["comm"], p["rank"]))
+    origin = t_min or 0
+    end = max([t_max or 0] + [s[1] for s in lane_samples])
+    width = bucket_width(end - origin)
+    rates, totals, n = link_load(lane_samples, origin, end, width)
+    timed = [s for s in lane_samples if s[3] and s[2] > 0]
+    s_from = min((s[0] for s in timed), default=origin)
+    s_to = max((s[1] for s in timed), default=origin)
+    endpoints = set()  # a path's first and last hops are NIC ports; the hops between them switches
+    for s in timed:
+        endpoints.add(s[3][0][0])
+        endpoints.add(s[3][-1][1])
+    links = []
+    for (a, b), rate in rates.items():
+        total = totals[(a, b)]
+        links.append({"link": "%s->%s" % (a, b), "src": a, "dst": b,
+                      "fabric": a not in endpoints and b not in endpoints,
+                      "bytes": total, "mean_GBps": total / float(s_to - s_from) if s_to > s_from else 0.0,
+                      "peak_GBps": max([x for x in rate if x is not None] + [0.0]), "GBps": rate})
+    links.sort(key=lambda l: (not l["fabric"], -l["mean_GBps"], -l["peak_GBps"], l["link"]))
+    return {"plans": list(plans.values()), "replans": len(replans), "weight_changes": len(weights),
+            "events": kept, "lane_samples": len(lane_samples), "sample_bytes": sum(s[2] for s in lane_samples),
+            "sampled_from_ns": s_from, "sampled_to_ns": s_to, "t0_ns": origin, "bucket_ns": width, "buckets": n,
+            "links": links}
 
 
 def timeline_sample(run, limit=4000):

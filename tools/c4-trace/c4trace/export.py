@@ -12,7 +12,8 @@ assert MERGED_RECORD.size == 48
 
 def chrome(run, path):
     """One process per rank (per communicator), thread 0 = operations; at level step one thread per
-    (transport lane, peer, direction) plus one for local copies/reductions. Times in us."""
+    (transport lane, peer, direction) plus one for local copies/reductions; with C4P one thread per (peer, lane)
+    of lane samples, its plan, re-plans and weight changes as instants on thread 0. Times in us."""
     t_base = min((evs[0][0] for c in run.comms.values() for evs in c.events.values() if evs), default=0)
     n = 0
     with open(path, "w") as f:
@@ -70,6 +71,24 @@ def chrome(run, path):
                             emit({"ph": "M", "name": "thread_name", "pid": pid, "tid": 2, "args": {"name": "spans"}})
                         emit({"ph": "X", "name": f_.name_of(seq) or "span", "cat": "span", "pid": pid, "tid": 2,
                               "ts": ts, "dur": dur, "args": {"bytes": nbytes}})
+                    elif typ == fmt.T_PLAN and red == fmt.PLAN_LANE_SAMPLE:
+                        # What one lane sent between two looks of the C4P rebalancer: a slice per (peer, lane).
+                        tid = 900000000 + 256 * (max(peer, -1) + 1) + max(lane, 0)  # above the step threads' ids
+                        if tid not in named:
+                            named.add(tid)
+                            emit({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                                  "args": {"name": "C4P lane %d to peer %d" % (lane, peer)}})
+                        emit({"ph": "X", "name": "lane sample", "cat": "c4p", "pid": pid, "tid": tid, "ts": ts,
+                              "dur": dur, "args": {"bytes": nbytes, "path": f_.name_of(seq),
+                                                   "GBps": nbytes / float(t1 - t0) if t1 > t0 else 0.0}})
+                    elif typ == fmt.T_PLAN:
+                        args = {"text": f_.name_of(seq)}
+                        if peer >= 0:
+                            args["peer"] = peer
+                        if red == fmt.PLAN_REPLAN:
+                            args["lane"] = lane
+                        emit({"ph": "i", "s": "p", "name": "C4P " + fmt.plan_kind(red), "cat": "c4p", "pid": pid,
+                              "tid": 0, "ts": ts, "args": args})
                     else:
                         what = "error" if typ == fmt.T_ERROR else "note"
                         emit({"ph": "i", "s": "p", "name": what, "cat": what, "pid": pid, "tid": 0, "ts": ts,

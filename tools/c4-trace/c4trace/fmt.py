@@ -15,7 +15,10 @@ EVENT = struct.Struct("<QQQIiBBBBBBBB")
 assert HEADER.size == 320 and EVENT.size == 40
 
 # Event types, collectives, data types, reduction ops, algorithms (include/c4comm/*.hpp).
-T_OP, T_STEP, T_ERROR, T_DIAG, T_SPAN = 1, 2, 3, 4, 5
+T_OP, T_STEP, T_ERROR, T_DIAG, T_SPAN, T_PLAN = 1, 2, 3, 4, 5, 6
+# C4P lane planning (T_PLAN): Event::redop is a trace::PlanEvent; seq names the event's text.
+PLAN_PLAN, PLAN_REPLAN, PLAN_WEIGHTS, PLAN_LANE_SAMPLE = 0, 1, 2, 3
+PLANEVENTS = ["plan", "replan", "weights", "lane_sample"]
 LANE_STRIPED = 255
 COLLS = ["AllReduce", "AllGather", "Broadcast", "ReduceScatter", "Reduce", "AlltoAll", "Gather", "Scatter",
          "Send", "Recv", "Barrier"]
@@ -32,6 +35,10 @@ FLAG_INPLACE, FLAG_NOOP, FLAG_NO_END, FLAG_OPEN = 1, 2, 4, 8  # OPEN: began, nev
 
 def coll_name(c):
     return COLLS[c] if c < len(COLLS) else "coll%d" % c
+
+
+def plan_kind(k):
+    return PLANEVENTS[k] if k < len(PLANEVENTS) else "plan%d" % k
 
 
 def dtype_name(d):

@@ -58,6 +58,8 @@ def text_summary(rep, top=10):
         out.append("")
         out.append("application spans: " + ", ".join("%s x%d (%s)" % (s["name"], s["count"], human_ns(s["total_ns"]))
                                                       for s in rep["spans"]))
+    if rep.get("c4p"):
+        out.extend(_c4p_text(rep["c4p"], top))
     for e in rep["errors"][:top]:
         out.append("ERROR rank %d: code %d: %s" % (e["rank"], e["code"], e["message"]))
     for n in rep["notes"][:top]:
@@ -65,6 +67,53 @@ def text_summary(rep, top=10):
     for w in rep["warnings"]:
         out.append("warning: " + w)
     return "\n".join(out) + "\n"
+
+
+def _ranks(ranks):
+    """[0, 1, 2, 3, 5] -> "0-3,5"."""
+    rs = sorted(set(ranks))
+    out, i = [], 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out.append(str(rs[i]) if i == j else "%d-%d" % (rs[i], rs[j]))
+        i = j + 1
+    return ",".join(out)
+
+
+def _plan_line(p, t0):
+    """One re-plan or weight change: "+12.828 s rank 3 -> peer 0: weights 1.00 0.28"."""
+    who = "rank %d" % p["rank"] + (" -> peer %d" % p["peer"] if p["peer"] >= 0 else "")
+    if p["kind"] == "replan" and p["lane"] >= 0:
+        who += " lane %d" % p["lane"]
+    return "+%.3f s %s: %s" % ((p["t_ns"] - t0) / 1e9, who, p["text"])
+
+
+def _c4p_text(c4p, top=10, last=5):
+    t0 = c4p["t0_ns"]
+    out = ["", "C4P (lane planning, docs/c4p.md):"]
+    for p in c4p["plans"]:
+        out.append("  %s  (rank%s %s%s)" % (p["text"], "s" if len(p["ranks"]) > 1 else "", _ranks(p["ranks"]),
+                                           ", %d communicators" % len(p["comms"]) if len(p["comms"]) > 1 else ""))
+    for kind, label, count in (("replan", "re-plans", c4p["replans"]),
+                               ("weights", "weight changes", c4p["weight_changes"])):
+        evs = [e for e in c4p["events"] if e["kind"] == kind]
+        out.append("  %s: %d%s" % (label, count, (", the last %d:" % min(last, len(evs))) if count > last else ""))
+        for e in evs[-last:]:
+            out.append("    " + _plan_line(e, t0))
+    links = c4p["links"]
+    if links:
+        out.append("  busiest links (GB/s over the %s the lane samples cover, in %s buckets; %d lane samples; "
+                   "switch-to-switch links first):" % (human_ns(c4p["sampled_to_ns"] - c4p["sampled_from_ns"]),
+                                                       human_ns(c4p["bucket_ns"]), c4p["lane_samples"]))
+        for l in links[:top]:
+            out.append("    %-24s %-6s mean %8.3f  peak %8.3f  %10s" % (l["link"], "switch" if l["fabric"] else "host",
+                                                                       l["mean_GBps"], l["peak_GBps"],
+                                                                       human_bytes(l["bytes"])))
+        if len(links) > top:
+            out.append("    (%d more links: c4-trace report --json or --csv)" % (len(links) - top))
+    return out
 
 
 # ---- SVG ----
@@ -234,6 +283,170 @@ def timeline(samples, t0, title, w=960):
     return _svg(w, h, "".join(body), title)
 
 
+def _nice_step(span, nticks=6):
+    """A tick step of 1, 2, 2.5 or 5 x 10^k giving about nticks ticks over span."""
+    import math
+    raw = span / float(nticks) if span > 0 else 1.0
+    p = 10.0 ** math.floor(math.log10(raw))
+    for m in (1, 2, 2.5, 5, 10):
+        if m * p >= raw * 0.999:
+            return m * p
+    return 10 * p
+
+
+def plot_links(links, limit=12, same=0.005):
+    """The lines of the load plot: groups of links, switch-to-switch links first (what C4P steers), then host links,
+    each by mean load; at most `limit` groups, none that never reached 1% of the busiest link's peak. Links whose
+    load differs by at most `same` x that peak in every bucket both have (the same flows cross them) share a line,
+    the first one's."""
+    peak = max([l["peak_GBps"] for l in links] + [0.0])
+    tol = same * peak
+    cand = [l for l in links if l["peak_GBps"] > 0 and l["peak_GBps"] >= 0.01 * peak]
+    cand.sort(key=lambda l: (not l["fabric"], -l["mean_GBps"], -l["peak_GBps"], l["link"]))
+    groups = []
+    for l in cand:
+        for g in groups:
+            r = g[0]
+            if abs(r["mean_GBps"] - l["mean_GBps"]) <= tol and abs(r["peak_GBps"] - l["peak_GBps"]) <= tol and \
+                    all(x is None or y is None or abs(x - y) <= tol for x, y in zip(r["GBps"], l["GBps"])):
+                g.append(l)
+                break
+        else:
+            if len(groups) < limit:
+                groups.append([l])
+    return groups
+
+
+def _group_label(g):
+    names = [l["link"] for l in g]
+    if len(names) <= 2:
+        return ", ".join(names)
+    return "%s, %s (+%d alike)" % (names[0], names[1], len(names) - 2)
+
+
+def link_load_plot(c4p, title, w=960, limit=12):
+    """GB/s per directed link over time (a line per link or group of links with the same load, through the middle
+    of each time bucket), with the re-plans (red) and weight changes (grey) marked on the time axis."""
+    groups = plot_links(c4p["links"], limit)
+    if not groups:
+        return ""
+    width, n, t0 = c4p["bucket_ns"], c4p["buckets"], c4p["t0_ns"]
+    tspan = n * width / 1e9
+    top_peak = max(g[0]["peak_GBps"] for g in groups)
+    ystep = _nice_step(top_peak, 5)
+    ymax = ystep * max(1, int(top_peak / ystep + 0.999))
+    left, top, ph, right = 60, 50, 300, 20
+    pw = w - left - right
+    cols = 2
+    rows = (len(groups) + cols - 1) // cols
+    legend_y = top + ph + 48
+    h = legend_y + 16 * rows + 28
+
+    def X(t_s):
+        return left + pw * t_s / tspan
+
+    def Y(v):
+        return top + ph * (1 - v / ymax)
+    shown = sum(len(g) for g in groups)
+    body = [_text(8, 16, title, size=13, extra='font-weight="bold"'),
+            _text(8, 32, "%d of %d links (links with the same load share a line); bucket %s; switch-to-switch links "
+                  "solid, host links dashed" % (shown, len(c4p["links"]), human_ns(width)), size=10,
+                  extra='fill="#555"'),
+            '<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#999"/>' % (left, top, pw, ph)]
+    k = 0
+    while k * ystep <= ymax * 1.0001:
+        v = k * ystep
+        body.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#eee"/>' % (left + 1, Y(v), left + pw - 1, Y(v)))
+        body.append(_text(left - 4, Y(v) + 4, "%g" % round(v, 9), "end", 9))
+        k += 1
+    xstep = _nice_step(tspan, 12)
+    k = 0
+    while k * xstep <= tspan * 1.0001:
+        body.append(_text(X(k * xstep), top + ph + 14, "%g" % round(k * xstep, 9), "middle", 9))
+        k += 1
+    body.append(_text(left + pw / 2, top + ph + 32, "time since the run's first event (s)", "middle", 10))
+    body.append(_text(14, top + ph / 2, "GB/s", "middle", 10, 'transform="rotate(-90 14 %d)"' % (top + ph / 2)))
+    # Re-plans and weight changes: a mark above the plot and a faint line through it.
+    for e in c4p["events"]:
+        if e["kind"] not in ("replan", "weights"):
+            continue
+        x = X((e["t_ns"] - t0) / 1e9)
+        tip = html.escape(_plan_line(e, t0))
+        if e["kind"] == "replan":
+            body.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#d62728" opacity="0.6"/>' %
+                        (x, top, x, top + ph))
+            body.append('<path class="c4p-replan" d="M%.1f %d l-5 -9 h10 z" fill="#d62728"><title>%s</title></path>' %
+                        (x, top - 2, tip))
+        else:
+            body.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#999" stroke-dasharray="2,3" '
+                        'opacity="0.7"/>' % (x, top, x, top + ph))
+            body.append('<circle class="c4p-weights" cx="%.1f" cy="%d" r="3" fill="#777"><title>%s</title></circle>' %
+                        (x, top - 6, tip))
+    body.append('<path d="M%d %d l-5 -9 h10 z" fill="#d62728"/>' % (w - 200, 40))
+    body.append(_text(w - 190, 39, "re-plan", size=10))
+    body.append('<circle cx="%d" cy="%d" r="3" fill="#777"/>' % (w - 130, 35))
+    body.append(_text(w - 122, 39, "weight change", size=10))
+    lines, legend = [], []
+    for i, g in enumerate(groups):
+        col = _color(i)
+        l = g[0]
+        d, gap = [], True  # a break where a sender of the link was not sampled
+        for j, v in enumerate(l["GBps"]):
+            if v is None:
+                gap = True
+                continue
+            d.append("%s%.1f %.1f" % ("M" if gap else "L", X((j + 0.5) * width / 1e9), Y(v)))
+            gap = False
+        dash = "" if l["fabric"] else ' stroke-dasharray="6,3"'
+        tip = html.escape("%s: mean %.3f GB/s, peak %.3f GB/s" % (", ".join(x["link"] for x in g), l["mean_GBps"],
+                                                                  l["peak_GBps"]))
+        lines.append('<path class="c4p-link" d="%s" fill="none" stroke="%s" stroke-width="%s"%s>'
+                     '<title>%s</title></path>' % (" ".join(d), col, "2" if l["fabric"] else "1.5", dash, tip))
+        lx, ly = left + (i // rows) * (pw // cols), legend_y + 16 * (i % rows)
+        legend.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>' % (lx, ly, lx + 22, ly,
+                                                                                                 col, dash))
+        legend.append('<text x="%d" y="%d" font-size="10">%s<title>%s</title></text>' % (
+            lx + 28, ly + 4, html.escape("%s: mean %.3g, peak %.3g GB/s" % (_group_label(g), l["mean_GBps"],
+                                                                          l["peak_GBps"])), tip))
+    body.extend(reversed(lines))  # the first (busiest switch-to-switch) links on top
+    body.extend(legend)
+    return _svg(w, h, "".join(body), title)
+
+
+def _c4p_html(rep, limit=300):
+    c4p = rep["c4p"]
+    t0 = c4p["t0_ns"]
+    multi = len(rep["comms"]) > 1
+    parts = ['<h2 id="c4p">C4P: per-link load over time</h2><style>.c4p-events td:last-child{text-align:left}'
+             '.c4p-events td{white-space:nowrap}.c4p-events td:last-child{white-space:normal}</style>']
+    parts.append("<p>What each lane sent between two looks of the rebalancer (%d lane samples, %s), spread evenly over "
+                 "its window onto every directed link of its path and summed over the ranks: GB/s per link over "
+                 "time.</p>" % (c4p["lane_samples"], html.escape(human_bytes(c4p["sample_bytes"]))))
+    parts.append('<div class="plot">%s</div>' % link_load_plot(c4p, "GB/s per link (the busiest, switch-to-switch "
+                                                                   "links first)"))
+    parts.append(_table(c4p["links"][:50], [("link", lambda r: r["link"]),
+                                            ("kind", lambda r: "switch" if r["fabric"] else "host"),
+                                            ("mean GB/s", lambda r: "%.3f" % r["mean_GBps"]),
+                                            ("peak GB/s", lambda r: "%.3f" % r["peak_GBps"]),
+                                            ("bytes", lambda r: human_bytes(r["bytes"]))]))
+    rows = [{"t_ns": p["t_ns"], "who": _ranks(p["ranks"]),
+             "kind": "plan", "peer": -1, "lane": -1, "text": p["text"]} for p in c4p["plans"]]
+    for e in c4p["events"]:
+        if e["kind"] != "plan":
+            rows.append({"t_ns": e["t_ns"], "who": ("%s r%d" % (e["comm"][:6], e["rank"])) if multi else
+                         str(e["rank"]), "kind": e["kind"], "peer": e["peer"],
+                         "lane": e["lane"] if e["kind"] == "replan" else -1, "text": e["text"]})
+    rows.sort(key=lambda r: r["t_ns"])
+    parts.append("<h3>Plan events</h3><p>%d plan(s), %d re-plan(s), %d weight change(s)%s</p>" % (
+        len(c4p["plans"]), c4p["replans"], c4p["weight_changes"],
+        "; the first %d shown" % limit if len(rows) > limit else ""))
+    parts.append('<div class="c4p-events">%s</div>' % _table(
+        rows[:limit], [("time (s)", lambda r: "%.3f" % ((r["t_ns"] - t0) / 1e9)), ("rank", lambda r: r["who"]),
+                       ("event", lambda r: r["kind"]), ("peer", lambda r: str(r["peer"]) if r["peer"] >= 0 else ""),
+                       ("lane", lambda r: str(r["lane"]) if r["lane"] >= 0 else ""), ("text", lambda r: r["text"])]))
+    return "".join(parts)
+
+
 def _table(rows, cols):
     if not rows:
         return "<p><i>none</i></p>"
@@ -299,6 +512,8 @@ def html_report(rep, samples, top=10):
     parts.append("<h2>Timeline</h2>")
     parts.append('<div class="plot">%s</div>' % timeline(samples, rep["t_min_ns"], "Operations per rank "
                                                          "(aligned clocks; thinned to %d ops)" % len(samples)))
+    if rep.get("c4p"):
+        parts.append(_c4p_html(rep))
     if rep["errors"] or rep["notes"] or rep["warnings"]:
         parts.append("<h2>Errors, notes, warnings</h2><ul>")
         for e in rep["errors"]:
@@ -339,4 +554,27 @@ def write_csv(rep, directory):
                 for r in rows:
                     w.writerow({k: (json.dumps(v) if isinstance(v, dict) else v) for k, v in r.items()})
         written.append(path)
+    if rep.get("c4p"):
+        written.extend(_c4p_csv(rep["c4p"], directory))
     return written
+
+
+def _c4p_csv(c4p, directory):
+    """c4p_link_load.csv: GB/s per link (columns) per time bucket (rows; t_s = the bucket's start after the run's
+    first event; empty where a sender of the link was not sampled); c4p_events.csv: the plan events."""
+    links = c4p["links"]
+    path = os.path.join(directory, "c4p_link_load.csv")
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["t_s"] + [l["link"] for l in links])
+        for k in range(c4p["buckets"]):
+            w.writerow(["%.6g" % (k * c4p["bucket_ns"] / 1e9)] +
+                       ["" if l["GBps"][k] is None else "%.6g" % l["GBps"][k] for l in links])
+    epath = os.path.join(directory, "c4p_events.csv")
+    with open(epath, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["t_s", "comm", "rank", "event", "peer", "lane", "text"])
+        for e in c4p["events"]:
+            w.writerow(["%.9f" % ((e["t_ns"] - c4p["t0_ns"]) / 1e9), e["comm"], e["rank"], e["kind"], e["peer"],
+                        e["lane"], e["text"]])
+    return [path, epath]
