@@ -272,13 +272,16 @@ void LanePlanner::rebalance() {
       const transport::Lane* l = conn->lane(i);
       snap.push_back(l != nullptr ? l->snapshot() : transport::LaneSnapshot{});
     }
-    // Retired lanes: once each, replace it where this rank opens lanes.
+    // Retired lanes: once each, replace it where this rank opens lanes, while the connection is
+    // in use (another lane up: a connection whose lanes all closed lost its peer, or the peer left).
+    int up = 0;
+    for (const transport::LaneSnapshot& l : snap) up += l.state == transport::LaneState::kUp;
     bool lanesChanged = false;
     for (int i = 0; i < n; ++i) {
       State::LaneSeen& seen = s.seen[{peer, i}];
       if (snap[static_cast<size_t>(i)].state != transport::LaneState::kRetired || seen.handled) continue;
       seen.handled = true;
-      if (i >= static_cast<int>(s.plan.conns[ci].lanes.size()) ||
+      if (up == 0 || i >= static_cast<int>(s.plan.conns[ci].lanes.size()) ||
           s.plan.conns[ci].lanes[static_cast<size_t>(i)].retired)
         continue;
       const std::string was = plan::lanePath(s.input, s.plan, pc.a, pc.b, i);

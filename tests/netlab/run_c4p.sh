@@ -43,8 +43,8 @@ grep -A9 "C4P plan" "$tmp/c4p/out.0" || true
 # puts one lane of each on each spine.
 before=($(spine_bytes))
 mkdir -p "$tmp/ring"
-netlab_run_ranks 4 1 "$tmp/ring" C4_PLANNER=c4p C4_ALGO=ring "$perf" -C allreduce -b 16M -e 16M -c 1 -n 2 -w 1 ||
-  { echo "FAIL: ring AllReduce with c4p"; exit 1; }
+netlab_run_ranks 4 1 "$tmp/ring" C4_PLANNER=c4p C4_ALGO=ring C4_TRACE_DIR="$tmp/trace" C4_REBALANCE_MS=1 \
+  "$perf" -C allreduce -b 16M -e 16M -c 1 -n 4 -w 1 || { echo "FAIL: ring AllReduce with c4p"; exit 1; }
 after=($(spine_bytes))
 s0=$((after[0] - before[0])) s1=$((after[1] - before[1]))
 echo "spine bytes during the ring AllReduce with c4p: spine0 $s0, spine1 $s1"
@@ -52,4 +52,11 @@ grep -A9 "C4P plan" "$tmp/ring/out.0" || true
 [ $((s0 + s1)) -ge $((16 * 1024 * 1024)) ] || { echo "FAIL: the ring did not cross the spines"; exit 1; }
 [ $((s0 * 100)) -ge $(((s0 + s1) * 35)) ] && [ $((s1 * 100)) -ge $(((s0 + s1) * 35)) ] ||
   { echo "FAIL: c4p's lanes are not spread over the spines"; exit 1; }
+# The trace has the plan and what the lanes carried through the spines (c4-trace's C4P section).
+"$py" "$here/../../tools/c4-trace/c4-trace" summary "$tmp/trace" > "$tmp/summary.txt" 2>&1 ||
+  { cat "$tmp/summary.txt"; echo "FAIL: c4-trace"; exit 1; }
+sed -n '/^C4P/,/^$/p' "$tmp/summary.txt"
+grep -q "C4P c4p over $NETLAB_TOPO" "$tmp/summary.txt" || { echo "FAIL: no plan event in the trace"; exit 1; }
+grep -Eq "leaf0->spine0 +switch" "$tmp/summary.txt" && grep -Eq "leaf0->spine1 +switch" "$tmp/summary.txt" ||
+  { echo "FAIL: no lane samples through both spines in the trace"; exit 1; }
 echo "PASS"
