@@ -363,34 +363,47 @@ void LanePlanner::rebalance() {
       // Well below its peers, look after look: a spare path (if the fabric has one) serves better.
       State::LaneSeen& seen = s.seen[{peer, i}];
       seen.slow = r > 0 && r < 0.5 * best ? seen.slow + 1 : 0;
-      if (opener && seen.slow >= 3 && i < static_cast<int>(s.plan.conns[ci].lanes.size())) {
+      if (seen.slow >= 3 && i < static_cast<int>(s.plan.conns[ci].lanes.size())) {
         seen.slow = 0;
         std::vector<char> avoid;
         plan::markLaneLinks(s.input, s.plan, pc.a, pc.b, i, &avoid);
         plan::Plan trial = s.plan;
         bool found = false;
         plan::LaneChoice lc;
-        if (plan::replaceLane(s.input, &trial, pc.a, pc.b, i, avoid, true, &found, &lc).isOk() && found) {
-          const std::string was = plan::lanePath(s.input, s.plan, pc.a, pc.b, i);
+        if (!plan::replaceLane(s.input, &trial, pc.a, pc.b, i, avoid, true, &found, &lc).isOk() || !found) continue;
+        const std::string was = plan::lanePath(s.input, s.plan, pc.a, pc.b, i);
+        const std::string pct = std::to_string(static_cast<int>(100 * r / best));
+        Status st;
+        int index = -1;
+        if (opener) {
+          // Open the lane on the spare path, then retire the slow one (its pieces move over).
           s.plan = std::move(trial);
-          int index = -1;
-          Status st = conn->addLane(planFor(s, peer, static_cast<int>(s.plan.conns[ci].lanes.size()) - 1), &index);
+          st = conn->addLane(planFor(s, peer, static_cast<int>(s.plan.conns[ci].lanes.size()) - 1), &index);
           if (st.isOk())
-            st = conn->retireLane(i, "C4P: moved to a spare path (it ran at " +
-                                         std::to_string(static_cast<int>(100 * r / best)) +
-                                         "% of its connection's fastest lane)");
-          C4_INFO(kLogPlan, "rank %d: C4P: lane %d to rank %d (%s) at %.0f%% of its peers: %s", s.rank, i, peer,
-                  was.c_str(), 100 * r / best, st.isOk() ? "moved to a spare path" : st.message().c_str());
-          if (s.recorder != nullptr && st.isOk())
-            s.recorder->plan(trace::PlanEvent::kReplan,
-                             "lane " + std::to_string(i) + " (" + was + ") moved to a spare path as lane " +
-                                 std::to_string(index) + " (" + plan::lanePath(s.input, s.plan, pc.a, pc.b, index) +
-                                 ")",
-                             peer, index);
+            st = conn->retireLane(
+                i, "C4P: moved to a spare path (it ran at " + pct + "% of its connection's fastest lane)");
           s.seen[{peer, i}].handled = true;
-          change = false;  // the lanes changed: weigh them at the next look
-          break;
+        } else {
+          // Only the peer opens lanes: retire the slow one; the peer replaces it, avoiding its
+          // links (the failover path above), on the spare path.
+          st = conn->retireLane(i, "C4P: ran at " + pct + "% of its connection's fastest lane; rank " +
+                                       std::to_string(peer) + " replaces it on a spare path");
         }
+        C4_INFO(kLogPlan, "rank %d: C4P: lane %d to rank %d (%s) at %s%% of its peers: %s", s.rank, i, peer,
+                was.c_str(), pct.c_str(),
+                !st.isOk() ? st.message().c_str()
+                : opener   ? "moved to a spare path"
+                           : "retired for the peer to replace on a spare path");
+        if (s.recorder != nullptr && st.isOk())
+          s.recorder->plan(trace::PlanEvent::kReplan,
+                           opener ? "lane " + std::to_string(i) + " (" + was + ") moved to a spare path as lane " +
+                                        std::to_string(index) + " (" +
+                                        plan::lanePath(s.input, s.plan, pc.a, pc.b, index) + ")"
+                                  : "lane " + std::to_string(i) + " (" + was + ") retired at " + pct +
+                                        "% of its peers, for the peer to replace on a spare path",
+                           peer, opener ? index : i);
+        change = false;  // the lanes changed: weigh them at the next look
+        break;
       }
     }
     if (!change) continue;
