@@ -114,16 +114,20 @@ Status LanePlanner::init(int rank, int nranks, transport::Oob* oob, const std::v
                          transport::Transport* net, const Tuner& tuner, trace::Recorder* recorder) {
   s_->recorder = recorder;
   rank_ = s_->rank = rank;
+  // One host: no fabric to plan, and no exchange (every rank sees the same host list).
+  int32_t hosts = 0;
+  for (int32_t h : hostOf) hosts = std::max(hosts, h + 1);
+  if (hosts <= 1) return Status::ok();
   plan::Mode mode = plan::Mode::kC4p;
   const std::string modeText = paramPlanner();
+  Status local;
   if (!plan::parseMode(modeText, &mode))
-    return makeError(Code::kInvalidArgument, "C4_PLANNER=%s: expected c4p, ecmp or off", modeText.c_str());
+    local = makeError(Code::kInvalidArgument, "C4_PLANNER=%s: expected c4p, ecmp or off", modeText.c_str());
   // Collective from here whatever this rank finds, so that no rank waits for another that failed.
   PlaceRecord mine;
   mine.mode = static_cast<int32_t>(mode);
-  Status local;
   const std::string file = paramTopoFile();
-  const bool active = mode != plan::Mode::kOff && net != nullptr && net->caps().lanes;
+  const bool active = local.isOk() && mode != plan::Mode::kOff && net != nullptr && net->caps().lanes;
   std::vector<std::string> addrs;
   if (active) {
     mine.lanes = net->lanesPerConnection();
@@ -192,8 +196,6 @@ Status LanePlanner::init(int rank, int nranks, transport::Oob* oob, const std::v
   // ranks have.
   plan::PlanInput& in = s_->input;
   if (file.empty()) {
-    int hosts = 0;
-    for (int32_t h : hostOf) hosts = std::max(hosts, h + 1);
     std::vector<int> ports(static_cast<size_t>(hosts), 1);
     for (int r = 0; r < nranks; ++r)
       ports[static_cast<size_t>(hostOf[static_cast<size_t>(r)])] =

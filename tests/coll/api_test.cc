@@ -872,6 +872,11 @@ TEST_P(AnySource, ACollectiveAheadIsNotTakenForASend) {
                        : c4::recvAny(&got, 1, c4::DataType::kInt32, &src, comm);
         if (!st.isOk() || (rank == 0 && (src != 1 || got != 8)))
           f.push_back("send/recvAny: " + st.toString() + " source " + std::to_string(src));
+        // Rank 1's send completes once copied (eager): without this, rank 1 could leave (and
+        // close its transport) before rank 0's any-source wait found the message, and a leaving
+        // rank fails such a wait by design.
+        st = c4::allReduce(x.data(), x.data(), 1, c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+        if (!st.isOk()) f.push_back("final allreduce: " + st.toString());
         (void)c4::commDestroy(comm);
         return f;
       },
