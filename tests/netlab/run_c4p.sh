@@ -39,6 +39,34 @@ for mode in c4p ecmp off; do
 done
 grep -A9 "C4P plan" "$tmp/c4p/out.0" || true
 
+# Bad input fails init on every rank, with the entry named, and nothing hangs: a file with a link
+# of zero capacity, a file of another fabric, and an unknown planner.
+"$py" - "$NETLAB_TOPO" "$tmp" "$tools" <<'PYEOF'
+import json, sys
+sys.path.insert(0, sys.argv[3])
+import netlab
+topo = json.load(open(sys.argv[1]))
+topo["links"][3]["rate_bps"] = 0
+json.dump(topo, open(sys.argv[2] + "/zero.json", "w"))
+other = netlab.build_topology("other", hosts=4, ports=2, leaves=2, spines=2, octet=250)
+json.dump(other, open(sys.argv[2] + "/other.json", "w"))
+PYEOF
+bad_init() {  # label expected-text env...
+  local label=$1 want=$2
+  shift 2
+  mkdir -p "$tmp/bad-$label"
+  if netlab_run_ranks 4 1 "$tmp/bad-$label" "$@" timeout 60 "$perf" -C allreduce -b 8 -e 8 -n 1 -w 0 > /dev/null; then
+    echo "FAIL: $label: init succeeded"; exit 1
+  fi
+  for r in 0 1 2 3; do
+    grep -q -- "$want" "$tmp/bad-$label/out.$r" || { cat "$tmp/bad-$label/out.$r"; echo "FAIL: $label: rank $r"; exit 1; }
+  done
+  echo "$label: every rank failed init: $(grep -m1 -o -- "$want.*" "$tmp/bad-$label/out.0" | cut -c1-150)"
+}
+bad_init zero-capacity "links\[3\].*rate_bps = 0" C4_TOPO_FILE="$tmp/zero.json"
+bad_init other-fabric "lists no port with address" C4_TOPO_FILE="$tmp/other.json"
+bad_init planner "C4_PLANNER=bogus" C4_PLANNER=bogus
+
 # Ring AllReduce with c4p: the two cross-leaf connections (1->2, 3->0) have two lanes each; a plan
 # puts one lane of each on each spine.
 before=($(spine_bytes))
