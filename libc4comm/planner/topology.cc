@@ -114,6 +114,22 @@ int Topology::addCable(const std::string& cable, const std::string& aName, int a
   return i;
 }
 
+void Topology::addHost(const std::string& name, int ports, int leaf, double bps) {
+  Host host;
+  host.name = name;
+  const std::string& ln = switches_[static_cast<size_t>(leaf)].name;
+  for (int p = 0; p < ports; ++p) {
+    Port port;
+    port.name = "p" + std::to_string(p);
+    port.leaf = leaf;
+    const std::string pn = name + port.name;
+    port.up = addCable(pn + "-" + ln, pn, -1, ln, leaf, bps);
+    port.down = links_[static_cast<size_t>(port.up)].reverse;
+    host.ports.push_back(std::move(port));
+  }
+  hosts_.push_back(std::move(host));
+}
+
 void Topology::finish() {
   byAddr_.clear();
   for (size_t h = 0; h < hosts_.size(); ++h)
@@ -431,18 +447,8 @@ Topology Topology::flat(const std::vector<int>& portsPerHost, double bps) {
   std::string key = "flat";
   const int sw = t.addSwitch("fabric", 0);
   for (size_t h = 0; h < portsPerHost.size(); ++h) {
-    Host host;
-    host.name = "host" + std::to_string(h);
     key += "," + std::to_string(portsPerHost[h]);
-    for (int p = 0; p < portsPerHost[h]; ++p) {
-      Port port;
-      port.name = "p" + std::to_string(p);
-      port.leaf = sw;
-      port.up = t.addCable(host.name + port.name + "-fabric", host.name + port.name, -1, "fabric", sw, bps);
-      port.down = t.links_[static_cast<size_t>(port.up)].reverse;
-      host.ports.push_back(std::move(port));
-    }
-    t.hosts_.push_back(std::move(host));
+    t.addHost("host" + std::to_string(h), portsPerHost[h], sw, bps);
   }
   t.hash_ = fnv1a(key);
   t.finish();
@@ -461,21 +467,8 @@ Topology Topology::leafSpine(int hosts, int ports, int leaves, int spines, doubl
       t.switches_[static_cast<size_t>(l)].up.push_back(
           t.addCable(ln + "-" + sn, ln, l, sn, t.spineSwitch_[static_cast<size_t>(s)], uplinkBps));
     }
-  for (int h = 0; h < hosts; ++h) {
-    Host host;
-    host.name = "h" + std::to_string(h);
-    const int leaf = static_cast<int>(static_cast<int64_t>(h) * leaves / hosts);
-    for (int p = 0; p < ports; ++p) {
-      Port port;
-      port.name = "p" + std::to_string(p);
-      port.leaf = leaf;
-      const std::string pn = host.name + port.name, ln = "leaf" + std::to_string(leaf);
-      port.up = t.addCable(pn + "-" + ln, pn, -1, ln, leaf, hostBps);
-      port.down = t.links_[static_cast<size_t>(port.up)].reverse;
-      host.ports.push_back(std::move(port));
-    }
-    t.hosts_.push_back(std::move(host));
-  }
+  for (int h = 0; h < hosts; ++h)
+    t.addHost("h" + std::to_string(h), ports, static_cast<int>(static_cast<int64_t>(h) * leaves / hosts), hostBps);
   t.hash_ = fnv1a(t.source_);
   t.finish();
   return t;
@@ -515,20 +508,7 @@ Topology Topology::fatTree(int k, int hostsPerLeaf, int ports, double bps) {
     }
   int h = 0;
   for (int leaf = 0; leaf < k * half; ++leaf)
-    for (int i = 0; i < hostsPerLeaf; ++i, ++h) {
-      Host host;
-      host.name = "h" + std::to_string(h);
-      for (int p = 0; p < ports; ++p) {
-        Port port;
-        port.name = "p" + std::to_string(p);
-        port.leaf = leaf;
-        const std::string pn = host.name + port.name;
-        port.up = t.addCable(pn + "-" + name(leaf), pn, -1, name(leaf), leaf, bps);
-        port.down = t.links_[static_cast<size_t>(port.up)].reverse;
-        host.ports.push_back(std::move(port));
-      }
-      t.hosts_.push_back(std::move(host));
-    }
+    for (int i = 0; i < hostsPerLeaf; ++i, ++h) t.addHost("h" + std::to_string(h), ports, leaf, bps);
   t.hash_ = fnv1a(t.source_);
   t.finish();
   return t;

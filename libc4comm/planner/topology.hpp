@@ -130,6 +130,8 @@ class Topology {
   /// Adds both directions of a cable between switches or a host port and a switch; returns the
   /// a -> b link.
   int addCable(const std::string& cable, const std::string& aName, int a, const std::string& bName, int b, double bps);
+  /// Adds a host with `ports` ports p0.. on switch `leaf`, each linked at `bps`.
+  void addHost(const std::string& name, int ports, int leaf, double bps);
   void finish();
 
   std::string source_;

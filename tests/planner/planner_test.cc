@@ -321,10 +321,10 @@ TEST(PlannerTest, BalanceFatTreeAgainstLp) {
 
 // Random permutations on non-blocking k=8 fat-trees: a known gap. GLPK's MIP (integral lanes per
 // candidate; measured outside this test, seconds each) proves the integral optimum equal to the LP
-// bound for 2x2 lanes 2 seeds 2 and 3 and 1x4 lanes 4 seeds 1-3, but c4p reaches 2x it: once greedy has put two lanes
-// on one link while every other link carries one, no single lane can move without making another link as loaded, and
-// the local search only takes strictly improving single moves. More lanes than ports leave slack (ratios 1.0-1.5).
-// Hence only the bound 2 here, and c4p must still beat ECMP.
+// bound for 2x2 lanes 2 seeds 2 and 3 and 1x4 lanes 4 seeds 1-3, but c4p reaches 2x it: an exact plan is a bipartite
+// edge colouring of the lanes over the aggregation switches, which needs long swap (Kempe) chains; the local search
+// moves single lanes or chains of two and restarts from shuffled orders (that solved 1x4 lanes 4 seed 1). More lanes
+// than ports leave slack (ratios 1.0-1.5). Hence only the bound 2 here, and c4p must still beat ECMP.
 TEST(PlannerTest, BalanceFatTreeRandomPermutations) {
   struct Case {
     const char* name;
