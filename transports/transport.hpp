@@ -119,6 +119,10 @@ struct Request {
   enum State : int { kPending = 0, kDone = 1, kFailed = 2 };
   int state = kPending;
   Status error;  // set when state == kFailed
+  // A send on a transport with Caps::releasesSends: set (while state is still kPending) once the
+  // transport no longer needs the send's buffer unchanged against writes by its *own* receives:
+  // those keep what a re-send needs. Anything else may write the buffer only once state == kDone.
+  bool released = false;
 };
 
 /// Receive with reduction (Caps::reduceOnRecv): dst[i] = local[i] op incoming[i]. `local` may equal
@@ -218,6 +222,9 @@ struct Caps {
   bool reduceOnRecv = false;
   /// A connection may carry several lanes (retireLane, addLane, setLaneWeights).
   bool lanes = false;
+  /// Sends set Request::released before they are done (see there): a receive of this transport
+  /// may overwrite such a send's buffer from then on (a write-after-read dependency is met).
+  bool releasesSends = false;
 };
 
 /// Facts every transport needs at setup. Vectors are indexed by rank.

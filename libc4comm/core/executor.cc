@@ -212,8 +212,10 @@ Status Executor::start(const void* const bases[kNumBufBases], const transport::M
   std::copy(initialRemaining_.begin(), initialRemaining_.end(), remaining_.begin());
   for (transport::Request& r : reqs_) {
     r.state = transport::Request::kPending;
+    r.released = false;
     if (!r.error.isOk()) r.error = Status::ok();
   }
+  released_.assign(plan_->steps.size(), 0);
   inflight_.clear();
   localReady_.assign(initialLocal_.begin(), initialLocal_.end());
   for (PeerQueue& q : peers_) q.nextSend = q.nextRecv = 0;
@@ -248,11 +250,33 @@ void Executor::unstage(uint32_t idx) {
     kernels::reduce(addr(s.dst), addr(s.src), in, s.bytes / dataTypeSize(plan_->dtype), plan_->dtype, plan_->op);
 }
 
+bool Executor::releaseMeets(uint32_t send, uint32_t succ) const {
+  // Every step after a send writes what it read (write after read). A receive that the send's own
+  // transport writes straight into the call's buffer keeps what a re-send of the send needs
+  // (Caps::releasesSends); anything else waits until the send is done.
+  const ExecStep& r = plan_->steps[succ];
+  if (r.kind != StepKind::kRecv && r.kind != StepKind::kRecvReduce) return false;
+  if (stage_[send] != Stage::kNone || stage_[succ] != Stage::kNone || forward_[succ] != kNoForward) return false;
+  const PeerQueue& qs = peers_[static_cast<size_t>(peerSlot_[static_cast<size_t>(plan_->steps[send].peer)])];
+  const PeerQueue& qr = peers_[static_cast<size_t>(peerSlot_[static_cast<size_t>(r.peer)])];
+  return qs.caps.releasesSends && qs.transport == qr.transport;
+}
+
+void Executor::release(uint32_t idx) {
+  released_[idx] = 1;
+  for (uint32_t k = succBegin_[idx]; k < succBegin_[idx + 1]; ++k) {
+    const uint32_t s = succ_[k];
+    if (releaseMeets(idx, s)) --remaining_[s];  // a receive: postReady posts it at 0
+  }
+  progressed_ = true;
+}
+
 Status Executor::complete(uint32_t idx) {
   ++completed_;
   progressed_ = true;
   for (uint32_t k = succBegin_[idx]; k < succBegin_[idx + 1]; ++k) {
     uint32_t s = succ_[k];
+    if (released_[idx] && releaseMeets(idx, s)) continue;  // counted at release
     if (--remaining_[s] == 0) {
       StepKind kind = plan_->steps[s].kind;
       if (kind == StepKind::kCopy || kind == StepKind::kReduce) localReady_.push_back(s);
@@ -338,6 +362,7 @@ Status Executor::poll(bool* done) {
     uint32_t idx = inflight_[i];
     transport::Request& r = reqs_[idx];
     if (r.state == transport::Request::kPending) {
+      if (r.released && !released_[idx] && plan_->steps[idx].kind == StepKind::kSend) release(idx);
       ++i;
       continue;
     }

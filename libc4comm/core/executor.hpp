@@ -100,6 +100,10 @@ class Executor {
     kReduce = 3,  // received into the bounce buffer, reduced into dst
   };
   Status complete(uint32_t idx);
+  /// Send `idx` was released (Request::released): its successors that releaseMeets count it done.
+  void release(uint32_t idx);
+  /// Whether a released send `send` meets step `succ`'s dependency on it (see executor.cc).
+  bool releaseMeets(uint32_t send, uint32_t succ) const;
   Status postReady();
   /// Posts receive `idx`, fused with its forward when that is the next send to its peer and waits
   /// only for this receive.
@@ -128,6 +132,7 @@ class Executor {
   std::vector<uint32_t> initialRemaining_;
   std::vector<uint32_t> initialLocal_;
   std::vector<uint32_t> remaining_;  // unfinished deps per step
+  std::vector<uint8_t> released_;    // per send: released (Request::released) and counted so
   std::vector<uint32_t> succBegin_, succ_;
   std::vector<transport::Request> reqs_;
   std::vector<uint32_t> inflight_;  // posted, not yet complete

@@ -292,6 +292,73 @@ TEST(TcpLaneKill, CopiesReadBeforeTheReceiveIsPostedCountOnce) {
   });
 }
 
+// A released send (every piece written, not all acknowledged) whose buffer a receive overwrites:
+// the pieces the peer never got are saved first, and the re-send after their lane is retired
+// carries what was sent, not what the receive wrote. Rank 1 black-holes lane 1 (reads and writes
+// nothing there): rank 0's pieces on lane 1 stay in the socket buffers, unacknowledged. Rank 0's
+// receive lands one piece further on, so rank 1's pieces from lane 0 (even ones) overwrite rank
+// 0's odd pieces, which went out on lane 1. The mutant without the saving (tests/tcp) sends those
+// pieces again as the receive left them and must fail.
+TEST(TcpLaneKill, AReceiveOverwritingAReleasedSendKeepsWhatItSent) {
+  LaneEnv env;
+  ProgressBarrier pb;
+  const std::string tag = testing::freshTag();
+  runRanks(2, [&](int r, Oob& oob) -> std::string {
+    Status st;
+    auto t = create(r, tag, oob, &st);
+    REQUIRE_OK(st);
+    REQUIRE(t->caps().releasesSends, "tcp with acknowledgements should release sends");
+    Connection* c = nullptr;
+    std::string e = connectUp(r, oob, t.get(), &c);
+    if (!e.empty()) return e;
+    const size_t piece = 65536, pieces = 8, bytes = piece * pieces;
+    const OpSig sigX = testSig(0, bytes / 4, Coll::kAllReduce, DataType::kInt32);
+    const OpSig sigY = testSig(1, (bytes - piece) / 4, Coll::kAllReduce, DataType::kInt32);
+    auto xAt = [](size_t i) { return static_cast<int32_t>(i * 7 + 3); };
+    auto yAt = [](size_t i) { return static_cast<int32_t>(-1 - static_cast<int64_t>(i)); };
+    if (r == 1) REQUIRE_OK(tcpOf(t)->breakLane(0, 1, LaneFault::kSilent));
+    REQUIRE_OK(oob.barrier());
+    if (r == 0) {
+      std::vector<int32_t> buf(bytes / 4);
+      for (size_t i = 0; i < buf.size(); ++i) buf[i] = xAt(i);
+      Request s, q;
+      REQUIRE_OK(c->isend(buf.data(), bytes, sigX, &s));
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!s.released && s.state == Request::kPending) {
+        REQUIRE_OK(t->progress());
+        REQUIRE(std::chrono::steady_clock::now() < deadline, "the send was never released");
+      }
+      REQUIRE(s.state == Request::kPending, "the send is done already: nothing left to protect");
+      char* at = reinterpret_cast<char*>(buf.data()) + piece;
+      REQUIRE_OK(c->irecv(at, bytes - piece, sigY, nullptr, &q));
+      const Status w = waitAll(t.get(), {&s, &q}, 60000);
+      std::string bad = w.isOk() ? "" : "send and receive: " + w.toString();
+      if (bad.empty() && tcpOf(t)->savedBytes() == 0)
+        bad = "nothing was saved: no unacknowledged piece was overwritten";
+      if (bad.empty() && piecesResent(c) == 0) bad = "no piece was sent again";
+      for (size_t i = piece / 4; i < buf.size() && bad.empty(); ++i)
+        if (buf[i] != yAt(i - piece / 4))
+          bad = strFormat("received element %zu is %d, want %d", i - piece / 4, buf[i], yAt(i - piece / 4));
+      REQUIRE_OK(pb.wait(t.get(), 1));
+      return bad;
+    }
+    std::vector<int32_t> x(bytes / 4, 0), y((bytes - piece) / 4);
+    for (size_t i = 0; i < y.size(); ++i) y[i] = yAt(i);
+    Request q, s;
+    REQUIRE_OK(c->irecv(x.data(), bytes, sigX, nullptr, &q));
+    REQUIRE_OK(c->isend(y.data(), bytes - piece, sigY, &s));
+    const Status w = waitAll(t.get(), {&q, &s}, 60000);
+    std::string bad;
+    for (size_t i = 0; i < x.size() && bad.empty(); ++i)
+      if (x[i] != xAt(i))
+        bad = strFormat("element %zu is %d, want %d (%s)", i, x[i], xAt(i),
+                        x[i] < 0 ? "sent again from the overwritten buffer" : "lost or wrong");
+    if (bad.empty() && !w.isOk()) bad = "receive: " + w.toString();
+    REQUIRE_OK(pb.wait(t.get(), 1));
+    return bad;
+  });
+}
+
 std::vector<KillCase> killCases() {
   std::vector<KillCase> out;
   for (LaneFault fault : {LaneFault::kReset, LaneFault::kSilent})

@@ -139,6 +139,14 @@ struct SendOp {
   bool reqDone = false;          // req completed (an eager send completes before its acknowledgement)
   uint32_t written = 0;          // frames of it written whole (re-sent copies included)
   std::unique_ptr<char[]> copy;  // eager: the transport's copy, which re-sent pieces come from
+  // Released (Request::released): every piece was written once, and a receive of this transport
+  // may overwrite buf. Before it does, the pieces still unacknowledged there are saved (protect),
+  // and a re-send comes from the saved copy.
+  bool released = false;
+  std::vector<std::unique_ptr<char[]>> saved;  // per piece, or empty
+  const char* pieceData(uint32_t piece, uint64_t offset) const {
+    return piece < saved.size() && saved[piece] ? saved[piece].get() : buf + offset;
+  }
 };
 
 struct RecvOp {
@@ -177,7 +185,7 @@ struct TxFrame {
   bool resent = false;
   uint32_t piece = 0;
   size_t total() const { return kHdrBytes + hdr.bytes; }
-  const char* payload() const { return op ? op->buf + hdr.offset : ctl.data(); }
+  const char* payload() const { return op ? op->pieceData(piece, hdr.offset) : ctl.data(); }
 };
 
 /// A piece that arrived before its receive was posted.
@@ -273,6 +281,9 @@ struct Sock {
 
 class TcpConnection final : public Connection {
  public:
+  /// A receive of this transport is about to write [p, p + n): saves the pieces there that
+  /// released sends of this connection still need for a re-send (SendOp::saved).
+  void protect(const char* p, size_t n);
   TcpConnection(TcpTransportImpl* t, int peer, int nlanes);
   ~TcpConnection() override = default;
 
@@ -450,6 +461,11 @@ class TcpTransportImpl final : public TcpTransport {
   size_t unexpectedLimit() const { return unexpLimit_; }
   int64_t timeoutMs() const { return timeoutMs_; }
   bool acks() const { return acks_; }
+  /// A receive is about to write [p, p + n): every connection saves what its released sends
+  /// there still need for a re-send (SendOp::saved).
+  void protect(const char* p, size_t n);
+  uint64_t savedBytes() const override { return savedBytes_; }
+  void addSaved(size_t n) { savedBytes_ += n; }
   int64_t stallNs() const { return stallMs_ * 1000000; }
   size_t sendQueue() const { return sendQueue_; }
   size_t eagerBytes() const { return eagerBytes_; }
@@ -532,6 +548,7 @@ class TcpTransportImpl final : public TcpTransport {
   std::vector<Fd> listeners_;
   std::vector<SetupRecord> records_;
   std::vector<std::unique_ptr<TcpConnection>> conns_;
+  uint64_t savedBytes_ = 0;  // protect(): bytes of released sends saved before a receive overwrote them
   std::vector<TcpConnection*> active_;
   std::map<uint64_t, Incoming> incoming_;
   uint64_t nextIncoming_ = 1;
@@ -958,6 +975,7 @@ bool TcpConnection::countPiece(RecvOp& op, uint32_t piece) {
 bool TcpConnection::applyPiece(RecvOp& op, uint32_t piece, uint64_t offset, const char* data, size_t bytes) {
   if (seenPiece(op.bits, piece)) return false;  // a copy that arrived twice (re-sent after a lane was retired)
   if (bytes) {
+    t_->protect(op.dst + offset, bytes);
     if (op.hasRed)
       reduceInto(op.red, op.dst, offset, data, bytes);
     else
@@ -965,6 +983,44 @@ bool TcpConnection::applyPiece(RecvOp& op, uint32_t piece, uint64_t offset, cons
   }
   return countPiece(op, piece);
 }
+
+namespace {
+
+// Saves piece k of a released send (SendOp::saved) unless it is saved already.
+void savePiece(SendOp& op, uint32_t k, size_t pieceBytes, TcpTransportImpl* t);
+
+}  // namespace
+
+void TcpConnection::protect(const char* p, size_t n) {
+  const size_t pb = t_->pieceBytes();
+  for (SendOp& op : sends_) {
+    if (!op.released || op.done || op.copy || op.bytes == 0) continue;
+    const char* b = op.buf;
+    if (p >= b + op.bytes || b >= p + n) continue;
+    const size_t lo = p > b ? static_cast<size_t>(p - b) : 0;
+    const size_t hi = std::min(op.bytes, static_cast<size_t>(p + n - b));
+    for (size_t piece = lo / pb; piece * pb < hi; ++piece)
+      if (!testBit(op.acked, static_cast<uint32_t>(piece))) savePiece(op, static_cast<uint32_t>(piece), pb, t_);
+  }
+}
+
+namespace {
+
+void savePiece(SendOp& op, uint32_t k, size_t pieceBytes, TcpTransportImpl* t) {
+  if (op.bytes == 0) return;
+  if (op.saved.empty()) op.saved.resize(op.pieces);
+  if (op.saved[k]) return;
+  const size_t len = std::min(pieceBytes, op.bytes - static_cast<size_t>(k) * pieceBytes);
+#ifdef C4_TCP_MUTANT_NO_SAVE
+  t->addSaved(len);  // the mutant of tests/tcp: counts, keeps nothing; a re-send sends what buf holds
+  return;
+#endif
+  op.saved[k].reset(new char[len]);
+  memcpy(op.saved[k].get(), op.buf + static_cast<size_t>(k) * pieceBytes, len);
+  t->addSaved(len);
+}
+
+}  // namespace
 
 void TcpConnection::noteRecvProgress(RecvOp& op, uint64_t seq) {
   if (op.done || op.got != op.pieces) return;
@@ -1352,10 +1408,15 @@ void TcpConnection::wrote(Sock& s, size_t n) {
       maybeCompleteSend(*op);
       sendsDone = true;
     } else {
-      if (op->copy && ++op->written >= op->pieces && !op->reqDone) {
-        op->reqDone = true;  // eager: every piece is out, the copy serves re-sends
-        --sendsOwed_;
-        completeRequest(op->req);
+      if (++op->written >= op->pieces && !op->reqDone) {
+        if (op->copy) {
+          op->reqDone = true;  // eager: every piece is out, the copy serves re-sends
+          --sendsOwed_;
+          completeRequest(op->req);
+        } else if (!op->released) {
+          op->released = true;  // its buffer may take this transport's receives (protect)
+          op->req->released = true;
+        }
       }
       s.inflight.push_back(std::move(f));
       s.txq.pop_front();
@@ -1538,6 +1599,7 @@ bool TcpConnection::startPiece(Sock& s) {
       s.dest = RxDest::kStaging;
       s.destPtr = s.staging.data();
     } else {
+      t_->protect(op.dst + h.offset, h.bytes);
       s.dest = RxDest::kDirect;
       s.destPtr = op.dst + h.offset;
     }
@@ -2091,6 +2153,9 @@ TcpTransportImpl::TcpTransportImpl(const Context& ctx)
 }
 
 TcpTransportImpl::~TcpTransportImpl() {
+  if (savedBytes_ > 0)
+    C4_INFO(kLogNet, "tcp: rank %d saved %llu B of released sends before its receives overwrote them", rank_,
+            static_cast<unsigned long long>(savedBytes_));
   // Closing the sockets tells every peer (EOF); nothing here waits.
   conns_.clear();
   incoming_.clear();
@@ -2107,7 +2172,14 @@ Caps TcpTransportImpl::caps() const {
   c.spaces = kHostSpaces;
   c.reduceOnRecv = true;
   c.lanes = true;
+  c.releasesSends = acks_;
   return c;
+}
+
+void TcpTransportImpl::protect(const char* p, size_t n) {
+  if (!acks_ || n == 0) return;
+  for (auto& c : conns_)
+    if (c) c->protect(p, n);
 }
 
 void TcpTransportImpl::tuneSocket(int fd) const {

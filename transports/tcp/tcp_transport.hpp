@@ -93,6 +93,9 @@ class TcpTransport : public Transport {
   /// Fault drills on lane `lane` to `peer` (tests; no protocol notice to the peer). Fails if there is
   /// no such lane in service.
   virtual Status breakLane(int peer, int lane, LaneFault fault) = 0;
+  /// Bytes of released sends saved so far because a receive of this transport was about to
+  /// overwrite them before their acknowledgement (Request::released; tests).
+  virtual uint64_t savedBytes() const = 0;
 };
 
 /// Creates the tcp transport for ctx.rank. Collective: every rank of the communicator must call it
