@@ -262,10 +262,11 @@ void LanePlanner::rebalance() {
   const uint64_t nowTicks = trace::ticks();
   const plan::Topology& t = s.topo;
   for (size_t ci = 0; ci < s.plan.conns.size(); ++ci) {
-    const plan::PlannedConn& pc = s.plan.conns[ci];
-    if (pc.a != s.rank && pc.b != s.rank) continue;
-    const int peer = pc.a == s.rank ? pc.b : pc.a;
-    const bool opener = pc.a == s.rank;
+    // By value: re-planning below replaces s.plan (and with it the connection's record).
+    const int ca = s.plan.conns[ci].a, cb = s.plan.conns[ci].b;
+    if (ca != s.rank && cb != s.rank) continue;
+    const int peer = ca == s.rank ? cb : ca;
+    const bool opener = ca == s.rank;
     transport::Connection* conn = s.net->existingConnection(peer);
     if (conn == nullptr) continue;
     const int n = conn->numLanes();
@@ -286,12 +287,12 @@ void LanePlanner::rebalance() {
       if (up == 0 || i >= static_cast<int>(s.plan.conns[ci].lanes.size()) ||
           s.plan.conns[ci].lanes[static_cast<size_t>(i)].retired)
         continue;
-      const std::string was = plan::lanePath(s.input, s.plan, pc.a, pc.b, i);
-      plan::markLaneLinks(s.input, s.plan, pc.a, pc.b, i, &s.failed);
+      const std::string was = plan::lanePath(s.input, s.plan, ca, cb, i);
+      plan::markLaneLinks(s.input, s.plan, ca, cb, i, &s.failed);
       bool found = false;
       plan::LaneChoice lc;
       // The acceptor only books the retirement; the opener adds the replacement (same plan on both).
-      Status st = plan::replaceLane(s.input, &s.plan, pc.a, pc.b, i, s.failed, false, &found, &lc);
+      Status st = plan::replaceLane(s.input, &s.plan, ca, cb, i, s.failed, false, &found, &lc);
       if (!st.isOk() || !found || !opener) {
         C4_INFO(kLogPlan, "rank %d: C4P: lane %d to rank %d (%s) left service%s", s.rank, i, peer, was.c_str(),
                 !st.isOk() ? st.message().c_str()
@@ -302,7 +303,7 @@ void LanePlanner::rebalance() {
       int index = -1;
       st = conn->addLane(planFor(s, peer, static_cast<int>(s.plan.conns[ci].lanes.size()) - 1), &index);
       const std::string now_ =
-          plan::lanePath(s.input, s.plan, pc.a, pc.b, static_cast<int>(s.plan.conns[ci].lanes.size()) - 1);
+          plan::lanePath(s.input, s.plan, ca, cb, static_cast<int>(s.plan.conns[ci].lanes.size()) - 1);
       if (!st.isOk() || index != static_cast<int>(s.plan.conns[ci].lanes.size()) - 1) {
         C4_WARN(kLogPlan, "rank %d: C4P: cannot replace lane %d to rank %d (%s): %s", s.rank, i, peer, was.c_str(),
                 st.isOk() ? "lane numbers disagree with the plan" : st.message().c_str());
@@ -329,7 +330,7 @@ void LanePlanner::rebalance() {
       seen.bytes = l.bytesSent;
       seen.busyNs = l.busyNs;
       if (s.recorder != nullptr && db > 0 && i < static_cast<int>(s.plan.conns[ci].lanes.size())) {
-        const std::string path = plan::lanePath(s.input, s.plan, pc.a, pc.b, i);
+        const std::string path = plan::lanePath(s.input, s.plan, ca, cb, i);
         s.recorder->plan(trace::PlanEvent::kLaneSample, opener ? path : reversePath(path), peer, i, db, s.lastTicks,
                          nowTicks);
       }
@@ -368,12 +369,12 @@ void LanePlanner::rebalance() {
       if (seen.slow >= 3 && i < static_cast<int>(s.plan.conns[ci].lanes.size())) {
         seen.slow = 0;
         std::vector<char> avoid;
-        plan::markLaneLinks(s.input, s.plan, pc.a, pc.b, i, &avoid);
+        plan::markLaneLinks(s.input, s.plan, ca, cb, i, &avoid);
         plan::Plan trial = s.plan;
         bool found = false;
         plan::LaneChoice lc;
-        if (!plan::replaceLane(s.input, &trial, pc.a, pc.b, i, avoid, true, &found, &lc).isOk() || !found) continue;
-        const std::string was = plan::lanePath(s.input, s.plan, pc.a, pc.b, i);
+        if (!plan::replaceLane(s.input, &trial, ca, cb, i, avoid, true, &found, &lc).isOk() || !found) continue;
+        const std::string was = plan::lanePath(s.input, s.plan, ca, cb, i);
         const std::string pct = std::to_string(static_cast<int>(100 * r / best));
         Status st;
         int index = -1;
@@ -398,11 +399,11 @@ void LanePlanner::rebalance() {
                            : "retired for the peer to replace on a spare path");
         if (s.recorder != nullptr && st.isOk())
           s.recorder->plan(trace::PlanEvent::kReplan,
-                           opener ? "lane " + std::to_string(i) + " (" + was + ") moved to a spare path as lane " +
-                                        std::to_string(index) + " (" +
-                                        plan::lanePath(s.input, s.plan, pc.a, pc.b, index) + ")"
-                                  : "lane " + std::to_string(i) + " (" + was + ") retired at " + pct +
-                                        "% of its peers, for the peer to replace on a spare path",
+                           opener
+                               ? "lane " + std::to_string(i) + " (" + was + ") moved to a spare path as lane " +
+                                     std::to_string(index) + " (" + plan::lanePath(s.input, s.plan, ca, cb, index) + ")"
+                               : "lane " + std::to_string(i) + " (" + was + ") retired at " + pct +
+                                     "% of its peers, for the peer to replace on a spare path",
                            peer, opener ? index : i);
         change = false;  // the lanes changed: weigh them at the next look
         break;
