@@ -164,6 +164,11 @@ class Connection {
   /// peer can send at all). Fails if the connection is broken or the transport aborted.
   virtual Status peek(bool* ready, OpSig* sig, size_t* bytes) = 0;
 
+  /// A released send (Request::released) whose caller is done with its buffer: the transport
+  /// copies what a re-send may still need and completes the request now (state kDone); it then
+  /// never reads the buffer again. False (nothing done) if the transport cannot, or `req` is not
+  /// such a send. Driving thread.
+  virtual bool detachSend(Request* req) { return false; }
   /// Receive-and-forward, NCCL's recvReduceCopySend / recvCopySend. True if this transport can run
   /// irecvForward(..., to, ...) for a forwarded message of `bytes` sent with `hint`.
   virtual bool canForward(const Connection* to, size_t bytes, SendHint hint) const { return false; }

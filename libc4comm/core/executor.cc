@@ -216,6 +216,7 @@ Status Executor::start(const void* const bases[kNumBufBases], const transport::M
     if (!r.error.isOk()) r.error = Status::ok();
   }
   released_.assign(plan_->steps.size(), 0);
+  releasedRun_ = 0;
   inflight_.clear();
   localReady_.assign(initialLocal_.begin(), initialLocal_.end());
   for (PeerQueue& q : peers_) q.nextSend = q.nextRecv = 0;
@@ -264,6 +265,7 @@ bool Executor::releaseMeets(uint32_t send, uint32_t succ) const {
 
 void Executor::release(uint32_t idx) {
   released_[idx] = 1;
+  ++releasedRun_;
   for (uint32_t k = succBegin_[idx]; k < succBegin_[idx + 1]; ++k) {
     const uint32_t s = succ_[k];
     if (releaseMeets(idx, s)) --remaining_[s];  // a receive: postReady posts it at 0
@@ -374,6 +376,29 @@ Status Executor::poll(bool* done) {
     C4_CHECK(complete(idx));
   }
   C4_CHECK(postReady());
+  // Everything else is done and only released sends wait for their acknowledgements: the call
+  // is over for this rank. The transport keeps what a re-send may need and completes them
+  // (Connection::detachSend), so the run does not wait for the peer's last reads.
+  if (releasedRun_ > 0 && completed_ < plan_->steps.size()) {
+    size_t pending = 0;
+    for (uint32_t idx : inflight_) pending += released_[idx] && reqs_[idx].state == transport::Request::kPending;
+    if (pending > 0 && completed_ + pending == plan_->steps.size()) {
+      for (uint32_t idx : inflight_)
+        if (released_[idx] && reqs_[idx].state == transport::Request::kPending)
+          (void)queueOf(plan_->steps[idx].peer).conn->detachSend(&reqs_[idx]);
+      for (size_t i = 0; i < inflight_.size();) {
+        const uint32_t idx = inflight_[i];
+        if (reqs_[idx].state != transport::Request::kDone) {
+          ++i;
+          continue;
+        }
+        inflight_[i] = inflight_.back();
+        inflight_.pop_back();
+        if (traceSteps_) traceStep(idx, postTicks_[idx]);
+        C4_CHECK(complete(idx));
+      }
+    }
+  }
   *done = completed_ == plan_->steps.size();
   if (progressed_) ctx_->watchdog().moved();
   return Status::ok();

@@ -133,6 +133,7 @@ class Executor {
   std::vector<uint32_t> initialLocal_;
   std::vector<uint32_t> remaining_;  // unfinished deps per step
   std::vector<uint8_t> released_;    // per send: released (Request::released) and counted so
+  size_t releasedRun_ = 0;           // sends released in this run
   std::vector<uint32_t> succBegin_, succ_;
   std::vector<transport::Request> reqs_;
   std::vector<uint32_t> inflight_;  // posted, not yet complete

@@ -359,6 +359,65 @@ TEST(TcpLaneKill, AReceiveOverwritingAReleasedSendKeepsWhatItSent) {
   });
 }
 
+// A released send detached at the end of an operation (Connection::detachSend: the caller may
+// reuse the buffer at once): it completes now, and the pieces its peer never got, re-sent after
+// their lane is retired, carry what was sent although the caller overwrote the buffer.
+TEST(TcpLaneKill, ADetachedSendKeepsWhatItSent) {
+  LaneEnv env;
+  ProgressBarrier pb;
+  const std::string tag = testing::freshTag();
+  runRanks(2, [&](int r, Oob& oob) -> std::string {
+    Status st;
+    auto t = create(r, tag, oob, &st);
+    REQUIRE_OK(st);
+    Connection* c = nullptr;
+    std::string e = connectUp(r, oob, t.get(), &c);
+    if (!e.empty()) return e;
+    const size_t bytes = 65536 * 8;
+    const OpSig sig = testSig(0, bytes / 4, Coll::kAllReduce, DataType::kInt32);
+    auto xAt = [](size_t i) { return static_cast<int32_t>(i * 11 + 5); };
+    if (r == 1) REQUIRE_OK(tcpOf(t)->breakLane(0, 1, LaneFault::kSilent));
+    REQUIRE_OK(oob.barrier());
+    if (r == 0) {
+      std::vector<int32_t> buf(bytes / 4);
+      for (size_t i = 0; i < buf.size(); ++i) buf[i] = xAt(i);
+      Request s;
+      REQUIRE_OK(c->isend(buf.data(), bytes, sig, &s));
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!s.released && s.state == Request::kPending) {
+        REQUIRE_OK(t->progress());
+        REQUIRE(std::chrono::steady_clock::now() < deadline, "the send was never released");
+      }
+      REQUIRE(s.state == Request::kPending, "the send is done already: nothing to detach");
+      Request none;
+      REQUIRE(!c->detachSend(&none), "detached a request that is no send of this connection");
+      REQUIRE(c->detachSend(&s), "a released send was not detached");
+      REQUIRE(s.state == Request::kDone, "a detached send is not done");
+      std::fill(buf.begin(), buf.end(), -7);  // the caller reuses its buffer at once
+      std::string bad;
+      for (int i = 0; i < 2000 && piecesResent(c) == 0; ++i) {
+        if (!t->progress().isOk()) bad = "progress failed";
+        usleep(1000);
+      }
+      if (bad.empty() && piecesResent(c) == 0) bad = "no piece was sent again";
+      REQUIRE_OK(pb.wait(t.get(), 1));
+      return bad;
+    }
+    std::vector<int32_t> x(bytes / 4, 0);
+    Request q;
+    REQUIRE_OK(c->irecv(x.data(), bytes, sig, nullptr, &q));
+    const Status w = waitAll(t.get(), {&q}, 60000);
+    std::string bad;
+    for (size_t i = 0; i < x.size() && bad.empty(); ++i)
+      if (x[i] != xAt(i))
+        bad = strFormat("element %zu is %d, want %d (%s)", i, x[i], xAt(i),
+                        x[i] == -7 ? "sent again from the overwritten buffer" : "lost or wrong");
+    if (bad.empty() && !w.isOk()) bad = "receive: " + w.toString();
+    REQUIRE_OK(pb.wait(t.get(), 1));
+    return bad;
+  });
+}
+
 std::vector<KillCase> killCases() {
   std::vector<KillCase> out;
   for (LaneFault fault : {LaneFault::kReset, LaneFault::kSilent})

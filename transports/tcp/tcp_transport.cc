@@ -84,8 +84,9 @@ constexpr size_t kBulkLookahead = 256;
 constexpr int kMaxIov = 64;
 constexpr size_t kMaxReason = 1024;
 constexpr size_t kMaxAckEntries = 4096;
-constexpr size_t kMaxLaterAcks = 64;  // deferred acknowledgements of eager pieces per lane
-constexpr size_t kAckBatch = 1;       // pieces acknowledged together within one burst of reading
+constexpr size_t kMaxLaterAcks = 64;       // deferred acknowledgements of eager pieces per lane
+constexpr size_t kAckBatch = 1;            // pieces acknowledged together within one burst of reading
+constexpr size_t kDetachBytes = 8u << 20;  // detachSend copies at most this much of a send
 constexpr int64_t kCheckEveryMs = 20;
 constexpr int64_t kEofGraceMs = 1000;
 
@@ -284,6 +285,7 @@ class TcpConnection final : public Connection {
   /// A receive of this transport is about to write [p, p + n): saves the pieces there that
   /// released sends of this connection still need for a re-send (SendOp::saved).
   void protect(const char* p, size_t n);
+  bool detachSend(Request* req) override;
   TcpConnection(TcpTransportImpl* t, int peer, int nlanes);
   ~TcpConnection() override = default;
 
@@ -990,6 +992,27 @@ namespace {
 void savePiece(SendOp& op, uint32_t k, size_t pieceBytes, TcpTransportImpl* t);
 
 }  // namespace
+
+bool TcpConnection::detachSend(Request* req) {
+  for (SendOp& op : sends_) {
+    if (op.req != req || op.reqDone || op.done || !op.released || op.copy) continue;
+    // Copying more than the socket buffers of a few lanes hold costs more than the wait
+    // (autotuned buffers hold megabytes): then the send completes when acknowledged, as usual.
+    if (static_cast<size_t>(op.left) * t_->pieceBytes() > kDetachBytes) return false;
+    // Every piece a frame may still read: those not acknowledged (a re-send) and those with a
+    // frame queued or half written on some lane.
+    for (uint32_t k = 0; k < op.pieces; ++k)
+      if (!testBit(op.acked, k)) savePiece(op, k, t_->pieceBytes(), t_);
+    for (auto& sp : socks_)
+      for (const TxFrame& f : sp->txq)
+        if (f.op == &op) savePiece(op, f.piece, t_->pieceBytes(), t_);
+    op.reqDone = true;
+    --sendsOwed_;
+    completeRequest(op.req);
+    return true;
+  }
+  return false;
+}
 
 void TcpConnection::protect(const char* p, size_t n) {
   const size_t pb = t_->pieceBytes();
@@ -2137,7 +2160,10 @@ TcpTransportImpl::TcpTransportImpl(const Context& ctx)
       nlanes_(static_cast<int>(paramLanes())),
       pieceBytes_(static_cast<size_t>(std::max<int64_t>(4096, std::min<int64_t>(paramTcpPieceBytes(), 64 << 20))) &
                   ~size_t{4095}),
-      bufBytes_(static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(paramTcpBufBytes(), 1 << 30)))),
+      // -1 (auto): 1 MiB with acknowledgements, which bounds what a send holds unacknowledged at
+      // an operation's end (detachSend copies it), the kernel's autotuning without.
+      bufBytes_(static_cast<int>(paramTcpBufBytes() < 0 ? (paramTcpAck() != 0 ? 1 << 20 : 0)
+                                                        : std::min<int64_t>(paramTcpBufBytes(), 1 << 30))),
       unexpLimit_(static_cast<size_t>(std::max<int64_t>(0, paramTcpUnexpectedBytes()))),
       handshakeMs_(std::max<int64_t>(
           1, ctx.timeoutMs > 0 ? std::min<int64_t>(paramTcpHandshakeMs(), ctx.timeoutMs) : paramTcpHandshakeMs())),

@@ -56,8 +56,9 @@ C4_PARAM_INT(TcpUnexpectedWaitUs, "C4_TCP_UNEXPECTED_WAIT_US", nullptr, 50,
 C4_PARAM_INT(TcpSendQueue, "C4_TCP_SEND_QUEUE", nullptr, 4096,
              "tcp: messages a connection queues before isend answers 'queue full' (back-pressure; the executor "
              "retries after progress)")
-C4_PARAM_INT(TcpBufBytes, "C4_TCP_BUF_BYTES", nullptr, 0,
-             "tcp: SO_SNDBUF/SO_RCVBUF per socket in bytes; 0 = kernel autotuning")
+C4_PARAM_INT(TcpBufBytes, "C4_TCP_BUF_BYTES", nullptr, -1,
+             "tcp: SO_SNDBUF/SO_RCVBUF per socket in bytes; 0 = kernel autotuning; -1 = 1 MiB with acknowledgements "
+             "(bounds what an operation's last sends hold unacknowledged), autotuning without")
 C4_PARAM_INT(TcpUnexpectedBytes, "C4_TCP_UNEXPECTED_BYTES", nullptr, 67108864,
              "tcp: bytes per peer buffered for messages whose receive is not posted yet; beyond it the lane stops "
              "reading (TCP back-pressure)")
