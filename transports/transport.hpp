@@ -269,6 +269,10 @@ class Transport {
   /// consumed); a watchdog reads it to tell a slow operation from a stuck one. Control traffic and
   /// writes a peer may never read (a socket buffer on a dead path) do not count. Driving thread.
   virtual uint64_t progressCount() const { return 0; }
+  /// Whether sends the caller already saw complete (eager or detached) still wait for the peer's
+  /// acknowledgement; a communicator being destroyed progresses until they do (bounded), so that
+  /// closing its sockets cannot cut data the peer has not read. Driving thread.
+  virtual bool sendsPending() const { return false; }
   /// Tells every connected peer that this rank is aborting (best effort, never blocks), and fails
   /// all pending requests with `reason`.
   virtual void abort(const std::string& reason) = 0;

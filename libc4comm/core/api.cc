@@ -486,6 +486,7 @@ Status commDestroy(Comm* comm) {
   unregisterComm(comm);
   // What is queued on a progress thread runs first (NCCL's destroy also completes pending work).
   if (comm->engine) comm->engine->stop();
+  comm->flushSends();
   if (!comm->finalized) dumpTrace(comm, trace::DumpReason::kDestroy);
   delete comm;
   return Status::ok();

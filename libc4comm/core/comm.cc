@@ -231,6 +231,22 @@ Comm::Comm()
       oneShotPath_(std::make_unique<OneShotPath>(this)),
       zeroCopyPath_(std::make_unique<ZeroCopyPath>(this, messagePath_.get())) {}
 
+void Comm::flushSends() {
+  // Sends that completed before their acknowledgement (eager, or detached at an operation's end)
+  // may still be unread by the peer: closing the sockets now could cut them off. Progress until
+  // they are acknowledged, the connection breaks, or the time is up (a peer that never reads).
+  if (failed.load() || abortRequested.load()) return;
+  const int64_t limitMs = std::min<int64_t>(timeoutMs > 0 ? timeoutMs : 30000, 60000);
+  const int64_t t0 = detail::nowMs();
+  for (int idle = 0;;) {
+    bool pending = false;
+    for (auto& t : transports) pending |= t->sendsPending();
+    if (!pending || detail::nowMs() - t0 > limitMs) return;
+    if (!progressTransports().isOk()) return;
+    idleWait(++idle);
+  }
+}
+
 Comm::~Comm() {
   // The progress thread first: nothing may drive the transports while they go.
   if (engine) engine->stop();

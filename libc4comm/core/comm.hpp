@@ -127,6 +127,9 @@ struct Comm final : public ExecContext {
   Status connection(int peer, transport::Connection** out) override;
   /// Advances every transport.
   Status progressTransports();
+  /// Before the transports close (destroy, finalize): progresses until sends already reported
+  /// complete are acknowledged (bounded by C4_TIMEOUT, at most 60 s). Not after a failure or abort.
+  void flushSends();
   /// Back-off after `idleRounds` consecutive polls without progress: spin, yield, then block up to
   /// C4_SHM_SLEEP_US, on the network transports' wait fds when there are any (so arriving data
   /// wakes the rank at once) or in a sleep.

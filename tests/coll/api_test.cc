@@ -411,7 +411,10 @@ TEST(Failure, StoppedPeerOverTcpIsNamedNotAHang) {
         while (peerPid->load() == 0) usleep(1000);
         usleep(100000);
         const int64_t t0 = monoMs();
-        st = c4::send(b.data(), 1 << 16, c4::DataType::kFloat32, 1, comm);  // 256 KiB: one piece, one lane
+        // 16 MiB: more than the socket buffers hold and than a send is detached with
+        // (docs/tcp-transport.md), so it cannot complete without the peer.
+        std::vector<float> big(size_t{1} << 22, 1.0f);
+        st = c4::send(big.data(), big.size(), c4::DataType::kFloat32, 1, comm);
         const int64_t took = monoMs() - t0;
         kill(peerPid->load(), SIGKILL);
         Failures f;

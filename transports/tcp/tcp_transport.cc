@@ -304,6 +304,8 @@ class TcpConnection final : public Connection {
 
   /// Work outstanding: messages to send (eager ones until acknowledged) or receive.
   bool pending() const { return !sends_.empty() || !recvs_.empty(); }
+  /// Sends not acknowledged yet on a connection that still works.
+  bool sendsPending() const { return broken_.isOk() && !sends_.empty(); }
   /// Requests not completed yet: what a failure would fail. (An eager send's request is complete
   /// before its acknowledgement; if the peer closes cleanly, its copy is simply dropped.)
   bool owes() const { return sendsOwed_ > 0 || !recvs_.empty(); }
@@ -467,6 +469,11 @@ class TcpTransportImpl final : public TcpTransport {
   /// there still need for a re-send (SendOp::saved).
   void protect(const char* p, size_t n);
   uint64_t savedBytes() const override { return savedBytes_; }
+  bool sendsPending() const override {
+    for (const auto& c : conns_)
+      if (c && c->sendsPending()) return true;
+    return false;
+  }
   void addSaved(size_t n) { savedBytes_ += n; }
   int64_t stallNs() const { return stallMs_ * 1000000; }
   size_t sendQueue() const { return sendQueue_; }
