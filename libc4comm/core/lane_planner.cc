@@ -72,8 +72,6 @@ std::function<transport::LanePlan(int, int)> LanePlanner::hook() {
   return [s](int peer, int lane) { return planFor(*s, peer, lane); };
 }
 
-transport::LanePlan LanePlanner::lanePlan(int peer, int lane) const { return planFor(*s_, peer, lane); }
-
 transport::LanePlan LanePlanner::planFor(const State& s, int peer, int lane) {
   transport::LanePlan lp;
   if (!s.planned) return lp;
@@ -113,7 +111,7 @@ std::string reversePath(const std::string& p) {
 Status LanePlanner::init(int rank, int nranks, transport::Oob* oob, const std::vector<int32_t>& hostOf,
                          transport::Transport* net, const Tuner& tuner, trace::Recorder* recorder) {
   s_->recorder = recorder;
-  rank_ = s_->rank = rank;
+  s_->rank = rank;
   // One host: no fabric to plan, and no exchange (every rank sees the same host list).
   int32_t hosts = 0;
   for (int32_t h : hostOf) hosts = std::max(hosts, h + 1);
@@ -240,9 +238,8 @@ Status LanePlanner::init(int rank, int nranks, transport::Oob* oob, const std::v
            "%s over %s: %zu connection(s) x %d lane(s) for %s AllReduce of %zu B; most loaded link %s",
            plan::modeName(mode), file.empty() ? "a flat model" : file.c_str(), s_->plan.conns.size(), in.lanes,
            sched::algoName(algo), bytes, b < 0 ? "none" : t.link(b).name.c_str());
-  summary_ = buf;
-  C4_INFO(kLogPlan, "rank %d: C4P %s", rank, summary_.c_str());
-  if (recorder != nullptr) recorder->plan(trace::PlanEvent::kPlan, "C4P " + summary_);
+  C4_INFO(kLogPlan, "rank %d: C4P %s", rank, buf);
+  if (recorder != nullptr) recorder->plan(trace::PlanEvent::kPlan, std::string("C4P ") + buf);
   s_->lastTicks = trace::ticks();
   if (rank == 0 && logEnabled(LogLevel::kInfo, kLogPlan)) {
     const std::string d = s_->plan.describe(in);

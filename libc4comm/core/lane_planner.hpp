@@ -51,8 +51,6 @@ class LanePlanner {
   /// over `oob`: every rank calls it. `hostOf[r]` numbers the ranks' hosts.
   Status init(int rank, int nranks, transport::Oob* oob, const std::vector<int32_t>& hostOf, transport::Transport* net,
               const Tuner& tuner, trace::Recorder* recorder);
-  /// The plan for lane `lane` of the connection to `peer` (defaults where nothing is planned).
-  transport::LanePlan lanePlan(int peer, int lane) const;
   /// Whether there is a plan to keep (init planned lanes and C4_REBALANCE_MS > 0).
   bool active() const { return active_; }
   /// Between operations, on the driving thread: at most every C4_REBALANCE_MS, sets each planned
@@ -62,16 +60,13 @@ class LanePlanner {
   /// lane's fabric links, and moves a lane that stays well below its peers onto a spare path when
   /// the fabric has one. Traces what it did and what each lane carried (trace::PlanEvent).
   void rebalance();
-  /// "c4p over topo.json: 8 connections, 16 lanes, most loaded link leaf0->spine1 at 100%" or "off".
-  const std::string& summary() const { return summary_; }
 
  private:
   struct State;
+  /// The plan for lane `lane` of the connection to `peer` (defaults where nothing is planned).
   static transport::LanePlan planFor(const State& s, int peer, int lane);
   std::shared_ptr<State> s_;
-  int rank_ = 0;
   bool active_ = false;
-  std::string summary_ = "off";
 };
 
 }  // namespace c4

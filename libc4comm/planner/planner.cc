@@ -383,7 +383,7 @@ double Plan::maxLinkSeconds(const Topology& t) const {
   return b < 0 ? 0 : load[static_cast<size_t>(b)] * 8.0 / t.link(b).bps;
 }
 
-double Plan::hostBoundSeconds(const Topology& t, const PlanInput& in) const {
+double Plan::hostBoundSeconds(const Topology& t, const PlanInput& in) {
   // Per host: bytes out over the summed capacity of the ports its ranks use (and in, likewise).
   std::map<int, double> out, inb;
   std::map<int, std::map<int, bool>> used;
@@ -487,8 +487,7 @@ namespace {
 // for other leaves over its uplinks (what an oversubscribed fabric imposes).
 double lowerBound(const PlanInput& in) {
   const Topology& t = *in.topo;
-  Plan probe;
-  double m = probe.hostBoundSeconds(t, in);
+  double m = Plan::hostBoundSeconds(t, in);
   std::map<int, double> out, inb;  // leaf -> bytes
   for (const Flow& f : in.flows) {
     const RankPlace& rs = in.ranks[static_cast<size_t>(f.src)];

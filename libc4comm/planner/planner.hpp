@@ -89,7 +89,7 @@ class Plan {
   int bottleneck(const Topology& t) const;
   /// Seconds the most loaded host port link needs: what no plan can beat (the ideal, when the
   /// fabric itself does not oversubscribe).
-  double hostBoundSeconds(const Topology& t, const PlanInput& in) const;
+  static double hostBoundSeconds(const Topology& t, const PlanInput& in);
   /// Recomputes `load` from the lane choices (a connection's bytes split over its live lanes).
   void computeLoad(const PlanInput& in);
   /// The plan, one line per lane: "rank 0 -> rank 1 lane 0: h0p0 -> spine1 -> h1p1 sport 25000".
