@@ -209,6 +209,25 @@ class Connection {
   /// state ("1 send, 2 receives pending; lane 0 up, lane 1 never connected by rank 3"). Driving
   /// thread.
   virtual std::string describeState() const { return {}; }
+  /// C4D's receive rate: bytes of messages from the peer after their first piece came, and the time
+  /// from that piece to their end, summed over the messages large enough to tell (cumulative).
+  /// Unlike lane busy time it does not count the wait for a late sender or a late receiver, so a
+  /// slow rate means a slow path. False: not measured by this transport. Driving thread.
+  virtual bool receiveRate(uint64_t* bytes, uint64_t* ns) const { return false; }
+};
+
+/// Fault drills of Transport::faultDrill (tests, C4_FAULT).
+enum class LaneFault {
+  /// The socket is reset, as a crashed NIC or a firewall would: the error retires the lane at both
+  /// ends.
+  kReset,
+  /// This end stops reading and writing it while the socket stays open, as a cut cable would: both
+  /// ends find it by its stall (C4_TCP_LANE_STALL_MS) and retire it.
+  kSilent,
+  /// This end keeps reading it but writes nothing more, as a path black-holed in one direction
+  /// would: the peer's pieces arrive and are counted, their acknowledgements never do, so the peer
+  /// retires the lane and sends those pieces again on another (each must still count once).
+  kMute,
 };
 
 /// What a transport can do, and its cost model for the tuner: time(bytes) = latencyUs + bytes/bwGBps.
@@ -262,6 +281,11 @@ class Transport {
   /// The connection to `peer` if one exists (connect() made it, or the peer opened it), else
   /// nullptr; creates and opens nothing. Driving thread.
   virtual Connection* existingConnection(int peer) { return nullptr; }
+  /// Fault drill `fault` on lane `lane` of the connection to `peer` (tests and C4_FAULT; no
+  /// protocol notice to the peer). Fails where the transport has no such lane or drill.
+  virtual Status faultDrill(int peer, int lane, LaneFault fault) {
+    return Status(Code::kInvalidUsage, std::string(name()) + " has no fault drills");
+  }
   /// Advances all pending requests. Fails if a peer died, aborted, or broke the protocol; the
   /// affected requests are failed too.
   virtual Status progress() = 0;

@@ -11,7 +11,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "c4comm/export.hpp"
@@ -133,6 +135,30 @@ C4_API Status commGetAsyncError(Comm* comm);
 
 /// Reason for the most recent failure of a c4 call in this thread ("" if none).
 C4_API const char* lastError(const Comm* comm);
+
+// ---- C4D: health checks and diagnosis (docs/c4d.md) ---------------------------------------------
+/// One diagnosis: what went wrong, who is at fault, and why c4comm thinks so.
+struct Diagnosis {
+  /// "dead_rank", "noncomm_hang", "comm_hang", "comm_slow" or "noncomm_slow".
+  std::string kind;
+  std::vector<int> ranks;                  ///< the culprit ranks
+  std::vector<std::string> hosts;          ///< their hosts
+  std::vector<std::pair<int, int>> links;  ///< culprit peer pairs (sender, receiver), for links
+  int64_t seq = -1;        ///< the collective concerned (-1: none or point-to-point)
+  double lateMs = 0;       ///< noncomm_slow: how late the straggler arrives (median)
+  double confidence = 0;   ///< 0..1
+  int reporter = -1;       ///< the rank that made it
+  std::string summary;     ///< one sentence in plain words
+  std::string evidence;    ///< what it rests on
+  std::string json;        ///< the whole record, one line of JSON (C4_DIAG_FILE's format)
+};
+/// Called once per diagnosis this rank makes or receives, on a c4comm thread (the health thread
+/// or the thread driving the communicator): keep it short, and do not call into `comm` from it.
+using DiagnosisCallback = std::function<void(const Diagnosis&)>;
+/// Registers (or, with an empty function, removes) the callback of `comm`. Any thread.
+C4_API Status setDiagnosisCallback(Comm* comm, DiagnosisCallback cb);
+/// Every diagnosis `comm` made or received so far, oldest first. Any thread.
+C4_API Status getDiagnoses(const Comm* comm, std::vector<Diagnosis>* out);
 
 // ---- reduction operators ---------------------------------------------------------------------
 /// Creates a user op: each rank's input is multiplied by *scalar (of type dt) before a sum.

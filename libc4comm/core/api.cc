@@ -201,7 +201,7 @@ Status initComm(Comm* c, int nranks, const UniqueId& id, int rank, const Config&
   Status st = c->init(nranks, id, rank, config);
   if (!st.isOk()) {
     C4_WARN(kLogInit, "rank %d/%d: init failed: %s", rank, nranks, st.toString().c_str());
-    c->fail(st);
+    (void)c->fail(st);
   }
   return st;
 }
@@ -209,6 +209,7 @@ Status initComm(Comm* c, int nranks, const UniqueId& id, int rank, const Config&
 /// Writes the communicator's trace file (if it ever traced); a failure is logged, never returned.
 void dumpTrace(Comm* c, trace::DumpReason why) {
   if (!c->recorder.allocated()) return;
+  if (c->health && c->health->traceDue()) c->health->drainTrace();  // C4D's records go in too
   Status st = c->recorder.dump(why);
   if (!st.isOk()) C4_WARN(kLogInit, "%s", st.message().c_str());
 }
@@ -252,6 +253,19 @@ void log(LogKind kind, const char* subsys, const char* message) {
 void reloadLogConfig() { logReload(); }
 
 const char* lastError(const Comm*) { return tLastError.c_str(); }
+
+Status setDiagnosisCallback(Comm* comm, DiagnosisCallback cb) {
+  C4_CHECK_RECORD(checkComm(comm));
+  comm->health->setCallback(std::move(cb));
+  return Status::ok();
+}
+
+Status getDiagnoses(const Comm* comm, std::vector<Diagnosis>* out) {
+  C4_CHECK_RECORD(checkComm(comm));
+  if (!out) return record(makeError(Code::kInvalidArgument, "getDiagnoses: out is NULL"));
+  *out = comm->health->diagnoses();
+  return Status::ok();
+}
 
 Status memAlloc(void** ptr, size_t size) { return record(memAllocShared(ptr, size)); }
 Status memFree(void* ptr) { return record(memFreeShared(ptr)); }
@@ -785,7 +799,7 @@ static Status closeGroup(const char* fn, bool* outermost, std::vector<DeferredIn
   Status err = tGroup.error;
   tGroup.error = Status::ok();
   if (!err.isOk()) {
-    for (DeferredInit& d : *inits) d.comm->fail(err);
+    for (DeferredInit& d : *inits) (void)d.comm->fail(err);
     tLastError = err.message();
   }
   return err;
@@ -868,7 +882,7 @@ Status groupSimulateEnd(double* estimatedUs) {
     Status err = makeError(Code::kInvalidUsage,
                            "groupSimulateEnd: the group initializes %zu communicator(s), which cannot be simulated",
                            inits.size());
-    for (DeferredInit& d : inits) d.comm->fail(err);
+    for (DeferredInit& d : inits) (void)d.comm->fail(err);
     return record(std::move(err));
   }
   for (const GroupItem& item : items) {

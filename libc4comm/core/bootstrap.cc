@@ -1076,6 +1076,30 @@ Status Bootstrap::allGather(void* data, size_t bytesPerRank) {
 Status Bootstrap::barrier() { return impl_->ringExchange(2, nullptr, 0); }
 
 Status Bootstrap::send(int peer, uint32_t tag, const void* data, size_t bytes) {
+  return send(peer, tag, data, bytes, impl_->timeoutMs);
+}
+
+void Bootstrap::take(uint32_t tag, std::vector<std::pair<int, std::vector<char>>>* out) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> g(m.mu);
+  for (auto it = m.inbox.begin(); it != m.inbox.end();) {
+    if (it->first.second != tag) {
+      ++it;
+      continue;
+    }
+    for (auto& msg : it->second) out->emplace_back(it->first.first, std::move(msg));
+    it = m.inbox.erase(it);
+  }
+}
+
+std::string Bootstrap::peerStreamError(int peer) const {
+  Impl& m = *impl_;
+  if (peer < 0 || peer >= m.nranks) return "no such rank";
+  std::lock_guard<std::mutex> g(m.mu);
+  return m.inboundOpen[static_cast<size_t>(peer)] == 0 ? m.peerErrors[static_cast<size_t>(peer)] : std::string();
+}
+
+Status Bootstrap::send(int peer, uint32_t tag, const void* data, size_t bytes, int64_t timeoutMs) {
   Impl& m = *impl_;
   if (peer < 0 || peer >= m.nranks)
     return makeError(Code::kInvalidArgument, "%s: send to rank %d of %d", m.prefix.c_str(), peer, m.nranks);
@@ -1091,7 +1115,7 @@ Status Bootstrap::send(int peer, uint32_t tag, const void* data, size_t bytes) {
     return Status::ok();
   }
   std::lock_guard<std::mutex> g(m.sendMu[peer]);
-  const int64_t dl = m.deadline();
+  const int64_t dl = nowMs() + timeoutMs;
   const std::string who = strFormat("rank %d at %s", peer, m.addrs[peer].toString().c_str());
   Fd& fd = m.sendFds[peer];
   if (!fd.valid()) {

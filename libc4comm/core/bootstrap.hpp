@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "c4comm/c4comm.hpp"
@@ -74,6 +75,13 @@ class Bootstrap : public transport::Oob {
   /// blocks until a message with that tag from that peer arrives (or timeout / abort). `timeoutMs`
   /// < 0: the bootstrap's timeout.
   Status send(int peer, uint32_t tag, const void* data, size_t bytes);
+  /// send() waiting at most `timeoutMs` (connect, handshake and write; C4D's heartbeats).
+  Status send(int peer, uint32_t tag, const void* data, size_t bytes, int64_t timeoutMs);
+  /// Takes every message with `tag` already there, from any rank, oldest first per rank; never
+  /// blocks.
+  void take(uint32_t tag, std::vector<std::pair<int, std::vector<char>>>* out);
+  /// Why `peer`'s incoming send/recv stream closed or broke ("" while it is open or never was).
+  std::string peerStreamError(int peer) const;
   Status recv(int peer, uint32_t tag, void* data, size_t bytes, int64_t timeoutMs = -1);
   /// recv from whichever rank of `from` has a message with `tag` first (lowest rank among those
   /// already there); *peer says which. Fails if one of them closed with an error before sending.

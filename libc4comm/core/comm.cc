@@ -172,6 +172,9 @@ class MessagePath final : public ExecPath {
     return st;
   }
   std::string waitingOn(const PreparedCall* p) const override { return p->exec->waitingOn(); }
+  std::vector<std::pair<int, std::string>> waitingRanks(const PreparedCall* p) const override {
+    return p->exec->waitingRanks();
+  }
 };
 
 /// Small calls through the shared arenas (core/oneshot.hpp).
@@ -192,6 +195,10 @@ class OneShotPath final : public ExecPath {
     return st;
   }
   std::string waitingOn(const PreparedCall*) const override { return c_->oneShot.waitingOn(); }
+  std::vector<std::pair<int, std::string>> waitingRanks(const PreparedCall*) const override {
+    if (c_->oneShot.waitingFor() < 0) return {};
+    return {{c_->oneShot.waitingFor(), "one-shot path (shared memory)"}};
+  }
 
  private:
   Comm* c_;
@@ -219,6 +226,10 @@ class ZeroCopyPath final : public ExecPath {
     return messages_->start(p);
   }
   std::string waitingOn(const PreparedCall*) const override { return c_->zeroCopy.waitingOn(); }
+  std::vector<std::pair<int, std::string>> waitingRanks(const PreparedCall* p) const override {
+    if (c_->zeroCopy.waitingFor() < 0) return {};
+    return {{c_->zeroCopy.waitingFor(), "zero-copy path (shared memory)"}};
+  }
 
  private:
   Comm* c_;
@@ -229,7 +240,9 @@ class ZeroCopyPath final : public ExecPath {
 Comm::Comm()
     : messagePath_(std::make_unique<MessagePath>()),
       oneShotPath_(std::make_unique<OneShotPath>(this)),
-      zeroCopyPath_(std::make_unique<ZeroCopyPath>(this, messagePath_.get())) {}
+      zeroCopyPath_(std::make_unique<ZeroCopyPath>(this, messagePath_.get())) {
+  health = std::make_unique<HealthMonitor>(this);
+}
 
 void Comm::flushSends() {
   // Sends that completed before their acknowledgement (eager, or detached at an operation's end)
@@ -248,6 +261,8 @@ void Comm::flushSends() {
 }
 
 Comm::~Comm() {
+  // C4D first: a goodbye, so that the peers do not take this rank's closing links for a death.
+  if (health) health->stop(failed.load() ? "failed" : "left");
   // The progress thread first: nothing may drive the transports while they go.
   if (engine) engine->stop();
   engine.reset();
@@ -415,6 +430,7 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
     if (t != nullptr && laneT == nullptr && t->caps().lanes) laneT = t;
   C4_CHECK(lanePlanner.init(r, n, bootstrap.get(), hostOf, laneT, tuner, &recorder));
   traceClockSync(0, timeoutMs);
+  C4_CHECK(health->start());
   const double tEnd = msNow();
   C4_INFO(kLogInit,
           "comm %s rank %d/%d pid %d: %zu host(s), %d rank(s) on this host%s, transports: %s; init %.1f ms (bootstrap "
@@ -496,24 +512,31 @@ void Comm::takeAbortRequest() {
     abortRequested.store(false, std::memory_order_relaxed);
     st = abortReason;
   }
-  fail(st);
+  (void)fail(st, false);  // a local abort, or C4D's own diagnosis: nothing to explain
 }
 
-void Comm::fail(const Status& st) {
+Status Comm::fail(const Status& st0, bool explain) {
+  if (failed.load()) {
+    std::lock_guard<std::mutex> g(errMu);
+    return asyncError;
+  }
+  const Status st = explain && health ? health->explainFailure(st0) : st0;
   {
     std::lock_guard<std::mutex> g(errMu);
     if (!failed.load()) {
       asyncError = st;
       failed.store(true);
     } else {
-      return;
+      return asyncError;
     }
   }
   C4_WARN(kLogColl, "rank %d: communicator %s failed: %s", rank, tag.c_str(), st.toString().c_str());
   recorder.error(static_cast<int>(st.code()), st.message(), -1);
+  if (health) health->noteFailure(st);  // before the transports tell: the peers learn why first
   for (auto& t : transports) t->abort(st.message());
   // The ring collectives stop; send/recv stay up for commShrink among the ranks that are left.
   if (bootstrap) bootstrap->interruptCollectives();
+  return st;
 }
 
 Status Comm::failure() {
@@ -844,6 +867,13 @@ Status Comm::prepareP2p(const std::vector<OpDesc>& ops, Prepared* p) {
 }
 
 Status Comm::startPrepared(Prepared* p) {
+  // C4D's telemetry: always on, a few stores (the trace's clock read when there is one).
+  if (p->collective) {
+    if (health->armed()) health->injectBefore(p->sig.seq);
+    health->telemetry().enter(p->sig.seq, p->traceT0 && !health->armed() ? p->traceT0 : trace::ticks());
+  } else {
+    health->telemetry().setP2p(true);
+  }
   if (p->traceT0) traceOp(p, true);
   if (p->noop) return Status::ok();
   watchdog_.enter(p->sig);
@@ -856,14 +886,52 @@ Status Comm::pollPrepared(Prepared* p, bool* done, bool* progressed) {
     return Status::ok();
   }
   C4_CHECK(p->path->poll(p, done, progressed));
-  if (*progressed) watchdog_.moved();
+  if (*progressed) {
+    watchdog_.moved();
+    if (stallReported_) {
+      health->clearStall();
+      stallReported_ = false;
+    }
+  }
   return Status::ok();
 }
 
+void Comm::reportStall(const Prepared* p) {
+  std::vector<int> ranks, stuck;
+  std::vector<std::string> states;
+  if (p && p->path)
+    for (auto& w : p->path->waitingRanks(p)) {
+      ranks.push_back(w.first);
+      states.push_back(std::move(w.second));
+      // Data in flight to it that does not move: a lane with something queued or unacknowledged.
+      transport::Transport* t = peerTransport[static_cast<size_t>(w.first)];
+      transport::Connection* c = t ? t->existingConnection(w.first) : nullptr;
+      bool busy = false;
+      for (int l = 0; c && l < c->numLanes(); ++l) busy |= c->lane(l) && c->lane(l)->busy();
+      if (busy) stuck.push_back(w.first);
+    }
+  health->reportStall(p ? describeSig(p->sig) : std::string("a probe"), ranks, states, stuck);
+  stallReported_ = true;
+  stallReportNs_ = watchdog_.lastCheckNs();
+}
+
 Status Comm::watchIdle(const Prepared* p) {
-  return watchdog_.idle(
+  Status st = watchdog_.idle(
       transportProgress(), [&] { return p ? describeSig(p->sig) : std::string("the probe"); },
       [&] { return p && p->path ? p->path->waitingOn(p) : std::string("a send from a peer"); });
+  if (!health->running()) return st;
+  if (!st.isOk()) {
+    // The watchdog fired: C4D says why, from every rank's state, and tells the others.
+    reportStall(p);
+    return health->diagnoseHang(st, p && p->collective ? static_cast<int64_t>(p->sig.seq) : -1);
+  }
+  // Stalled for a second (or half the timeout): the heartbeats say whom this rank waits for.
+  const int64_t stalled = watchdog_.stalledNs();
+  if (stalled > std::min<int64_t>(1000, timeoutMs / 2) * 1000000LL &&
+      (!stallReported_ || watchdog_.lastCheckNs() - stallReportNs_ > 500000000LL))
+    reportStall(p);
+  if (health->traceDue()) health->drainTrace();
+  return Status::ok();
 }
 
 trace::Event Comm::opEvent(const Prepared* p) const {
@@ -883,8 +951,8 @@ trace::Event Comm::opEvent(const Prepared* p) const {
   return e;
 }
 
-void Comm::traceOp(Prepared* p, bool open) {
-  const uint64_t t1 = open ? p->traceT0 : trace::ticks();
+void Comm::traceOp(Prepared* p, bool open, uint64_t endTicks) {
+  const uint64_t t1 = open ? p->traceT0 : endTicks ? endTicks : trace::ticks();
   auto put = [&](trace::Event& e, size_t k) {
     e.t0 = p->traceT0;
     e.t1 = t1;
@@ -941,8 +1009,20 @@ void Comm::traceClockSync(int which, int64_t waitMs) {
 
 void Comm::finish(Prepared* p) {
   watchdog_.leave();
+  const uint64_t t1 = trace::ticks();
+  // C4D: telemetry, and (every half heartbeat) the peers' rates for the heartbeats.
+  if (p->collective)
+    health->telemetry().leave(p->sig.seq, t1, p->op.count * dataTypeSize(p->op.dtype));
+  else
+    health->telemetry().setP2p(false);
+  if (health->publishDue(t1)) health->publish(t1);
+  if (stallReported_) {
+    health->clearStall();
+    stallReported_ = false;
+  }
+  if (health->traceDue()) health->drainTrace();
   if (lanePlanner.active()) lanePlanner.rebalance();
-  if (p->traceT0) traceOp(p, false);
+  if (p->traceT0) traceOp(p, false, t1);
   if (p->collective) oneShot.markDone(p->sig.seq);
   if (!p->postDivide) return;
   const OpDesc& op = p->op;
@@ -970,8 +1050,7 @@ Status Comm::runCollective(const OpDesc& op) {
   }
   if (!st.isOk()) {
     watchdog_.leave();
-    fail(st);
-    return st;
+    return fail(st);
   }
   finish(&p);
   return Status::ok();
@@ -1040,8 +1119,7 @@ Status Comm::waitProbe(int peer, ProbeResult* out, int64_t waitMs) {
     }
     if (!st.isOk()) {
       if (waitMs < 0) watchdog_.leave();
-      fail(st);
-      return st;
+      return fail(st);
     }
     idleWait(idle ? idle : ++idle);
   }

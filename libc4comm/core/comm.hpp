@@ -26,6 +26,7 @@
 #include "core/bootstrap.hpp"
 #include "core/exec_context.hpp"
 #include "core/executor.hpp"
+#include "core/health.hpp"
 #include "core/lane_planner.hpp"
 #include "core/oneshot.hpp"
 #include "core/opdesc.hpp"
@@ -118,7 +119,7 @@ struct Comm final : public ExecContext {
   trace::Event opEvent(const PreparedCall* p) const;
   /// Records the op event(s) of a prepared call (level op and above): open (kFlagOpen) as it
   /// starts, completed in place as it ends.
-  void traceOp(PreparedCall* p, bool open);
+  void traceOp(PreparedCall* p, bool open, uint64_t endTicks = 0);
   /// Clock alignment to rank 0 for the trace (which: 0 at init, 1 at finalize); a failure only
   /// leaves the sample out. Collective over the communicator.
   void traceClockSync(int which, int64_t timeoutMs);
@@ -135,8 +136,10 @@ struct Comm final : public ExecContext {
   /// wakes the rank at once) or in a sleep.
   void idleWait(int idleRounds);
   /// Records the first asynchronous error, tells peers (abort of transports). Only on the driving
-  /// thread while an operation may run; other threads use requestAbort().
-  void fail(const Status& st);
+  /// thread while an operation may run; other threads use requestAbort(). `explain`: C4D may add
+  /// its diagnosis (waiting up to 0.5 s for the side channel's evidence). Returns the error
+  /// recorded (the communicator's first).
+  Status fail(const Status& st, bool explain = true);
   /// From any thread: makes the driving thread fail the communicator with `st` at its next poll
   /// (or does it now if no operation runs), so transports are only ever touched by one thread.
   void requestAbort(const Status& st);
@@ -207,6 +210,8 @@ struct Comm final : public ExecContext {
   OneShot oneShot;
   ZeroCopy zeroCopy;
   trace::Recorder recorder;
+  /// C4D: telemetry (always), heartbeats and diagnosis (core/health.hpp).
+  std::unique_ptr<HealthMonitor> health;
 
  private:
   struct CacheKey {
@@ -231,6 +236,10 @@ struct Comm final : public ExecContext {
   Watchdog watchdog_;
   std::vector<transport::Caps> caps_;  // per transport
   std::unique_ptr<ExecPath> messagePath_, oneShotPath_, zeroCopyPath_;
+  bool stallReported_ = false;  // C4D has the running operation's stall report
+  int64_t stallReportNs_ = 0;
+  /// Tells C4D whom the stalled operation `p` waits for.
+  void reportStall(const PreparedCall* p);
   std::map<Registration*, std::unique_ptr<Registration>> registrations_;  // live commRegister handles
 };
 

@@ -445,4 +445,15 @@ std::string Executor::waitingOn() const {
   return out.empty() ? "local steps" : out;
 }
 
+std::vector<std::pair<int, std::string>> Executor::waitingRanks() const {
+  std::vector<std::pair<int, std::string>> out;
+  for (const PeerQueue& q : peers_) {
+    bool left = false;
+    for (uint32_t idx : q.sends) left |= reqs_[idx].state != transport::Request::kDone;
+    for (uint32_t idx : q.recvs) left |= reqs_[idx].state != transport::Request::kDone;
+    if (left) out.emplace_back(q.peer, q.conn ? q.conn->describeState() : std::string());
+  }
+  return out;
+}
+
 }  // namespace c4

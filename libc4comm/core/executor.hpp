@@ -81,6 +81,8 @@ class Executor {
   /// Whom the run waits for: ranks with sends or receives outstanding and their connections'
   /// state (the watchdog's error).
   std::string waitingOn() const;
+  /// The peers with sends or receives outstanding, each with its connection's state (C4D).
+  std::vector<std::pair<int, std::string>> waitingRanks() const;
 
  private:
   struct PeerQueue {

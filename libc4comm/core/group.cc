@@ -59,11 +59,13 @@ Status runGroupItems(std::vector<GroupItem>& items) {
       (op.coll == Coll::kSend || op.coll == Coll::kRecv ? w->p2p : w->colls).push_back(op);
   }
   auto failAll = [&work](const Status& st) {
+    Status first;
     for (CommWork& l : work) {
       l.comm->watchdog().leave();
-      l.comm->fail(st);
+      Status f = l.comm->fail(st);
+      if (first.isOk()) first = f;  // with C4D's diagnosis, if it had one
     }
-    return st;
+    return first.isOk() ? st : first;
   };
   for (CommWork& l : work) {
     Status st = l.startNext();

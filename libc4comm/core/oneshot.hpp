@@ -92,6 +92,8 @@ class OneShot {
   bool madeProgress() const { return progressed_; }
   /// Whom the running call waits for (the watchdog's error).
   std::string waitingOn() const;
+  /// The rank it waits for (-1: none known).
+  int waitingFor() const { return waitingFor_; }
   /// Records that this rank finished `seq` (every collective, after its result is complete).
   void markDone(uint64_t seq);
 

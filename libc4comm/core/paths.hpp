@@ -5,6 +5,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "c4comm/status.hpp"
 #include "core/tuner.hpp"
@@ -23,6 +25,8 @@ class ExecPath {
   virtual Status poll(PreparedCall* p, bool* done, bool* progressed) = 0;
   /// Whom it waits for (the watchdog's error).
   virtual std::string waitingOn(const PreparedCall* p) const = 0;
+  /// The same as ranks, each with its connection's state where known (C4D).
+  virtual std::vector<std::pair<int, std::string>> waitingRanks(const PreparedCall* p) const = 0;
 };
 
 }  // namespace c4

@@ -136,7 +136,7 @@ void ProgressEngine::run(Job& job) {
       job.result = comm_->init(job.nranks, job.id, job.rank, job.config);
       if (!job.result.isOk()) {
         C4_WARN(kLogInit, "rank %d/%d: init failed: %s", job.rank, job.nranks, job.result.toString().c_str());
-        comm_->fail(job.result);
+        (void)comm_->fail(job.result);
       }
       break;
     }
@@ -179,7 +179,7 @@ void ProgressEngine::idle(int rounds) {
     if (!drive.owns_lock() || comm_->transports.empty() || comm_->failed.load()) return;
     if (comm_->abortRequested.load(std::memory_order_acquire)) (void)comm_->failure();
     Status st = comm_->progressTransports();
-    if (!st.isOk()) comm_->fail(st);
+    if (!st.isOk()) (void)comm_->fail(st);
   };
   // Between jobs: yield for a while (the next call of a loop comes within microseconds; spinning
   // would keep the application's own thread, or a peer's, off the core), then block.

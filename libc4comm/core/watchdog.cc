@@ -26,6 +26,7 @@ Status Watchdog::idle(uint64_t external, const std::function<std::string()>& wha
   // The clock is read every 16 idle rounds: cheap while spinning, within a sleep or two otherwise.
   if ((++polls_ & 15) != 1) return Status::ok();
   const int64_t now = detail::nowNs();
+  checkNs_.store(now, std::memory_order_relaxed);
   const uint64_t p = progress_.load(std::memory_order_relaxed);
   if (enteredNs_.load(std::memory_order_relaxed) == 0) enteredNs_.store(now, std::memory_order_relaxed);
   if (p != seenProgress_ || external != seenExternal_ || lastNs_.load(std::memory_order_relaxed) == 0) {

@@ -51,6 +51,13 @@ class Watchdog {
   /// first idle round: an operation that never waits costs no clock read).
   uint64_t activeSeq() const { return active_.load(std::memory_order_relaxed); }
   int64_t enteredNs() const { return enteredNs_.load(std::memory_order_relaxed); }
+  /// How long the running operation has seen no progress, as of the last clock read of idle()
+  /// (0 while it progresses; ns).
+  int64_t stalledNs() const {
+    const int64_t last = lastNs_.load(std::memory_order_relaxed), at = checkNs_.load(std::memory_order_relaxed);
+    return active_.load(std::memory_order_relaxed) && last && at > last ? at - last : 0;
+  }
+  int64_t lastCheckNs() const { return checkNs_.load(std::memory_order_relaxed); }
 
  private:
   int rank_ = 0;
@@ -59,6 +66,7 @@ class Watchdog {
   std::atomic<uint64_t> active_{0};
   std::atomic<int64_t> enteredNs_{0};
   std::atomic<int64_t> lastNs_{0};
+  std::atomic<int64_t> checkNs_{0};
   uint64_t seenProgress_ = 0, seenExternal_ = 0;
   uint32_t polls_ = 0;
 };

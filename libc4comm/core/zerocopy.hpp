@@ -47,6 +47,8 @@ class ZeroCopy {
   bool madeProgress() const { return progressed_; }
   /// Whom the running call waits for (the watchdog's error).
   std::string waitingOn() const;
+  /// The rank it waits for (-1: none known).
+  int waitingFor() const { return waitingFor_; }
 
   /// Where a rank's buffers of one call lie (arena record, file comment).
   struct Record;

@@ -87,6 +87,7 @@ constexpr size_t kMaxAckEntries = 4096;
 constexpr size_t kMaxLaterAcks = 64;       // deferred acknowledgements of eager pieces per lane
 constexpr size_t kAckBatch = 1;            // pieces acknowledged together within one burst of reading
 constexpr size_t kDetachBytes = 8u << 20;  // detachSend copies at most this much of a send
+constexpr size_t kRateMinBytes = 1u << 20;  // receiveRate counts messages from this size on
 constexpr int64_t kCheckEveryMs = 20;
 constexpr int64_t kEofGraceMs = 1000;
 
@@ -161,6 +162,10 @@ struct RecvOp {
   uint32_t got;
   std::vector<uint64_t> bits;  // pieces received (each counted and reduced once)
   bool done;
+  // C4D's receive rate (Connection::receiveRate): from the first piece read off a socket into the
+  // posted receive to the last, and the bytes after the first.
+  int64_t rateFirstNs = 0, rateLastNs = 0;
+  uint64_t rateBytes = 0;
 };
 
 /// Whether `piece` of a message (its bitmap `bits`) was received already (a copy re-sent after a
@@ -301,6 +306,7 @@ class TcpConnection final : public Connection {
   Status retireLane(int i, const std::string& why) override;
   Status addLane(const LanePlan& plan, int* index) override;
   std::string describeState() const override;
+  bool receiveRate(uint64_t* bytes, uint64_t* ns) const override;
 
   /// Work outstanding: messages to send (eager ones until acknowledged) or receive.
   bool pending() const { return !sends_.empty() || !recvs_.empty(); }
@@ -389,6 +395,8 @@ class TcpConnection final : public Connection {
   bool countPiece(RecvOp& op, uint32_t piece);
   /// A receive completed: lanes still reading a copy of one of its pieces read it into a sink.
   void noteRecvProgress(RecvOp& op, uint64_t seq);
+  /// A piece of `bytes` counted into `op` (receive rate, C4D).
+  void noteRate(RecvOp& op, size_t bytes);
   void popDone();
   /// Tells the peer of the lanes this rank retired, on a lane in service (once one is up).
   void sendNotices();
@@ -419,6 +427,7 @@ class TcpConnection final : public Connection {
   uint64_t sendSeq_ = 0;
   uint64_t sendBase_ = 0;  // seq of sends_.front()
   uint64_t recvBase_ = 0;  // seq of recvs_.front()
+  uint64_t rateBytes_ = 0, rateNs_ = 0;  // receiveRate
   std::map<uint64_t, UnexpMsg> unexp_;
   size_t unexpBytes_ = 0;
   std::vector<char> sink_;                            // payload of duplicate pieces
@@ -1052,9 +1061,30 @@ void savePiece(SendOp& op, uint32_t k, size_t pieceBytes, TcpTransportImpl* t) {
 
 }  // namespace
 
+void TcpConnection::noteRate(RecvOp& op, size_t bytes) {
+  if (op.bytes < kRateMinBytes) return;
+  const int64_t now = detail::nowNs();
+  if (op.rateFirstNs == 0) {
+    op.rateFirstNs = now;  // the window opens once the first piece is in
+    return;
+  }
+  op.rateBytes += bytes;
+  op.rateLastNs = now;
+}
+
+bool TcpConnection::receiveRate(uint64_t* bytes, uint64_t* ns) const {
+  *bytes = rateBytes_;
+  *ns = rateNs_;
+  return true;
+}
+
 void TcpConnection::noteRecvProgress(RecvOp& op, uint64_t seq) {
   if (op.done || op.got != op.pieces) return;
   op.done = true;
+  if (op.rateBytes > 0 && op.rateLastNs > op.rateFirstNs) {
+    rateBytes_ += op.rateBytes;
+    rateNs_ += static_cast<uint64_t>(op.rateLastNs - op.rateFirstNs);
+  }
   completeRequest(op.req);
   // Another copy of one of its pieces may still be arriving straight into dst on some lane: from
   // now on dst belongs to the caller, so that copy goes to the sink.
@@ -1840,17 +1870,16 @@ void TcpConnection::finishPiece(Sock& s) {
     }
     // The receive was posted while this piece was being read: hand it over now.
     RecvOp& op = recvs_[idx];
-    applyPiece(op, piece, p->offset, p->data.get(), p->bytes);
+    if (applyPiece(op, piece, p->offset, p->data.get(), p->bytes)) noteRate(op, p->bytes);
     dropUnexpPiece(h.seq, p);
     noteRecvProgress(op, h.seq);
     return;
   }
   if (h.seq < recvBase_) return;  // completed from another copy while this one was staged
   RecvOp& op = recvs_[h.seq - recvBase_];
-  if (d == RxDest::kStaging)
-    applyPiece(op, piece, h.offset, s.staging.data(), h.bytes);
-  else
-    countPiece(op, piece);
+  const bool counted =
+      d == RxDest::kStaging ? applyPiece(op, piece, h.offset, s.staging.data(), h.bytes) : countPiece(op, piece);
+  if (counted) noteRate(op, h.bytes);
   noteRecvProgress(op, h.seq);
 }
 

@@ -71,20 +71,6 @@ C4_PARAM_INT(TcpProbeMs, "C4_TCP_PROBE_MS", nullptr, 1000,
 
 /// The tcp transport's own interface beyond Transport (tests reach it by dynamic_cast; lanes are
 /// reached through Connection). Same threading as Transport: the thread that drives progress().
-/// Fault drills of TcpTransport::breakLane.
-enum class LaneFault {
-  /// The socket is reset, as a crashed NIC or a firewall would: the error retires the lane at both
-  /// ends.
-  kReset,
-  /// This end stops reading and writing it while the socket stays open, as a cut cable would: both
-  /// ends find it by its stall (C4_TCP_LANE_STALL_MS) and retire it.
-  kSilent,
-  /// This end keeps reading it but writes nothing more, as a path black-holed in one direction
-  /// would: the peer's pieces arrive and are counted, their acknowledgements never do, so the peer
-  /// retires the lane and sends those pieces again on another (each must still count once).
-  kMute,
-};
-
 class TcpTransport : public Transport {
  public:
   /// Lanes each peer connection opens at first (C4_LANES).
@@ -94,6 +80,7 @@ class TcpTransport : public Transport {
   /// Fault drills on lane `lane` to `peer` (tests; no protocol notice to the peer). Fails if there is
   /// no such lane in service.
   virtual Status breakLane(int peer, int lane, LaneFault fault) = 0;
+  Status faultDrill(int peer, int lane, LaneFault fault) override { return breakLane(peer, lane, fault); }
   /// Bytes of released sends saved so far because a receive of this transport was about to
   /// overwrite them before their acknowledgement (Request::released; tests).
   virtual uint64_t savedBytes() const = 0;
