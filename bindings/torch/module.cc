@@ -117,5 +117,7 @@ PYBIND11_MODULE(_C, m) {
         "A uint8 CPU tensor of nbytes zeroed bytes on shareable memory (ncclMemAlloc's).");
   m.def("_set_shared_allocator", &setSharedAllocator, py::arg("min_bytes"));
   m.def("_reset_allocator", &resetAllocator);
+  m.def("_diagnoses", &c4torch::diagnoses,
+        "C4D's diagnoses of this process's c4 groups, oldest first, as JSON records (docs/c4d.md)");
   m.attr("torch_api") = TORCH_VERSION_MAJOR >= 2 ? "Backend" : "ProcessGroup";
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <numeric>
 #include <set>
 #include <stdexcept>
@@ -18,6 +19,16 @@
 #include "c4comm/trace.hpp"
 
 namespace c4torch {
+
+namespace {
+std::mutex gDiagMu;
+std::vector<std::string> gDiagnoses;  // guarded by gDiagMu
+}  // namespace
+
+std::vector<std::string> diagnoses() {
+  std::lock_guard<std::mutex> g(gDiagMu);
+  return gDiagnoses;
+}
 
 namespace {
 
@@ -380,6 +391,10 @@ ProcessGroupC4::ProcessGroupC4(const c10::intrusive_ptr<::c10d::Store>& store, i
   c4::Comm* comm = nullptr;
   c4::Status st = initThroughStore(*store_, key, rank == 0, rank, size, name, timeout_, &comm);
   TORCH_CHECK(st.isOk(), "c4: creating the communicator of rank ", rank, "/", size, " failed: ", st.message());
+  (void)c4::setDiagnosisCallback(comm, [](const c4::Diagnosis& d) {
+    std::lock_guard<std::mutex> g(gDiagMu);
+    if (gDiagnoses.size() < 1000) gDiagnoses.push_back(d.json);
+  });
   main_ = std::make_unique<Channel>(name, [comm](c4::Comm** out) {
     *out = comm;
     return c4::Status::ok();

@@ -196,4 +196,8 @@ class ProcessGroupC4 : public BackendBase {
   std::thread anyWatcher_;  // started by the first receive from any source
 };
 
+/// C4D's diagnoses (docs/c4d.md) of every c4 process group of this process, oldest first, as JSON
+/// records (c4comm_torch.diagnoses()). Each group's communicator reports into it.
+std::vector<std::string> diagnoses();
+
 }  // namespace c4torch

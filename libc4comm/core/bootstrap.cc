@@ -1092,6 +1092,11 @@ void Bootstrap::take(uint32_t tag, std::vector<std::pair<int, std::vector<char>>
   }
 }
 
+std::string Bootstrap::peerAddress(int peer) const {
+  if (peer < 0 || peer >= impl_->nranks) return std::string();
+  return impl_->addrs[static_cast<size_t>(peer)].toString();
+}
+
 std::string Bootstrap::peerStreamError(int peer) const {
   Impl& m = *impl_;
   if (peer < 0 || peer >= m.nranks) return "no such rank";

@@ -80,6 +80,8 @@ class Bootstrap : public transport::Oob {
   /// Takes every message with `tag` already there, from any rank, oldest first per rank; never
   /// blocks.
   void take(uint32_t tag, std::vector<std::pair<int, std::vector<char>>>* out);
+  /// The address `peer` listens on for the side channel ("ip:port").
+  std::string peerAddress(int peer) const;
   /// Why `peer`'s incoming send/recv stream closed or broke ("" while it is open or never was).
   std::string peerStreamError(int peer) const;
   Status recv(int peer, uint32_t tag, void* data, size_t bytes, int64_t timeoutMs = -1);

@@ -907,7 +907,14 @@ void Comm::reportStall(const Prepared* p) {
       transport::Transport* t = peerTransport[static_cast<size_t>(w.first)];
       transport::Connection* c = t ? t->existingConnection(w.first) : nullptr;
       bool busy = false;
-      for (int l = 0; c && l < c->numLanes(); ++l) busy |= c->lane(l) && c->lane(l)->busy();
+      for (int l = 0; c && l < c->numLanes(); ++l) {
+        const transport::Lane* ln = c->lane(l);
+        if (!ln || !ln->busy()) continue;
+        busy = true;
+        const transport::LaneSnapshot s = ln->snapshot();
+        states.back() +=
+            strFormat("; lane %d %s -> %s has data in flight", l, s.localAddr.c_str(), s.remoteAddr.c_str());
+      }
       if (busy) stuck.push_back(w.first);
     }
   health->reportStall(p ? describeSig(p->sig) : std::string("a probe"), ranks, states, stuck);
@@ -931,6 +938,11 @@ Status Comm::watchIdle(const Prepared* p) {
       (!stallReported_ || watchdog_.lastCheckNs() - stallReportNs_ > 500000000LL))
     reportStall(p);
   if (health->traceDue()) health->drainTrace();
+  // A long operation (a slow link) still refreshes the receive rates the heartbeats carry.
+  if ((++idlePolls_ & 255) == 0) {
+    const uint64_t now = trace::ticks();
+    if (health->publishDue(now)) health->publish(now);
+  }
   return Status::ok();
 }
 

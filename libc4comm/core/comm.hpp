@@ -238,6 +238,7 @@ struct Comm final : public ExecContext {
   std::unique_ptr<ExecPath> messagePath_, oneShotPath_, zeroCopyPath_;
   bool stallReported_ = false;  // C4D has the running operation's stall report
   int64_t stallReportNs_ = 0;
+  uint32_t idlePolls_ = 0;  // watchIdle calls (C4D's rates during long operations)
   /// Tells C4D whom the stalled operation `p` waits for.
   void reportStall(const PreparedCall* p);
   std::map<Registration*, std::unique_ptr<Registration>> registrations_;  // live commRegister handles

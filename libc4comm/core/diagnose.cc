@@ -314,6 +314,9 @@ std::vector<Diagnosis> SlowDetector::analyze(int64_t nowNs, const std::vector<bo
     if (b < cfg_.minBytes || t == 0) continue;
     cells.push_back({from, to, static_cast<double>(b) * 1e9 / static_cast<double>(t), b});
   }
+  lastRates_.clear();
+  for (const Cell& c : cells)
+    lastRates_ += strFormat("%s%d->%d %.0f MB/s", lastRates_.empty() ? "" : ", ", c.from, c.to, c.rate / 1e6);
   if (cells.size() >= 2) {
     std::vector<double> rates;
     for (const Cell& c : cells) rates.push_back(c.rate);

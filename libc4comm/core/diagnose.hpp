@@ -93,6 +93,8 @@ class SlowDetector {
   /// Findings of this look (each reported once per repeatMs). `live[r]`: rank r still counts.
   /// `hostOf` names hosts in the records.
   std::vector<Diagnosis> analyze(int64_t nowNs, const std::vector<bool>& live, const std::vector<std::string>& hostOf);
+  /// The receive rates the last analyze() compared ("sender->receiver MB/s, ..."; "" if none).
+  const std::string& lastRates() const { return lastRates_; }
 
  private:
   struct Sample {
@@ -105,6 +107,7 @@ class SlowDetector {
   std::map<std::pair<int, int>, std::string> lanes_;
   std::map<std::string, int> streak_;        // finding key -> consecutive looks
   std::map<std::string, int64_t> reported_;  // finding key -> when
+  std::string lastRates_;
 };
 
 /// The record of `d` as one line of JSON (C4_DIAG_FILE, the trace, Diagnosis::json).

@@ -300,10 +300,23 @@ Status HealthMonitor::start() {
   {
     std::lock_guard<std::mutex> g(mu_);
     peers_.resize(static_cast<size_t>(comm_->nranks));
+    // Hosts are named by host name; where emulated hosts share one (network namespaces of one
+    // machine, tools/netlab), by host name and side-channel address.
+    auto label = [this](int r) {
+      const RankInfo& me = comm_->peers[static_cast<size_t>(r)];
+      std::string name = me.hostname;
+      for (const RankInfo& o : comm_->peers)
+        if (o.hostId != me.hostId && strncmp(o.hostname, me.hostname, sizeof(me.hostname)) == 0) {
+          std::string a = comm_->bootstrap->peerAddress(r);
+          const size_t colon = a.rfind(':');
+          return name + "@" + (colon == std::string::npos ? a : a.substr(0, colon));
+        }
+      return name;
+    };
     for (int r = 0; r < comm_->nranks; ++r) {
       Peer& p = peers_[static_cast<size_t>(r)];
       p.v.rank = r;
-      p.v.host = comm_->peers[static_cast<size_t>(r)].hostname;
+      p.v.host = label(r);
       p.v.pid = comm_->peers[static_cast<size_t>(r)].pid;
       p.startNs = now;
     }
@@ -587,6 +600,14 @@ void HealthMonitor::receive(int64_t now, bool failing) {
     }
   }
   for (Diagnosis& d : adopted) {
+    // Several peers may send the same finding (each survivor of a death diagnoses it): once here.
+    bool dup = false;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      for (const Diagnosis& e : emitted_)
+        dup |= e.kind == d.kind && e.ranks == d.ranks && e.links == d.links && e.seq == d.seq;
+    }
+    if (dup) continue;
     // A peer's hang or death diagnosis fails this rank too (fail fast), with the peer's words
     // (unless this rank is failing already: explainFailure takes it from emitted_).
     record(d, false);
@@ -660,6 +681,10 @@ void HealthMonitor::analyzeSlow(int64_t now) {
       hosts.push_back(v.host);
     }
     found = slow_.analyze(now, live, hosts);
+    if (!slow_.lastRates().empty() && now - ratesLoggedNs_ > 10000000000LL) {
+      ratesLoggedNs_ = now;
+      C4_INFO(kLogNet, "rank %d: C4D receive rates over the last 10 s: %s", comm_->rank, slow_.lastRates().c_str());
+    }
   }
   for (Diagnosis& d : found) {
     record(d, true);

@@ -197,6 +197,7 @@ class HealthMonitor {
   std::atomic<uint64_t> nextPublish_{~uint64_t{0}};  // never while not running
   int64_t nextBeatNs_ = 0;                           // health thread
   uint64_t hbSeq_ = 0;                               // health thread
+  int64_t ratesLoggedNs_ = 0;                        // health thread
 
   mutable std::mutex mu_;  // everything below
   std::vector<Peer> peers_;

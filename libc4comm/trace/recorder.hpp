@@ -184,7 +184,8 @@ class Recorder {
   /// Names the communicator's transports by index (Event::transport), e.g. "shm,tcp".
   void setTransports(const std::string& names);
   /// Adds `text` to the name table (bounded; not for a hot path); returns its id (0 = "").
-  uint32_t intern(const char* text);
+  /// `maxLen` bounds the bytes kept (a C4D record, docs/c4d.md, keeps up to 4 KiB).
+  uint32_t intern(const char* text, size_t maxLen = 255);
   /// Records kError / kDiag at now().
   void error(int code, const std::string& message, int peer);
   void note(const std::string& text);

@@ -58,6 +58,32 @@ def plan_ev(kind, t0, name_id, t1=None, nbytes=0, peer=-1, lane=0):
     return (t0, t0 if t1 is None else t1, nbytes, name_id, peer, fmt.T_PLAN, 0, 0, kind, 0xff, lane, 0)
 
 
+def c4d_record(kind, rank, reporter=0, ranks=(2,), hosts=("h3",), links=(), seq=5, time_ns=1_795_949_400_123_000_000,
+               summary="rank 2 died (process gone)",
+               evidence="rank 2 (host h3, pid 4711): its side-channel link closed",
+               confidence=0.95, comm="feedfacecafebeef", nranks=4, late_ms=None):
+    """A C4D record as the library writes it (C4_DIAG_FILE, or the trace after "C4D "): `rank` wrote this copy."""
+    culprit = {"hosts": list(hosts), "links": [list(l) for l in links], "ranks": list(ranks)}
+    if late_ms is not None:
+        culprit["late_ms"] = late_ms
+    r = {"c4d": 1, "class": kind, "comm": comm, "confidence": confidence, "culprit": culprit, "evidence": evidence,
+         "nranks": nranks, "rank": rank, "reporter": reporter, "summary": summary,
+         "time": "2026-11-25T10:50:00.%03dZ" % ((time_ns // 1_000_000) % 1000), "time_ns": time_ns}
+    if seq is not None:
+        r["seq"] = seq
+    return r
+
+
+def diag_ev(t0, name_id):
+    """A note (T_DIAG) naming its text by name id, in write_trace's layout."""
+    return (t0, t0, 0, name_id, -1, fmt.T_DIAG, 0, 0, 0, 0xff, 0, 0)
+
+
+def words(text):
+    """text with every run of white space one blank (explain wraps its lines)."""
+    return " ".join(text.split())
+
+
 def load_json(path):
     with open(path) as f:
         return json.load(f)
@@ -388,6 +414,156 @@ class C4TraceTool(unittest.TestCase):
         rc, so, se = run_tool("summary", self.dir)
         self.assertEqual(rc, 2)  # nothing readable is left
         self.assertIn("no readable", se)
+
+    DEAD = dict(kind="dead_rank", reporter=0, ranks=[2], hosts=["h3"])
+    STRAGGLER = dict(kind="noncomm_slow", reporter=0, ranks=[3], hosts=["h4"], seq=40, late_ms=250.4, confidence=0.9,
+                     summary="rank 3 (host h4) is a straggler: it arrived last at 12 of the last 12 collectives",
+                     evidence="collectives seq 29..40; arrival times from the heartbeats; threshold 100 ms")
+
+    def write_diag_lines(self, path, lines):
+        with open(path, "w") as f:
+            f.write("".join(l + "\n" for l in lines))
+
+    def test_c4d_explain_json_lines(self):
+        # The dead rank's diagnosis as ranks 0 (its reporter), 1 and 3 wrote it, a little later each; a straggler found
+        # earlier by rank 0 alone; malformed lines between them.
+        t = 1_795_949_400_123_000_000
+        dead = [json.dumps(c4d_record(rank=r, time_ns=t + k * 1_000_000, **self.DEAD)) for k, r in enumerate((0, 1, 3))]
+        slow = json.dumps(c4d_record(rank=0, time_ns=t - 60_000_000_000, **self.STRAGGLER))
+        bad = ["{not json", '{"c4d": 1}', '{"foo": 1}', json.dumps(c4d_record(rank=1, ranks=["2"], kind="dead_rank"))]
+        path = os.path.join(self.dir, "diag.jsonl")
+        self.write_diag_lines(path, [dead[1], bad[0], slow, "", dead[2], bad[1], dead[0], bad[2], bad[3]])
+        rc, so, se = run_tool("explain", path)
+        self.assertEqual(rc, 0, se)
+        self.assertIn("4 malformed line(s) ignored (line 2, 6, 8, 9)", se)
+        text = words(so)
+        self.assertTrue(text.startswith("2 C4D diagnoses (from 4 records"), so)
+        self.assertEqual(so.count("Rank 2 (host h3) died"), 1)  # deduplicated
+        self.assertIn("Diagnosed by rank 0; recorded by ranks 0-1,3.", text)
+        self.assertIn("Confidence: 95% (class dead_rank)", text)
+        self.assertIn("What c4comm saw: rank 2 died (process gone).", text)
+        self.assertIn("Evidence: rank 2 (host h3, pid 4711): its side-channel link closed.", text)
+        self.assertIn("system log of host h3", text)
+        self.assertIn("ncclCommShrink, excluding rank 2 ", text)
+        self.assertIn("Rank 3 (host h4) is a straggler, arriving 250 ms late", text)
+        self.assertIn("the load of host h4", text)
+        self.assertLess(so.index("straggler"), so.index("died"))  # by time
+        self.assertNotIn("ncclCommShrink, excluding rank 3", text)  # a straggler is no reason to shrink
+        rc, so, se = run_tool("explain", path, "--json")
+        self.assertEqual(rc, 0, se)
+        recs = json.loads(so)
+        self.assertEqual([r["class"] for r in recs], ["noncomm_slow", "dead_rank"])
+        self.assertEqual(recs[1]["seen_by"], [0, 1, 3])
+        self.assertEqual((recs[1]["time_ns"], recs[1]["rank"]), (t, 0))  # the earliest copy
+        self.assertEqual(recs[0]["seen_by"], [0])
+        # One file per rank in a directory (C4_DIAG_FILE=dir/diag.r%r.jsonl): the same two diagnoses.
+        d = os.path.join(self.dir, "diag")
+        os.mkdir(d)
+        for k, r in enumerate((0, 1, 3)):
+            self.write_diag_lines(os.path.join(d, "diag.r%d.jsonl" % r), [dead[k]] + ([slow] if r == 0 else []))
+        rc, so2, se = run_tool("explain", d, "--json")
+        self.assertEqual(rc, 0, se)
+        self.assertEqual(json.loads(so2), recs)
+        self.assertEqual(se, "")
+        # The same diagnosis about another collective, or from another reporter, is another diagnosis.
+        other = [c4d_record(rank=1, seq=6, **self.DEAD), c4d_record(rank=1, **dict(self.DEAD, reporter=1))]
+        self.write_diag_lines(os.path.join(d, "diag.r1.jsonl"), [dead[1]] + [json.dumps(r) for r in other])
+        rc, so, se = run_tool("explain", d, "--json")
+        self.assertEqual(len(json.loads(so)), 4)
+
+    def test_c4d_in_trace(self):
+        # 3 ranks recorded the same comm_hang (rank 1 diagnosed it) as notes "C4D {...}" (longer than 256 bytes),
+        # next to a plain note; rank 0 also a malformed record and one cut at the name table's 255 bytes.
+        t = 1_795_949_400_000_000_000
+        hang = dict(kind="comm_hang", reporter=1, ranks=[0, 1], hosts=["host0", "host1"], links=[[0, 1]], seq=7,
+                    nranks=3, confidence=0.9, summary="every rank entered AllReduce seq 7 count 1024 float sum, and no "
+                    "data moves on the link between rank 0 (host host0) and rank 1 (host host1)",
+                    evidence="this rank (1) waits in AllReduce seq 7 count 1024 float sum on rank 0; rank 0: in "
+                    "collective seq 7 for 12.0 s, stalled 12.0 s waiting on rank 1; connection to rank 0: 2 lanes; "
+                    "lane 0 10.0.0.2:5000 -> 10.0.0.1:6000 has data in flight")
+        cut = ("C4D " + json.dumps(c4d_record(rank=0, **self.DEAD)))[:255]
+        for r in range(3):
+            rec = "C4D " + json.dumps(c4d_record(rank=r, time_ns=t + r * 1000, **hang))
+            self.assertGreater(len(rec), 300)
+            texts = [rec, "hello from rank %d" % r] + (["C4D {broken", cut] if r == 0 else [])
+            names, ids = names_table(*texts)
+            evs = [op(0, 1000, 64, 0), op(2000, 1000, 64, 1)] + [diag_ev(5000 + k, ids[x]) for k, x in enumerate(texts)]
+            write_trace(os.path.join(self.dir, "feedfacecafebeef.r%d.c4t" % r), r, 3, evs, names=names)
+        rc, so, se = run_tool("explain", self.dir)
+        self.assertEqual(rc, 0, se)
+        text = words(so)
+        self.assertTrue(text.startswith("1 C4D diagnosis (from 3 records"), so)
+        self.assertIn("The network between rank 0 (host host0) and rank 1 (host host1) stopped moving data: every "
+                      "rank is inside collective #7", text)
+        self.assertIn("Diagnosed by rank 1; recorded by ranks 0-2.", text)
+        self.assertIn("has data in flight.", text)  # the whole evidence, past the first 256 bytes
+        self.assertIn("switch ports of hosts host0 and host1", text)
+        self.assertIn("excluding ranks 0 and 1", text)
+        self.assertIn("2 malformed C4D record(s) in the trace ignored (1 cut at 255 bytes", se)
+        # The trace and a C4_DIAG_FILE of the same run: still one diagnosis, seen by every rank that wrote it.
+        path = os.path.join(self.dir, "diag.jsonl")
+        self.write_diag_lines(path, [json.dumps(c4d_record(rank=r, time_ns=t + r, **hang)) for r in (1, 2)])
+        rc, so, se = run_tool("explain", os.path.join(self.dir, "feedfacecafebeef.r0.c4t"), path, "--json")
+        self.assertEqual(rc, 0, se)
+        recs = json.loads(so)
+        self.assertEqual(len(recs), 1)
+        self.assertEqual((recs[0]["seen_by"], recs[0]["time_ns"]), ([0, 1, 2], t))
+        # summary and report: a C4D section; the records are no notes; the malformed ones stay notes, with a warning.
+        os.remove(path)
+        out = os.path.join(self.dir, "rep.html")
+        rc, so, se = run_tool("report", self.dir, "-o", out, "--json")
+        self.assertEqual(rc, 0, se)
+        self.assertIn("\nC4D diagnoses (the health checks", so)
+        self.assertRegex(so, r"\n  2026-11-25T10:50:00\.000Z +comm_hang +90% +1  0-2 +ranks 0-1 "
+                             r"\(hosts host0, host1\), link 0->1\n      every rank entered AllReduce seq 7")
+        self.assertIn("note rank 0: hello from rank 0", so)
+        self.assertIn("note rank 0: C4D {broken", so)
+        self.assertNotIn("note rank 1: C4D", so)
+        self.assertIn("warning: 2 malformed C4D record(s) in the trace ignored", so)
+        rep = load_json(os.path.join(self.dir, "rep.json"))
+        self.assertEqual(len(rep["c4d"]), 1)
+        self.assertEqual(rep["c4d"][0]["seen_by"], [0, 1, 2])
+        self.assertEqual(rep["c4d"][0]["culprit"]["links"], [[0, 1]])
+        self.assertEqual(len(rep["notes"]), 5)  # 3 plain notes, 2 malformed records
+        html = read_text(out)
+        self.assertIn('<h2 id="c4d">C4D diagnoses</h2>', html)
+        self.assertIn("<td>comm_hang</td>", html)
+        self.assertIn("<td>ranks 0-1 (hosts host0, host1), link 0-&gt;1</td>", html)
+        self.assertIn("<td>90%</td><td>1</td><td>0-2</td>", html)
+        self.assertEqual(html.count("<svg"), html.count("</svg>"))
+        # Chrome export: each rank's copy an instant named after its class, with the record.
+        rc, so, se = run_tool("export", self.dir, "-o", os.path.join(self.dir, "t.json"))
+        self.assertEqual(rc, 0, se)
+        tr = [e for e in load_json(os.path.join(self.dir, "t.json"))["traceEvents"] if e.get("cat") == "c4d"]
+        self.assertEqual([(e["name"], e["pid"], e["args"]["rank"]) for e in tr],
+                         [("C4D comm_hang", r, r) for r in range(3)])
+
+    def test_no_c4d_section_without_records(self):
+        self.make_run()
+        out = os.path.join(self.dir, "rep.html")
+        rc, so, se = run_tool("report", self.dir, "-o", out, "--json")
+        self.assertEqual(rc, 0, se)
+        self.assertNotIn("C4D", so)
+        self.assertNotIn("C4D", read_text(out))
+        self.assertNotIn("c4d", load_json(os.path.join(self.dir, "rep.json")))
+        rc, so, se = run_tool("explain", self.dir)
+        self.assertEqual((rc, so), (0, "no C4D diagnoses\n"), se)
+        rc, so, se = run_tool("explain", self.dir, "--json")
+        self.assertEqual((rc, json.loads(so)), (0, []), se)
+        empty = os.path.join(self.dir, "empty.jsonl")
+        self.write_diag_lines(empty, [])
+        rc, so, se = run_tool("explain", empty)
+        self.assertEqual((rc, so, se), (0, "no C4D diagnoses\n", ""))
+
+    def test_c4d_explain_missing_path(self):
+        path = os.path.join(self.dir, "diag.jsonl")
+        self.write_diag_lines(path, [json.dumps(c4d_record(rank=0, **self.DEAD))])
+        for args in ([os.path.join(self.dir, "missing")], [path, os.path.join(self.dir, "missing.jsonl")]):
+            rc, so, se = run_tool("explain", *args)
+            self.assertEqual(rc, 2, args)
+            self.assertEqual(so, "")
+            self.assertIn("missing", se)
+            self.assertIn("no such file or directory", se)
 
     def test_one_million_events(self):
         n, per = 8, 125_000

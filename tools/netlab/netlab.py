@@ -26,7 +26,7 @@ VERSION = 1
 NETNS_PREFIX = "nl-"
 DEFAULT_RATE = "1gbit"
 TBF_LATENCY = "50ms"  # queue limit of every tbf, expressed as time at the link rate
-TBF_MIN_BURST = 64 * 1024  # bytes; at least 2 ms at the link rate (see tbf_burst)
+TBF_MIN_BURST = 128 * 1024  # bytes; at least 2 ms at the link rate (see tbf_burst)
 DEFAULT_PORT_LO = 20000  # ECMP steering range: below the Linux ephemeral range (32768-60999)
 DEFAULT_PORT_HI = 29999
 DEFAULT_MOD_BLOCK = 100
@@ -120,7 +120,7 @@ def format_rate(bps):
 
 
 def tbf_burst(bps):
-    """tbf bucket size in bytes for a rate: 2 ms of traffic, at least 64 KiB (larger than a GSO segment)."""
+    """tbf bucket size in bytes for a rate: 2 ms of traffic, at least 128 KiB (a GSO packet of 64 KiB plus headers must fit)."""
     return max(TBF_MIN_BURST, bps // 8 // 500)
 
 

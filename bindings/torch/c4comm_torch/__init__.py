@@ -15,7 +15,7 @@ import torch.distributed as _dist
 
 from . import _C
 
-__all__ = ["BACKEND_NAME", "c4_version", "empty", "is_registered", "shared_allocations"]
+__all__ = ["BACKEND_NAME", "c4_version", "diagnoses", "empty", "is_registered", "shared_allocations"]
 
 BACKEND_NAME = "c4"
 c4_version = _C.c4_version
@@ -64,6 +64,16 @@ def shared_allocations(min_bytes=1 << 20):
         yield
     finally:
         _C._reset_allocator()
+
+
+def diagnoses():
+    """C4D's diagnoses (docs/c4d.md) made or received by this process's c4 groups, oldest first: a
+    list of dicts (class, culprit ranks/hosts/links, summary, evidence, confidence, ...). When a
+    collective raises because a rank died or hung, the culprit is here (and in the exception's
+    text), so survivors can rebuild the group without it."""
+    import json
+
+    return [json.loads(s) for s in _C._diagnoses()]
 
 
 def is_registered():

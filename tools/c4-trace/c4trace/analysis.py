@@ -1,5 +1,6 @@
 """Merging the ranks of a run and computing the report's tables."""
 import collections
+import json
 import math
 import os
 
@@ -141,6 +142,7 @@ def analyze(run, top=10):
     late = collections.defaultdict(lambda: [0, 0, 0])  # (tag, rank) -> [times last, total lateness ns, ops]
     errors, notes, spans = [], [], collections.defaultdict(lambda: [0, 0])
     plan_events, lane_samples = [], []  # C4P (T_PLAN)
+    c4d, c4d_bad, c4d_cut = [], 0, 0  # C4D records (T_DIAG "C4D {...}"): (record, rank), malformed, cut short
     total_time = 0
     t_min, t_max = None, None
     level = 0
@@ -194,7 +196,15 @@ def analyze(run, top=10):
                     errors.append({"comm": c.tag, "rank": rank, "t_ns": t0, "code": nbytes, "message":
                                    f.name_of(seq)})
                 elif typ == fmt.T_DIAG:
-                    notes.append({"comm": c.tag, "rank": rank, "t_ns": t0, "text": f.name_of(seq)})
+                    text = f.name_of(seq)
+                    rec, is_c4d = c4d_from_note(text)
+                    if rec is not None:  # a C4D diagnosis: its own section, not a note
+                        c4d.append((rec, rank))
+                        continue
+                    if is_c4d:
+                        c4d_bad += 1
+                        c4d_cut += len(text.encode("utf-8")) >= NAME_MAX
+                    notes.append({"comm": c.tag, "rank": rank, "t_ns": t0, "text": text})
                 elif typ == fmt.T_SPAN:
                     sp = spans[f.name_of(seq)]
                     sp[0] += 1
@@ -281,8 +291,10 @@ def analyze(run, top=10):
         "waits": wait_rows[:top * 5], "step_waits": step_wait_rows[:top * 5], "late": late_rows,
         "errors": errors[:100], "notes": notes[:100],
         "spans": [{"name": k, "count": v[0], "total_ns": v[1]} for k, v in sorted(spans.items())],
-        "warnings": run.warnings,
+        "warnings": run.warnings + ([c4d_bad_warning(c4d_bad, c4d_cut, "in the trace")] if c4d_bad else []),
     }
+    if c4d:  # only then: reports of runs without C4D diagnoses stay as they were
+        rep["c4d"] = dedup_c4d(c4d)
     if plan_events or lane_samples:  # only then: reports of runs without C4P stay as they were
         rep["c4p"] = plan_report(plan_events, lane_samples, t_min, t_max)
     return rep
@@ -427,3 +439,177 @@ def timeline_sample(run, limit=4000):
         step = len(rows) / limit
         rows = [rows[int(i * step)] for i in range(limit)]
     return rows
+
+
+# ---- C4D: the health checks' diagnoses (records in C4_DIAG_FILE and, as notes "C4D {...}", in the trace) ----
+
+C4D_PREFIX = "C4D "
+C4D_CLASSES = ("dead_rank", "noncomm_hang", "comm_hang", "comm_slow", "noncomm_slow")
+NAME_MAX = 255  # the recorder interns at most this many bytes of a note (libc4comm/trace/recorder.cc)
+
+
+def _is_int(x):
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def parse_c4d(obj):
+    """A C4D record (a dict, or its JSON text) checked for the fields c4-trace uses; None when it is not one."""
+    if isinstance(obj, str):
+        try:
+            obj = json.loads(obj)
+        except ValueError:
+            return None
+    if not isinstance(obj, dict) or "c4d" not in obj or not isinstance(obj.get("class"), str):
+        return None
+    c = obj.get("culprit", {})
+    if not isinstance(c, dict):
+        return None
+    ranks, hosts, links = c.get("ranks", []), c.get("hosts", []), c.get("links", [])
+    if not (isinstance(ranks, list) and all(_is_int(r) for r in ranks) and isinstance(hosts, list) and
+            isinstance(links, list) and all(isinstance(l, list) and len(l) == 2 and all(_is_int(x) for x in l)
+                                            for l in links)):
+        return None
+    for k in ("rank", "reporter", "seq", "nranks", "time_ns"):
+        if k in obj and not _is_int(obj[k]):
+            return None
+    if "confidence" in obj and not isinstance(obj["confidence"], (int, float)):
+        return None
+    return obj
+
+
+def c4d_key(rec):
+    """What makes two records the same diagnosis: (comm, class, reporter, culprit ranks, links, seq)."""
+    c = rec.get("culprit", {})
+    return (str(rec.get("comm", "")), rec["class"], rec.get("reporter"), tuple(sorted(c.get("ranks", []))),
+            tuple(sorted(tuple(l) for l in c.get("links", []))), rec.get("seq"))
+
+
+def c4d_time(rec):
+    """Sort key: time_ns (CLOCK_REALTIME), then the ISO time text; records without either last."""
+    t = rec.get("time_ns")
+    return (t if _is_int(t) else float("inf"), str(rec.get("time", "")))
+
+
+def dedup_c4d(records):
+    """records: [(record, rank that holds it or None)] -> the distinct diagnoses, sorted by time: each the earliest
+    copy (every rank that made or learned a diagnosis writes it with its own "rank"), plus "seen_by", the ranks that
+    recorded it."""
+    merged = collections.OrderedDict()
+    for rec, holder in records:
+        k = c4d_key(rec)
+        m = merged.get(k)
+        if m is None:
+            m = merged[k] = [rec, set()]
+        elif c4d_time(rec) < c4d_time(m[0]):
+            m[0] = rec
+        who = rec.get("rank", holder)
+        if _is_int(who):
+            m[1].add(who)
+    out = []
+    for rec, seen in merged.values():
+        r = dict(rec)
+        r["seen_by"] = sorted(seen)
+        out.append(r)
+    out.sort(key=c4d_time)
+    return out
+
+
+def c4d_from_note(text):
+    """A trace note's text -> (record or None, is C4D): "C4D {...}" is a record; a malformed one is (None, True)."""
+    if not text.startswith(C4D_PREFIX):
+        return None, False
+    return parse_c4d(text[len(C4D_PREFIX):]), True
+
+
+def c4d_bad_warning(n, cut, where):
+    """The warning for n malformed records of which cut were cut at the name table's limit."""
+    w = "%d malformed C4D record(s) %s ignored" % (n, where)
+    if cut:
+        w += (" (%d cut at %d bytes by the trace's name table; C4_DIAG_FILE holds whole records)" % (cut, NAME_MAX))
+    return w
+
+
+def c4d_from_trace(f):
+    """A TraceFile's C4D records: ([(record, rank)], malformed, cut)."""
+    out, bad, cut = [], 0, 0
+    for e in f.events():
+        if e[5] != fmt.T_DIAG:
+            continue
+        text = f.name_of(e[3])
+        rec, is_c4d = c4d_from_note(text)
+        if rec is not None:
+            out.append((rec, f.rank))
+        elif is_c4d:
+            bad += 1
+            cut += len(text.encode("utf-8")) >= NAME_MAX
+    return out, bad, cut
+
+
+def c4d_from_jsonl(path):
+    """A JSON Lines file's records (C4_DIAG_FILE): ([(record, None)], [line numbers of malformed lines])."""
+    out, bad = [], []
+    with open(path, "rb") as f:
+        for i, raw in enumerate(f, 1):
+            line = raw.decode("utf-8", "replace").strip()
+            if not line:
+                continue
+            rec = parse_c4d(line)
+            if rec is None:
+                bad.append(i)
+            else:
+                out.append((rec, None))
+    return out, bad
+
+
+def _is_trace(path):
+    if path.endswith(".c4t"):
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(fmt.MAGIC)) == fmt.MAGIC
+    except OSError:
+        return False
+
+
+def load_c4d(paths):
+    """C4D records from trace files (.c4t), JSON Lines files and directories holding either (searched recursively:
+    *.c4t, *.jsonl) -> (deduplicated records sorted by time, number of records read, warnings). A path that does not
+    exist raises FileNotFoundError."""
+    for p in paths:
+        if not os.path.exists(p):
+            raise FileNotFoundError("%s: no such file or directory" % p)
+    files = []
+    for p in paths:
+        if os.path.isdir(p):
+            found = []
+            for d, _, names in os.walk(p):
+                found.extend(os.path.join(d, n) for n in names if n.endswith(".c4t") or n.endswith(".jsonl"))
+            if not found:
+                files.append((p, None))  # a warning below
+            files.extend((x, x.endswith(".c4t")) for x in sorted(found))
+        else:
+            files.append((p, _is_trace(p)))
+    records, warnings = [], []
+    bad_trace = cut_trace = 0
+    for p, trace in files:
+        if trace is None:
+            warnings.append("%s: no .c4t or .jsonl files" % p)
+            continue
+        try:
+            if trace:
+                recs, bad, cut = c4d_from_trace(fmt.TraceFile(p))
+                bad_trace += bad
+                cut_trace += cut
+            else:
+                recs, bad_lines = c4d_from_jsonl(p)
+                if bad_lines:
+                    warnings.append("%s: %d malformed line(s) ignored (line %s)" % (
+                        p, len(bad_lines), ", ".join(str(i) for i in bad_lines[:5]) +
+                        (", ..." if len(bad_lines) > 5 else "")))
+        except (OSError, ValueError) as e:
+            warnings.append("skipped %s" % e)
+            continue
+        records.extend(recs)
+    if bad_trace:
+        warnings.append(c4d_bad_warning(bad_trace, cut_trace, "in the trace"))
+    return dedup_c4d(records), len(records), warnings

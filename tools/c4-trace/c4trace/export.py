@@ -2,7 +2,7 @@
 import json
 import struct
 
-from . import fmt
+from . import analysis, fmt
 
 MERGED_MAGIC = b"C4MERGE\0"
 MERGED_HEADER = struct.Struct("<8sIIQ")  # magic, version, record bytes, records
@@ -91,8 +91,14 @@ def chrome(run, path):
                               "tid": 0, "ts": ts, "args": args})
                     else:
                         what = "error" if typ == fmt.T_ERROR else "note"
+                        text = f_.name_of(seq)
+                        rec = analysis.c4d_from_note(text)[0] if typ == fmt.T_DIAG else None
+                        if rec is not None:  # a C4D diagnosis: named after its class, the record as arguments
+                            emit({"ph": "i", "s": "g", "name": "C4D " + rec["class"], "cat": "c4d", "pid": pid,
+                                  "tid": 0, "ts": ts, "args": rec})
+                            continue
                         emit({"ph": "i", "s": "p", "name": what, "cat": what, "pid": pid, "tid": 0, "ts": ts,
-                              "args": {"text": f_.name_of(seq), "code": nbytes}})
+                              "args": {"text": text, "code": nbytes}})
         f.write("\n]}\n")
     return n
 

@@ -97,9 +97,11 @@ class TraceFile:
         return o0 + (o1 - o0) * (local_ns - a0) / (a1 - a0)
 
     def name_of(self, off):
+        """The text at byte offset off of the name table, up to its NUL (the whole text: a C4D record is long)."""
         if off <= 0 or off >= len(self.names):
             return ""
-        return _cstr(self.names[off:off + 256])
+        end = self.names.find(b"\0", off)
+        return self.names[off:end if end >= 0 else len(self.names)].decode("utf-8", "replace")
 
     def transport_name(self, via):
         return self.transports[via] if 0 <= via < len(self.transports) else "transport%d" % via

@@ -3,6 +3,8 @@ import csv
 import html
 import json
 import os
+import re
+import textwrap
 
 from .analysis import human_bytes, human_ns
 
@@ -60,6 +62,8 @@ def text_summary(rep, top=10):
                                                       for s in rep["spans"]))
     if rep.get("c4p"):
         out.extend(_c4p_text(rep["c4p"], top))
+    if rep.get("c4d"):
+        out.extend(_c4d_text(rep["c4d"]))
     for e in rep["errors"][:top]:
         out.append("ERROR rank %d: code %d: %s" % (e["rank"], e["code"], e["message"]))
     for n in rep["notes"][:top]:
@@ -114,6 +118,202 @@ def _c4p_text(c4p, top=10, last=5):
         if len(links) > top:
             out.append("    (%d more links: c4-trace report --json or --csv)" % (len(links) - top))
     return out
+
+
+# ---- C4D: the health checks' diagnoses ----
+
+def _c4d_culprit(rec):
+    """"ranks 0-1 (hosts a, b), links 0->1"."""
+    c = rec.get("culprit", {})
+    ranks, hosts, links = c.get("ranks", []), c.get("hosts", []), c.get("links", [])
+    s = ("rank%s %s" % ("s" if len(ranks) > 1 else "", _ranks(ranks))) if ranks else "-"
+    if hosts:
+        s += " (host%s %s)" % ("s" if len(hosts) > 1 else "", ", ".join(str(h) for h in hosts))
+    if links:
+        s += ", link%s %s" % ("s" if len(links) > 1 else "", ", ".join("%d->%d" % tuple(l) for l in links))
+    return s
+
+
+def _c4d_conf(rec):
+    c = rec.get("confidence")
+    return "%.0f%%" % (100 * c) if isinstance(c, (int, float)) else "?"
+
+
+def _c4d_seen(rec):
+    return _ranks(rec.get("seen_by", [])) or "-"
+
+
+def _c4d_text(recs):
+    out = ["", "C4D diagnoses (the health checks; plain words: c4-trace explain):"]
+    out.append("  %-24s  %-13s %5s %8s  %-8s %s" % ("time", "class", "conf", "reporter", "seen by", "culprit"))
+    for r in recs:
+        out.append("  %-24s  %-13s %5s %8s  %-8s %s" % (r.get("time", "?"), r["class"], _c4d_conf(r),
+                                                       r.get("reporter", "?"), _c4d_seen(r), _c4d_culprit(r)))
+        if r.get("summary"):
+            out.append("      " + str(r["summary"]))
+    return out
+
+
+def _c4d_html(recs):
+    parts = ['<h2 id="c4d">C4D diagnoses</h2><style>.c4d td{text-align:left}</style>',
+             "<p>What c4comm's health checks diagnosed (%d distinct diagnos%s; <code>c4-trace explain</code> says it "
+             "in plain words).</p>" % (len(recs), "is" if len(recs) == 1 else "es")]
+    parts.append('<div class="c4d">%s</div>' % _table(recs, [
+        ("time", lambda r: str(r.get("time", "?"))), ("class", lambda r: r["class"]), ("culprit", _c4d_culprit),
+        ("summary", lambda r: str(r.get("summary", ""))), ("confidence", _c4d_conf),
+        ("reporter", lambda r: str(r.get("reporter", "?"))), ("seen by", _c4d_seen)]))
+    return "".join(parts)
+
+
+def _c4d_hosts(rec):
+    """rank -> host, from "rank N (host H" in the summary and evidence, else the culprit's hosts when they pair up
+    with its ranks (one host per rank, in order) or are a single host."""
+    c = rec.get("culprit", {})
+    ranks, hosts = c.get("ranks", []), [str(h) for h in c.get("hosts", [])]
+    m = {}
+    for text in (rec.get("summary"), rec.get("evidence")):
+        for r, h in re.findall(r"rank (\d+) \(host ([^,;)\s]+)", str(text or "")):
+            m.setdefault(int(r), h)
+    if len(hosts) == len(ranks):
+        for r, h in zip(ranks, hosts):
+            m.setdefault(r, h)
+    elif len(hosts) == 1:
+        for r in ranks:
+            m.setdefault(r, hosts[0])
+    return {r: h for r, h in m.items() if h and h != "?"}
+
+
+def _and(items):
+    items = list(items)
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _who(ranks, hosts):
+    """"rank 2 (host h3)", "ranks 1 (host a) and 3 (host b)"; many ranks: "ranks 0-7 (hosts a, b)"."""
+    if not ranks:
+        return "a rank"
+    if len(ranks) > 6:
+        hs = sorted({hosts[r] for r in ranks if r in hosts})
+        return "ranks %s%s" % (_ranks(ranks), " (host%s %s)" % ("s" if len(hs) > 1 else "", ", ".join(hs)) if hs
+                               else "")
+    parts = ["%d%s" % (r, " (host %s)" % hosts[r] if r in hosts else "") for r in ranks]
+    return ("rank%s " % ("s" if len(ranks) > 1 else "")) + _and(parts)
+
+
+def _hosts_of(ranks, hosts, rec):
+    hs = []
+    for r in ranks:
+        if r in hosts and hosts[r] not in hs:
+            hs.append(hosts[r])
+    if not hs:
+        hs = [str(h) for h in rec.get("culprit", {}).get("hosts", []) if h and h != "?"]
+    return hs
+
+
+def _cap(s):
+    return s[:1].upper() + s[1:]
+
+
+def c4d_explain(rec):
+    """One diagnosis in plain words for someone who does not know c4comm: a headline, c4comm's summary and
+    evidence, the confidence, who reported and saw it, what to check, and how to go on."""
+    kind = rec["class"]
+    c = rec.get("culprit", {})
+    ranks, links = c.get("ranks", []), [tuple(l) for l in c.get("links", [])]
+    hosts = _c4d_hosts(rec)
+    who = _who(ranks, hosts)
+    hs = _hosts_of(ranks, hosts, rec)
+    on_hosts = ("host%s %s" % ("s" if len(hs) > 1 else "", _and(hs))) if hs else "its host"
+    seq = rec.get("seq")
+    coll = ("collective #%d" % seq) if isinstance(seq, int) else "the collective (or send/receive) the others wait in"
+    many = len(ranks) > 1
+    they, their, them = ("they", "their", "them") if many else ("it", "its", "it")
+
+    def end(r):
+        return "rank %d%s" % (r, " (host %s)" % hosts[r] if r in hosts else "")
+    if kind == "dead_rank":
+        head = ("%s died: %s process ended or stopped answering, so the other ranks cannot finish their "
+                "collectives with %s" % (_cap(who), their, them))
+        check = ("the log (stdout/stderr) of %s and the system log of %s (dmesg, journalctl, the job scheduler's "
+                 "log): a crash, an out-of-memory kill, a reboot or a node failure" %
+                 ("those ranks' processes" if many else "that rank's process", on_hosts))
+    elif kind == "noncomm_hang":
+        head = "%s never reached %s: the job hangs in your code on %s, not in the network" % (
+            _cap(who), coll, "those ranks" if many else "that rank")
+        check = ("the stack of the stuck rank%s on %s while it hangs (py-spy dump --pid PID for Python, or gdb -p PID "
+                 "-batch -ex 'thread apply all bt'): look for a collective skipped on that rank (a different code "
+                 "path), a swallowed exception, a data loader, I/O or a lock that blocks" % ("s" if many else "",
+                                                                                          on_hosts))
+    elif kind == "comm_hang":
+        if links:
+            head = "The network between %s stopped moving data" % " and between ".join(
+                "%s and %s" % (end(a), end(b)) for a, b in links)
+        else:
+            head = "The network stopped moving data between %s" % who
+        head += ": every rank is inside %s, but no data arrives" % coll
+        check = ("the network cards, cables and switch ports of %s: link state and error/drop counters (ip -s link, "
+                 "ethtool -S), the switch's port counters and logs, link flaps, a firewall" % on_hosts)
+    elif kind == "comm_slow":
+        if links:
+            head = "The network link%s %s %s slow: %s much less data per second than the other pairs of ranks" % (
+                "s" if len(links) > 1 else "", " and ".join("from %s to %s" % (end(a), end(b)) for a, b in links),
+                "are" if len(links) > 1 else "is", "they carry" if len(links) > 1 else "it carries")
+            check = ("the network cards, cable and switch port of that link (%s): the negotiated speed, error and drop "
+                     "counters (ethtool -S, ip -s link), other traffic on that path" % on_hosts)
+        else:
+            head = ("The node or network card of %s is slow: every connection to or from %s is much slower than "
+                    "the others" % (who, them))
+            check = ("%s: %s network card (negotiated speed, errors, driver or firmware) and load (other jobs, CPU or "
+                     "PCIe saturation)" % (on_hosts, "their" if len(hs) > 1 else "its"))
+    elif kind == "noncomm_slow":
+        late = c.get("late_ms")
+        head = ("%s %s a straggler, arriving%s late at most collectives: the other ranks wait for %s (%s computation "
+                "or data loading is slower, not the network)" % (
+                    _cap(who), "are" if many else "is", (" %.0f ms" % late) if isinstance(late, (int, float)) else "",
+                    them, their))
+        check = ("the load of %s: other processes (top, nvidia-smi), CPU or GPU throttling (temperature, clocks, "
+                 "power), a slower or shared GPU, and whether %s more work (uneven data shards, longer sequences)" %
+                 (on_hosts, "those ranks get" if many else "that rank gets"))
+    else:
+        head = "%s (%s)" % (_cap(kind.replace("_", " ")), who)
+        check = "the evidence above"
+    out = [head + "."]
+    if rec.get("summary"):
+        out.append("What c4comm saw: %s." % str(rec["summary"]).rstrip("."))
+    if rec.get("evidence"):
+        out.append("Evidence: %s." % str(rec["evidence"]).rstrip("."))
+    seen = rec.get("seen_by", [])
+    out.append("Confidence: %s (class %s). Diagnosed by rank %s; recorded by %s." % (
+        _c4d_conf(rec), kind, rec.get("reporter", "?"),
+        ("rank%s %s" % ("s" if len(seen) > 1 else "", _ranks(seen))) if seen else "no rank named"))
+    out.append("What to check: %s." % check)
+    if kind in ("dead_rank", "noncomm_hang", "comm_hang"):
+        out.append("To go on: the surviving ranks can continue with ncclCommShrink, excluding %s (or restart the job "
+                   "from its last checkpoint)." % (("rank%s %s" % ("s" if many else "", _and(str(r) for r in ranks)))
+                                                   if ranks else "the culprit ranks"))
+    elif kind in ("comm_slow", "noncomm_slow"):
+        out.append("The job still runs, only slower: nothing has to be stopped.")
+    return out
+
+
+def explain_text(recs, n_records, width=100):
+    """c4-trace explain: every diagnosis in plain words, in the order they were made."""
+    if not recs:
+        return "no C4D diagnoses\n"
+    out = ["%d C4D diagnos%s (from %d record%s; c4comm's health checks, one line of JSON each):" % (
+        len(recs), "is" if len(recs) == 1 else "es", n_records, "" if n_records == 1 else "s")]
+    for i, r in enumerate(recs, 1):
+        out.append("")
+        where = "communicator %s" % r.get("comm", "?")
+        if isinstance(r.get("nranks"), int):
+            where += " of %d ranks" % r["nranks"]
+        out.append("%d. %s  %s" % (i, r.get("time", "?"), where))
+        for line in c4d_explain(r):
+            out.extend(textwrap.wrap(line, width, initial_indent="   ", subsequent_indent="     ",
+                                     break_on_hyphens=False, break_long_words=False))
+    return "\n".join(out) + "\n"
 
 
 # ---- SVG ----
@@ -463,6 +663,8 @@ def html_report(rep, samples, top=10):
     for r in rep["sizes"]:
         sizes.setdefault(r["collective"], {})[r["bucket_bytes"]] = r["count"]
     colls = rep["collectives"]
+    if rep.get("c4d"):  # first: when the health checks found something, it is what the reader wants to see
+        parts.append(_c4d_html(rep["c4d"]))
     parts.append("<h2>Collectives</h2>")
     parts.append(_table(colls, [("collective", lambda r: r["collective"]), ("count", lambda r: str(r["count"])),
                                 ("bytes / rank", lambda r: human_bytes(r["bytes_per_rank"])),
