@@ -498,6 +498,8 @@ Status commDestroy(Comm* comm) {
   if (!comm) return Status::ok();  // like NCCL: destroying NULL is a no-op
   C4_CHECK_RECORD(checkComm(comm));
   unregisterComm(comm);
+  // C4D's goodbye first: from now on the health thread asks this communicator for nothing.
+  comm->health->stop(comm->failed.load() ? "failed" : "left");
   // What is queued on a progress thread runs first (NCCL's destroy also completes pending work).
   if (comm->engine) comm->engine->stop();
   comm->flushSends();
@@ -510,6 +512,7 @@ Status commAbort(Comm* comm) {
   if (!comm) return Status::ok();
   C4_CHECK_RECORD(checkComm(comm));
   unregisterComm(comm);
+  comm->health->stop("aborted");
   const Status why = makeError(Code::kRemoteError, "rank %d aborted the communicator", comm->rank);
   if (comm->engine) {
     // The progress thread carries the abort out (in-flight work fails), then stops.

@@ -917,7 +917,7 @@ void Comm::reportStall(const Prepared* p) {
       }
       if (busy) stuck.push_back(w.first);
     }
-  health->reportStall(p ? describeSig(p->sig) : std::string("a probe"), ranks, states, stuck);
+  health->reportStall(p ? describeSig(p->sig) : std::string("a probe"), ranks, states, stuck, watchdog_.stalledNs());
   stallReported_ = true;
   stallReportNs_ = watchdog_.lastCheckNs();
 }

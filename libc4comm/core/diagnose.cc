@@ -206,9 +206,9 @@ Diagnosis classifyHang(const HangInput& in) {
 
 // ---- slowdowns ----
 
-void SlowDetector::addOp(int r, uint64_t seq, int64_t enterNs) {
+void SlowDetector::addOp(int r, uint64_t seq, int64_t enterNs, int64_t gapNs) {
   auto& m = enters_[r];
-  m[seq] = enterNs;
+  m[seq] = Arrival{enterNs, gapNs};
   while (m.size() > 256) m.erase(m.begin());
 }
 
@@ -250,7 +250,7 @@ std::vector<Diagnosis> SlowDetector::analyze(int64_t nowNs, const std::vector<bo
     for (const auto& kv : enters_[ranks[0]]) {
       bool all = true;
       for (size_t i = 1; i < ranks.size() && all; ++i) all = enters_[ranks[i]].count(kv.first) > 0;
-      if (all && nowNs - kv.second < 4 * cfg_.windowMs * 1000000) common.push_back(kv.first);
+      if (all && nowNs - kv.second.enter < 4 * cfg_.windowMs * 1000000) common.push_back(kv.first);
     }
     if (common.size() > 32) common.erase(common.begin(), common.end() - 32);
     if (static_cast<int>(common.size()) >= cfg_.minOps) {
@@ -260,15 +260,24 @@ std::vector<Diagnosis> SlowDetector::analyze(int64_t nowNs, const std::vector<bo
         int lastR = -1;
         int64_t lastT = 0;
         for (int r : ranks) {
-          const int64_t t = enters_[r][s];
+          const int64_t t = enters_[r][s].enter;
           if (lastR < 0 || t > lastT) lastR = r, lastT = t;
         }
         ++lastCount[lastR];
-        std::vector<int64_t> others;
-        for (int r : ranks)
-          if (r != lastR) others.push_back(enters_[r][s]);
-        std::nth_element(others.begin(), others.begin() + static_cast<long>(others.size() / 2), others.end());
-        lateness[lastR].push_back(static_cast<double>(lastT - others[others.size() / 2]) / 1e6);
+        std::vector<int64_t> others, otherGaps;
+        for (int r : ranks) {
+          if (r == lastR) continue;
+          others.push_back(enters_[r][s].enter);
+          if (enters_[r][s].gap >= 0) otherGaps.push_back(enters_[r][s].gap);
+        }
+        auto median = [](std::vector<int64_t>& v) {
+          std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+          return v[v.size() / 2];
+        };
+        double late = static_cast<double>(lastT - median(others)) / 1e6;
+        const int64_t gap = enters_[lastR][s].gap;
+        if (gap >= 0 && !otherGaps.empty()) late = std::min(late, static_cast<double>(gap - median(otherGaps)) / 1e6);
+        lateness[lastR].push_back(late);
       }
       for (const auto& kv : lastCount) {
         const int r = kv.first;

@@ -78,7 +78,7 @@ class SlowDetector {
  public:
   struct Config {
     int64_t stragglerMs = 100;
-    int slowPercent = 50;
+    int slowPercent = 25;
     int64_t windowMs = 10000;  ///< rates are compared over this window
     int confirmations = 3;     ///< consecutive analyses that must agree
     int64_t repeatMs = 60000;  ///< the same finding is reported again only after this long
@@ -86,8 +86,11 @@ class SlowDetector {
     uint64_t minBytes = 4u << 20;  ///< a pair counts once it received this much in the window
   };
   void configure(const Config& c) { cfg_ = c; }
-  /// Rank `r` entered collective `seq` at `enterNs` (this rank's clock).
-  void addOp(int r, uint64_t seq, int64_t enterNs);
+  /// Rank `r` entered collective `seq` at `enterNs` (this rank's clock), `gapNs` after it left the
+  /// collective before (time outside c4comm; -1: unknown). A rank that arrives late only because
+  /// the previous collective ended late there (the last hop of a ring) is no straggler: lateness
+  /// counts only as far as its time outside c4comm exceeds the others'.
+  void addOp(int r, uint64_t seq, int64_t enterNs, int64_t gapNs = -1);
   /// Receiver `r`'s cumulative rates per sender.
   void addRates(int r, int64_t nowNs, const std::vector<PeerRate>& rates);
   /// Findings of this look (each reported once per repeatMs). `live[r]`: rank r still counts.
@@ -102,7 +105,10 @@ class SlowDetector {
     uint64_t bytes, ns;
   };
   Config cfg_;
-  std::map<int, std::map<uint64_t, int64_t>> enters_;           // rank -> seq -> enter
+  struct Arrival {
+    int64_t enter, gap;
+  };
+  std::map<int, std::map<uint64_t, Arrival>> enters_;           // rank -> seq -> arrival
   std::map<std::pair<int, int>, std::vector<Sample>> samples_;  // (sender, receiver)
   std::map<std::pair<int, int>, std::string> lanes_;
   std::map<std::string, int> streak_;        // finding key -> consecutive looks

@@ -47,10 +47,11 @@ class HealthService {
   }
   /// In a forked child the thread is gone and the monitors belong to the parent.
   void afterFork() {
+    // Only the forking thread exists in the child: the objects are reset in place, without
+    // touching the parent's thread (no join, no detach) or a mutex it may have held.
     new (&mu_) std::mutex();
-    monitors_.clear();
-    thread_.detach();  // the std::thread object of the parent's thread; nothing runs in the child
-    thread_ = std::thread();
+    new (&monitors_) std::vector<Entry>();
+    new (&thread_) std::thread();
   }
 
  private:
@@ -260,6 +261,15 @@ void HealthMonitor::injectBefore(uint64_t seq) {
 
 // ---- the monitor ----
 
+namespace {
+/// Time outside c4comm before collective hist[i] (ns): its entry minus the previous collective's
+/// exit; -1 when that one is not in the history or has not ended.
+int64_t gapOf(const std::vector<Telemetry::Op>& hist, size_t i) {
+  if (i == 0 || hist[i - 1].seq + 1 != hist[i].seq || hist[i - 1].leave == 0) return -1;
+  return std::max<int64_t>(0, trace::toNs(hist[i].enter) - trace::toNs(hist[i - 1].leave));
+}
+}  // namespace
+
 bool HealthMonitor::isFatal(const Diagnosis& d) {
   return d.kind == "dead_rank" || d.kind == "comm_hang" || d.kind == "noncomm_hang";
 }
@@ -328,8 +338,7 @@ Status HealthMonitor::start() {
 }
 
 void HealthMonitor::stop(const char* goodbye) {
-  if (!running_) return;
-  running_ = false;
+  if (!running_.exchange(false)) return;
   HealthService::get().remove(this);
   if (goodbye == nullptr) return;
   nlohmann::json j;
@@ -355,6 +364,9 @@ void HealthMonitor::publish(uint64_t nowTicks) {
   for (int p = 0; p < comm_->nranks; ++p) {
     transport::Transport* t = comm_->peerTransport[static_cast<size_t>(p)];
     if (!t || !t->caps().lanes) continue;
+    // A pair on one host has no network link to be slow (loopback runs at the speed of the cores
+    // the ranks get): only pairs across hosts are compared.
+    if (comm_->peers[static_cast<size_t>(p)].hostId == comm_->peers[static_cast<size_t>(comm_->rank)].hostId) continue;
     transport::Connection* c = t->existingConnection(p);
     if (!c) continue;
     PeerRate pr;
@@ -378,9 +390,10 @@ void HealthMonitor::publish(uint64_t nowTicks) {
 }
 
 void HealthMonitor::reportStall(const std::string& what, const std::vector<int>& waitingOn,
-                                const std::vector<std::string>& states, const std::vector<int>& stuckTo) {
+                                const std::vector<std::string>& states, const std::vector<int>& stuckTo,
+                                int64_t stalledNs) {
   std::lock_guard<std::mutex> g(mu_);
-  if (stallSinceNs_ == 0) stallSinceNs_ = nowNs();
+  if (stallSinceNs_ == 0) stallSinceNs_ = nowNs() - std::max<int64_t>(0, stalledNs);
   stallWhat_ = what;
   waitingOn_ = waitingOn;
   stallStates_ = states;
@@ -502,9 +515,12 @@ void HealthMonitor::sendHeartbeats(int64_t now) {
       upTo = peers_[static_cast<size_t>(r)].opsSentUpTo;
     }
     uint64_t newUpTo = upTo;
-    for (const Telemetry::Op& op : hist) {
+    for (size_t i = 0; i < hist.size(); ++i) {
+      const Telemetry::Op& op = hist[i];
       if (op.seq + 1 <= upTo) continue;
-      ops.push_back({op.seq, (now - trace::toNs(op.enter)) / 1000});  // age in us
+      // [seq, age of its entry, time outside c4comm before it (us; -1: unknown)]
+      const int64_t gap = gapOf(hist, i);
+      ops.push_back({op.seq, (now - trace::toNs(op.enter)) / 1000, gap >= 0 ? gap / 1000 : -1});
       newUpTo = std::max(newUpTo, op.seq + 1);
     }
     j["ops"] = ops;
@@ -518,7 +534,8 @@ void HealthMonitor::sendHeartbeats(int64_t now) {
   // The reporter analyses its own arrivals and rates too.
   if (reporter == comm_->rank) {
     std::lock_guard<std::mutex> g(mu_);
-    for (const Telemetry::Op& op : hist) slow_.addOp(comm_->rank, op.seq, trace::toNs(op.enter));
+    for (size_t i = 0; i < hist.size(); ++i)
+      slow_.addOp(comm_->rank, hist[i].seq, trace::toNs(hist[i].enter), gapOf(hist, i));
     slow_.addRates(comm_->rank, now, rates);
   }
 }
@@ -559,7 +576,10 @@ void HealthMonitor::receive(int64_t now, bool failing) {
       p.v.stuckTo = j.value("k", std::vector<int>{});
       if (j.contains("fail")) p.v.failed = j["fail"].get<std::string>();
       if (j.contains("ops"))
-        for (const auto& op : j["ops"]) slow_.addOp(from, op[0].get<uint64_t>(), now - op[1].get<int64_t>() * 1000);
+        for (const auto& op : j["ops"]) {
+          const int64_t gapUs = op.size() > 2 ? op[2].get<int64_t>() : -1;
+          slow_.addOp(from, op[0].get<uint64_t>(), now - op[1].get<int64_t>() * 1000, gapUs >= 0 ? gapUs * 1000 : -1);
+        }
       if (j.contains("rates")) {
         std::vector<PeerRate> rs;
         for (const auto& x : j["rates"]) {

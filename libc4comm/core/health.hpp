@@ -43,9 +43,9 @@ C4_PARAM_STR(DiagFile, "C4_DIAG_FILE", nullptr, "",
 C4_PARAM_INT(StragglerMs, "C4_STRAGGLER_MS", nullptr, 100,
              "C4D: a rank that arrives at collectives this many milliseconds (median) after the others, in most "
              "of at least 8 recent ones, is reported as a straggler")
-C4_PARAM_INT(SlowLinkPercent, "C4_SLOW_LINK_PERCENT", nullptr, 50,
-             "C4D: a peer pair whose receive rate is below this percentage of the fast pairs' is reported as a "
-             "slow link (or a slow node when all of a rank's pairs are)")
+C4_PARAM_INT(SlowLinkPercent, "C4_SLOW_LINK_PERCENT", nullptr, 25,
+             "C4D: a pair of ranks on different hosts whose receive rate stays below this percentage of the fast "
+             "pairs' for 3 looks is reported as a slow link (or a slow node when all of a rank's pairs are)")
 C4_PARAM_STR(Fault, "C4_FAULT", nullptr, "",
              "C4D fault injection for tests (docs/c4d.md): kind:key=value,...;... with kind delay, kill, stop, "
              "stall or drop; inert unless set")
@@ -138,7 +138,7 @@ class HealthMonitor {
   /// The running operation `what` made no progress for a while: whom it waits for and, per rank,
   /// its connection's state.
   void reportStall(const std::string& what, const std::vector<int>& waitingOn, const std::vector<std::string>& states,
-                   const std::vector<int>& stuckTo);
+                   const std::vector<int>& stuckTo, int64_t stalledNs);
   /// The stall ended (the operation progressed or ended).
   void clearStall();
   /// The watchdog fired (collective `seq`, or -1 for point-to-point): classifies from the ranks'
@@ -191,7 +191,7 @@ class HealthMonitor {
   Comm* comm_;
   Telemetry telemetry_;
   std::vector<FaultSpec> faults_;
-  bool running_ = false;
+  std::atomic<bool> running_{false};
   int64_t periodMs_ = 1000, timeoutMs_ = 10000;
   std::string diagPath_;
   std::atomic<uint64_t> nextPublish_{~uint64_t{0}};  // never while not running

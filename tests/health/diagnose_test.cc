@@ -176,6 +176,33 @@ TEST(SlowDetect, RankArrivingLateAtMostCollectivesIsAStraggler) {
   EXPECT_TRUE(s.analyze(t0 + 4100 * kMs, {true, true, true}, {"a", "b", "c"}).empty());
 }
 
+TEST(SlowDetect, RankLateOnlyBecauseItsLastCollectiveEndedLateIsNoStraggler) {
+  // Rank 2 enters 150 ms after the others every time, but it left the collective before 150 ms
+  // after them too (the last hop of a ring): its time outside c4comm is the same as theirs.
+  SlowDetector s;
+  s.configure(quick());
+  const int64_t t0 = 1000 * kMs;
+  for (int k = 0; k < 12; ++k) {
+    const int64_t at = t0 + k * 300 * kMs;
+    s.addOp(0, k, at, 2 * kMs);
+    s.addOp(1, k, at + kMs, 2 * kMs);
+    s.addOp(2, k, at + 150 * kMs, 3 * kMs);
+  }
+  EXPECT_TRUE(s.analyze(t0 + 4000 * kMs, {true, true, true}, {"a", "b", "c"}).empty());
+  // The same arrivals with rank 2 computing 148 ms longer than the others: a straggler.
+  SlowDetector t;
+  t.configure(quick());
+  for (int k = 0; k < 12; ++k) {
+    const int64_t at = t0 + k * 300 * kMs;
+    t.addOp(0, k, at, 2 * kMs);
+    t.addOp(1, k, at + kMs, 2 * kMs);
+    t.addOp(2, k, at + 150 * kMs, 150 * kMs);
+  }
+  auto out = t.analyze(t0 + 4000 * kMs, {true, true, true}, {"a", "b", "c"});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_NEAR(out[0].lateMs, 148, 1);
+}
+
 TEST(SlowDetect, NoisyArrivalsAreNoStraggler) {
   SlowDetector s;
   s.configure(quick());

@@ -9,14 +9,15 @@
 #   cut:      2 hosts, one lane, no planner (no failover path); the link h1p1-leaf1 goes down
 #             mid-run. Both ranks must fail within C4_TIMEOUT + 5 s with a comm_hang that names
 #             the link between rank 0 and rank 1 (never a dead rank: both are alive).
-#   run_c4d.sh C4PERF throttle|cut
+#   clean:    4 hosts, no fault, for C4D_CLEAN_S seconds (default 20): no diagnosis at all.
+#   run_c4d.sh C4PERF throttle|cut|clean
 # Exit 77 (skipped) without root or network namespaces.
 set -euo pipefail
 [ -n "${C4_TEST_TRACE:-}" ] && set -x
 . "$(dirname "$0")/netlab_lib.sh"
 
 if [ -z "${NETLAB_NAME:-}" ]; then
-  [ $# -eq 2 ] || { echo "usage: $0 C4PERF throttle|cut" >&2; exit 2; }
+  [ $# -eq 2 ] || { echo "usage: $0 C4PERF throttle|cut|clean" >&2; exit 2; }
   netlab_enter --hosts "$([ "$2" = cut ] && echo 2 || echo 4)" --ports 2 --leaves 2 --spines 2 --rate 1gbit \
     -- "$0" "$@"
 fi
@@ -52,7 +53,20 @@ if [ -n "$(cat "$tmp"/diag.*.jsonl 2>/dev/null)" ]; then
 fi
 t0=$(date +%s%N)
 rc=0
-if [ "$fault" = throttle ]; then
+if [ "$fault" = clean ]; then
+  clean_s=${C4D_CLEAN_S:-20}
+  for ((i = 0; i < clean_s; i++)); do
+    sleep 1
+    for ((r = 0; r < hosts; r++)); do
+      kill -0 "${pids[$r]}" 2>/dev/null || { echo "FAIL: rank $r ended:"; tail -5 "$tmp/out.$r"; exit 1; }
+    done
+    [ $((i % 30)) -eq 29 ] && echo "[$((i + 1)) s] diagnoses: $( (cat "$tmp"/diag.*.jsonl 2>/dev/null || true) | wc -l)"
+  done
+  n=$( (cat "$tmp"/diag.*.jsonl 2>/dev/null || true) | wc -l)
+  [ "$n" -eq 0 ] || { echo "FAIL: $n false diagnoses:"; cat "$tmp"/diag.*.jsonl; rc=1; }
+  grep -h "C4D receive rates" "$tmp"/out.0 | tail -1
+  echo "C4D-FIGURE clean-run-s $((clean_s + 6)) false-diagnoses $n"
+elif [ "$fault" = throttle ]; then
   "$tools/netlab" link "$NETLAB_NAME" h2p1-leaf1 --rate 100mbit
   h2=$("$tools/netlab" addr "$NETLAB_NAME" h2)
   found=""

@@ -22,7 +22,9 @@ def _killed_peer(ctx):
             dist.all_reduce(x)
             x.fill_(1.0)
     except RuntimeError as e:
-        return {"error": str(e), "seconds": time.monotonic() - start}
+        import c4comm_torch
+
+        return {"error": str(e), "seconds": time.monotonic() - start, "diagnoses": c4comm_torch.diagnoses()}
     return {"error": None}
 
 
@@ -36,6 +38,10 @@ def test_killed_rank_makes_the_others_raise():
         assert err is not None, "rank %d finished its loop without an error" % r
         assert "c4 allreduce" in err, err
         assert "rank 2" in err, "the error does not name the dead rank: " + err
+        # C4D's diagnosis rides in the exception, and c4comm_torch.diagnoses() has the record.
+        assert "[C4D dead_rank" in err, err
+        dead = [d for d in res[r]["diagnoses"] if d["class"] == "dead_rank"]
+        assert dead and dead[0]["culprit"]["ranks"] == [2], res[r]["diagnoses"]
 
 
 def _silent_peer(ctx):
