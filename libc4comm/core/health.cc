@@ -145,15 +145,24 @@ std::vector<Telemetry::Op> Telemetry::history() const {
 
 // ---- faults ----
 
-Status parseFaults(const std::string& text, std::vector<FaultSpec>* out) {
-  out->clear();
+namespace {
+/// The non-empty parts of `text` between `sep`s.
+std::vector<std::string> splitOn(const std::string& text, char sep) {
+  std::vector<std::string> out;
   size_t pos = 0;
   while (pos < text.size()) {
-    size_t end = text.find(';', pos);
+    size_t end = text.find(sep, pos);
     if (end == std::string::npos) end = text.size();
-    const std::string item = text.substr(pos, end - pos);
+    if (end > pos) out.push_back(text.substr(pos, end - pos));
     pos = end + 1;
-    if (item.empty()) continue;
+  }
+  return out;
+}
+}  // namespace
+
+Status parseFaults(const std::string& text, std::vector<FaultSpec>* out) {
+  out->clear();
+  for (const std::string& item : splitOn(text, ';')) {
     const size_t colon = item.find(':');
     const std::string kind = item.substr(0, colon);
     FaultSpec f;
@@ -171,13 +180,7 @@ Status parseFaults(const std::string& text, std::vector<FaultSpec>* out) {
       return makeError(Code::kInvalidArgument,
                        "C4_FAULT: unknown fault '%s' in '%s' (delay, kill, stop, stall or drop)", kind.c_str(),
                        item.c_str());
-    std::string args = colon == std::string::npos ? "" : item.substr(colon + 1);
-    size_t p = 0;
-    while (p < args.size()) {
-      size_t e = args.find(',', p);
-      if (e == std::string::npos) e = args.size();
-      const std::string kv = args.substr(p, e - p);
-      p = e + 1;
+    for (const std::string& kv : splitOn(colon == std::string::npos ? "" : item.substr(colon + 1), ',')) {
       const size_t eq = kv.find('=');
       if (eq == std::string::npos)
         return makeError(Code::kInvalidArgument, "C4_FAULT: '%s' in '%s' is not key=value", kv.c_str(), item.c_str());
@@ -265,7 +268,7 @@ namespace {
 /// Time outside c4comm before collective hist[i] (ns): its entry minus the previous collective's
 /// exit; -1 when that one is not in the history or has not ended.
 int64_t gapOf(const std::vector<Telemetry::Op>& hist, size_t i) {
-  if (i == 0 || hist[i - 1].seq + 1 != hist[i].seq || hist[i - 1].leave == 0) return -1;
+  if (i == 0 || hist[i - 1].seq + 1 != hist[i].seq || hist[i - 1].leave == 0 || hist[i].enter == 0) return -1;
   return std::max<int64_t>(0, trace::toNs(hist[i].enter) - trace::toNs(hist[i - 1].leave));
 }
 }  // namespace
@@ -412,12 +415,13 @@ RankView HealthMonitor::viewOf(int r, int64_t now) const {
   const Peer& p = peers_[static_cast<size_t>(r)];
   RankView v = p.v;
   auto ago = [now](int64_t t) { return t > 0 ? (now - t) / 1000000 : 0; };
+  auto agoTicks = [&](uint64_t ticks) { return ticks ? ago(trace::toNs(ticks)) : 0; };  // 0: not timed
   if (r == comm_->rank) {
     v.known = true;
     v.entered = telemetry_.entered();
     v.left = telemetry_.left();
-    v.enteredAgoMs = ago(trace::toNs(telemetry_.enteredTicks()));
-    v.leftAgoMs = ago(trace::toNs(telemetry_.leftTicks()));
+    v.enteredAgoMs = agoTicks(telemetry_.enteredTicks());
+    v.leftAgoMs = agoTicks(telemetry_.leftTicks());
     v.inP2p = telemetry_.inP2p();
     v.stalledMs = stallSinceNs_ ? ago(stallSinceNs_) : 0;
     v.waitingOn = waitingOn_;
@@ -517,7 +521,7 @@ void HealthMonitor::sendHeartbeats(int64_t now) {
     uint64_t newUpTo = upTo;
     for (size_t i = 0; i < hist.size(); ++i) {
       const Telemetry::Op& op = hist[i];
-      if (op.seq + 1 <= upTo) continue;
+      if (op.seq + 1 <= upTo || op.enter == 0) continue;  // sent already, or not timed
       // [seq, age of its entry, time outside c4comm before it (us; -1: unknown)]
       const int64_t gap = gapOf(hist, i);
       ops.push_back({op.seq, (now - trace::toNs(op.enter)) / 1000, gap >= 0 ? gap / 1000 : -1});
@@ -535,7 +539,7 @@ void HealthMonitor::sendHeartbeats(int64_t now) {
   if (reporter == comm_->rank) {
     std::lock_guard<std::mutex> g(mu_);
     for (size_t i = 0; i < hist.size(); ++i)
-      slow_.addOp(comm_->rank, hist[i].seq, trace::toNs(hist[i].enter), gapOf(hist, i));
+      if (hist[i].enter) slow_.addOp(comm_->rank, hist[i].seq, trace::toNs(hist[i].enter), gapOf(hist, i));
     slow_.addRates(comm_->rank, now, rates);
   }
 }

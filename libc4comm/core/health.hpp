@@ -58,7 +58,7 @@ struct Comm;
 class Telemetry {
  public:
   static constexpr int kHistory = 64;
-  /// Collective `seq` starts at `ticks` (trace clock).
+  /// Collective `seq` starts at `ticks` (trace clock; 0: not timed, as the one-shot path's).
   void enter(uint64_t seq, uint64_t ticks) {
     Slot& s = ring_[seq % kHistory];
     s.tag.store(0, std::memory_order_relaxed);

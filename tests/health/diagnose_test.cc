@@ -236,19 +236,17 @@ void rates(SlowDetector& s, int64_t now, int r, const std::vector<std::pair<int,
   s.addRates(r, now, v);
 }
 
-TEST(SlowDetect, OneSlowPairIsASlowLink) {
+// A ring 0 -> 1 -> 2 -> 3 -> 0 whose hop r -> r+1 runs at mbps[r] for 5 looks 2 s apart; analyzed.
+std::vector<Diagnosis> ring4(const std::vector<double>& mbps) {
   SlowDetector s;
   s.configure(quick());
-  // Ring 0 -> 1 -> 2 -> 3 -> 0, the link 1 -> 2 at 10%.
-  for (int step = 0; step <= 5; ++step) {
-    const int64_t now = step * 2000 * kMs;
-    const double secs = step * 1.0;
-    rates(s, now, 1, {{0, 1000}}, secs);
-    rates(s, now, 2, {{1, 100}}, secs);
-    rates(s, now, 3, {{2, 1000}}, secs);
-    rates(s, now, 0, {{3, 1000}}, secs);
-  }
-  auto out = s.analyze(10000 * kMs, {true, true, true, true}, {"a", "b", "c", "d"});
+  for (int step = 0; step <= 5; ++step)
+    for (int r = 0; r < 4; ++r) rates(s, step * 2000 * kMs, (r + 1) % 4, {{r, mbps[r]}}, step * 1.0);
+  return s.analyze(10000 * kMs, {true, true, true, true}, {"a", "b", "c", "d"});
+}
+
+TEST(SlowDetect, OneSlowPairIsASlowLink) {
+  auto out = ring4({1000, 100, 1000, 1000});  // the link 1 -> 2 at 10%
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].kind, "comm_slow");
   ASSERT_EQ(out[0].links.size(), 1u);
@@ -258,18 +256,7 @@ TEST(SlowDetect, OneSlowPairIsASlowLink) {
 }
 
 TEST(SlowDetect, AllPairsOfOneRankSlowIsASlowNode) {
-  SlowDetector s;
-  s.configure(quick());
-  // Ring with rank 2's NIC slow both ways: 1 -> 2 and 2 -> 3 slow.
-  for (int step = 0; step <= 5; ++step) {
-    const int64_t now = step * 2000 * kMs;
-    const double secs = step * 1.0;
-    rates(s, now, 1, {{0, 1000}}, secs);
-    rates(s, now, 2, {{1, 90}}, secs);
-    rates(s, now, 3, {{2, 110}}, secs);
-    rates(s, now, 0, {{3, 1000}}, secs);
-  }
-  auto out = s.analyze(10000 * kMs, {true, true, true, true}, {"a", "b", "c", "d"});
+  auto out = ring4({1000, 90, 110, 1000});  // rank 2's NIC slow both ways: 1 -> 2 and 2 -> 3
   ASSERT_EQ(out.size(), 1u) << (out.size() > 1 ? out[1].summary : "");
   EXPECT_EQ(out[0].kind, "comm_slow");
   EXPECT_EQ(out[0].ranks, std::vector<int>({2}));
