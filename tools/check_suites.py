@@ -23,6 +23,8 @@ EXPECTED = {
     "transport conformance": (["*Conformance*"], 10),
     "trace report screenshot": (["trace_report_screenshot"], 1),
     "C4P planner": (["Planner*", "Topology*"], 30),
+    "C4D health checks": (["C4D.*", "Diagnose.*", "SlowDetect.*", "Faults.*", "netlab_c4d_*", "c4d_*", "abi_c4d*"],
+                          32),
 }
 ALLOWED_SKIPS = ["*Gpu*", "*gpu*", "*Cuda*"]
 

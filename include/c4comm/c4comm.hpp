@@ -144,13 +144,13 @@ struct Diagnosis {
   std::vector<int> ranks;                  ///< the culprit ranks
   std::vector<std::string> hosts;          ///< their hosts
   std::vector<std::pair<int, int>> links;  ///< culprit peer pairs (sender, receiver), for links
-  int64_t seq = -1;        ///< the collective concerned (-1: none or point-to-point)
-  double lateMs = 0;       ///< noncomm_slow: how late the straggler arrives (median)
-  double confidence = 0;   ///< 0..1
-  int reporter = -1;       ///< the rank that made it
-  std::string summary;     ///< one sentence in plain words
-  std::string evidence;    ///< what it rests on
-  std::string json;        ///< the whole record, one line of JSON (C4_DIAG_FILE's format)
+  int64_t seq = -1;                        ///< the collective concerned (-1: none or point-to-point)
+  double lateMs = 0;                       ///< noncomm_slow: how late the straggler arrives (median)
+  double confidence = 0;                   ///< 0..1
+  int reporter = -1;                       ///< the rank that made it
+  std::string summary;                     ///< one sentence in plain words
+  std::string evidence;                    ///< what it rests on
+  std::string json;                        ///< the whole record, one line of JSON (C4_DIAG_FILE's format)
 };
 /// Called once per diagnosis this rank makes or receives, on a c4comm thread (the health thread
 /// or the thread driving the communicator): keep it short, and do not call into `comm` from it.

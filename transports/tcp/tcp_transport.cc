@@ -84,9 +84,9 @@ constexpr size_t kBulkLookahead = 256;
 constexpr int kMaxIov = 64;
 constexpr size_t kMaxReason = 1024;
 constexpr size_t kMaxAckEntries = 4096;
-constexpr size_t kMaxLaterAcks = 64;       // deferred acknowledgements of eager pieces per lane
-constexpr size_t kAckBatch = 1;            // pieces acknowledged together within one burst of reading
-constexpr size_t kDetachBytes = 8u << 20;  // detachSend copies at most this much of a send
+constexpr size_t kMaxLaterAcks = 64;        // deferred acknowledgements of eager pieces per lane
+constexpr size_t kAckBatch = 1;             // pieces acknowledged together within one burst of reading
+constexpr size_t kDetachBytes = 8u << 20;   // detachSend copies at most this much of a send
 constexpr size_t kRateMinBytes = 1u << 20;  // receiveRate counts messages from this size on
 constexpr int64_t kCheckEveryMs = 20;
 constexpr int64_t kEofGraceMs = 1000;
@@ -425,8 +425,8 @@ class TcpConnection final : public Connection {
   std::deque<SendOp> sends_;
   std::deque<RecvOp> recvs_;
   uint64_t sendSeq_ = 0;
-  uint64_t sendBase_ = 0;  // seq of sends_.front()
-  uint64_t recvBase_ = 0;  // seq of recvs_.front()
+  uint64_t sendBase_ = 0;                // seq of sends_.front()
+  uint64_t recvBase_ = 0;                // seq of recvs_.front()
   uint64_t rateBytes_ = 0, rateNs_ = 0;  // receiveRate
   std::map<uint64_t, UnexpMsg> unexp_;
   size_t unexpBytes_ = 0;
