@@ -198,12 +198,44 @@ Status initComm(Comm* c, int nranks, const UniqueId& id, int rank, const Config&
     // Non-blocking: the communicator is handed out now and commGetAsyncError says when it is ready.
     return submitJob(c, job);
   }
-  Status st = c->init(nranks, id, rank, config);
+  Status st;
+  try {  // no exception crosses the API: memory exhaustion during init is an error
+    st = c->init(nranks, id, rank, config);
+  } catch (const std::bad_alloc&) {
+    st = makeError(Code::kSystemError, "rank %d/%d: out of memory during communicator init", rank, nranks);
+  } catch (const std::exception& e) {
+    st = makeError(Code::kInternalError, "rank %d/%d: communicator init failed: %s", rank, nranks, e.what());
+  }
   if (!st.isOk()) {
     C4_WARN(kLogInit, "rank %d/%d: init failed: %s", rank, nranks, st.toString().c_str());
     (void)c->fail(st);
   }
   return st;
+}
+
+/// `c` is being destroyed or aborted: this thread's open group must not run anything on it later.
+/// Its queued operations and deferred init are dropped, and the group fails at groupEnd naming why.
+void dropGroupWork(Comm* c, const char* what) {
+  if (tGroup.depth == 0) return;
+  size_t ops = 0;
+  for (auto it = tGroup.items.begin(); it != tGroup.items.end();) {
+    if (it->comm != c) {
+      ++it;
+      continue;
+    }
+    ops += it->ops.size();
+    it = tGroup.items.erase(it);
+  }
+  const size_t before = tGroup.inits.size();
+  tGroup.inits.erase(
+      std::remove_if(tGroup.inits.begin(), tGroup.inits.end(), [c](const DeferredInit& d) { return d.comm == c; }),
+      tGroup.inits.end());
+  const bool init = tGroup.inits.size() != before;
+  if ((ops || init) && tGroup.error.isOk())
+    tGroup.error = makeError(Code::kInvalidUsage,
+                             "rank %d: communicator %s inside an open group with %zu queued operation(s)%s; "
+                             "the group runs nothing",
+                             c->rank, what, ops, init ? " and its deferred init" : "");
 }
 
 /// Writes the communicator's trace file (if it ever traced); a failure is logged, never returned.
@@ -214,9 +246,15 @@ void dumpTrace(Comm* c, trace::DumpReason why) {
   if (!st.isOk()) C4_WARN(kLogInit, "%s", st.message().c_str());
 }
 
+/// The most ranks a communicator may have: per-rank tables of every rank are kept in each process.
+constexpr int kMaxRanks = 1 << 24;
+
 Status checkInitArgs(Comm** comm, int nranks, int rank) {
   if (!comm) return makeError(Code::kInvalidArgument, "comm output pointer is NULL");
   if (nranks < 1) return makeError(Code::kInvalidArgument, "nranks %d must be at least 1", nranks);
+  if (nranks > kMaxRanks)
+    return makeError(Code::kInvalidArgument, "nranks %d exceeds the largest communicator c4comm supports (%d ranks)",
+                     nranks, kMaxRanks);
   if (rank < 0 || rank >= nranks)
     return makeError(Code::kInvalidArgument, "rank %d out of range [0, %d)", rank, nranks);
   return Status::ok();
@@ -340,6 +378,7 @@ Status commInitRank(Comm** comm, int nranks, const UniqueId& id, int rank, const
 Status commInitAll(Comm** comms, int n, const Config& config) {
   if (!comms) return record(makeError(Code::kInvalidArgument, "comms array is NULL"));
   if (n < 1) return record(makeError(Code::kInvalidArgument, "ndev %d must be at least 1", n));
+  if (n > 4096) return record(makeError(Code::kInvalidArgument, "ndev %d: at most 4096 ranks in one process", n));
   C4_CHECK_RECORD(checkConfig(config));
   UniqueId id;  // in-process ranks: never the fixed C4_COMM_ID port
   C4_CHECK_RECORD(detail::bootstrapEphemeralUniqueId("", &id));
@@ -498,6 +537,7 @@ Status commDestroy(Comm* comm) {
   if (!comm) return Status::ok();  // like NCCL: destroying NULL is a no-op
   C4_CHECK_RECORD(checkComm(comm));
   unregisterComm(comm);
+  dropGroupWork(comm, "destroyed");
   // C4D's goodbye first: from now on the health thread asks this communicator for nothing.
   comm->health->stop(comm->failed.load() ? "failed" : "left");
   // What is queued on a progress thread runs first (NCCL's destroy also completes pending work).
@@ -512,6 +552,7 @@ Status commAbort(Comm* comm) {
   if (!comm) return Status::ok();
   C4_CHECK_RECORD(checkComm(comm));
   unregisterComm(comm);
+  dropGroupWork(comm, "aborted");
   comm->health->stop("aborted");
   const Status why = makeError(Code::kRemoteError, "rank %d aborted the communicator", comm->rank);
   if (comm->engine) {
@@ -799,6 +840,19 @@ static Status closeGroup(const char* fn, bool* outermost, std::vector<DeferredIn
   *outermost = true;
   inits->swap(tGroup.inits);
   items->swap(tGroup.items);
+  // A communicator aborted by another thread while queued here is gone: run nothing on it.
+  for (auto it = items->begin(); it != items->end();) {
+    if (isLiveComm(it->comm)) {
+      ++it;
+      continue;
+    }
+    if (tGroup.error.isOk())
+      tGroup.error = makeError(Code::kInvalidUsage,
+                               "%s: a communicator with %zu queued operation(s) was destroyed or aborted before "
+                               "the group ended; the group runs nothing",
+                               fn, it->ops.size());
+    it = items->erase(it);
+  }
   Status err = tGroup.error;
   tGroup.error = Status::ok();
   if (!err.isOk()) {

@@ -1263,5 +1263,60 @@ TEST(NonBlocking, FailedCommunicatorAndDestroyWithQueuedWork) {
   EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
 }
 
+// Issue 22, defect 2: destroying or aborting a communicator inside an open group used to leave the
+// group's queued work pointing at freed memory (a crash in groupEnd). Now that work is dropped and
+// groupEnd fails with an error that says why; nothing runs, so no peer waits for it.
+TEST(Hardening, DestroyOrAbortInsideAnOpenGroupIsAnErrorNotACrash) {
+  for (int variant = 0; variant < 3; ++variant) {
+    auto outs = runForked(
+        2,
+        [&](int rank, int n, const c4::UniqueId& id) -> Failures {
+          c4::Comm* comm = nullptr;
+          c4::Status st = c4::commInitRank(&comm, n, id, rank);
+          if (!st.isOk()) return {"init: " + st.toString()};
+          std::vector<float> b(1024, 1.0f);
+          if (!c4::groupStart().isOk()) return {"groupStart"};
+          st = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+          if (st.isOk()) st = c4::send(b.data(), 16, c4::DataType::kFloat32, 1 - rank, comm);
+          if (st.isOk()) st = c4::recv(b.data() + 16, 16, c4::DataType::kFloat32, 1 - rank, comm);
+          if (!st.isOk()) return {"queueing: " + st.toString()};
+          if (variant == 2) {
+            // Destroyed by another thread (commAbort may be called from any thread).
+            std::thread t([comm] { (void)c4::commAbort(comm); });
+            t.join();
+          } else {
+            st = variant == 0 ? c4::commDestroy(comm) : c4::commAbort(comm);
+            if (!st.isOk()) return {"destroy/abort: " + st.toString()};
+          }
+          st = c4::groupEnd();
+          Failures f;
+          if (st.code() != c4::Code::kInvalidUsage) f.push_back("groupEnd: " + st.toString());
+          const char* want = variant == 2 ? "was destroyed or aborted before the group ended" : "inside an open group";
+          if (st.message().find(want) == std::string::npos) f.push_back("groupEnd does not say why: " + st.message());
+          return f;
+        },
+        60);
+    EXPECT_EQ(summarize(outs), "") << "variant " << variant;
+  }
+}
+
+// Issue 22, defect 6: a huge nranks used to abort the process (std::bad_alloc through the API).
+TEST(Hardening, HugeNranksIsAnErrorNotAnAbort) {
+  auto outs = runForked(
+      1,
+      [&](int, int, const c4::UniqueId& id) -> Failures {
+        c4::Comm* comm = nullptr;
+        c4::Status st = c4::commInitRank(&comm, 1 << 30, id, 0);
+        if (st.code() != c4::Code::kInvalidArgument || st.message().find("exceeds") == std::string::npos)
+          return {"nranks 2^30: " + st.toString()};
+        c4::Comm* comms[2];
+        st = c4::commInitAll(comms, 1 << 20);
+        if (st.code() != c4::Code::kInvalidArgument) return {"commInitAll of 2^20: " + st.toString()};
+        return {};
+      },
+      60);
+  EXPECT_EQ(summarize(outs), "");
+}
+
 }  // namespace
 }  // namespace c4test
