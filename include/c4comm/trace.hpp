@@ -113,7 +113,7 @@ C4_API int64_t ticksToNs(uint64_t ticks);
 C4_API Status addSpan(Comm* comm, const char* name, uint64_t beginTicks, uint64_t endTicks, uint64_t bytes = 0);
 /// Records a note (a diagnosis, a phase marker) at now().
 C4_API Status addNote(Comm* comm, const char* text);
-/// The trace directory this process writes to (C4_TRACE_DIR, or the default under /tmp/c4trace).
+/// The trace directory this process writes to (C4_TRACE_DIR, or the default under $TMPDIR/c4trace-<uid>).
 C4_API std::string directory();
 
 }  // namespace trace

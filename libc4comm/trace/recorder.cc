@@ -1,5 +1,6 @@
 #include "trace/recorder.hpp"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -35,8 +36,11 @@ C4_PARAM_INT(TraceBuffer, "C4_TRACE_BUFFER", nullptr, 65536,
              "events are overwritten")
 C4_PARAM_STR(TraceDir, "C4_TRACE_DIR", nullptr, "",
              "Where trace files are written (at finalize/destroy/abort, fatal signals, SIGUSR2, trace::flush); "
-             "default /tmp/c4trace/<job> with <job> = SLURM_JOB_ID, TORCHELASTIC_RUN_ID or the first "
-             "communicator's tag")
+             "default $TMPDIR/c4trace-<uid>/<job> (TMPDIR: /tmp if unset; a directory private to the user, mode "
+             "0700) with <job> = SLURM_JOB_ID, TORCHELASTIC_RUN_ID or the first communicator's tag")
+C4_PARAM_INT(TraceKeepDays, "C4_TRACE_KEEP_DAYS", nullptr, 7,
+             "Job directories under the default trace directory untouched for this many days are removed when a "
+             "process starts tracing there (never in a C4_TRACE_DIR); 0 = keep everything")
 C4_PARAM_INT(TraceSignals, "C4_TRACE_SIGNALS", nullptr, 1,
              "1: dump traces on SIGSEGV/SIGBUS/SIGILL/SIGFPE/SIGABRT/SIGTERM (then the previous handler runs) and on "
              "SIGUSR2 (on demand); 0: install no signal handler")
@@ -123,7 +127,10 @@ double rateNow(bool mayWait) {
 
 // ---- directory ----
 std::mutex gDirMu;
-std::string gDir;  // resolved once per process
+std::string gDir;          // resolved once per process
+std::string gDefaultBase;  // the per-user base when gDir is the default location, else ""
+bool gBaseChecked = false;
+std::atomic<bool> gDirRefused{false};  // the default base is not private: traces stay in memory
 
 void copyStr(char* dst, size_t cap, const std::string& s) {
   size_t n = std::min(cap - 1, s.size());
@@ -144,20 +151,91 @@ std::string resolveDir(const std::string& firstTag) {
     if (job.empty()) job = firstTag;
     for (char& c : job)
       if (c == '/' || c == '\0') c = '_';
-    d = "/tmp/c4trace/" + job;
+    const char* tmp = getenv("TMPDIR");
+    gDefaultBase = std::string(tmp && *tmp == '/' ? tmp : "/tmp") + "/c4trace-" + std::to_string(geteuid());
+    d = gDefaultBase + "/" + job;
   }
   gDir = d;
   return gDir;
 }
 
+/// Removes the job directories of `base` untouched for C4_TRACE_KEEP_DAYS (their trace files, then
+/// the directory; anything else in them keeps the directory).
+void pruneOldJobs(const std::string& base) {
+  const int64_t days = paramTraceKeepDays();
+  if (days <= 0) return;
+  DIR* d = opendir(base.c_str());
+  if (!d) return;
+  const time_t cutoff = time(nullptr) - static_cast<time_t>(days) * 86400;
+  int removed = 0;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string job = base + "/" + e->d_name;
+    struct stat st;
+    if (lstat(job.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_mtime >= cutoff) continue;
+    if (DIR* jd = opendir(job.c_str())) {
+      while (dirent* f = readdir(jd)) {
+        const std::string name = f->d_name;
+        const bool trace = name.size() > 4 && (name.compare(name.size() - 4, 4, ".c4t") == 0 ||
+                                               name.find(".c4t.tmp") != std::string::npos);
+        if (trace) unlink((job + "/" + name).c_str());
+      }
+      closedir(jd);
+    }
+    if (rmdir(job.c_str()) == 0) ++removed;
+  }
+  closedir(d);
+  if (removed)
+    C4_INFO(kLogInit, "trace: removed %d job director%s of %s older than %lld days (C4_TRACE_KEEP_DAYS)", removed,
+            removed == 1 ? "y" : "ies", base.c_str(), static_cast<long long>(days));
+}
+
+/// The default base must be this user's own directory, not reachable by others: it is made 0700,
+/// and one that already exists is refused (traces then stay in memory) unless it is a real
+/// directory owned by this user with no group or other access.
+Status checkPrivateBase(const std::string& base) {
+  if (mkdir(base.c_str(), 0700) != 0 && errno != EEXIST)
+    return makeError(Code::kSystemError, "trace: cannot create %s: %s", base.c_str(), strerror(errno));
+  struct stat st;
+  if (lstat(base.c_str(), &st) != 0)
+    return makeError(Code::kSystemError, "trace: cannot inspect %s: %s", base.c_str(), strerror(errno));
+  if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0)
+    return makeError(Code::kSystemError,
+                     "trace: %s is not a private directory of this user (%s, owner %u, mode %03o; expected a "
+                     "directory owned by uid %u, mode 0700): traces stay in memory; set C4_TRACE_DIR",
+                     base.c_str(),
+                     S_ISLNK(st.st_mode)   ? "a symbolic link"
+                     : S_ISDIR(st.st_mode) ? "a directory"
+                                           : "not a directory",
+                     static_cast<unsigned>(st.st_uid), static_cast<unsigned>(st.st_mode & 0777),
+                     static_cast<unsigned>(geteuid()));
+  return Status::ok();
+}
+
 Status makeDirs(const std::string& dir) {
+  mode_t mode = 0755;
+  {
+    std::lock_guard<std::mutex> g(gDirMu);
+    if (!gDefaultBase.empty() && dir.compare(0, gDefaultBase.size(), gDefaultBase) == 0) {
+      mode = 0700;
+      if (!gBaseChecked) {
+        gBaseChecked = true;
+        Status st = checkPrivateBase(gDefaultBase);
+        gDirRefused.store(!st.isOk());
+        if (st.isOk()) pruneOldJobs(gDefaultBase);
+      }
+      if (gDirRefused.load())
+        return makeError(Code::kSystemError, "trace: %s is not private to this user: traces stay in memory",
+                         gDefaultBase.c_str());
+    }
+  }
   std::string cur;
   size_t pos = 0;
   while (pos != std::string::npos) {
     pos = dir.find('/', pos + 1);
     cur = dir.substr(0, pos);
     if (cur.empty()) continue;
-    if (mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
+    if (mkdir(cur.c_str(), mode) != 0 && errno != EEXIST)
       return makeError(Code::kSystemError, "trace: cannot create directory %s: %s", cur.c_str(), strerror(errno));
   }
   return Status::ok();
@@ -411,7 +489,12 @@ bool Recorder::dumpRaw(DumpReason why) {
   size_t n = strlen(path_);
   memcpy(tmp, path_, n);
   memcpy(tmp + n, ".tmp", 5);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (gDirRefused.load(std::memory_order_relaxed)) return false;
+  // Never through a link planted at the temporary name, never into an existing file: the stale
+  // name goes first, then the file is created anew (O_EXCL does not follow a link), readable by
+  // its owner only; rename() replaces a link at the final name, it does not write through it.
+  unlink(tmp);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return false;
   const uint64_t head = head_.load(std::memory_order_acquire);
   // The slot at head - capacity is the one the writer refills next: never read it.

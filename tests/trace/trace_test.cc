@@ -6,6 +6,8 @@
 #include <dirent.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -561,6 +563,92 @@ TEST(Trace, ClockSkewIsRecoveredAndMergedTimelinesLineUp) {
   printf("merged activity spans %lld ns\n", span);
   EXPECT_GT(span, 0);
   EXPECT_LT(span, kSkew / 2);
+}
+
+// Issue 22, defect 4: the writer used to open "<file>.tmp" with O_CREAT|O_TRUNC, following a link
+// planted there (a predictable name: the tag repeats between torchrun runs). Now neither a link at
+// the temporary name nor one at the final name gets written through.
+TEST(TraceFiles, DumpDoesNotWriteThroughAPlantedLink) {
+  std::string dir = tempDir();
+  const std::string victim = dir + "/victim";
+  { std::ofstream(victim) << "precious"; }
+  auto outs = c4test::runForked(1, [&](int rank, int n, const c4::UniqueId& id) {
+    Failures f;
+    setenv("C4_TRACE_DIR", dir.c_str(), 1);
+    setenv("C4_TRACE", "op", 1);
+    c4::Comm* comm = nullptr;
+    if (!c4::commInitRank(&comm, n, id, rank).isOk()) return Failures{"init failed"};
+    std::string path;
+    CHECK_OR(c4::trace::flush(comm, &path).isOk(), "first flush");
+    unlink(path.c_str());
+    CHECK_OR(symlink(victim.c_str(), (path + ".tmp").c_str()) == 0, "plant the .tmp link");
+    CHECK_OR(symlink(victim.c_str(), path.c_str()) == 0, "plant the final link");
+    CHECK_OR(c4::trace::flush(comm, &path).isOk(), "flush with links planted");
+    struct stat st;
+    CHECK_OR(lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 077) == 0,
+             "the trace file is a regular file readable by its owner only");
+    must(c4::commDestroy(comm), &f);
+    return f;
+  });
+  ASSERT_EQ(c4test::summarize(outs), "");
+  std::string content;
+  std::getline(std::ifstream(victim), content);
+  EXPECT_EQ(content, "precious") << "the trace writer wrote through a planted link";
+}
+
+// Without C4_TRACE_DIR traces go under $TMPDIR/c4trace-<uid>, made private (0700); a base that
+// others can write to is refused with a warning (traces stay in memory), and job directories older
+// than C4_TRACE_KEEP_DAYS are pruned there.
+TEST(TraceFiles, DefaultDirectoryIsPrivateRefusedOrPruned) {
+  for (int variant = 0; variant < 2; ++variant) {
+    const std::string tmp = tempDir();
+    const std::string base = tmp + "/c4trace-" + std::to_string(geteuid());
+    if (variant == 1) {
+      ASSERT_EQ(mkdir(base.c_str(), 0700), 0);
+      ASSERT_EQ(chmod(base.c_str(), 0777), 0);  // anyone may plant files here
+    } else {
+      ASSERT_EQ(mkdir(base.c_str(), 0700), 0);
+      for (const char* job : {"old-job", "young-job"}) {
+        const std::string d = base + "/" + job;
+        ASSERT_EQ(mkdir(d.c_str(), 0700), 0);
+        std::ofstream(d + "/x.r0.c4t") << "x";
+      }
+      struct timeval tv[2] = {{time(nullptr) - 10 * 86400, 0}, {time(nullptr) - 10 * 86400, 0}};
+      ASSERT_EQ(utimes((base + "/old-job").c_str(), tv), 0);
+    }
+    auto outs = c4test::runForked(1, [&](int rank, int n, const c4::UniqueId& id) {
+      Failures f;
+      unsetenv("C4_TRACE_DIR");
+      setenv("TMPDIR", tmp.c_str(), 1);
+      setenv("C4_TRACE", "op", 1);
+      c4::Comm* comm = nullptr;
+      if (!c4::commInitRank(&comm, n, id, rank).isOk()) return Failures{"init failed"};
+      std::string path;
+      c4::Status st = c4::trace::flush(comm, &path);
+      if (variant == 0) {
+        CHECK_OR(st.isOk() && path.compare(0, base.size(), base) == 0, "trace not under " + base + ": " + path);
+        struct stat sb;
+        CHECK_OR(lstat(base.c_str(), &sb) == 0 && (sb.st_mode & 0777) == 0700, "base not 0700");
+      } else {
+        CHECK_OR(!st.isOk() && st.message().find("not private") != std::string::npos,
+                 "a world-writable base was used: " + st.toString());
+      }
+      must(c4::commDestroy(comm), &f);
+      return f;
+    });
+    ASSERT_EQ(c4test::summarize(outs), "") << "variant " << variant;
+    struct stat sb;
+    if (variant == 0) {
+      EXPECT_NE(lstat((base + "/old-job").c_str(), &sb), 0) << "the 10-day-old job directory was not pruned";
+      EXPECT_EQ(lstat((base + "/young-job/x.r0.c4t").c_str(), &sb), 0) << "a recent job directory was pruned";
+    } else {
+      DIR* d = opendir(base.c_str());
+      int entries = 0;
+      while (d && readdir(d)) ++entries;
+      if (d) closedir(d);
+      EXPECT_EQ(entries, 2) << "something was written into the refused base";
+    }
+  }
 }
 
 }  // namespace
