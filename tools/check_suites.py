@@ -24,7 +24,7 @@ EXPECTED = {
     "trace report screenshot": (["trace_report_screenshot"], 1),
     "C4P planner": (["Planner*", "Topology*"], 30),
     "C4D health checks": (["C4D.*", "Diagnose.*", "SlowDetect.*", "Faults.*", "netlab_c4d_*", "c4d_*", "abi_c4d*"],
-                          32),
+                          30),
 }
 ALLOWED_SKIPS = ["*Gpu*", "*gpu*", "*Cuda*"]
 

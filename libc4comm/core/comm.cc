@@ -22,6 +22,7 @@
 #include "core/group.hpp"
 #include "core/paths.hpp"
 #include "core/progress.hpp"
+#include "core/settings.hpp"
 #include "kernels/host/reduce.hpp"
 #include "transports/idle.hpp"
 #include "transports/registry.hpp"
@@ -345,6 +346,8 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
                        "rank %d: C4_TRANSPORT differs between ranks (rank %d has '%s', rank %d another value); set it "
                        "alike on all ranks",
                        r, r, paramTransport().c_str(), p);
+  // Every other setting that shapes the schedules or the wire must agree too (core/settings.hpp).
+  C4_CHECK(checkSettingsAgree(*bootstrap, r, n));
   const bool listed = paramTransport() != "auto";
   for (const transport::TransportEntry* e : chosen) {
     // Automatically, a network transport is only worth its setup when some rank is elsewhere.

@@ -14,8 +14,11 @@ namespace c4 {
 
 C4_PARAM_STR(Algo, "C4_ALGO", "NCCL_ALGO", "",
              "Force the algorithm: ring, tree, rhd, direct or hier, for all collectives or per collective "
-             "(\"allreduce:rhd,broadcast:tree\"); unsupported choices fall back to the tuner's")
-C4_PARAM_INT(ChunkSize, "C4_CHUNK_SIZE", nullptr, 0, "Pipelining chunk size in bytes (0: chosen by the tuner)")
+             "(\"allreduce:rhd,broadcast:tree\"); unsupported choices fall back to the tuner's (must be the same on "
+             "every rank: checked at init)")
+C4_PARAM_INT(
+    ChunkSize, "C4_CHUNK_SIZE", nullptr, 0,
+    "Pipelining chunk size in bytes (0: chosen by the tuner) (must be the same on every rank: checked at init)")
 
 namespace {
 bool parseColl(const std::string& s, Coll* out) {

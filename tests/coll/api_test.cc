@@ -1318,5 +1318,42 @@ TEST(Hardening, HugeNranksIsAnErrorNotAnAbort) {
   EXPECT_EQ(summarize(outs), "");
 }
 
+// Issue 22, defect 1: ranks launched with different C4_ALGO (or another setting that shapes the
+// schedules or the wire) used to return wrong results (2 ranks) or hang (4 ranks). Now init fails
+// on every rank naming the setting, two ranks and their values.
+TEST(Hardening, RanksThatDisagreeOnASettingFailInitNamingIt) {
+  struct Case {
+    const char* env;
+    const char* a;
+    const char* b;
+    int n;
+  };
+  for (const Case& c : {Case{"C4_ALGO", "ring", "tree", 2}, Case{"C4_ALGO", "allreduce:tree", "", 4},
+                        Case{"NCCL_ALGO", "Ring", "Tree", 2}, Case{"C4_CHUNK_SIZE", "131072", "262144", 3}}) {
+    auto outs = runForked(
+        c.n,
+        [&](int rank, int n, const c4::UniqueId& id) -> Failures {
+          // The last rank differs.
+          const char* v = rank == n - 1 ? c.b : c.a;
+          if (*v) setenv(c.env, v, 1);
+          c4::Comm* comm = nullptr;
+          c4::Status st = c4::commInitRank(&comm, n, id, rank);
+          if (st.isOk()) {
+            (void)c4::commDestroy(comm);
+            return {"init succeeded with " + std::string(c.env) + " different on rank " + std::to_string(n - 1)};
+          }
+          const std::string name = std::string(c.env) == "NCCL_ALGO" ? "C4_ALGO" : c.env;
+          if (st.code() != c4::Code::kInvalidUsage ||
+              st.message().find(name + " differs between ranks") == std::string::npos)
+            return {"unclear error: " + st.toString()};
+          if (st.message().find("rank " + std::to_string(n - 1)) == std::string::npos)
+            return {"does not name the rank: " + st.message()};
+          return {};
+        },
+        60);
+    EXPECT_EQ(summarize(outs), "") << c.env << " " << c.a << " vs " << c.b;
+  }
+}
+
 }  // namespace
 }  // namespace c4test

@@ -23,17 +23,20 @@ C4_PARAM_INT(ShmSlotBytes, "C4_SHM_SLOT_BYTES", nullptr, 0,
 C4_PARAM_INT(ShmSlots, "C4_SHM_SLOTS", nullptr, 8, "shm: slots per channel ring (same on all ranks)")
 C4_PARAM_INT(ShmCma, "C4_SHM_CMA", nullptr, 1,
              "shm: 1 = single-copy large messages allowed (CMA between processes, memcpy between ranks of one "
-             "process); 0 = stream everything through the ring")
+             "process); 0 = stream everything through the ring (must be the same on every rank: checked at init)")
 C4_PARAM_INT(ShmCmaThreshold, "C4_SHM_CMA_THRESHOLD", nullptr, 65536,
              "shm: messages between processes larger than this many bytes use CMA single copy where the plan "
              "allows it (AllGather, AlltoAll, Gather, Scatter, Send/Recv; the rest stream through the ring); -1 = "
-             "never (see docs/shm-transport.md)")
+             "never (see docs/shm-transport.md) (must be the same on every rank: checked at init)")
 C4_PARAM_INT(ShmLocalCopyThreshold, "C4_SHM_LOCAL_COPY_THRESHOLD", nullptr, 32768,
-             "shm: messages between ranks of one process larger than this use a direct memcpy from the sender")
+             "shm: messages between ranks of one process larger than this use a direct memcpy from the sender (must be "
+             "the same on every rank: checked at init)")
 C4_PARAM_INT(ShmCmaPiece, "C4_SHM_CMA_PIECE", nullptr, 262144,
-             "shm: bytes pulled per staging piece when a single-copy receive reduces")
+             "shm: bytes pulled per staging piece when a single-copy receive reduces (must be the same on every rank: "
+             "checked at init)")
 C4_PARAM_INT(ShmCmaChunk, "C4_SHM_CMA_CHUNK", nullptr, 4194304,
-             "shm: bytes pulled per progress() call and connection by a single-copy receive without reduction")
+             "shm: bytes pulled per progress() call and connection by a single-copy receive without reduction (must be "
+             "the same on every rank: checked at init)")
 C4_PARAM_INT(ShmLivenessMs, "C4_SHM_LIVENESS_MS", nullptr, 100,
              "shm: how often (ms) a stalled connection checks whether its peer process still exists")
 C4_PARAM_INT(ShmSpread, "C4_SHM_SPREAD", nullptr, 1,

@@ -35,17 +35,18 @@ C4_PARAM_INT(TcpSportBase, "C4_TCP_SPORT_BASE", nullptr, 0,
              "(deterministic ports for tests and ECMP experiments); 0 = kernel-chosen")
 C4_PARAM_INT(TcpPieceBytes, "C4_TCP_PIECE_BYTES", nullptr, 524288,
              "tcp: largest piece (frame payload) a message is cut into for striping over lanes (rounded to 4 KiB; "
-             "same on all ranks)")
+             "same on all ranks) (must be the same on every rank: checked at init)")
 C4_PARAM_INT(TcpAck, "C4_TCP_ACK", nullptr, 1,
              "tcp: 1 = the receiver acknowledges every piece and a send completes once all its pieces are "
              "acknowledged, so a failed or stalled lane is retired and its pieces re-sent on the others; 0 = a send "
-             "completes when its bytes are in the kernel and a lane error fails the connection (same on all ranks)")
+             "completes when its bytes are in the kernel and a lane error fails the connection (same on all ranks) "
+             "(must be the same on every rank: checked at init)")
 C4_PARAM_INT(TcpLaneStallMs, "C4_TCP_LANE_STALL_MS", nullptr, 2000,
              "tcp: a lane whose pieces go unacknowledged this long while another lane of the connection delivers is "
              "retired and its pieces re-sent on the others (needs C4_TCP_ACK=1)")
 C4_PARAM_INT(TcpEagerBytes, "C4_TCP_EAGER_BYTES", nullptr, 65536,
              "tcp: sends up to this size are copied and complete once written, without waiting for their "
-             "acknowledgement (the copy serves re-sends); 0 = never")
+             "acknowledgement (the copy serves re-sends); 0 = never (must be the same on every rank: checked at init)")
 C4_PARAM_INT(TcpEagerLimit, "C4_TCP_EAGER_LIMIT", nullptr, 4194304,
              "tcp: bytes of such copies a connection holds at most; beyond, small sends wait for their "
              "acknowledgement like large ones")
