@@ -178,6 +178,20 @@ Status validate(Comm* comm, const OpDesc& op, size_t inMult, size_t outMult, boo
   return Status::ok();
 }
 
+/// Buffers that overlap must be the collective's in-place layout (`inPlaceSend` is where sendbuff
+/// lies then); any other overlap would read data the call has already overwritten. NCCL leaves it
+/// undefined; c4comm rejects it.
+Status checkOverlap(const char* fn, const void* send, size_t sendBytes, const void* recv, size_t recvBytes,
+                    const void* inPlaceSend) {
+  if (!send || !recv || !sendBytes || !recvBytes || send == inPlaceSend) return Status::ok();
+  const auto s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
+  if (s >= r + recvBytes || r >= s + sendBytes) return Status::ok();
+  return makeError(Code::kInvalidArgument,
+                   "%s: sendbuff [%p, +%zu) and recvbuff [%p, +%zu) overlap without being the in-place layout "
+                   "(sendbuff at %p); use separate buffers or that layout",
+                   fn, send, sendBytes, recv, recvBytes, inPlaceSend);
+}
+
 /// Whether a communicator with `config` gets a progress thread.
 bool wantsEngine(const Config& config) { return config.blocking == 0 || paramProgressThread() != 0; }
 
@@ -671,6 +685,8 @@ Status redOpDestroy(RedOp op, Comm* comm) {
 Status allReduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt, RedOp op, Comm* comm, void* stream) {
   OpDesc d{Coll::kAllReduce, sendbuff, recvbuff, count, dt, op, 0, stream};
   C4_CHECK_RECORD(validate(comm, d, 1, 1, true, true));
+  C4_CHECK_RECORD(
+      checkOverlap("allReduce", sendbuff, count * dataTypeSize(dt), recvbuff, count * dataTypeSize(dt), recvbuff));
   C4_CHECK_RECORD(checkOp(comm, op, dt));
   C4_CHECK_RECORD(enqueue(comm, d));
   return Status::ok();
@@ -679,6 +695,11 @@ Status allReduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt
 Status allGather(const void* sendbuff, void* recvbuff, size_t sendcount, DataType dt, Comm* comm, void* stream) {
   OpDesc d{Coll::kAllGather, sendbuff, recvbuff, sendcount, dt, RedOp::kSum, 0, stream};
   C4_CHECK_RECORD(validate(comm, d, 1, static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1), true, true));
+  {
+    const size_t b = sendcount * dataTypeSize(dt);
+    C4_CHECK_RECORD(checkOverlap("allGather", sendbuff, b, recvbuff, b * static_cast<size_t>(comm->nranks),
+                                 static_cast<const char*>(recvbuff) + b * static_cast<size_t>(comm->rank)));
+  }
   C4_CHECK_RECORD(enqueue(comm, d));
   return Status::ok();
 }
@@ -688,6 +709,9 @@ Status broadcast(const void* sendbuff, void* recvbuff, size_t count, DataType dt
   C4_CHECK_RECORD(validate(comm, d, 1, 1, false, true));
   C4_CHECK_RECORD(checkRoot(comm, root, "root"));
   if (comm->rank == root) C4_CHECK_RECORD(checkPtr(sendbuff, count, "sendbuff (at root)"));
+  if (comm->rank == root)
+    C4_CHECK_RECORD(
+        checkOverlap("broadcast", sendbuff, count * dataTypeSize(dt), recvbuff, count * dataTypeSize(dt), recvbuff));
   C4_CHECK_RECORD(enqueue(comm, d));
   return Status::ok();
 }
@@ -696,6 +720,12 @@ Status reduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, Dat
                      void* stream) {
   OpDesc d{Coll::kReduceScatter, sendbuff, recvbuff, recvcount, dt, op, 0, stream};
   C4_CHECK_RECORD(validate(comm, d, static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1), 1, true, true));
+  {
+    const size_t b = recvcount * dataTypeSize(dt);
+    C4_CHECK_RECORD(checkOverlap(
+        "reduceScatter", sendbuff, b * static_cast<size_t>(comm->nranks), recvbuff, b,
+        reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(recvbuff) - b * static_cast<size_t>(comm->rank))));
+  }
   C4_CHECK_RECORD(checkOp(comm, op, dt));
   C4_CHECK_RECORD(enqueue(comm, d));
   return Status::ok();
@@ -708,6 +738,9 @@ Status reduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt, R
   C4_CHECK_RECORD(checkRoot(comm, root, "root"));
   C4_CHECK_RECORD(checkOp(comm, op, dt));
   if (comm->rank == root) C4_CHECK_RECORD(checkPtr(recvbuff, count, "recvbuff (at root)"));
+  if (comm->rank == root)
+    C4_CHECK_RECORD(
+        checkOverlap("reduce", sendbuff, count * dataTypeSize(dt), recvbuff, count * dataTypeSize(dt), recvbuff));
   C4_CHECK_RECORD(enqueue(comm, d));
   return Status::ok();
 }
@@ -716,6 +749,8 @@ Status alltoAll(const void* sendbuff, void* recvbuff, size_t count, DataType dt,
   OpDesc d{Coll::kAlltoAll, sendbuff, recvbuff, count, dt, RedOp::kSum, 0, stream};
   size_t n = static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1);
   C4_CHECK_RECORD(validate(comm, d, n, n, true, true));
+  C4_CHECK_RECORD(checkOverlap("alltoAll", sendbuff, n * count * dataTypeSize(dt), recvbuff,
+                               n * count * dataTypeSize(dt), recvbuff));
   C4_CHECK_RECORD(enqueue(comm, d));
   return Status::ok();
 }

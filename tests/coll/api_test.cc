@@ -1355,5 +1355,47 @@ TEST(Hardening, RanksThatDisagreeOnASettingFailInitNamingIt) {
   }
 }
 
+// Issue 22, defect 3: send and receive buffers that overlap without being the in-place layout used
+// to run and return wrong elements. Now they are rejected before anything runs; the in-place
+// layouts still run and give the right result.
+TEST(Hardening, PartlyOverlappingBuffersAreRejected) {
+  auto outs = runForked(
+      2,
+      [&](int rank, int n, const c4::UniqueId& id) -> Failures {
+        c4::Comm* comm = nullptr;
+        c4::Status st = c4::commInitRank(&comm, n, id, rank);
+        if (!st.isOk()) return {"init: " + st.toString()};
+        Failures f;
+        std::vector<float> b(4096, 1.0f);
+        float* p = b.data();
+        auto rejected = [&](const char* what, c4::Status s) {
+          if (s.code() != c4::Code::kInvalidArgument || s.message().find("overlap") == std::string::npos)
+            f.push_back(std::string(what) + ": " + s.toString());
+        };
+        const auto F = c4::DataType::kFloat32;
+        const auto S = c4::RedOp::kSum;
+        rejected("allReduce shifted by one", c4::allReduce(p, p + 1, 512, F, S, comm));
+        rejected("allGather not at the rank's block", c4::allGather(p + 1, p, 256, F, comm));
+        rejected("reduceScatter not at the rank's block", c4::reduceScatter(p, p + 10, 256, F, S, comm));
+        rejected("alltoAll shifted", c4::alltoAll(p, p + 64, 128, F, comm));
+        if (rank == 0) rejected("broadcast at the root", c4::broadcast(p, p + 3, 100, F, 0, comm));
+        if (rank == 1) rejected("reduce at the root", c4::reduce(p + 3, p, 100, F, S, 1, comm));
+        // The in-place layouts run (every rank calls them) and give the right sums.
+        std::fill(b.begin(), b.end(), 1.0f);
+        st = c4::allReduce(p, p, 512, F, S, comm);
+        if (!st.isOk() || p[0] != 2.0f) f.push_back("in-place allReduce: " + st.toString());
+        std::fill(b.begin(), b.end(), static_cast<float>(rank));
+        st = c4::allGather(p + 256 * rank, p, 256, F, comm);
+        if (!st.isOk() || p[0] != 0.0f || p[256] != 1.0f) f.push_back("in-place allGather: " + st.toString());
+        std::fill(b.begin(), b.end(), 1.0f);
+        st = c4::reduceScatter(p, p + 256 * rank, 256, F, S, comm);
+        if (!st.isOk() || p[256 * rank] != 2.0f) f.push_back("in-place reduceScatter: " + st.toString());
+        (void)c4::commDestroy(comm);
+        return f;
+      },
+      60);
+  EXPECT_EQ(summarize(outs), "");
+}
+
 }  // namespace
 }  // namespace c4test
