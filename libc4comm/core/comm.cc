@@ -881,7 +881,7 @@ Status Comm::startPrepared(Prepared* p) {
                                                                 : trace::ticks();
     health->telemetry().enter(p->sig.seq, t0);
   } else {
-    health->telemetry().setP2p(true);
+    health->telemetry().setP2p(true, p->traceT0 ? p->traceT0 : trace::ticks());
   }
   if (p->traceT0) traceOp(p, true);
   if (p->noop) return Status::ok();
@@ -1035,7 +1035,7 @@ void Comm::finish(Prepared* p) {
   if (p->collective)
     health->telemetry().leave(p->sig.seq, t1, p->op.count * dataTypeSize(p->op.dtype));
   else
-    health->telemetry().setP2p(false);
+    health->telemetry().setP2p(false, t1);
   if (t1 && health->publishDue(t1)) health->publish(t1);
   if (stallReported_) {
     health->clearStall();

@@ -134,7 +134,8 @@ std::vector<Telemetry::Op> Telemetry::history() const {
   for (const Slot& s : ring_) {
     const uint64_t tag = s.tag.load(std::memory_order_acquire);
     if (tag == 0) continue;
-    Op op{tag - 1, s.enter.load(std::memory_order_relaxed), s.leave.load(std::memory_order_relaxed)};
+    Op op{tag - 1, s.enter.load(std::memory_order_relaxed), s.leave.load(std::memory_order_relaxed),
+          s.p2p.load(std::memory_order_relaxed)};
     std::atomic_thread_fence(std::memory_order_acquire);
     if (s.tag.load(std::memory_order_relaxed) != tag) continue;
     out.push_back(op);
@@ -266,10 +267,12 @@ void HealthMonitor::injectBefore(uint64_t seq) {
 
 namespace {
 /// Time outside c4comm before collective hist[i] (ns): its entry minus the previous collective's
-/// exit; -1 when that one is not in the history or has not ended.
+/// exit, less the point-to-point batches in between; -1 when that one is not in the history or
+/// has not ended.
 int64_t gapOf(const std::vector<Telemetry::Op>& hist, size_t i) {
   if (i == 0 || hist[i - 1].seq + 1 != hist[i].seq || hist[i - 1].leave == 0 || hist[i].enter == 0) return -1;
-  return std::max<int64_t>(0, trace::toNs(hist[i].enter) - trace::toNs(hist[i - 1].leave));
+  const int64_t p2pNs = static_cast<int64_t>(static_cast<double>(hist[i].p2p - hist[i - 1].p2p) / trace::ticksPerNs());
+  return std::max<int64_t>(0, trace::toNs(hist[i].enter) - trace::toNs(hist[i - 1].leave) - p2pNs);
 }
 }  // namespace
 

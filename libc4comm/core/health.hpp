@@ -65,6 +65,7 @@ class Telemetry {
     std::atomic_thread_fence(std::memory_order_release);
     s.enter.store(ticks, std::memory_order_relaxed);
     s.leave.store(0, std::memory_order_relaxed);
+    s.p2p.store(p2pTotal_, std::memory_order_relaxed);
     s.tag.store(seq + 1, std::memory_order_release);
     enteredTicks_.store(ticks, std::memory_order_relaxed);
     entered_.store(seq + 1, std::memory_order_release);
@@ -78,8 +79,17 @@ class Telemetry {
   }
 
   // ---- any thread ----
-  /// A point-to-point batch runs (true) or ended.
-  void setP2p(bool on) { p2p_.store(on, std::memory_order_relaxed); }
+  /// A point-to-point batch starts (true) or ends at `ticks` (0: not timed). Its time counts as
+  /// inside c4comm: a rank waiting in a send/receive between collectives is no straggler.
+  void setP2p(bool on, uint64_t ticks) {
+    p2p_.store(on, std::memory_order_relaxed);
+    if (on) {
+      p2pSince_ = ticks;
+    } else if (p2pSince_ && ticks > p2pSince_) {
+      p2pTotal_ += ticks - p2pSince_;
+      p2pSince_ = 0;
+    }
+  }
   bool inP2p() const { return p2p_.load(std::memory_order_relaxed); }
   uint64_t entered() const { return entered_.load(std::memory_order_acquire); }  // seq + 1, 0: none
   uint64_t left() const { return left_.load(std::memory_order_acquire); }
@@ -89,17 +99,19 @@ class Telemetry {
   struct Op {
     uint64_t seq;
     uint64_t enter, leave;  // ticks; leave 0: not ended
+    uint64_t p2p;           // ticks spent in point-to-point batches before it (cumulative)
   };
   /// The recent operations whose records are consistent, oldest first.
   std::vector<Op> history() const;
 
  private:
   struct Slot {
-    std::atomic<uint64_t> tag{0}, enter{0}, leave{0};
+    std::atomic<uint64_t> tag{0}, enter{0}, leave{0}, p2p{0};
   };
   Slot ring_[kHistory];
   std::atomic<uint64_t> entered_{0}, left_{0}, enteredTicks_{0}, leftTicks_{0}, bytes_{0};
   std::atomic<bool> p2p_{false};
+  uint64_t p2pSince_ = 0, p2pTotal_ = 0;  // driving thread
 };
 
 /// A fault C4_FAULT injects (docs/c4d.md). Parsed at init; inert unless set.
