@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -145,13 +146,24 @@ int main(int argc, char** argv) {
     }
     return train(comm, o);
   }
-  // --spawn: rank 0's process makes the id; the ranks are forked children.
-  c4::UniqueId id;
-  if (!c4::getUniqueId(&id).isOk()) return 1;
+  // --spawn: the ranks are forked children; rank 0's makes the id (and hosts the bootstrap root)
+  // and hands it to the others through pipes, so that this process starts no thread before it
+  // forks (a child of a threaded process may inherit a lock some thread held).
+  std::vector<std::array<int, 2>> pipes(static_cast<size_t>(o.spawn));
+  for (int r = 1; r < o.spawn; ++r)
+    if (pipe(pipes[static_cast<size_t>(r)].data()) != 0) return 1;
   std::vector<pid_t> pids;
   for (int r = 0; r < o.spawn; ++r) {
     pid_t pid = fork();
     if (pid == 0) {
+      c4::UniqueId id;
+      if (r == 0) {
+        if (!c4::getUniqueId(&id).isOk()) _exit(1);
+        for (int k = 1; k < o.spawn; ++k)
+          if (write(pipes[static_cast<size_t>(k)][1], &id, sizeof(id)) != static_cast<ssize_t>(sizeof(id))) _exit(1);
+      } else if (read(pipes[static_cast<size_t>(r)][0], &id, sizeof(id)) != static_cast<ssize_t>(sizeof(id))) {
+        _exit(1);
+      }
       c4::Comm* comm = nullptr;
       c4::Status st = c4::commInitRank(&comm, o.spawn, id, r);
       if (!st.isOk()) {

@@ -54,12 +54,24 @@ int main() {
   setenv("C4_FAULT", "kill:rank=2,op=3", 1);
   setenv("C4_TIMEOUT", "20", 1);
   const int n = 3;
-  ncclUniqueId id;
-  if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
+  // Rank 0's process makes the id (and so hosts the bootstrap root) and hands it to the others
+  // through pipes: this process starts no thread before it forks (a child of a threaded process
+  // may inherit a lock some thread held, e.g. the allocator's under ASan, and hang).
+  int pipes[n][2];
+  for (int r = 1; r < n; ++r)
+    if (pipe(pipes[r]) != 0) return 1;
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
     pid_t pid = fork();
     if (pid == 0) {
+      ncclUniqueId id;
+      if (r == 0) {
+        if (ncclGetUniqueId(&id) != ncclSuccess) _exit(1);
+        for (int k = 1; k < n; ++k)
+          if (write(pipes[k][1], &id, sizeof(id)) != static_cast<ssize_t>(sizeof(id))) _exit(1);
+      } else if (read(pipes[r][0], &id, sizeof(id)) != static_cast<ssize_t>(sizeof(id))) {
+        _exit(1);
+      }
       fflush(stdout);
       int rc = runRank(r, n, id);
       fflush(stdout);
