@@ -1,8 +1,10 @@
 #include "common/logging.hpp"
 
+#include <strings.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
@@ -15,12 +17,32 @@
 
 namespace c4 {
 
-C4_PARAM_STR(Debug, "C4_DEBUG", "NCCL_DEBUG", "", "Log level: VERSION, WARN, INFO, ABORT or TRACE (default: none)")
+namespace {
+// C4_DEBUG_SUBSYS: every name must be a subsystem (NCCL's own names arrive through NCCL_DEBUG_SUBSYS,
+// where a refused value is only a warning).
+bool checkSubsys(const std::string& spec, std::string* why);
+// C4_DEBUG: a level, in any case (as NCCL_DEBUG).
+constexpr const char* kLevelNames[] = {"NONE", "VERSION", "WARN", "INFO", "ABORT", "TRACE"};
+int levelOf(const std::string& text) {
+  for (int i = 1; i < 6; ++i)
+    if (strcasecmp(text.c_str(), kLevelNames[i]) == 0) return i;
+  return -1;
+}
+bool checkLevel(const std::string& text, std::string* why) {
+  if (levelOf(text) > 0) return true;
+  *why = "expected VERSION, WARN, INFO, ABORT or TRACE";
+  return false;
+}
+}  // namespace
+
+C4_PARAM_STR(Debug, "C4_DEBUG", "NCCL_DEBUG", "", checkLevel, kParamNone,
+             "Log level: VERSION, WARN, INFO, ABORT or TRACE (default: none; refused settings are reported "
+             "whatever the level)")
 C4_PARAM_STR(DebugSubsys, "C4_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS",
-             "INIT,COLL,P2P,SHM,NET,BOOTSTRAP,TUNING,ENV,SCHED,PLAN",
+             "INIT,COLL,P2P,SHM,NET,BOOTSTRAP,TUNING,ENV,SCHED,PLAN", checkSubsys, kParamNone,
              "Comma list of subsystems to log (INIT, COLL, P2P, SHM, NET, BOOTSTRAP, TUNING, ENV, ALLOC, CALL, PLAN, "
              "SCHED, ALL); a leading ^ excludes the listed ones")
-C4_PARAM_STR(DebugFile, "C4_DEBUG_FILE", "NCCL_DEBUG_FILE", "",
+C4_PARAM_STR(DebugFile, "C4_DEBUG_FILE", "NCCL_DEBUG_FILE", "", {}, kParamNone,
              "Write the log to this file instead of stderr; %h expands to the host name, %p to the pid")
 
 namespace {
@@ -31,6 +53,10 @@ struct LogState {
   std::mutex mu;
   FILE* out = stderr;
   char host[64] = {0};
+  LogState() {
+    gethostname(host, sizeof(host) - 1);
+    if (char* dot = strchr(host, '.')) *dot = 0;
+  }
 };
 
 LogState& state() {
@@ -40,47 +66,66 @@ LogState& state() {
 
 }  // namespace
 
-uint32_t logSubsysMask(const std::string& spec) {
-  static const struct {
-    const char* name;
-    uint32_t bit;
-  } kNames[] = {{"INIT", kLogInit},   {"COLL", kLogColl},           {"P2P", kLogP2p},       {"SHM", kLogShm},
-                {"NET", kLogNet},     {"BOOTSTRAP", kLogBootstrap}, {"TUNING", kLogTuning}, {"ENV", kLogEnv},
-                {"ALLOC", kLogAlloc}, {"CALL", kLogCall},           {"SCHED", kLogSched},   {"PLAN", kLogPlan},
-                {"ALL", kLogAll}};
+namespace {
+
+constexpr struct {
+  const char* name;
+  uint32_t bit;
+} kSubsysNames[] = {{"INIT", kLogInit},   {"COLL", kLogColl},           {"P2P", kLogP2p},       {"SHM", kLogShm},
+                    {"NET", kLogNet},     {"BOOTSTRAP", kLogBootstrap}, {"TUNING", kLogTuning}, {"ENV", kLogEnv},
+                    {"ALLOC", kLogAlloc}, {"CALL", kLogCall},           {"SCHED", kLogSched},   {"PLAN", kLogPlan},
+                    {"ALL", kLogAll}};
+
+// Calls f(token, bit) for each name of a comma list (bit 0: unknown); true if the list is inverted.
+template <typename F>
+bool forEachSubsys(const std::string& spec, F f) {
   bool invert = !spec.empty() && spec[0] == '^';
-  uint32_t mask = 0;
   size_t pos = invert ? 1 : 0;
   while (pos <= spec.size()) {
     size_t end = spec.find(',', pos);
     if (end == std::string::npos) end = spec.size();
     std::string tok = spec.substr(pos, end - pos);
-    for (auto& n : kNames)
-      if (strcasecmp(tok.c_str(), n.name) == 0) mask |= n.bit;
+    uint32_t bit = 0;
+    for (auto& n : kSubsysNames)
+      if (strcasecmp(tok.c_str(), n.name) == 0) bit = n.bit;
+    f(tok, bit);
     pos = end + 1;
   }
+  return invert;
+}
+
+bool checkSubsys(const std::string& spec, std::string* why) {
+  std::string bad;
+  forEachSubsys(spec, [&](const std::string& tok, uint32_t bit) {
+    if (bit == 0 && bad.empty()) bad = tok;
+  });
+  if (bad.empty()) return true;
+  *why = "unknown subsystem '" + bad + "'";
+  return false;
+}
+
+}  // namespace
+
+uint32_t logSubsysMask(const std::string& spec) {
+  uint32_t mask = 0;
+  bool invert = forEachSubsys(spec, [&](const std::string&, uint32_t bit) { mask |= bit; });
   return invert ? ~mask : mask;
 }
 
 namespace {
 
-void init(LogState& s) {
-  std::string lv = paramDebug();
-  int level = 0;
-  if (strcasecmp(lv.c_str(), "VERSION") == 0)
-    level = 1;
-  else if (strcasecmp(lv.c_str(), "WARN") == 0)
-    level = 2;
-  else if (strcasecmp(lv.c_str(), "INFO") == 0)
-    level = 3;
-  else if (strcasecmp(lv.c_str(), "ABORT") == 0)
-    level = 4;
-  else if (strcasecmp(lv.c_str(), "TRACE") == 0)
-    level = 5;
-  gethostname(s.host, sizeof(s.host) - 1);
-  if (char* dot = strchr(s.host, '.')) *dot = 0;
-  s.mask.store(logSubsysMask(paramDebugSubsys()));
+// The settings are read before the state's lock is taken: a refused value is reported through
+// logMessage, which takes it.
+struct LogConfig {
+  std::string level = paramDebug();
+  std::string subsys = paramDebugSubsys();
   std::string file = paramDebugFile();
+};
+
+void init(LogState& s, const LogConfig& cfg) {
+  const int level = std::max(0, levelOf(cfg.level));
+  s.mask.store(logSubsysMask(cfg.subsys));
+  const std::string& file = cfg.file;
   if (!file.empty() && level > 0) {
     std::string path;
     for (size_t i = 0; i < file.size(); ++i) {
@@ -115,8 +160,9 @@ bool logEnabled(LogLevel level, uint32_t subsys) {
   LogState& s = state();
   int lv = s.level.load(std::memory_order_relaxed);
   if (lv < 0) {
+    LogConfig cfg;
     std::lock_guard<std::mutex> g(s.mu);
-    if (s.level.load() < 0) init(s);
+    if (s.level.load() < 0) init(s, cfg);
     lv = s.level.load();
   }
   if (static_cast<int>(level) > lv) return false;
@@ -126,15 +172,15 @@ bool logEnabled(LogLevel level, uint32_t subsys) {
 
 void logReload() {
   LogState& s = state();
+  LogConfig cfg;
   std::lock_guard<std::mutex> g(s.mu);
   if (s.out != stderr) fclose(s.out);
   s.out = stderr;
-  init(s);
+  init(s, cfg);
 }
 
 void logMessage(LogLevel level, uint32_t subsys, const char* file, int line, const char* fmt, ...) {
   (void)subsys;
-  static const char* kNames[] = {"NONE", "VERSION", "WARN", "INFO", "ABORT", "TRACE"};
   LogState& s = state();
   va_list ap;
   va_start(ap, fmt);
@@ -146,10 +192,10 @@ void logMessage(LogLevel level, uint32_t subsys, const char* file, int line, con
   std::lock_guard<std::mutex> g(s.mu);
   if (level == LogLevel::kTrace)
     fprintf(s.out, "%s:%d:%ld c4 %s %s:%d %s\n", s.host, getpid(), static_cast<long>(syscall(SYS_gettid)),
-            kNames[static_cast<int>(level)], base, line, msg);
+            kLevelNames[static_cast<int>(level)], base, line, msg);
   else
     fprintf(s.out, "%s:%d:%ld c4 %s %s\n", s.host, getpid(), static_cast<long>(syscall(SYS_gettid)),
-            kNames[static_cast<int>(level)], msg);
+            kLevelNames[static_cast<int>(level)], msg);
 }
 
 }  // namespace c4

@@ -45,5 +45,8 @@ void logReload();
       ::c4::logMessage(::c4::LogLevel::level, (subsys), __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 #define C4_WARN(subsys, ...) C4_LOG(kWarn, subsys, __VA_ARGS__)
+/// A warning printed whatever C4_DEBUG says: for what the user must not miss (a refused setting, a
+/// fallback that changes what the program exposes). Rare by construction: never on a hot path.
+#define C4_WARN_ALWAYS(subsys, ...) ::c4::logMessage(::c4::LogLevel::kWarn, (subsys), __FILE__, __LINE__, __VA_ARGS__)
 #define C4_INFO(subsys, ...) C4_LOG(kInfo, subsys, __VA_ARGS__)
 #define C4_TRACE(subsys, ...) C4_LOG(kTrace, subsys, __VA_ARGS__)

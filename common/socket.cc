@@ -7,6 +7,7 @@
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -189,10 +190,14 @@ void Fd::reset(int fd) {
 
 // ---- interfaces --------------------------------------------------------------------------------
 
-std::vector<NetIf> listInterfaces() {
+std::vector<NetIf> listInterfaces(int* err) {
   std::vector<NetIf> out;
   ifaddrs* ifs = nullptr;
-  if (getifaddrs(&ifs) != 0) return out;
+  if (err) *err = 0;
+  if (getifaddrs(&ifs) != 0) {
+    if (err) *err = errno;
+    return out;
+  }
   for (ifaddrs* i = ifs; i; i = i->ifa_next) {
     if (!i->ifa_addr || !(i->ifa_flags & IFF_UP)) continue;
     int fam = i->ifa_addr->sa_family;
@@ -257,15 +262,18 @@ std::string describe(const std::vector<NetIf>& ifs) {
 
 }  // namespace
 
-Status chooseInterface(const std::string& spec, const SockAddr* reach, NetIf* out) {
-  std::vector<NetIf> ifs = listInterfaces();
+Status chooseInterface(const std::string& spec, const SockAddr* reach, NetIf* out, const char* specName) {
+  int err = 0;
+  std::vector<NetIf> ifs = listInterfaces(&err);
+  // Not "no usable interface": the cause (out of file descriptors, typically) is what to fix.
+  if (err != 0) return sysError("listing the network interfaces (getifaddrs)", err);
   std::vector<const NetIf*> cands;
   if (!spec.empty()) {
     for (const NetIf& n : ifs)
       if (ifNameMatches(n.name, spec)) cands.push_back(&n);
     const NetIf* best = pickBest(cands);
     if (!best)
-      return makeError(Code::kSystemError, "no interface matches C4_SOCKET_IFNAME='%s' (interfaces: %s)", spec.c_str(),
+      return makeError(Code::kSystemError, "no interface matches %s='%s' (interfaces: %s)", specName, spec.c_str(),
                        describe(ifs).c_str());
     *out = *best;
     return Status::ok();
@@ -384,19 +392,83 @@ Status connectSocket(const SockAddr& addr, int64_t deadlineMs, int abortFd, Fd* 
   }
 }
 
-Status acceptSocket(int listenFd, Fd* out, SockAddr* peer) {
+Status acceptSocket(int listenFd, Fd* out, SockAddr* peer, int* err) {
   SockAddr a;
   a.len = sizeof(a.storage);
   int fd = C4_SYSCALL_RETRY(::accept4(listenFd, a.sa(), &a.len, SOCK_NONBLOCK | SOCK_CLOEXEC));
   if (fd < 0) {
+    const int e = errno;
     // ECONNABORTED & co: the connection died in the queue; nothing to accept now.
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED || errno == EPROTO) return Status::ok();
-    return sysError("accept", errno);
+    if (e == EAGAIN || e == EWOULDBLOCK || e == ECONNABORTED || e == EPROTO) return Status::ok();
+    if (err) *err = e;
+    return sysError("accept", e);
   }
   tune(fd);
   out->reset(fd);
   if (peer) *peer = a;
   return Status::ok();
+}
+
+namespace {
+constexpr int64_t kAcceptReportEveryMs = 10000;
+constexpr int kAcceptMaxBackoffMs = 1000;
+}  // namespace
+
+Status AcceptGuard::accept(int listenFd, Fd* out, SockAddr* peer) {
+  const int64_t now = nowMs();
+  if (paused(now)) return Status::ok();
+  int err = 0;
+  Status st = acceptSocket(listenFd, out, peer, &err);
+  if (st.isOk()) {
+    if (out->valid()) {
+      backoffMs_ = 0;  // progress: the next failure pauses briefly again
+    } else if (failing_) {
+      // The queue is empty and nothing failed: the episode is over.
+      failing_ = false;
+      if (episodeReported_)
+        C4_WARN_ALWAYS(kLogNet, "%s: accepting connections again (%llu accept(s) failed for lack of resources so far)",
+                       who_.c_str(), static_cast<unsigned long long>(failures_));
+    }
+    return st;
+  }
+  if (err != EMFILE && err != ENFILE && err != ENOBUFS && err != ENOMEM) return st;
+  ++failures_;
+  backoffMs_ = backoffMs_ == 0 ? 1 : std::min(backoffMs_ * 2, kAcceptMaxBackoffMs);
+  resumeAtMs_ = now + backoffMs_;
+  std::string what = "accept: " + std::string(strerror(err));
+  if (err == EMFILE) {
+    rlimit rl{};
+    getrlimit(RLIMIT_NOFILE, &rl);
+    what += strFormat(" (this process has reached its limit of %llu open files, ulimit -n)",
+                      static_cast<unsigned long long>(rl.rlim_cur));
+  } else if (err == ENFILE) {
+    what += " (the system-wide limit of open files, fs.file-max)";
+  }
+  const bool reported = report(what + "; new connections wait in the queue, accepts paused up to 1 s at a time");
+  if (!failing_) episodeReported_ = reported;
+  failing_ = true;
+  return Status::ok();
+}
+
+void AcceptGuard::limitReached(const std::string& limit) {
+  ++drops_;
+  report("dropping new connections: " + limit);
+}
+
+bool AcceptGuard::report(const std::string& what) {
+  const int64_t now = nowMs();
+  if (lastReportMs_ != 0 && now - lastReportMs_ < kAcceptReportEveryMs) {
+    ++unreported_;
+    return false;
+  }
+  if (unreported_ > 0)
+    C4_WARN_ALWAYS(kLogNet, "%s: %s (and %llu more like it in the last %lld s)", who_.c_str(), what.c_str(),
+                   static_cast<unsigned long long>(unreported_), static_cast<long long>((now - lastReportMs_) / 1000));
+  else
+    C4_WARN_ALWAYS(kLogNet, "%s: %s", who_.c_str(), what.c_str());
+  unreported_ = 0;
+  lastReportMs_ = now;
+  return true;
 }
 
 Status readSome(int fd, void* data, size_t bytes, size_t* moved) {

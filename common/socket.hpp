@@ -19,7 +19,7 @@
 namespace c4 {
 
 // Shared by the bootstrap and the tcp transport (which default to the same interface).
-C4_PARAM_STR(SocketIfname, "C4_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "",
+C4_PARAM_STR(SocketIfname, "C4_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "", {}, kParamNone,
              "Interfaces for bootstrap sockets: comma list of name prefixes; leading ^ excludes, leading = "
              "requires exact names (default: first up non-loopback non-docker interface, else loopback)")
 
@@ -92,8 +92,9 @@ struct NetIf {
   int prefixLen = 0;
 };
 
-/// Every address (IPv4 and IPv6) of every interface that is up, in getifaddrs order.
-std::vector<NetIf> listInterfaces();
+/// Every address (IPv4 and IPv6) of every interface that is up, in getifaddrs order. If getifaddrs
+/// fails (out of file descriptors, say) the list is empty and `err` (optional) gets its errno.
+std::vector<NetIf> listInterfaces(int* err = nullptr);
 
 /// NCCL_SOCKET_IFNAME semantics: `spec` is a comma list of name prefixes; a leading '^' makes it an
 /// exclude list; a leading '=' (after any '^') requires exact names. An empty spec matches all.
@@ -103,8 +104,10 @@ bool ifNameMatches(const std::string& name, const std::string& spec);
 /// matching interface, IPv4 preferred over IPv6 (non-link-local first). Without: if `reach` is given,
 /// loopback when reach is loopback, else an interface in reach's subnet; otherwise the first up
 /// non-loopback, non-docker interface with an IPv4 address, then one with an IPv6 address, else
-/// loopback. Fails with kSystemError if nothing matches (naming the spec and what exists).
-Status chooseInterface(const std::string& spec, const SockAddr* reach, NetIf* out);
+/// loopback. Fails with kSystemError if nothing matches (naming `specName`, the variable the spec
+/// came from, the spec and what exists), or if the interfaces cannot be listed (naming the cause).
+Status chooseInterface(const std::string& spec, const SockAddr* reach, NetIf* out,
+                       const char* specName = "C4_SOCKET_IFNAME");
 
 /// A listening socket bound to `addr` (port 0: ephemeral). *bound gets the actual address.
 Status listenSocket(const SockAddr& addr, int backlog, bool reuseAddr, Fd* out, SockAddr* bound);
@@ -114,8 +117,48 @@ Status listenSocket(const SockAddr& addr, int backlog, bool reuseAddr, Fd* out, 
 /// readable. The socket is non-blocking with TCP_NODELAY.
 Status connectSocket(const SockAddr& addr, int64_t deadlineMs, int abortFd, Fd* out);
 
-/// Accepts one pending connection without blocking; *out stays invalid when none is pending.
-Status acceptSocket(int listenFd, Fd* out, SockAddr* peer);
+/// Accepts one pending connection without blocking; *out stays invalid when none is pending. On an
+/// error `err` (optional) gets its errno.
+Status acceptSocket(int listenFd, Fd* out, SockAddr* peer, int* err = nullptr);
+
+/// Paces a listener through exhaustion (issue 22). An accept that fails for lack of resources
+/// (EMFILE/ENFILE: out of file descriptors; ENOBUFS/ENOMEM) leaves the connection queued, so the
+/// listener stays readable and a loop polling it would spin at full CPU, logging every failure.
+/// Through a guard such a failure pauses the listener (1 ms, doubling to 1 s while failures go on;
+/// back to 1 ms after an accept succeeds): its owner leaves it out of the poll set until
+/// resumeAtMs(). An episode ends when an accept finds the queue empty without failing. Lines about
+/// failures and a full pending-connection table are printed whatever C4_DEBUG says, at most one per
+/// 10 s (the first at once, naming the cause and the limit; later ones count what they stood for),
+/// and an episode whose start was printed prints its end. One thread uses a guard.
+class AcceptGuard {
+ public:
+  explicit AcceptGuard(std::string who) : who_(std::move(who)) {}
+  /// acceptSocket, paced: ok with *out invalid when nothing is pending, while paused, or after a
+  /// failure for lack of resources (logged here); other errors are returned.
+  Status accept(int listenFd, Fd* out, SockAddr* peer);
+  /// Whether the listener must stay out of the poll set now.
+  bool paused(int64_t nowMs) const { return nowMs < resumeAtMs_; }
+  /// When the pause ends (0: not paused); a poll timeout should not outlast it.
+  int64_t resumeAtMs() const { return resumeAtMs_; }
+  /// A connection was dropped because `limit` (a description: "4096 connections pending") is
+  /// reached; logged like the failures.
+  void limitReached(const std::string& limit);
+  /// Failures and drops so far.
+  uint64_t failures() const { return failures_; }
+  uint64_t drops() const { return drops_; }
+
+ private:
+  bool report(const std::string& what);  // false: folded into the next line's count
+
+  std::string who_;
+  int64_t resumeAtMs_ = 0;
+  int backoffMs_ = 0;
+  uint64_t failures_ = 0, drops_ = 0;
+  uint64_t unreported_ = 0;  // lines folded since the last one printed
+  int64_t lastReportMs_ = 0;
+  bool failing_ = false;          // in an episode of failures for lack of resources
+  bool episodeReported_ = false;  // its start was printed
+};
 
 /// Sends / receives exactly `bytes` (blocking through poll until deadlineMs or abortFd readable).
 /// Errors name `what`. A peer that closes mid-message is kRemoteError.

@@ -16,6 +16,12 @@ echo "[test] ctest (build/)"
 # Every expected suite ran and nothing skipped itself (a missing prerequisite fails the run instead
 # of leaving it green; C4_ALLOW_SKIPS=1 accepts skips on a machine that cannot run them).
 python3 tools/check_suites.py build/ctest-junit.xml
+# The fuzz targets, briefly: each over its seeds and regression inputs plus 20000 new inputs (docs/fuzzing.md;
+# scripts/fuzz.sh runs them longer). Their own build (clang, build-fuzz/) compiles only the parsers.
+echo "[test] fuzz targets (build-fuzz/, clang + libFuzzer)"
+scripts/fuzz.sh --build-only
+(cd build-fuzz && ctest --output-on-failure -j2 --timeout 600 --output-junit ctest-junit.xml)
+python3 tools/check_suites.py build-fuzz/ctest-junit.xml --expect fuzz
 # The torch backend's pytest suite runs on Debian's interpreter (the one with torch).
 if [ -d build/python/c4comm_torch ]; then
   echo "[test] pytest tests/torch (backend c4, /usr/bin/python3)"

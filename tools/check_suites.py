@@ -8,7 +8,10 @@ have checked it stays green. CI runs this on ctest's JUnit report (ctest --outpu
   - no test was skipped, except those whose name matches an allowed pattern (the GPU tests: no GPU
     in CI) or every test when C4_ALLOW_SKIPS=1 (a developer's machine without root, say).
 
-Usage: check_suites.py JUNIT.xml [--only-skips]
+Usage: check_suites.py JUNIT.xml [--only-skips] [--expect fuzz]
+
+The suites expected depend on the build: the main build's (build/) by default; with --expect fuzz, those of the fuzz
+build (build-fuzz/, scripts/fuzz.sh), whose report holds only the fuzz targets' tests.
 """
 import fnmatch
 import os
@@ -25,6 +28,11 @@ EXPECTED = {
     "C4P planner": (["Planner*", "Topology*"], 30),
     "C4D health checks": (["C4D.*", "Diagnose.*", "SlowDetect.*", "Faults.*", "netlab_c4d_*", "c4d_*", "abi_c4d*"],
                           30),
+    "soak (short soak, planted faults)": (["soak_*"], 6),
+}
+# The fuzz build (-DC4_FUZZ=ON, tests/fuzz): one ctest per target (docs/fuzzing.md), the Python one included.
+EXPECTED_FUZZ = {
+    "fuzz targets (libFuzzer, atheris)": (["fuzz_*"], 8),
 }
 ALLOWED_SKIPS = ["*Gpu*", "*gpu*", "*Cuda*"]
 
@@ -34,12 +42,20 @@ def main():
         print(__doc__)
         return 2
     only_skips = "--only-skips" in sys.argv[2:]
+    expected = EXPECTED
+    if "--expect" in sys.argv[2:]:
+        i = sys.argv.index("--expect")
+        kind = sys.argv[i + 1] if i + 1 < len(sys.argv) else ""
+        if kind != "fuzz":
+            print("check_suites: --expect takes 'fuzz', not %r" % kind)
+            return 2
+        expected = EXPECTED_FUZZ
     root = ET.parse(sys.argv[1]).getroot()
     cases = list(root.iter("testcase"))
     names = [c.get("name", "") for c in cases]
     bad = []
     if not only_skips:
-        for suite, (patterns, least) in EXPECTED.items():
+        for suite, (patterns, least) in expected.items():
             n = sum(1 for name in names if any(fnmatch.fnmatch(name, p) for p in patterns))
             if n < least:
                 bad.append("suite %s: %d test(s) registered, expected at least %d (is its prerequisite installed?)" %

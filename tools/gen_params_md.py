@@ -13,16 +13,8 @@ def render(c4perf):
     for line in out.splitlines():
         if not line.strip() or line.startswith("#"):
             continue
-        parts = line.split(None, 3)
-        env, alias, rest = parts[0], parts[1], line[line.index(parts[1]) + len(parts[1]):].strip()
-        # default is a token or a quoted string; help is the rest
-        if rest.startswith('"'):
-            end = rest.index('"', 1) + 1
-            default, help_text = rest[:end], rest[end:].strip()
-        else:
-            default, _, help_text = rest.partition(" ")
-            help_text = help_text.strip()
-        rows.append((env, alias, default, help_text))
+        env, alias, default, accepts, agree, help_text = line.split("\t", 5)
+        rows.append((env, alias, default, accepts, agree, help_text))
     lines = [
         "# Environment parameters",
         "",
@@ -30,13 +22,24 @@ def render(c4perf):
         "parameter registry, `C4_PARAM_INT`/`C4_PARAM_STR`). The `C4_` name wins over the NCCL alias. A test",
         "(`docs_params_current`) fails when this file and the registry disagree.",
         "",
-        "| variable | NCCL alias | default | meaning |",
-        "|---|---|---|---|",
+        "**Accepts** is what a setting takes: an integer range (decimal, `0x` hex, or with a K, M or G suffix",
+        "for powers of 1024), a list of choices, or a syntax its meaning describes. A value outside it is never",
+        "silently ignored: communicator init fails on every rank, naming the rank, the variable and why",
+        "(`ncclInvalidArgument`); set through an NCCL alias (a value only NVIDIA's library may know) it is a",
+        "warning and the default applies. Either way the warning is printed whatever `C4_DEBUG` says.",
+        "**Same on every rank**: the setting shapes the schedules or the wire, so ranks that differ would",
+        "compute different plans; init compares them and fails on every rank, naming the setting, two ranks",
+        "and their values (`ncclInvalidUsage`). The others may differ between ranks.",
+        "",
+        "| variable | NCCL alias | default | accepts | same on every rank | meaning |",
+        "|---|---|---|---|---|---|",
     ]
-    for env, alias, default, help_text in rows:
+    for env, alias, default, accepts, agree, help_text in rows:
         alias = "" if alias == "-" else f"`{alias}`"
         help_text = help_text.replace("|", "\\|")
-        lines.append(f"| `{env}` | {alias} | `{default}` | {help_text} |")
+        accepts = accepts if accepts in ("any text", "as described") else f"`{accepts}`"
+        accepts = accepts.replace("|", "\\|")
+        lines.append(f"| `{env}` | {alias} | `{default}` | {accepts} | {agree} | {help_text} |")
     return "\n".join(lines) + "\n"
 
 

@@ -9,10 +9,11 @@
 
 namespace c4::transport {
 
-C4_PARAM_INT(ShmSpin, "C4_SHM_SPIN", nullptr, -1,
+C4_PARAM_INT(ShmSpin, "C4_SHM_SPIN", nullptr, -1, -1, 10000000, kParamNone,
              "Microseconds an idle rank spins before it yields and then sleeps (-1: 250, or 0 when the "
              "machine's ranks outnumber its CPUs)")
-C4_PARAM_INT(ShmSleepUs, "C4_SHM_SLEEP_US", nullptr, 50, "shm: longest sleep (us) in waitHint() when idle")
+C4_PARAM_INT(ShmSleepUs, "C4_SHM_SLEEP_US", nullptr, 50, 1, 1000000, kParamNone,
+             "shm: longest sleep (us) in waitHint() when idle")
 
 /// The spin phase of this process when C4_SHM_SPIN is not set (us).
 constexpr int64_t kDefaultSpinUs = 250;

@@ -99,14 +99,15 @@ class C4Backend : public Backend {
   int nranks_ = 1;
 };
 
+// One line per parameter, tab-separated (tools/gen_params_md.py writes docs/params.md from it).
 int listParams() {
   std::vector<ParamDesc> all = params();
-  printf("# %zu c4comm parameters (the C4_ name wins over the NCCL_ alias)\n", all.size());
-  printf("%-34s %-30s %-14s %s\n", "# env", "NCCL alias", "default", "help");
+  printf("# %zu c4comm parameters (the C4_ name wins over the NCCL_ alias); tab-separated:\n", all.size());
+  printf("# env\tNCCL alias\tdefault\taccepts\tsame on every rank\thelp\n");
   for (const ParamDesc& p : all) {
     std::string def = p.isString ? "\"" + p.defaultText + "\"" : p.defaultText;
-    printf("%-34s %-30s %-14s %s\n", p.env.c_str(), p.ncclEnv.empty() ? "-" : p.ncclEnv.c_str(), def.c_str(),
-           p.help.c_str());
+    printf("%s\t%s\t%s\t%s\t%s\t%s\n", p.env.c_str(), p.ncclEnv.empty() ? "-" : p.ncclEnv.c_str(), def.c_str(),
+           p.accepts.empty() ? "any text" : p.accepts.c_str(), p.sameOnAllRanks ? "yes" : "no", p.help.c_str());
   }
   return 0;
 }

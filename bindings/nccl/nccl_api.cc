@@ -21,7 +21,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
+#include <system_error>
 
 #include "c4comm/c4comm.hpp"
 
@@ -71,8 +73,14 @@ constexpr uint64_t kWinHandleMagic = 0x633477696e68646eull;  // "c4winhdn"
 // ---- last error -------------------------------------------------------------------------------
 // This layer finds some errors itself (null arguments, bad config, missing features); the core
 // reports the others through Status and c4::lastError. ncclGetLastError shows the newer of the two.
-thread_local std::string tlsLastError;
+// A fixed buffer: recording an error must not allocate (the error may be that memory ran out).
+thread_local char tlsLastError[1024];
 thread_local bool tlsLastErrorIsOurs = false;
+
+void setLastError(const char* text, bool ours) {
+  snprintf(tlsLastError, sizeof(tlsLastError), "%s", text);
+  tlsLastErrorIsOurs = ours;
+}
 
 /// Logs and records a failure found in this layer; returns `code`.
 ncclResult_t fail(ncclResult_t code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -83,17 +91,13 @@ ncclResult_t fail(ncclResult_t code, const char* fmt, ...) {
   vsnprintf(buf, sizeof(buf), fmt, ap);
   va_end(ap);
   c4::log(c4::LogKind::kWarn, "CALL", buf);
-  tlsLastError = buf;
-  tlsLastErrorIsOurs = true;
+  setLastError(buf, true);
   return code;
 }
 
 /// Maps a core Status onto ncclResult_t (values are equal). The core has already logged it.
 ncclResult_t fromStatus(const c4::Status& s) {
-  if (!s.isOk() && s.code() != c4::Code::kInProgress) {
-    tlsLastError = s.message();
-    tlsLastErrorIsOurs = false;
-  }
+  if (!s.isOk() && s.code() != c4::Code::kInProgress) setLastError(s.message().c_str(), false);
   return static_cast<ncclResult_t>(s.code());
 }
 
@@ -225,14 +229,45 @@ ncclResult_t childConfig(const char* fn, ncclConfig_t* config, c4::Config* stora
   return ncclSuccess;
 }
 
+/// What an entry point returns when an exception reached it (no exception crosses the C API):
+/// ncclSystemError for exhausted memory or a failed system call (std::bad_alloc, std::system_error),
+/// ncclInternalError for anything else; the reason goes to the log and ncclGetLastError. Called
+/// from the handler of the entry point's function-try-block; allocates nothing it needs.
+ncclResult_t fromException(const char* fn) noexcept {
+  if (fn[0] == 'p') ++fn;  // pncclXxx: name the ncclXxx the caller called
+  char buf[512];
+  ncclResult_t code = ncclInternalError;
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    code = ncclSystemError;
+    snprintf(buf, sizeof(buf), "%s: out of memory (std::bad_alloc); the call did not complete", fn);
+  } catch (const std::system_error& e) {
+    code = ncclSystemError;
+    snprintf(buf, sizeof(buf), "%s: system error: %s; the call did not complete", fn, e.what());
+  } catch (const std::exception& e) {
+    snprintf(buf, sizeof(buf), "%s: internal error: %s; the call did not complete", fn, e.what());
+  } catch (...) {
+    snprintf(buf, sizeof(buf), "%s: internal error: an unknown exception; the call did not complete", fn);
+  }
+  setLastError(buf, true);
+  try {
+    c4::log(c4::LogKind::kWarn, "CALL", buf);
+  } catch (...) {  // logging may allocate: the result code and ncclGetLastError still tell
+  }
+  return code;
+}
+
 }  // namespace
 
 // ================================ entry points (pnccl*) =========================================
 
-ncclResult_t pncclGetVersion(int* version) {
+ncclResult_t pncclGetVersion(int* version) try {
   C4_NCCL_CHECK(checkPtr("ncclGetVersion", "version", version));
   *version = c4::version();
   return ncclSuccess;
+} catch (...) {
+  return fromException(__func__);
 }
 
 const char* pncclGetErrorString(ncclResult_t result) {
@@ -264,36 +299,44 @@ const char* pncclGetLastError(ncclComm_t comm) {
     const char* core = c4::lastError(toC4(comm));
     if (core != nullptr && core[0] != '\0') return core;
   }
-  return tlsLastError.c_str();
+  return tlsLastError;
 }
 
-void pncclResetDebugInit() { c4::reloadLogConfig(); }
+void pncclResetDebugInit() try { c4::reloadLogConfig(); } catch (...) {
+  (void)fromException(__func__);
+}
 
 // ---- memory -------------------------------------------------------------------------------------
 
-ncclResult_t pncclMemAlloc(void** ptr, size_t size) {
+ncclResult_t pncclMemAlloc(void** ptr, size_t size) try {
   C4_NCCL_CHECK(checkPtr("ncclMemAlloc", "ptr", ptr));
   if (size == 0) return fail(ncclInvalidArgument, "ncclMemAlloc: size is 0");
   // Host-only build: page-aligned host memory that the ranks of a host can map (collectives on it
   // run zero-copy, docs/shm-transport.md).
   C4_NCCL_CHECK(fromStatus(c4::memAlloc(ptr, size)));
   return ncclSuccess;
+} catch (...) {
+  return fromException(__func__);
 }
 
-ncclResult_t pncclMemFree(void* ptr) {
+ncclResult_t pncclMemFree(void* ptr) try {
   C4_NCCL_CHECK(checkPtr("ncclMemFree", "ptr", ptr));
   C4_NCCL_CHECK(fromStatus(c4::memFree(ptr)));
   return ncclSuccess;
+} catch (...) {
+  return fromException(__func__);
 }
 
 // ---- ids and communicators ----------------------------------------------------------------------
 
-ncclResult_t pncclGetUniqueId(ncclUniqueId* uniqueId) {
+ncclResult_t pncclGetUniqueId(ncclUniqueId* uniqueId) try {
   C4_NCCL_CHECK(checkPtr("ncclGetUniqueId", "uniqueId", uniqueId));
   c4::UniqueId id;
   C4_NCCL_CHECK(fromStatus(c4::getUniqueId(&id)));
   memcpy(uniqueId->internal, id.bytes, sizeof(uniqueId->internal));
   return ncclSuccess;
+} catch (...) {
+  return fromException(__func__);
 }
 
 namespace {
@@ -316,13 +359,17 @@ ncclResult_t initRank(const char* fn, ncclComm_t* comm, int nranks, const ncclUn
 
 }  // namespace
 
-ncclResult_t pncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+ncclResult_t pncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) try {
   return initRank("ncclCommInitRank", comm, nranks, commId, rank, nullptr);
+} catch (...) {
+  return fromException(__func__);
 }
 
 ncclResult_t pncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
-                                     ncclConfig_t* config) {
+                                     ncclConfig_t* config) try {
   return initRank("ncclCommInitRankConfig", comm, nranks, commId, rank, config);
+} catch (...) {
+  return fromException(__func__);
 }
 
 // Several ids only spread NCCL's bootstrap load over several roots. c4comm's bootstrap serves one
@@ -330,14 +377,16 @@ ncclResult_t pncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId 
 // order, and the process that created commIds[0] with ncclGetUniqueId is one of the ranks and keeps
 // serving it.
 ncclResult_t pncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds,
-                                       ncclConfig_t* config) {
+                                       ncclConfig_t* config) try {
   const char* fn = "ncclCommInitRankScalable";
   C4_NCCL_CHECK(checkPtr(fn, "commIds", commIds));
   if (nId < 1) return fail(ncclInvalidArgument, "%s: nId %d is invalid (expected >= 1)", fn, nId);
   return initRank(fn, newcomm, nranks, commIds[0], myrank, config);
+} catch (...) {
+  return fromException(__func__);
 }
 
-ncclResult_t pncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
+ncclResult_t pncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) try {
   const char* fn = "ncclCommInitAll";
   C4_NCCL_CHECK(checkPtr(fn, "comm", comm));
   if (ndev < 1) return fail(ncclInvalidArgument, "%s: ndev %d is invalid (expected >= 1)", fn, ndev);
@@ -346,9 +395,11 @@ ncclResult_t pncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
     c4::log(c4::LogKind::kInfo, "INIT", (std::string(fn) + ": devlist ignored for host communicators").c_str());
   static_assert(sizeof(ncclComm_t) == sizeof(c4::Comm*), "");
   return fromStatus(c4::commInitAll(reinterpret_cast<c4::Comm**>(comm), ndev));
+} catch (...) {
+  return fromException(__func__);
 }
 
-ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) try {
   const char* fn = "ncclCommSplit";
   C4_NCCL_CHECK(checkComm(fn, comm));
   C4_NCCL_CHECK(checkPtr(fn, "newcomm", newcomm));
@@ -362,10 +413,12 @@ ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* new
   c4::Status s = c4::commSplit(toC4(comm), color, key, &c, cfgPtr);
   if (s.isOk() || s.code() == c4::Code::kInProgress) *newcomm = toNccl(c);
   return fromStatus(s);
+} catch (...) {
+  return fromException(__func__);
 }
 
 ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
-                             ncclConfig_t* config, int shrinkFlags) {
+                             ncclConfig_t* config, int shrinkFlags) try {
   const char* fn = "ncclCommShrink";
   C4_NCCL_CHECK(checkComm(fn, comm));
   C4_NCCL_CHECK(checkPtr(fn, "newcomm", newcomm));
@@ -384,63 +437,81 @@ ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int exclude
       c4::commShrink(toC4(comm), excludeRanksList, excludeRanksCount, &c, cfgPtr, shrinkFlags == NCCL_SHRINK_ABORT);
   if (s.isOk() || s.code() == c4::Code::kInProgress) *newcomm = toNccl(c);
   return fromStatus(s);
+} catch (...) {
+  return fromException(__func__);
 }
 
-ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) try {
   const char* fn = "ncclCommRevoke";
   C4_NCCL_CHECK(checkComm(fn, comm));
   if (revokeFlags != NCCL_REVOKE_DEFAULT) {
     return fail(ncclInvalidArgument, "%s: revokeFlags 0x%x is invalid (must be NCCL_REVOKE_DEFAULT)", fn, revokeFlags);
   }
   return fromStatus(c4::commRevoke(toC4(comm)));
+} catch (...) {
+  return fromException(__func__);
 }
 
-ncclResult_t pncclCommFinalize(ncclComm_t comm) {
+ncclResult_t pncclCommFinalize(ncclComm_t comm) try {
   C4_NCCL_CHECK(checkComm("ncclCommFinalize", comm));
   return fromStatus(c4::commFinalize(toC4(comm)));
+} catch (...) {
+  return fromException(__func__);
 }
 
 // NCCL accepts a null communicator in destroy and abort (nothing to free).
-ncclResult_t pncclCommDestroy(ncclComm_t comm) {
+ncclResult_t pncclCommDestroy(ncclComm_t comm) try {
   if (comm == nullptr) return ncclSuccess;
   return fromStatus(c4::commDestroy(toC4(comm)));
+} catch (...) {
+  return fromException(__func__);
 }
 
-ncclResult_t pncclCommAbort(ncclComm_t comm) {
+ncclResult_t pncclCommAbort(ncclComm_t comm) try {
   if (comm == nullptr) return ncclSuccess;
   return fromStatus(c4::commAbort(toC4(comm)));
+} catch (...) {
+  return fromException(__func__);
 }
 
-ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) try {
   const char* fn = "ncclCommGetAsyncError";
   C4_NCCL_CHECK(checkComm(fn, comm));
   C4_NCCL_CHECK(checkPtr(fn, "asyncError", asyncError));
   c4::Status s = c4::commGetAsyncError(toC4(comm));
   *asyncError = fromStatus(s);  // also keeps the reason for ncclGetLastError
   return ncclSuccess;
+} catch (...) {
+  return fromException(__func__);
 }
 
-ncclResult_t pncclCommCount(const ncclComm_t comm, int* count) {
+ncclResult_t pncclCommCount(const ncclComm_t comm, int* count) try {
   C4_NCCL_CHECK(checkComm("ncclCommCount", comm));
   C4_NCCL_CHECK(checkPtr("ncclCommCount", "count", count));
   return fromStatus(c4::commCount(toC4(comm), count));
+} catch (...) {
+  return fromException(__func__);
 }
 
-ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int* device) {
+ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int* device) try {
   C4_NCCL_CHECK(checkComm("ncclCommCuDevice", comm));
   C4_NCCL_CHECK(checkPtr("ncclCommCuDevice", "device", device));
   return fromStatus(c4::commCuDevice(toC4(comm), device));
+} catch (...) {
+  return fromException(__func__);
 }
 
-ncclResult_t pncclCommUserRank(const ncclComm_t comm, int* rank) {
+ncclResult_t pncclCommUserRank(const ncclComm_t comm, int* rank) try {
   C4_NCCL_CHECK(checkComm("ncclCommUserRank", comm));
   C4_NCCL_CHECK(checkPtr("ncclCommUserRank", "rank", rank));
   return fromStatus(c4::commUserRank(toC4(comm), rank));
+} catch (...) {
+  return fromException(__func__);
 }
 
 // ---- registration -------------------------------------------------------------------------------
 
-ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
+ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) try {
   const char* fn = "ncclCommRegister";
   C4_NCCL_CHECK(checkComm(fn, comm));
   C4_NCCL_CHECK(checkPtr(fn, "buff", buff));
@@ -449,16 +520,20 @@ ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t size, v
   // Registered with every transport of the communicator (a range for shm and tcp, which use host
   // memory in place; RDMA memory regions and CUDA IPC handles later).
   return fromStatus(c4::commRegister(toC4(comm), buff, size, handle));
+} catch (...) {
+  return fromException(__func__);
 }
 
-ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle) {
+ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle) try {
   const char* fn = "ncclCommDeregister";
   C4_NCCL_CHECK(checkComm(fn, comm));
   C4_NCCL_CHECK(checkPtr(fn, "handle", handle));
   return fromStatus(c4::commDeregister(toC4(comm), handle));
+} catch (...) {
+  return fromException(__func__);
 }
 
-ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) {
+ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) try {
   const char* fn = "ncclCommWindowRegister";
   C4_NCCL_CHECK(checkComm(fn, comm));
   C4_NCCL_CHECK(checkPtr(fn, "buff", buff));
@@ -472,9 +547,11 @@ ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, n
     return fail(ncclInvalidArgument, "%s: [%p, +%zu) does not lie in one buffer from ncclMemAlloc", fn, buff, size);
   *win = reinterpret_cast<ncclWindow_t>(new RegHandle{kWinHandleMagic, comm, buff, size});
   return ncclSuccess;
+} catch (...) {
+  return fromException(__func__);
 }
 
-ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) try {
   const char* fn = "ncclCommWindowDeregister";
   C4_NCCL_CHECK(checkComm(fn, comm));
   C4_NCCL_CHECK(checkPtr(fn, "win", win));
@@ -488,12 +565,14 @@ ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   reg->magic = 0;
   delete reg;
   return ncclSuccess;
+} catch (...) {
+  return fromException(__func__);
 }
 
 // ---- user reduction operators -------------------------------------------------------------------
 
 ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
-                                       ncclScalarResidence_t residence, ncclComm_t comm) {
+                                       ncclScalarResidence_t residence, ncclComm_t comm) try {
   const char* fn = "ncclRedOpCreatePreMulSum";
   C4_NCCL_CHECK(checkPtr(fn, "op", op));
   C4_NCCL_CHECK(checkPtr(fn, "scalar", scalar));
@@ -507,9 +586,11 @@ ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataTy
       c4::redOpCreatePreMulSum(&out, scalar, toC4(datatype), static_cast<c4::ScalarResidence>(residence), toC4(comm))));
   *op = static_cast<ncclRedOp_t>(out);
   return ncclSuccess;
+} catch (...) {
+  return fromException(__func__);
 }
 
-ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) try {
   const char* fn = "ncclRedOpDestroy";
   C4_NCCL_CHECK(checkComm(fn, comm));
   if (static_cast<int>(op) < static_cast<int>(ncclNumOps)) {
@@ -517,75 +598,103 @@ ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
                 static_cast<int>(op));
   }
   return fromStatus(c4::redOpDestroy(toC4(op), toC4(comm)));
+} catch (...) {
+  return fromException(__func__);
 }
 
 // ---- collectives --------------------------------------------------------------------------------
 
 ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
-                            ncclComm_t comm, cudaStream_t stream) {
+                            ncclComm_t comm, cudaStream_t stream) try {
   return fromStatus(c4::allReduce(sendbuff, recvbuff, count, toC4(datatype), toC4(op), toC4(comm), stream));
+} catch (...) {
+  return fromException(__func__);
 }
 
 ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
-                            ncclComm_t comm, cudaStream_t stream) {
+                            ncclComm_t comm, cudaStream_t stream) try {
   return fromStatus(c4::allGather(sendbuff, recvbuff, sendcount, toC4(datatype), toC4(comm), stream));
+} catch (...) {
+  return fromException(__func__);
 }
 
 ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-                            ncclComm_t comm, cudaStream_t stream) {
+                            ncclComm_t comm, cudaStream_t stream) try {
   return fromStatus(c4::broadcast(sendbuff, recvbuff, count, toC4(datatype), root, toC4(comm), stream));
+} catch (...) {
+  return fromException(__func__);
 }
 
 // The deprecated in-place form: buff is both the source (on root) and the destination.
 ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
-                        cudaStream_t stream) {
+                        cudaStream_t stream) try {
   return fromStatus(c4::broadcast(buff, buff, count, toC4(datatype), root, toC4(comm), stream));
+} catch (...) {
+  return fromException(__func__);
 }
 
 ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
-                         int root, ncclComm_t comm, cudaStream_t stream) {
+                         int root, ncclComm_t comm, cudaStream_t stream) try {
   return fromStatus(c4::reduce(sendbuff, recvbuff, count, toC4(datatype), toC4(op), root, toC4(comm), stream));
+} catch (...) {
+  return fromException(__func__);
 }
 
 ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
-                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) try {
   return fromStatus(c4::reduceScatter(sendbuff, recvbuff, recvcount, toC4(datatype), toC4(op), toC4(comm), stream));
+} catch (...) {
+  return fromException(__func__);
 }
 
 ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,
-                           cudaStream_t stream) {
+                           cudaStream_t stream) try {
   return fromStatus(c4::alltoAll(sendbuff, recvbuff, count, toC4(datatype), toC4(comm), stream));
+} catch (...) {
+  return fromException(__func__);
 }
 
 ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-                         ncclComm_t comm, cudaStream_t stream) {
+                         ncclComm_t comm, cudaStream_t stream) try {
   return fromStatus(c4::gather(sendbuff, recvbuff, count, toC4(datatype), root, toC4(comm), stream));
+} catch (...) {
+  return fromException(__func__);
 }
 
 ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-                          ncclComm_t comm, cudaStream_t stream) {
+                          ncclComm_t comm, cudaStream_t stream) try {
   return fromStatus(c4::scatter(sendbuff, recvbuff, count, toC4(datatype), root, toC4(comm), stream));
+} catch (...) {
+  return fromException(__func__);
 }
 
 // ---- point to point -----------------------------------------------------------------------------
 
 ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                       cudaStream_t stream) {
+                       cudaStream_t stream) try {
   return fromStatus(c4::send(sendbuff, count, toC4(datatype), peer, toC4(comm), stream));
+} catch (...) {
+  return fromException(__func__);
 }
 
 ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                       cudaStream_t stream) {
+                       cudaStream_t stream) try {
   return fromStatus(c4::recv(recvbuff, count, toC4(datatype), peer, toC4(comm), stream));
+} catch (...) {
+  return fromException(__func__);
 }
 
 // ---- groups -------------------------------------------------------------------------------------
 
-ncclResult_t pncclGroupStart() { return fromStatus(c4::groupStart()); }
+ncclResult_t pncclGroupStart() try { return fromStatus(c4::groupStart()); } catch (...) {
+  return fromException(__func__);
+}
 
-ncclResult_t pncclGroupEnd() { return fromStatus(c4::groupEnd()); }
+ncclResult_t pncclGroupEnd() try { return fromStatus(c4::groupEnd()); } catch (...) {
+  return fromException(__func__);
+}
 
-ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo) try {
   const char* fn = "ncclGroupSimulateEnd";
   C4_NCCL_CHECK(checkPtr(fn, "simInfo", simInfo));
   if (simInfo->magic != kSimInfoMagic) {
@@ -597,6 +706,8 @@ ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   c4::Status s = c4::groupSimulateEnd(&us);
   if (s.isOk()) simInfo->estimatedTime = static_cast<float>(us);
   return fromStatus(s);
+} catch (...) {
+  return fromException(__func__);
 }
 
 // ================================ ncclXxx = weak alias of pncclXxx ==============================

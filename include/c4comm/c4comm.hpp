@@ -234,6 +234,8 @@ struct ParamDesc {
   std::string defaultText;  ///< the default as written in the registry
   std::string help;
   bool isString = false;
+  std::string accepts;          ///< what it accepts: "1..31536000", "0 or 4096..1073741824", "0|op|step", "" (any text)
+  bool sameOnAllRanks = false;  ///< must be the same on every rank (checked at communicator init)
 };
 /// Every parameter of this build, sorted by name (`c4-perf --list-params`). Any thread.
 C4_API std::vector<ParamDesc> params();

@@ -12,11 +12,11 @@
 #include "kernels/host/kernel_table.hpp"
 
 namespace c4 {
-C4_PARAM_STR(KernelsIsa, "C4_KERNELS_ISA", nullptr, "auto",
+C4_PARAM_STR(KernelsIsa, "C4_KERNELS_ISA", nullptr, "auto", "auto|avx512|avx2|scalar", kParamNone,
              "Host reduction kernels' instruction set: auto, avx512, avx2 or scalar")
 // Default measured on the development machine (docs/kernels-performance.md): streaming stores only
 // pay off once the copy is far larger than the last-level cache.
-C4_PARAM_INT(CopyNtThreshold, "C4_COPY_NT_THRESHOLD", nullptr, 64 << 20,
+C4_PARAM_INT(CopyNtThreshold, "C4_COPY_NT_THRESHOLD", nullptr, 64 << 20, -1, INT64_MAX, kParamNone,
              "Bytes at and above which the host copy kernel uses non-temporal stores (-1: never)")
 }  // namespace c4
 

@@ -4,9 +4,13 @@
 
 #include <algorithm>
 #include <climits>
+#include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <mutex>
+#include <new>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -23,7 +27,7 @@
 
 namespace c4 {
 
-C4_PARAM_INT(ProgressThread, "C4_PROGRESS_THREAD", nullptr, 0,
+C4_PARAM_INT(ProgressThread, "C4_PROGRESS_THREAD", nullptr, 0, 0, 1, kParamNone,
              "1: every communicator gets a progress thread that runs its operations in call order (blocking calls "
              "wait for it; between calls it keeps the network transports progressing); 0: the calling thread drives "
              "each operation. Communicators created with Config::blocking = 0 always have one")
@@ -45,6 +49,9 @@ struct GroupState {
   std::vector<GroupItem> items;
   std::vector<DeferredInit> inits;
   Status error;
+  // A call of the group threw (out of memory) after it may have queued part of its work: the group
+  // runs nothing. A flag, not a Status: making one needs memory.
+  bool threw = false;
 };
 thread_local GroupState tGroup;
 
@@ -148,8 +155,13 @@ Status checkPtr(const void* p, size_t count, const char* name) {
 
 Status enqueue(Comm* comm, const OpDesc& op) {
   if (tGroup.depth > 0) {
-    if (tGroup.items.empty() || tGroup.items.back().comm != comm) tGroup.items.push_back(GroupItem{comm, {}});
-    tGroup.items.back().ops.push_back(op);
+    try {
+      if (tGroup.items.empty() || tGroup.items.back().comm != comm) tGroup.items.push_back(GroupItem{comm, {}});
+      tGroup.items.back().ops.push_back(op);
+    } catch (...) {
+      tGroup.threw = true;  // the exception goes on to the caller (the C API turns it into an error)
+      throw;
+    }
     return Status::ok();
   }
   auto run = [comm, &op] {
@@ -291,7 +303,8 @@ int version() { return 22809; }
 std::vector<ParamDesc> params() {
   std::vector<ParamDesc> out;
   for (const ParamInfo* p : allParams())
-    out.push_back(ParamDesc{p->env, p->ncclEnv ? p->ncclEnv : "", p->defaultText, p->help, p->isString});
+    out.push_back(ParamDesc{p->env, p->ncclEnv ? p->ncclEnv : "", p->defaultText, p->help, p->isString,
+                            paramRangeText(*p), (p->flags & kParamSameOnAllRanks) != 0});
   return out;
 }
 
@@ -368,14 +381,22 @@ Status commInitRank(Comm** comm, int nranks, const UniqueId& id, int rank, const
   C4_CHECK_RECORD(checkInitArgs(comm, nranks, rank));
   C4_CHECK_RECORD(checkConfig(config));
   auto* c = new Comm();
-  registerComm(c);
-  if (tGroup.depth > 0) {
-    // Completed at groupEnd (several ranks of one process may be initialized in one group).
-    tGroup.inits.push_back(DeferredInit{c, nranks, id, rank, config});
-    *comm = c;
-    return Status::ok();
+  Status st;
+  try {
+    registerComm(c);
+    if (tGroup.depth > 0) {
+      // Completed at groupEnd (several ranks of one process may be initialized in one group).
+      tGroup.inits.push_back(DeferredInit{c, nranks, id, rank, config});
+      *comm = c;
+      return Status::ok();
+    }
+    st = initComm(c, nranks, id, rank, config);
+  } catch (...) {  // out of memory: nothing of the communicator stays behind
+    if (tGroup.depth > 0) tGroup.threw = true;
+    unregisterComm(c);
+    delete c;
+    throw;
   }
-  Status st = initComm(c, nranks, id, rank, config);
   if (st.code() == Code::kInProgress) {
     *comm = c;  // non-blocking: ready once commGetAsyncError says so
     return st;
@@ -389,6 +410,53 @@ Status commInitRank(Comm** comm, int nranks, const UniqueId& id, int rank, const
   return Status::ok();
 }
 
+/// Runs init(r) for r in [0, n) on n threads that start together once all exist (if one cannot be
+/// created, the others must not wait in the bootstrap for it: none runs), and joins them. Nothing
+/// escapes a thread: a rank that runs out of memory fails. Returns the first failure.
+static Status initRanksInThreads(size_t n, const std::function<Status(size_t)>& init) {
+  std::vector<Status> res(n);
+  std::vector<char> outOfMemory(n, 0);
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  std::mutex gateMu;
+  std::condition_variable gateCv;
+  int gate = 0;  // 0: wait, 1: go, -1: give up
+  auto rankMain = [&](size_t r) {
+    {
+      std::unique_lock<std::mutex> g(gateMu);
+      gateCv.wait(g, [&] { return gate != 0; });
+      if (gate < 0) return;
+    }
+    try {
+      res[r] = init(r);
+    } catch (const std::bad_alloc&) {  // no Status without memory: a flag
+      outOfMemory[r] = 1;
+    }
+  };
+  const char* notStarted = nullptr;  // why a thread could not start (its message is made after the joins)
+  try {
+    for (size_t r = 0; r < n; ++r) threads.emplace_back(rankMain, r);
+  } catch (const std::bad_alloc&) {  // the thread's state
+    notStarted = "out of memory (std::bad_alloc)";
+  } catch (const std::system_error&) {
+    notStarted = "the system refused a thread";
+  }
+  {
+    std::lock_guard<std::mutex> g(gateMu);
+    gate = notStarted == nullptr ? 1 : -1;
+  }
+  gateCv.notify_all();
+  for (auto& t : threads) t.join();
+  if (notStarted != nullptr)
+    return makeError(Code::kSystemError, "cannot start the thread of rank %zu of %zu: %s", threads.size(), n,
+                     notStarted);
+  for (size_t r = 0; r < n; ++r) {
+    if (outOfMemory[r]) return makeError(Code::kSystemError, "rank %zu ran out of memory (std::bad_alloc) in init", r);
+    if (!res[r].isOk()) return res[r];
+  }
+  return Status::ok();
+}
+
 Status commInitAll(Comm** comms, int n, const Config& config) {
   if (!comms) return record(makeError(Code::kInvalidArgument, "comms array is NULL"));
   if (n < 1) return record(makeError(Code::kInvalidArgument, "ndev %d must be at least 1", n));
@@ -397,27 +465,25 @@ Status commInitAll(Comm** comms, int n, const Config& config) {
   UniqueId id;  // in-process ranks: never the fixed C4_COMM_ID port
   C4_CHECK_RECORD(detail::bootstrapEphemeralUniqueId("", &id));
   std::vector<Comm*> out(static_cast<size_t>(n), nullptr);
-  std::vector<Status> res(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      auto* c = new Comm();
-      res[static_cast<size_t>(r)] = initComm(c, n, id, r, config);
-      out[static_cast<size_t>(r)] = c;
-    });
-  }
-  for (auto& t : threads) t.join();
-  Status first;
-  for (int r = 0; r < n; ++r)
-    if (!res[static_cast<size_t>(r)].isOk() && first.isOk()) first = res[static_cast<size_t>(r)];
+  Status first = initRanksInThreads(static_cast<size_t>(n), [&](size_t r) {
+    auto* c = new Comm();
+    out[r] = c;
+    return initComm(c, n, id, static_cast<int>(r), config);
+  });
   if (!first.isOk()) {
     for (Comm* c : out) delete c;
     return record(std::move(first));
   }
-  for (int r = 0; r < n; ++r) {
-    registerComm(out[static_cast<size_t>(r)]);
-    comms[r] = out[static_cast<size_t>(r)];
+  try {
+    for (Comm* c : out) registerComm(c);
+  } catch (...) {  // out of memory: nothing of the communicators stays behind
+    for (Comm* c : out) {
+      unregisterComm(c);
+      delete c;
+    }
+    throw;
   }
+  for (int r = 0; r < n; ++r) comms[r] = out[static_cast<size_t>(r)];
   return Status::ok();
 }
 
@@ -760,7 +826,13 @@ Status gather(const void* sendbuff, void* recvbuff, size_t count, DataType dt, i
   size_t n = static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1);
   C4_CHECK_RECORD(validate(comm, d, 1, n, true, false));
   C4_CHECK_RECORD(checkRoot(comm, root, "root"));
-  if (comm->rank == root) C4_CHECK_RECORD(checkPtr(recvbuff, count, "recvbuff (at root)"));
+  if (comm->rank == root) {
+    C4_CHECK_RECORD(checkPtr(recvbuff, count, "recvbuff (at root)"));
+    // In place at the root: sendbuff is the root's block of recvbuff.
+    const size_t b = count * dataTypeSize(dt);
+    C4_CHECK_RECORD(
+        checkOverlap("gather", sendbuff, b, recvbuff, b * n, static_cast<const char*>(recvbuff) + b * root));
+  }
   C4_CHECK_RECORD(enqueue(comm, d));
   return Status::ok();
 }
@@ -770,7 +842,13 @@ Status scatter(const void* sendbuff, void* recvbuff, size_t count, DataType dt, 
   size_t n = static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1);
   C4_CHECK_RECORD(validate(comm, d, n, 1, false, true));
   C4_CHECK_RECORD(checkRoot(comm, root, "root"));
-  if (comm->rank == root) C4_CHECK_RECORD(checkPtr(sendbuff, count, "sendbuff (at root)"));
+  if (comm->rank == root) {
+    C4_CHECK_RECORD(checkPtr(sendbuff, count, "sendbuff (at root)"));
+    // In place at the root: recvbuff is the root's block of sendbuff.
+    const size_t b = count * dataTypeSize(dt);
+    C4_CHECK_RECORD(checkOverlap("scatter", sendbuff, b * n, recvbuff, b,
+                                 reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(recvbuff) - b * root)));
+  }
   C4_CHECK_RECORD(enqueue(comm, d));
   return Status::ok();
 }
@@ -858,7 +936,10 @@ Status recvAny(void* recvbuff, size_t count, DataType dt, int* source, Comm* com
 }
 
 Status groupStart() {
-  if (tGroup.depth == 0) tGroup.error = Status::ok();
+  if (tGroup.depth == 0) {
+    tGroup.error = Status::ok();
+    tGroup.threw = false;
+  }
   ++tGroup.depth;
   return Status::ok();
 }
@@ -888,6 +969,10 @@ static Status closeGroup(const char* fn, bool* outermost, std::vector<DeferredIn
                                fn, it->ops.size());
     it = items->erase(it);
   }
+  if (tGroup.threw && tGroup.error.isOk())
+    tGroup.error = makeError(Code::kSystemError,
+                             "%s: a call of the group ran out of memory (std::bad_alloc); the group runs nothing", fn);
+  tGroup.threw = false;
   Status err = tGroup.error;
   tGroup.error = Status::ok();
   if (!err.isOk()) {
@@ -907,14 +992,9 @@ Status groupEnd() {
   if (inits.size() == 1) {
     first = initComm(inits[0].comm, inits[0].nranks, inits[0].id, inits[0].rank, inits[0].config);
   } else if (!inits.empty()) {
-    std::vector<Status> res(inits.size());
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < inits.size(); ++i)
-      threads.emplace_back(
-          [&, i] { res[i] = initComm(inits[i].comm, inits[i].nranks, inits[i].id, inits[i].rank, inits[i].config); });
-    for (auto& t : threads) t.join();
-    for (const Status& s : res)
-      if (!s.isOk() && first.isOk()) first = s;
+    first = initRanksInThreads(inits.size(), [&](size_t i) {
+      return initComm(inits[i].comm, inits[i].nranks, inits[i].id, inits[i].rank, inits[i].config);
+    });
   }
   if (!first.isOk() && first.code() != Code::kInProgress) {
     tLastError = first.message();

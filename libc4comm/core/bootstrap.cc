@@ -31,6 +31,7 @@
 #include "core/bootstrap.hpp"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -42,6 +43,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <type_traits>
 
@@ -50,18 +52,40 @@
 #include "common/siphash.hpp"
 #include "common/socket.hpp"
 #include "common/status.hpp"
+#include "core/bootstrap_wire.hpp"
 
 namespace c4 {
 
+namespace {
+// C4_COMM_ID's syntax: host:port or [ipv6]:port with a port 1..65535 (the name is resolved at use).
+bool checkHostPortSpec(const std::string& hp, std::string* why) {
+  const bool v6 = !hp.empty() && hp[0] == '[';
+  const size_t colon = v6 ? hp.find("]:") : hp.rfind(':');
+  const size_t hostLen = v6 ? colon - 1 : colon;
+  if (colon == std::string::npos || hostLen == 0) {
+    *why = "expected host:port or [ipv6]:port";
+    return false;
+  }
+  const std::string port = hp.substr(colon + (v6 ? 2 : 1));
+  char* end = nullptr;
+  const long p = strtol(port.c_str(), &end, 10);
+  if (port.empty() || *end != '\0' || p < 1 || p > 65535) {
+    *why = "the port must be 1..65535";
+    return false;
+  }
+  return true;
+}
+}  // namespace
+
 // C4_SOCKET_IFNAME (paramSocketIfname) lives in common/socket.hpp: the tcp transport reads it too.
-C4_PARAM_STR(CommId, "C4_COMM_ID", "NCCL_COMM_ID", "",
+C4_PARAM_STR(CommId, "C4_COMM_ID", "NCCL_COMM_ID", "", checkHostPortSpec, kParamNone,
              "host:port of the bootstrap root; fixes the root address instead of an ephemeral port")
-C4_PARAM_STR(Secret, "C4_SECRET", nullptr, "",
+C4_PARAM_STR(Secret, "C4_SECRET", nullptr, "", {}, kParamNone,
              "Seed of the bootstrap secret when ids are derived (C4_COMM_ID, launcher init); default: the "
              "job key or address, which is not a security boundary")
-C4_PARAM_INT(BootstrapTimeout, "C4_BOOTSTRAP_TIMEOUT", nullptr, 300000,
+C4_PARAM_INT(BootstrapTimeout, "C4_BOOTSTRAP_TIMEOUT", nullptr, 300000, 1, 604800000, kParamNone,
              "Milliseconds a bootstrap root serves before giving up on ranks that never arrive")
-C4_PARAM_INT(BootstrapHandshakeTimeout, "C4_BOOTSTRAP_HANDSHAKE_TIMEOUT", nullptr, 5000,
+C4_PARAM_INT(BootstrapHandshakeTimeout, "C4_BOOTSTRAP_HANDSHAKE_TIMEOUT", nullptr, 5000, 1, 3600000, kParamNone,
              "Milliseconds an incoming bootstrap connection has to authenticate (and register) before it is "
              "dropped")
 
@@ -73,103 +97,35 @@ using detail::nowMs;
 using detail::SockAddr;
 using detail::WireAddr;
 
-constexpr char kIdMagic[4] = {'c', '4', 'B', 'S'};
-constexpr uint16_t kIdVersion = 1;
-constexpr uint32_t kProtoVersion = 1;
-constexpr uint32_t kChallengeMagic = 0x63344348;  // "HC4c"
-constexpr uint32_t kAuthMagic = 0x63344155;       // "UA4c"
-constexpr uint32_t kRegisterMagic = 0x63345247;   // "GR4c"
-constexpr uint32_t kReplyMagic = 0x63345052;      // "RP4c"
-constexpr uint32_t kRingMagic = 0x6334474e;       // "NG4c"
-constexpr uint32_t kFrameMagic = 0x63344d46;      // "FM4c"
+// The wire format and the checks of what arrives (core/bootstrap_wire.hpp).
+using bootwire::AuthReq;
+using bootwire::AuthResp;
+using bootwire::Challenge;
+using bootwire::decodeId;
+using bootwire::describeRank;
+using bootwire::encodeId;
+using bootwire::FrameHdr;
+using bootwire::FrameReader;
+using bootwire::IdLayout;
+using bootwire::kAuthMagic;
+using bootwire::kChallengeMagic;
+using bootwire::kFrameMagic;
+using bootwire::kProtoVersion;
+using bootwire::kRegisterMagic;
+using bootwire::kReplyMagic;
+using bootwire::kRingMagic;
+using bootwire::kRoleP2p;
+using bootwire::kRoleRing;
+using bootwire::kRoleRoot;
+using bootwire::proofMac;
+using bootwire::RegisterMsg;
+using bootwire::ReplyHdr;
+using bootwire::RingHdr;
+using bootwire::roleName;
+using bootwire::Secret;
+using bootwire::TableEntry;
+
 constexpr size_t kMaxPendingConns = 4096;
-constexpr uint64_t kMaxFrameBytes = 1ull << 36;
-
-enum Role : uint32_t { kRoleRoot = 1, kRoleRing = 2, kRoleP2p = 3 };
-
-const char* roleName(uint32_t role) {
-  switch (role) {
-    case kRoleRoot:
-      return "root";
-    case kRoleRing:
-      return "ring";
-    case kRoleP2p:
-      return "send/recv";
-    default:
-      return "unknown";
-  }
-}
-
-struct IdLayout {
-  char magic[4];
-  uint16_t version;
-  uint16_t reserved;
-  WireAddr root;
-  uint8_t secret[16];
-  uint8_t tag[8];
-};
-static_assert(sizeof(IdLayout) <= sizeof(UniqueId), "UniqueId layout");
-
-struct Challenge {
-  uint32_t magic;
-  uint32_t version;
-  uint8_t nonce[16];
-};
-
-struct AuthReq {
-  uint32_t magic;
-  uint32_t role;
-  int32_t rank;
-  uint32_t version;
-  uint8_t nonce[16];
-  uint64_t mac;
-};
-
-struct AuthResp {
-  uint32_t magic;
-  uint32_t reserved;
-  uint64_t mac;
-};
-
-struct RegisterMsg {
-  uint32_t magic;
-  int32_t rank;
-  int32_t nranks;
-  uint32_t remainingMs;
-  RankInfo info;
-  WireAddr listen;
-};
-
-struct ReplyHdr {
-  uint32_t magic;
-  int32_t code;    // 0: ok, table follows; else a Code, message text follows
-  uint32_t bytes;  // bytes that follow
-  uint32_t reserved;
-};
-
-struct TableEntry {
-  RankInfo info;
-  WireAddr addr;
-};
-
-struct RingHdr {
-  uint32_t magic;
-  uint32_t op;  // 1 allGather, 2 barrier
-  uint64_t seq;
-  uint64_t bytes;
-};
-
-struct FrameHdr {
-  uint32_t magic;
-  uint32_t tag;
-  uint64_t bytes;
-};
-
-static_assert(std::is_trivially_copyable_v<RankInfo>, "RankInfo travels as bytes");
-
-struct Secret {
-  uint8_t key[16];
-};
 
 Status randomBytes(void* buf, size_t n) {
   uint8_t* p = static_cast<uint8_t*>(buf);
@@ -183,22 +139,6 @@ Status randomBytes(void* buf, size_t n) {
     n -= static_cast<size_t>(got);
   }
   return Status::ok();
-}
-
-uint64_t proofMac(const Secret& s, bool server, const uint8_t nonceS[16], uint32_t role, int32_t rank,
-                  const uint8_t nonceC[16]) {
-  SipHasher h(s.key);
-  h.update(server ? "c4-server" : "c4-client", 9);
-  h.update(nonceS, 16);
-  h.update(&role, sizeof(role));
-  h.update(&rank, sizeof(rank));
-  h.update(nonceC, 16);
-  return h.finish();
-}
-
-bool macEqual(uint64_t a, uint64_t b) {
-  volatile uint64_t d = a ^ b;  // no early exit
-  return d == 0;
 }
 
 std::string hexOf(const uint8_t* p, size_t n) {
@@ -222,36 +162,6 @@ std::string formatRanks(const std::vector<int>& ranks) {
   return s;
 }
 
-std::string describeRank(const RankInfo& info) {
-  char host[sizeof(info.hostname) + 1] = {0};
-  memcpy(host, info.hostname, sizeof(info.hostname));
-  return strFormat("%s pid %d", host[0] ? host : "?", info.pid);
-}
-
-Status decodeId(const UniqueId& id, SockAddr* root, Secret* secret) {
-  IdLayout l;
-  memcpy(&l, id.bytes, sizeof(l));
-  if (memcmp(l.magic, kIdMagic, 4) != 0)
-    return makeError(Code::kInvalidArgument, "UniqueId was not made by c4comm (bad magic): use getUniqueId()");
-  if (l.version != kIdVersion)
-    return makeError(Code::kInvalidArgument, "UniqueId version %u, this library speaks %u", l.version, kIdVersion);
-  C4_CHECK(detail::fromWire(l.root, root));
-  if (secret) memcpy(secret->key, l.secret, 16);
-  return Status::ok();
-}
-
-void encodeId(const SockAddr& root, const Secret& secret, const uint8_t tag[8], UniqueId* id) {
-  IdLayout l;
-  memset(static_cast<void*>(&l), 0, sizeof(l));
-  memcpy(l.magic, kIdMagic, 4);
-  l.version = kIdVersion;
-  l.root = detail::toWire(root);
-  memcpy(l.secret, secret.key, 16);
-  memcpy(l.tag, tag, 8);
-  memset(id->bytes, 0, sizeof(id->bytes));
-  memcpy(id->bytes, &l, sizeof(l));
-}
-
 // ---- server side of the handshake (non-blocking, used by the root and the rank progress thread) -
 
 struct ServerConn {
@@ -265,19 +175,19 @@ struct ServerConn {
 };
 
 // Accepts every pending connection on listenFd and sends each its challenge.
+// Through `guard`: out of file descriptors, the listener pauses instead of spinning (AcceptGuard).
 void acceptPending(int listenFd, int64_t handshakeMs, std::vector<std::unique_ptr<ServerConn>>* conns,
-                   const char* who) {
+                   detail::AcceptGuard* guard, const char* who) {
   for (;;) {
     auto c = std::make_unique<ServerConn>();
-    Status st = detail::acceptSocket(listenFd, &c->fd, &c->peer);
+    Status st = guard->accept(listenFd, &c->fd, &c->peer);
     if (!st.isOk()) {
       C4_WARN(kLogBootstrap, "%s: %s", who, st.message().c_str());
       return;
     }
     if (!c->fd.valid()) return;
     if (conns->size() >= kMaxPendingConns) {
-      C4_WARN(kLogBootstrap, "%s: dropping connection from %s: %zu connections already pending", who,
-              c->peer.toString().c_str(), conns->size());
+      guard->limitReached(strFormat("%zu connections already pending authentication", conns->size()));
       continue;
     }
     Challenge ch{kChallengeMagic, kProtoVersion, {0}};
@@ -302,15 +212,9 @@ Status serverAuthStep(ServerConn& c, const Secret& secret, bool* done) {
     C4_CHECK(detail::readSome(c.fd.get(), reinterpret_cast<char*>(&c.req) + c.have, sizeof(AuthReq) - c.have, &n));
     if (n == 0) return Status::ok();
     c.have += n;
-    if (c.have >= sizeof(uint32_t) && c.req.magic != kAuthMagic)
-      return makeError(Code::kRemoteError, "sent garbage (not a c4comm bootstrap client)");
+    C4_CHECK(bootwire::checkAuthReqPrefix(c.req, c.have));
   }
-  if (c.req.version != kProtoVersion)
-    return makeError(Code::kRemoteError, "speaks bootstrap protocol %u, not %u", c.req.version, kProtoVersion);
-  uint64_t want = proofMac(secret, false, c.nonce, c.req.role, c.req.rank, c.req.nonce);
-  if (!macEqual(want, c.req.mac))
-    return makeError(Code::kRemoteError, "failed the secret proof (claims rank %d, role %s): wrong UniqueId secret",
-                     c.req.rank, roleName(c.req.role));
+  C4_CHECK(bootwire::checkAuthReq(c.req, secret, c.nonce));
   AuthResp resp{kAuthMagic, 0, proofMac(secret, true, c.nonce, c.req.role, c.req.rank, c.req.nonce)};
   size_t n = 0;
   C4_CHECK(detail::writeSome(c.fd.get(), &resp, sizeof(resp), &n));
@@ -326,11 +230,7 @@ Status clientHandshake(int fd, const Secret& secret, uint32_t role, int32_t rank
   Challenge ch;
   Status st = detail::recvAll(fd, &ch, sizeof(ch), deadlineMs, abortFd, "waiting for the challenge of " + who);
   if (!st.isOk()) return st;
-  if (ch.magic != kChallengeMagic)
-    return makeError(Code::kRemoteError, "%s is not a c4comm bootstrap endpoint (bad challenge)", who.c_str());
-  if (ch.version != kProtoVersion)
-    return makeError(Code::kRemoteError, "%s speaks bootstrap protocol %u, this rank %u", who.c_str(), ch.version,
-                     kProtoVersion);
+  C4_CHECK(bootwire::checkChallenge(ch, who));
   AuthReq req;
   memset(&req, 0, sizeof(req));
   req.magic = kAuthMagic;
@@ -348,10 +248,7 @@ Status clientHandshake(int fd, const Secret& secret, uint32_t role, int32_t rank
                        "%s rejected our proof of the secret (is the UniqueId from another communicator?)", who.c_str());
     return st;
   }
-  if (resp.magic != kAuthMagic || !macEqual(resp.mac, proofMac(secret, true, ch.nonce, role, rank, req.nonce)))
-    return makeError(Code::kRemoteError, "%s failed to prove the secret (impostor or stale endpoint); refusing it",
-                     who.c_str());
-  return Status::ok();
+  return bootwire::checkAuthResp(resp, secret, ch.nonce, role, rank, req.nonce, who);
 }
 
 // ---- root ----------------------------------------------------------------------------------------
@@ -369,6 +266,7 @@ struct Root {
   Secret secret;
   std::string name;  // for logs: "bootstrap root <addr> comm <tag>"
   std::string removeFile;
+  int64_t createdMs = 0;  // the lifetime counts from here
   int64_t lifetimeMs = 0;
   int64_t handshakeMs = 0;
 };
@@ -389,12 +287,13 @@ void sendErrorReply(int fd, const std::string& msg) {
 void rootMain(std::unique_ptr<Root> root) {
   const char* who = root->name.c_str();
   const int64_t start = nowMs();
-  const int64_t lifetimeDeadline = start + root->lifetimeMs;
+  const int64_t lifetimeDeadline = root->createdMs + root->lifetimeMs;
   int64_t failDeadline = INT64_MAX;  // set from the ranks' own timeouts
   int nranks = -1;
   int firstRank = -1;
   std::vector<std::unique_ptr<RootConn>> registered;  // by rank once nranks is known
   std::vector<std::unique_ptr<ServerConn>> accepted;  // raw accepts, moved into `pending`
+  detail::AcceptGuard accepts(who);
   std::vector<std::unique_ptr<RootConn>> pending;
   std::vector<std::string> rejected;
   int arrived = 0;
@@ -411,8 +310,9 @@ void rootMain(std::unique_ptr<Root> root) {
     if (now >= giveUp) break;
     int64_t wake = giveUp;
     for (auto& c : pending) wake = std::min(wake, c->deadlineMs);
+    if (accepts.paused(now)) wake = std::min(wake, accepts.resumeAtMs());
     std::vector<pollfd> pfds;
-    pfds.push_back({root->listen.get(), POLLIN, 0});
+    pfds.push_back({accepts.paused(now) ? -1 : root->listen.get(), POLLIN, 0});
     for (auto& c : pending) pfds.push_back({c->fd.get(), POLLIN, 0});
     int rc = ::poll(pfds.data(), pfds.size(), detail::msLeft(wake));
     if (rc < 0 && errno != EINTR) {
@@ -459,18 +359,9 @@ void rootMain(std::unique_ptr<Root> root) {
       std::unique_ptr<RootConn> conn = std::move(pending[i]);
       pending.erase(pending.begin() + static_cast<long>(i));
       const RegisterMsg& r = conn->reg;
-      std::string err;
-      if (r.magic != kRegisterMagic) {
-        err = "bad registration message";
-      } else if (r.nranks <= 0 || r.rank < 0 || r.rank >= r.nranks) {
-        err = strFormat("rank %d of nranks %d is out of range", r.rank, r.nranks);
-      } else if (nranks >= 0 && r.nranks != nranks) {
-        err = strFormat("rank %d says nranks=%d but rank %d (the first to join) said nranks=%d", r.rank, r.nranks,
-                        firstRank, nranks);
-      } else if (nranks >= 0 && registered[r.rank]) {
-        err = strFormat("rank %d joined twice: first from %s, again from %s", r.rank,
-                        describeRank(registered[r.rank]->reg.info).c_str(), describeRank(r.info).c_str());
-      }
+      const std::string err = bootwire::checkRegistration(r, nranks, firstRank, [&](int k) -> const RankInfo* {
+        return registered[static_cast<size_t>(k)] ? &registered[static_cast<size_t>(k)]->reg.info : nullptr;
+      });
       if (!err.empty()) {
         C4_WARN(kLogBootstrap, "%s: rejected %s: %s", who, conn->peer.toString().c_str(), err.c_str());
         rejected.push_back(err);
@@ -492,7 +383,7 @@ void rootMain(std::unique_ptr<Root> root) {
     }
     if (!done && rc > 0 && (pfds[0].revents & POLLIN)) {
       accepted.clear();
-      acceptPending(root->listen.get(), root->handshakeMs, &accepted, who);
+      acceptPending(root->listen.get(), root->handshakeMs, &accepted, &accepts, who);
       for (auto& a : accepted) {
         auto c = std::make_unique<RootConn>();
         c->fd = std::move(a->fd);
@@ -545,14 +436,113 @@ void rootMain(std::unique_ptr<Root> root) {
   gActiveRoots.fetch_sub(1);
 }
 
-// Binds the root's listener synchronously (so errors reach the caller) and starts its thread.
+// Roots that no rank has reached yet wait here, all watched by one thread: an id that is never
+// used (ncclGetUniqueId called for ids that are thrown away) costs a listening socket until
+// C4_BOOTSTRAP_TIMEOUT, not a thread. A root's first connection gets it a serving thread of its own
+// (rootMain). The watcher runs only while it has roots to watch.
+class IdleRoots {
+ public:
+  static IdleRoots& get() {
+    static IdleRoots* r = new IdleRoots();  // leaked: usable during static destruction
+    return *r;
+  }
+
+  /// Takes `root` (gActiveRoots counted it already); an error if no thread can watch it.
+  Status add(std::unique_ptr<Root> root) {
+    std::lock_guard<std::mutex> g(mu_);
+    roots_.push_back(std::move(root));
+    if (running_) {
+      uint64_t one = 1;
+      (void)!write(wake_.get(), &one, sizeof(one));
+      return Status::ok();
+    }
+    try {
+      std::thread([this] { main(); }).detach();
+    } catch (const std::exception& e) {  // std::system_error, or std::bad_alloc for its state
+      roots_.pop_back();
+      return makeError(Code::kSystemError, "bootstrap root: cannot start a thread: %s", e.what());
+    }
+    running_ = true;
+    return Status::ok();
+  }
+
+ private:
+  IdleRoots() : wake_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+    // A child of fork() has none of the parent's threads: it starts its own watcher for its roots.
+    pthread_atfork(nullptr, nullptr, [] {
+      IdleRoots& r = get();
+      new (&r.mu_) std::mutex();
+      for (auto& root : r.roots_) (void)root.release();  // the parent's: leave them alone
+      r.roots_.clear();
+      r.running_ = false;
+    });
+  }
+
+  void main() {
+    std::vector<pollfd> pfds;
+    std::unique_lock<std::mutex> g(mu_);
+    while (!roots_.empty()) {
+      const int64_t now = nowMs();
+      int64_t wake = INT64_MAX;
+      pfds.assign(1, pollfd{wake_.get(), POLLIN, 0});
+      for (auto& r : roots_) {
+        pfds.push_back(pollfd{r->listen.get(), POLLIN, 0});
+        wake = std::min(wake, r->createdMs + r->lifetimeMs);
+      }
+      g.unlock();
+      (void)::poll(pfds.data(), pfds.size(), wake <= now ? 0 : detail::msLeft(wake));
+      g.lock();
+      if (pfds[0].revents) {
+        uint64_t n;
+        (void)!read(wake_.get(), &n, sizeof(n));
+      }
+      // pfds[1 + i] is roots_[i]: add() only appends while the lock is released.
+      const int64_t t = nowMs();
+      for (size_t i = pfds.size() - 1; i-- > 0;) {
+        Root& r = *roots_[i];
+        const bool reached = pfds[i + 1].revents != 0;
+        if (!reached && t < r.createdMs + r.lifetimeMs) continue;
+        std::unique_ptr<Root> root = std::move(roots_[i]);
+        roots_.erase(roots_.begin() + static_cast<long>(i));
+        if (!reached) {
+          C4_INFO(kLogBootstrap, "%s: no rank came within %lld ms (C4_BOOTSTRAP_TIMEOUT): closed", root->name.c_str(),
+                  static_cast<long long>(root->lifetimeMs));
+          if (!root->removeFile.empty()) ::unlink(root->removeFile.c_str());
+          gActiveRoots.fetch_sub(1);
+          continue;
+        }
+        const std::string name = root->name;
+        try {
+          std::thread(rootMain, std::move(root)).detach();
+        } catch (const std::exception& e) {  // the connection waits in vain; the ranks time out
+          C4_WARN_ALWAYS(kLogBootstrap, "%s: cannot start its thread: %s; the root is closed", name.c_str(), e.what());
+          gActiveRoots.fetch_sub(1);
+        }
+      }
+    }
+    running_ = false;
+  }
+
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Root>> roots_;
+  Fd wake_;
+  bool running_ = false;
+};
+
+// Binds the root's listener synchronously (so errors reach the caller) and hands it to the idle
+// roots' watcher.
 Status startRoot(const SockAddr& bindAddr, bool fixedPort, const Secret& secret, const uint8_t tag[8],
                  const std::string& removeFile, SockAddr* bound) {
   auto root = std::make_unique<Root>();
   Status st = detail::listenSocket(bindAddr, 16384, fixedPort, &root->listen, &root->bound);
   if (!st.isOk() && fixedPort && errno == EADDRNOTAVAIL) {
     // The name of a fixed root address may resolve to an address that is not local (NAT, DNS
-    // alias): listen on every address of that family instead.
+    // alias): listen on every address of that family instead, and say so (it exposes the root on
+    // every interface, and a mistyped address would otherwise go unnoticed until ranks time out).
+    C4_WARN_ALWAYS(kLogBootstrap,
+                   "bootstrap root: %s (C4_COMM_ID/NCCL_COMM_ID) is not an address of this host; listening on port "
+                   "%u of every %s address instead",
+                   bindAddr.toString().c_str(), bindAddr.port(), bindAddr.family() == AF_INET6 ? "IPv6" : "IPv4");
     SockAddr any;
     any.storage.ss_family = static_cast<sa_family_t>(bindAddr.family());
     any.len = bindAddr.len;
@@ -565,14 +555,21 @@ Status startRoot(const SockAddr& bindAddr, bool fixedPort, const Secret& secret,
   root->lifetimeMs = std::max<int64_t>(1, paramBootstrapTimeout());
   root->handshakeMs = std::max<int64_t>(1, paramBootstrapHandshakeTimeout());
   root->name = "bootstrap root " + root->bound.toString() + " comm " + hexOf(tag, 8);
-  *bound = root->bound;
+  root->createdMs = nowMs();
+  const SockAddr addr = root->bound;
   gActiveRoots.fetch_add(1);
+  Status added;
   try {
-    std::thread(rootMain, std::move(root)).detach();
-  } catch (const std::system_error& e) {
+    added = IdleRoots::get().add(std::move(root));
+  } catch (...) {  // out of memory
     gActiveRoots.fetch_sub(1);
-    return makeError(Code::kSystemError, "bootstrap root: cannot start its thread: %s", e.what());
+    throw;
   }
+  if (!added.isOk()) {
+    gActiveRoots.fetch_sub(1);
+    return added;
+  }
+  *bound = addr;
   return Status::ok();
 }
 
@@ -622,7 +619,7 @@ Status getUniqueIdImpl(bool honorCommId, const std::string& removeFile, UniqueId
     return uniqueIdForAddress(commId, secret.empty() ? commId : secret, true, tag, id);
   }
   NetIf nif;
-  C4_CHECK(detail::chooseInterface(paramSocketIfname(), nullptr, &nif));
+  C4_CHECK(detail::chooseInterface(paramSocketIfname(), nullptr, &nif, kC4ParamSocketIfname.setBy()));
   Secret secret;
   C4_CHECK(randomBytes(secret.key, sizeof(secret.key)));
   SockAddr bound;
@@ -739,10 +736,7 @@ namespace {
 struct InStream {
   Fd fd;
   int peer = -1;
-  FrameHdr hdr{};
-  size_t hdrHave = 0;
-  std::vector<char> payload;
-  size_t payHave = 0;
+  FrameReader frames;
 };
 
 }  // namespace
@@ -767,12 +761,15 @@ void Bootstrap::Impl::progressMain() {
     streams.erase(streams.begin() + static_cast<long>(i));
   };
   std::vector<pollfd> pfds;
+  detail::AcceptGuard accepts(who);
   for (;;) {
     int64_t wakeAt = INT64_MAX;
     for (auto& c : hs) wakeAt = std::min(wakeAt, c->deadlineMs);
+    const bool paused = accepts.paused(nowMs());
+    if (paused) wakeAt = std::min(wakeAt, accepts.resumeAtMs());
     pfds.clear();
     pfds.push_back({wakeFd.get(), POLLIN, 0});
-    pfds.push_back({listen.get(), POLLIN, 0});
+    pfds.push_back({paused ? -1 : listen.get(), POLLIN, 0});
     for (auto& c : hs) pfds.push_back({c->fd.get(), POLLIN, 0});
     for (auto& s : streams) pfds.push_back({s->fd.get(), POLLIN, 0});
     int rc = ::poll(pfds.data(), pfds.size(), wakeAt == INT64_MAX ? -1 : detail::msLeft(wakeAt));
@@ -790,42 +787,24 @@ void Bootstrap::Impl::progressMain() {
       InStream& s = *streams[i];
       std::string fail;
       for (;;) {
-        size_t n = 0;
-        Status st;
-        if (s.hdrHave < sizeof(FrameHdr)) {
-          st = detail::readSome(s.fd.get(), reinterpret_cast<char*>(&s.hdr) + s.hdrHave, sizeof(FrameHdr) - s.hdrHave,
-                                &n);
-          if (!st.isOk()) {
-            fail = st.message();
-            break;
-          }
-          if (n == 0) break;
-          s.hdrHave += n;
-          if (s.hdrHave < sizeof(FrameHdr)) continue;
-          if (s.hdr.magic != kFrameMagic || s.hdr.bytes > kMaxFrameBytes) {
-            fail = "protocol error (bad frame header)";
-            break;
-          }
-          s.payload.assign(s.hdr.bytes, 0);
-          s.payHave = 0;
-        } else {
-          st = detail::readSome(s.fd.get(), s.payload.data() + s.payHave, s.payload.size() - s.payHave, &n);
-          if (!st.isOk()) {
-            fail = st.message();
-            break;
-          }
-          if (n == 0) break;
-          s.payHave += n;
+        size_t room = 0, n = 0;
+        char* to = s.frames.next(&room);
+        Status st = detail::readSome(s.fd.get(), to, room, &n);
+        if (st.isOk() && n > 0) st = s.frames.advance(n);
+        if (!st.isOk()) {
+          fail = st.message();
+          break;
         }
-        if (s.hdrHave == sizeof(FrameHdr) && s.payHave == s.payload.size()) {
+        if (n == 0) break;
+        if (s.frames.ready()) {
+          uint32_t tag = 0;
+          std::vector<char> payload;
+          s.frames.take(&tag, &payload);
           {
             std::lock_guard<std::mutex> g(mu);
-            inbox[{s.peer, s.hdr.tag}].push_back(std::move(s.payload));
+            inbox[{s.peer, tag}].push_back(std::move(payload));
           }
           cv.notify_all();
-          s.payload = std::vector<char>();
-          s.hdrHave = 0;
-          s.payHave = 0;
         }
       }
       if (!fail.empty())
@@ -879,7 +858,7 @@ void Bootstrap::Impl::progressMain() {
              strFormat("rank %d asked for role %s, which this rank does not serve to it", peer, roleName(c.req.role)));
       }
     }
-    if (pfds[1].revents & POLLIN) acceptPending(listen.get(), handshakeMs, &hs, who.c_str());
+    if (pfds[1].revents & POLLIN) acceptPending(listen.get(), handshakeMs, &hs, &accepts, who.c_str());
   }
 }
 
@@ -908,7 +887,7 @@ Status Bootstrap::create(const UniqueId& id, int rank, int nranks, const RankInf
 
   // 1. Listen where the others can reach us, and start serving incoming connections.
   NetIf nif;
-  C4_CHECK(detail::chooseInterface(paramSocketIfname(), &rootAddr, &nif));
+  C4_CHECK(detail::chooseInterface(paramSocketIfname(), &rootAddr, &nif, kC4ParamSocketIfname.setBy()));
   SockAddr myAddr;
   Status st = detail::listenSocket(nif.addr, 4096, false, &impl->listen, &myAddr);
   if (!st.isOk()) return makeError(st.code(), "%s: %s", pfx, st.message().c_str());
@@ -948,27 +927,11 @@ Status Bootstrap::create(const UniqueId& id, int rank, int nranks, const RankInf
                        pfx, static_cast<long long>(nowMs() - start), rootWho.c_str(), nranks);
     return makeError(st.code(), "%s: %s", pfx, st.message().c_str());
   }
-  if (rh.magic != kReplyMagic || rh.bytes > (64u << 20))
-    return makeError(Code::kRemoteError, "%s: %s sent a malformed reply", pfx, rootWho.c_str());
+  C4_CHECK(bootwire::checkReplyHdr(rh, pfx, rootWho));
   std::vector<char> body(rh.bytes);
   C4_CHECK(detail::recvAll(rootFd.get(), body.data(), body.size(), deadline, -1, impl->prefix + ": reading the reply"));
   rootFd.reset();
-  if (rh.code != 0) {
-    std::string msg(body.begin(), body.end());
-    Code code = rh.code == static_cast<int32_t>(Code::kInvalidUsage) ? Code::kInvalidUsage : Code::kRemoteError;
-    return makeError(code, "%s: %s", pfx, msg.c_str());
-  }
-  if (body.size() != static_cast<size_t>(nranks) * sizeof(TableEntry))
-    return makeError(Code::kRemoteError, "%s: rank table has %zu bytes, expected %zu", pfx, body.size(),
-                     static_cast<size_t>(nranks) * sizeof(TableEntry));
-  impl->infos.resize(nranks);
-  impl->addrs.resize(nranks);
-  for (int r = 0; r < nranks; ++r) {
-    TableEntry e;
-    memcpy(static_cast<void*>(&e), body.data() + r * sizeof(TableEntry), sizeof(e));
-    impl->infos[r] = e.info;
-    C4_CHECK(detail::fromWire(e.addr, &impl->addrs[r]));
-  }
+  C4_CHECK(bootwire::decodeReply(rh, body, nranks, pfx, &impl->infos, &impl->addrs));
 
   // 3. Ring: connect to the next rank, wait for the previous one.
   if (nranks > 1) {
@@ -1054,15 +1017,7 @@ Status Bootstrap::Impl::ringExchange(uint32_t op, void* data, size_t bytesPerRan
     }
     RingHdr in;
     memcpy(&in, rbuf.data(), sizeof(in));
-    if (in.magic != kRingMagic || in.op != op || in.seq != seq || in.bytes != bytesPerRank) {
-      const char* inName = in.op == 1 ? "allGather" : in.op == 2 ? "barrier" : "garbage";
-      return makeError(
-          Code::kInvalidUsage,
-          "%s: mismatched bootstrap collectives: this rank is in %s #%llu with %zu bytes per rank, rank %d "
-          "sent %s #%llu with %llu bytes per rank",
-          prefix.c_str(), opName, static_cast<unsigned long long>(seq), bytesPerRank, prev, inName,
-          static_cast<unsigned long long>(in.seq), static_cast<unsigned long long>(in.bytes));
-    }
+    C4_CHECK(bootwire::checkRingHdr(in, op, opName, seq, bytesPerRank, prefix, prev));
     if (bytesPerRank) memcpy(base + recvIdx * bytesPerRank, rbuf.data() + sizeof(in), bytesPerRank);
   }
   return Status::ok();

@@ -16,18 +16,10 @@
 
 #include "c4comm/c4comm.hpp"
 #include "c4comm/status.hpp"
+#include "core/bootstrap_wire.hpp"  // RankInfo
 #include "transports/transport.hpp"
 
 namespace c4 {
-
-/// What each rank tells the others at bootstrap.
-struct RankInfo {
-  uint64_t hostId = 0;   // see localHostId()
-  uint64_t clockId = 0;  // see localClockId()
-  int32_t pid = 0;
-  int32_t localRankHint = -1;  // from the launcher, if known
-  char hostname[64] = {0};
-};
 
 /// hash(hostname, boot id, network-namespace inode), or C4_HOSTID if set. Ranks in different
 /// network namespaces on one machine get different ids.

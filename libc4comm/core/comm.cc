@@ -29,18 +29,34 @@
 
 namespace c4 {
 
-C4_PARAM_INT(Timeout, "C4_TIMEOUT", nullptr, 300,
+namespace {
+Status chooseTransports(const std::string& spec, std::vector<const transport::TransportEntry*>* out);
+// C4_TRANSPORT: auto or a list of the transports of this build.
+bool checkTransportSpec(const std::string& spec, std::string* why) {
+  std::vector<const transport::TransportEntry*> chosen;
+  Status st = chooseTransports(spec, &chosen);
+  if (!st.isOk()) {
+    // Its message without the "C4_TRANSPORT='...': " the registry's report puts first.
+    const std::string& m = st.message();
+    const size_t at = m.find("': ");
+    *why = at == std::string::npos ? m : m.substr(at + 3);
+  }
+  return st.isOk();
+}
+}  // namespace
+
+C4_PARAM_INT(Timeout, "C4_TIMEOUT", nullptr, 300, 1, 31536000, kParamNone,
              "Seconds a rank waits without any progress (bootstrap, a peer, a collective) before failing with an "
              "error naming whom it waited for")
-C4_PARAM_STR(Transport, "C4_TRANSPORT", nullptr, "auto",
+C4_PARAM_STR(Transport, "C4_TRANSPORT", nullptr, "auto", checkTransportSpec, kParamSameOnAllRanks,
              "Which transports carry messages: auto (every transport of this build where it helps: shm between ranks "
              "of one host, tcp between hosts), or a comma list of transport names in order of preference, each peer "
              "going over the first that reaches it (shm: ranks on other hosts are unreachable; tcp: tcp for every "
-             "peer, also on one host); same on all ranks")
-C4_PARAM_INT(ScheduleCache, "C4_SCHEDULE_CACHE", nullptr, 64, "Generated schedules kept per communicator (LRU)")
-C4_PARAM_INT(TraceClockRounds, "C4_TRACE_CLOCK_ROUNDS", nullptr, 8,
-             "Ping-pongs per rank with rank 0 that align trace clocks at init and finalize (0: none; same on all "
-             "ranks)")
+             "peer, also on one host)")
+C4_PARAM_INT(ScheduleCache, "C4_SCHEDULE_CACHE", nullptr, 64, 1, 65536, kParamNone,
+             "Generated schedules kept per communicator (LRU)")
+C4_PARAM_INT(TraceClockRounds, "C4_TRACE_CLOCK_ROUNDS", nullptr, 8, 0, 1000, kParamSameOnAllRanks,
+             "Ping-pongs per rank with rank 0 that align trace clocks at init and finalize (0: none)")
 
 int64_t commTimeoutMs(const Config& config) {
   // The environment wins over the Config, as NCCL's variables win over ncclConfig_t.
@@ -329,25 +345,13 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   deriveAuthKey(id, ctx.authKey);
   ctx.lanePlan = lanePlanner.hook();
 
+  // Every rank's settings must be acceptable, and those that shape the schedules or the wire
+  // (C4_TRANSPORT among them) the same on every rank: one collective check (core/settings.hpp).
+  C4_CHECK(checkSettings(*bootstrap, r, n));
   // Which transports, in which order of preference: every registered one (auto), or the list in
-  // C4_TRANSPORT. Transport setup is collective, so the choice must agree: one allGather of its hash.
+  // C4_TRANSPORT.
   std::vector<const transport::TransportEntry*> chosen;
   C4_CHECK(chooseTransports(paramTransport(), &chosen));
-  std::string choice;
-  for (const transport::TransportEntry* e : chosen) choice += std::string(e->name) + ",";
-  uint64_t mine64 = 1469598103934665603ull;  // FNV-1a of the resolved list
-  for (char ch : choice) mine64 = (mine64 ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
-  std::vector<uint64_t> choices(static_cast<size_t>(n), 0);
-  choices[static_cast<size_t>(r)] = mine64;
-  C4_CHECK(bootstrap->allGather(choices.data(), sizeof(uint64_t)));
-  for (int p = 0; p < n; ++p)
-    if (choices[static_cast<size_t>(p)] != mine64)
-      return makeError(Code::kInvalidUsage,
-                       "rank %d: C4_TRANSPORT differs between ranks (rank %d has '%s', rank %d another value); set it "
-                       "alike on all ranks",
-                       r, r, paramTransport().c_str(), p);
-  // Every other setting that shapes the schedules or the wire must agree too (core/settings.hpp).
-  C4_CHECK(checkSettingsAgree(*bootstrap, r, n));
   const bool listed = paramTransport() != "auto";
   for (const transport::TransportEntry* e : chosen) {
     // Automatically, a network transport is only worth its setup when some rank is elsewhere.
@@ -843,15 +847,10 @@ Status Comm::prepareP2p(const std::vector<OpDesc>& ops, Prepared* p) {
     plan.sigs.push_back(sig);
     plan.add(st, nullptr, 0);
   }
-  if (selfSends.size() != selfRecvs.size())
-    return makeError(Code::kInvalidUsage, "rank %d: %zu send(s) to itself but %zu receive(s) from itself in one group",
-                     rank, selfSends.size(), selfRecvs.size());
+  // checkSelfPairs() passed before the group started.
   for (size_t i = 0; i < selfSends.size(); ++i) {
     const OpDesc& s = *selfSends[i];
     const OpDesc& r = *selfRecvs[i];
-    if (s.count != r.count || s.dtype != r.dtype)
-      return makeError(Code::kInvalidUsage, "rank %d: send to itself of %zu %s does not match receive of %zu %s", rank,
-                       s.count, dataTypeName(s.dtype), r.count, dataTypeName(r.dtype));
     ExecStep st;
     st.kind = sched::StepKind::kCopy;
     st.src = absolute(s.sendbuff);
@@ -1153,6 +1152,23 @@ Status Comm::recvAny(const OpDesc& op, int* source) {
   r.root = found.source;
   C4_CHECK(runP2p({r}));
   *source = found.source;
+  return Status::ok();
+}
+
+Status Comm::checkSelfPairs(const std::vector<OpDesc>& ops) const {
+  std::vector<const OpDesc*> sends, recvs;
+  for (const OpDesc& op : ops)
+    if ((op.coll == Coll::kSend || op.coll == Coll::kRecv) && op.root == rank)
+      (op.coll == Coll::kSend ? sends : recvs).push_back(&op);
+  if (sends.size() != recvs.size())
+    return makeError(Code::kInvalidUsage,
+                     "rank %d: %zu send(s) to itself but %zu receive(s) from itself in one group (a send to itself "
+                     "pairs with a receive from itself in the same group)",
+                     rank, sends.size(), recvs.size());
+  for (size_t i = 0; i < sends.size(); ++i)
+    if (sends[i]->count != recvs[i]->count || sends[i]->dtype != recvs[i]->dtype)
+      return makeError(Code::kInvalidUsage, "rank %d: send to itself of %zu %s does not match receive of %zu %s", rank,
+                       sends[i]->count, dataTypeName(sends[i]->dtype), recvs[i]->count, dataTypeName(recvs[i]->dtype));
   return Status::ok();
 }
 

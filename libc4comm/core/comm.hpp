@@ -108,6 +108,10 @@ struct Comm final : public ExecContext {
 
   Status prepareCollective(const OpDesc& op, PreparedCall* out);
   Status prepareP2p(const std::vector<OpDesc>& ops, PreparedCall* out);
+  /// The batch's sends to this rank pair with its receives from it, in call order (same count and
+  /// type). Checked before any operation of a group starts, so that a mistake fails only the call
+  /// (kInvalidUsage), not the communicator.
+  Status checkSelfPairs(const std::vector<OpDesc>& ops) const;
   /// Starts / advances a prepared call on its path.
   Status startPrepared(PreparedCall* p);
   Status pollPrepared(PreparedCall* p, bool* done, bool* progressed);

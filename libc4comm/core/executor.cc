@@ -10,14 +10,14 @@
 
 namespace c4 {
 
-C4_PARAM_INT(RecvReduce, "C4_RECV_REDUCE", nullptr, 1,
+C4_PARAM_INT(RecvReduce, "C4_RECV_REDUCE", nullptr, 1, 0, 1, kParamNone,
              "1: a reducing receive reduces in the transport as the data arrives where the transport can "
              "(Caps::reduceOnRecv); 0: every reducing receive lands in a host bounce buffer and is reduced when "
              "complete (the path transports without the capability take)")
-C4_PARAM_INT(ExecStaging, "C4_EXEC_STAGING", nullptr, 0,
+C4_PARAM_INT(ExecStaging, "C4_EXEC_STAGING", nullptr, 0, 0, 1, kParamNone,
              "1: every send and receive goes through host bounce buffers, as for memory a transport cannot read or "
              "write directly (tests the staging path); 0: only where needed")
-C4_PARAM_INT(Forward, "C4_FORWARD", nullptr, 1,
+C4_PARAM_INT(Forward, "C4_FORWARD", nullptr, 1, 0, 1, kParamNone,
              "1: a send of what a reducing receive just produced leaves piece by piece as the pieces land, written "
              "in the same pass as the reduction where the transport can (shm; NCCL's recvReduceCopySend); 0: after "
              "the whole receive")

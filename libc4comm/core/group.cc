@@ -58,6 +58,8 @@ Status runGroupItems(std::vector<GroupItem>& items) {
     for (const OpDesc& op : it.ops)
       (op.coll == Coll::kSend || op.coll == Coll::kRecv ? w->p2p : w->colls).push_back(op);
   }
+  // Usage mistakes found before anything starts fail the call, not the communicators.
+  for (CommWork& l : work) C4_CHECK(l.comm->checkSelfPairs(l.p2p));
   auto failAll = [&work](const Status& st) {
     Status first;
     for (CommWork& l : work) {

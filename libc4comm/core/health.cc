@@ -15,6 +15,7 @@
 #include "common/logging.hpp"
 #include "common/status.hpp"
 #include "core/comm.hpp"
+#include "core/heartbeat_wire.hpp"
 #include "trace/recorder.hpp"
 
 namespace c4 {
@@ -219,6 +220,13 @@ Status parseFaults(const std::string& text, std::vector<FaultSpec>* out) {
     out->push_back(f);
   }
   return Status::ok();
+}
+
+bool checkFaultSpec(const std::string& text, std::string* why) {
+  std::vector<FaultSpec> faults;
+  Status st = parseFaults(text, &faults);
+  if (!st.isOk()) *why = st.message();
+  return st.isOk();
 }
 
 void HealthMonitor::injectBefore(uint64_t seq) {
@@ -554,8 +562,10 @@ void HealthMonitor::receive(int64_t now, bool failing) {
   for (auto& m : msgs) {
     const int from = m.first;
     if (from < 0 || from >= comm_->nranks || from == comm_->rank) continue;
-    nlohmann::json j = nlohmann::json::parse(m.second.begin(), m.second.end(), nullptr, false);
-    if (j.is_discarded() || !j.is_object() || j.value("v", 0) != 1) {
+    Heartbeat hb;
+    bool heard = false;
+    const Status parsed = parseHeartbeat(m.second.data(), m.second.size(), from, now, &hb, &heard);
+    if (!heard) {
       C4_WARN(kLogInit, "rank %d: C4D: a malformed heartbeat from rank %d was ignored", comm_->rank, from);
       continue;
     }
@@ -567,63 +577,29 @@ void HealthMonitor::receive(int64_t now, bool failing) {
       C4_WARN(kLogInit, "rank %d: C4D: rank %d answers again", comm_->rank, from);
       p.warnedSilent = false;
     }
-    if (j.contains("bye")) {
+    if (!parsed.isOk()) {
+      C4_WARN(kLogInit, "rank %d: C4D: a heartbeat from rank %d was ignored: %s", comm_->rank, from,
+              parsed.message().c_str());
+      continue;
+    }
+    if (hb.bye) {
       p.v.leftInOrder = true;
       continue;
     }
-    try {
-      p.v.entered = j.value("e", uint64_t{0});
-      p.v.left = j.value("l", uint64_t{0});
-      p.enteredAtNs = now - j.value("ea", int64_t{0}) * 1000000;
-      p.leftAtNs = now - j.value("la", int64_t{0}) * 1000000;
-      p.v.inP2p = j.value("p2p", false);
-      const int64_t st = j.value("st", int64_t{0});
-      p.stalledAtNs = st > 0 ? now - st * 1000000 : 0;
-      p.v.waitingOn = j.value("w", std::vector<int>{});
-      p.v.stuckTo = j.value("k", std::vector<int>{});
-      if (j.contains("fail")) p.v.failed = j["fail"].get<std::string>();
-      if (j.contains("ops"))
-        for (const auto& op : j["ops"]) {
-          const int64_t gapUs = op.size() > 2 ? op[2].get<int64_t>() : -1;
-          slow_.addOp(from, op[0].get<uint64_t>(), now - op[1].get<int64_t>() * 1000, gapUs >= 0 ? gapUs * 1000 : -1);
-        }
-      if (j.contains("rates")) {
-        std::vector<PeerRate> rs;
-        for (const auto& x : j["rates"]) {
-          PeerRate pr;
-          pr.peer = x[0].get<int>();
-          pr.bytes = x[1].get<uint64_t>();
-          pr.ns = x[2].get<uint64_t>();
-          pr.lanesUp = x[3].get<int>();
-          pr.lanesRetired = x[4].get<int>();
-          pr.lanes = x[5].get<std::string>();
-          rs.push_back(pr);
-        }
-        slow_.addRates(from, now, rs);
-      }
-      if (j.contains("diag")) {
-        const auto& dj = j["diag"];
-        Diagnosis d;
-        d.kind = dj.value("class", std::string());
-        d.reporter = dj.value("reporter", from);
-        d.seq = dj.value("seq", int64_t{-1});
-        d.summary = dj.value("summary", std::string());
-        d.evidence = dj.value("evidence", std::string());
-        d.confidence = dj.value("confidence", 0.0);
-        if (dj.contains("culprit")) {
-          const auto& c = dj["culprit"];
-          d.ranks = c.value("ranks", std::vector<int>{});
-          d.hosts = c.value("hosts", std::vector<std::string>{});
-          for (const auto& l : c.value("links", nlohmann::json::array()))
-            d.links.push_back({l[0].get<int>(), l[1].get<int>()});
-          d.lateMs = c.value("late_ms", 0.0);
-        }
-        d.json = dj.dump();
-        if (j.value("failing", false)) p.v.failed = d.kind + ": " + d.summary;
-        adopted.push_back(d);
-      }
-    } catch (const std::exception& e) {
-      C4_WARN(kLogInit, "rank %d: C4D: a heartbeat from rank %d was ignored: %s", comm_->rank, from, e.what());
+    p.v.entered = hb.entered;
+    p.v.left = hb.left;
+    p.enteredAtNs = hb.enteredAtNs;
+    p.leftAtNs = hb.leftAtNs;
+    p.v.inP2p = hb.inP2p;
+    p.stalledAtNs = hb.stalledAtNs;
+    p.v.waitingOn = std::move(hb.waitingOn);
+    p.v.stuckTo = std::move(hb.stuckTo);
+    if (hb.hasFailed) p.v.failed = hb.failed;
+    for (const Heartbeat::Op& op : hb.ops) slow_.addOp(from, op.seq, op.enterNs, op.gapNs);
+    if (hb.hasRates) slow_.addRates(from, now, hb.rates);
+    if (hb.hasDiag) {
+      if (hb.failing) p.v.failed = hb.diag.kind + ": " + hb.diag.summary;
+      adopted.push_back(std::move(hb.diag));
     }
   }
   for (Diagnosis& d : adopted) {

@@ -31,26 +31,29 @@
 #include "common/params.hpp"
 #include "core/diagnose.hpp"
 
-C4_PARAM_INT(Health, "C4_HEALTH", nullptr, 1,
+namespace c4 {
+/// C4_FAULT's syntax (parseFaults), for the parameter registry.
+bool checkFaultSpec(const std::string& text, std::string* why);
+
+C4_PARAM_INT(Health, "C4_HEALTH", nullptr, 1, 0, 1, kParamNone,
              "C4D health checks: 1 = heartbeats over the bootstrap side channel, diagnosis of hangs, deaths and "
              "slowdowns (docs/c4d.md); 0 = off (the watchdog alone names whom an operation waits for)")
-C4_PARAM_INT(HeartbeatMs, "C4_HEARTBEAT_MS", nullptr, 1000, "C4D: milliseconds between a rank's heartbeats")
-C4_PARAM_INT(HeartbeatTimeout, "C4_HEARTBEAT_TIMEOUT", nullptr, 10000,
+C4_PARAM_INT(HeartbeatMs, "C4_HEARTBEAT_MS", nullptr, 1000, 50, 600000, kParamNone,
+             "C4D: milliseconds between a rank's heartbeats")
+C4_PARAM_INT(HeartbeatTimeout, "C4_HEARTBEAT_TIMEOUT", nullptr, 10000, 100, 86400000, kParamNone,
              "C4D: milliseconds without a heartbeat after which a rank counts as unresponsive")
-C4_PARAM_STR(DiagFile, "C4_DIAG_FILE", nullptr, "",
+C4_PARAM_STR(DiagFile, "C4_DIAG_FILE", nullptr, "", {}, kParamNone,
              "C4D: file the diagnosis records are appended to, one JSON object per line (%h = host, %p = pid, "
              "%r = rank); empty = none (they still go to the log and the trace)")
-C4_PARAM_INT(StragglerMs, "C4_STRAGGLER_MS", nullptr, 100,
+C4_PARAM_INT(StragglerMs, "C4_STRAGGLER_MS", nullptr, 100, 1, 3600000, kParamNone,
              "C4D: a rank that arrives at collectives this many milliseconds (median) after the others, in most "
              "of at least 8 recent ones, is reported as a straggler")
-C4_PARAM_INT(SlowLinkPercent, "C4_SLOW_LINK_PERCENT", nullptr, 25,
+C4_PARAM_INT(SlowLinkPercent, "C4_SLOW_LINK_PERCENT", nullptr, 25, 1, 99, kParamNone,
              "C4D: a pair of ranks on different hosts whose receive rate stays below this percentage of the fast "
              "pairs' for 3 looks is reported as a slow link (or a slow node when all of a rank's pairs are)")
-C4_PARAM_STR(Fault, "C4_FAULT", nullptr, "",
+C4_PARAM_STR(Fault, "C4_FAULT", nullptr, "", checkFaultSpec, kParamNone,
              "C4D fault injection for tests (docs/c4d.md): kind:key=value,...;... with kind delay, kill, stop, "
              "stall or drop; inert unless set")
-
-namespace c4 {
 
 struct Comm;
 

@@ -15,7 +15,7 @@
 
 namespace c4 {
 
-C4_PARAM_STR(HostId, "C4_HOSTID", nullptr, "",
+C4_PARAM_STR(HostId, "C4_HOSTID", nullptr, "", {}, kParamNone,
              "Override the host id: an integer (decimal or 0x hex) is used as is, any other string is hashed")
 
 namespace {

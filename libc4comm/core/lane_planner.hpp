@@ -16,16 +16,17 @@
 
 namespace c4 {
 
-C4_PARAM_STR(Planner, "C4_PLANNER", nullptr, "c4p",
+C4_PARAM_STR(Planner, "C4_PLANNER", nullptr, "c4p", "c4p|ecmp|off", kParamSameOnAllRanks,
              "C4P lane planning: c4p (plan ports and paths from the topology), ecmp (seeded random source ports, as "
-             "hashing gives: the baseline), off (the transport's defaults); same on all ranks")
-C4_PARAM_STR(TopoFile, "C4_TOPO_FILE", nullptr, "",
+             "hashing gives: the baseline), off (the transport's defaults)")
+C4_PARAM_STR(TopoFile, "C4_TOPO_FILE", nullptr, "", {}, kParamNone,
              "C4P: the fabric's topology JSON (tools/netlab writes it); empty: a flat model of the ranks' NIC ports "
              "(all paths equal)")
-C4_PARAM_INT(PlanSeed, "C4_PLAN_SEED", nullptr, 1, "C4P: seed of C4_PLANNER=ecmp's random source ports")
-C4_PARAM_INT(PlanBytes, "C4_PLAN_BYTES", nullptr, 67108864,
+C4_PARAM_INT(PlanSeed, "C4_PLAN_SEED", nullptr, 1, INT64_MIN, INT64_MAX, kParamNone,
+             "C4P: seed of C4_PLANNER=ecmp's random source ports")
+C4_PARAM_INT(PlanBytes, "C4_PLAN_BYTES", nullptr, 67108864, 1, int64_t{1} << 40, kParamNone,
              "C4P: the AllReduce size whose schedules give the flows the lanes are planned for")
-C4_PARAM_INT(RebalanceMs, "C4_REBALANCE_MS", nullptr, 200,
+C4_PARAM_INT(RebalanceMs, "C4_REBALANCE_MS", nullptr, 200, 0, 86400000, kParamNone,
              "C4P: between operations, at most this often, striping weights follow each lane's measured throughput "
              "and retired lanes are replaced on healthy paths; 0 = never")
 

@@ -14,11 +14,10 @@
 
 namespace c4 {
 
-C4_PARAM_INT(OneShotBytes, "C4_ONESHOT_BYTES", nullptr, 8192,
-             "Largest per-rank payload of a one-shot collective (all ranks on one host; 0 disables the path) (must be "
-             "the same on every rank: checked at init)")
-C4_PARAM_INT(OneShotMaxRanks, "C4_ONESHOT_MAX_RANKS", nullptr, 8,
-             "Most ranks for which one-shot collectives are used (must be the same on every rank: checked at init)")
+C4_PARAM_INT(OneShotBytes, "C4_ONESHOT_BYTES", nullptr, 8192, 0, int64_t{1} << 30, kParamSameOnAllRanks,
+             "Largest per-rank payload of a one-shot collective (all ranks on one host; 0 disables the path)")
+C4_PARAM_INT(OneShotMaxRanks, "C4_ONESHOT_MAX_RANKS", nullptr, 8, 0, int64_t{1} << 24, kParamSameOnAllRanks,
+             "Most ranks for which one-shot collectives are used")
 
 namespace {
 constexpr size_t kLine = 64;

@@ -10,30 +10,15 @@ namespace c4 {
 
 namespace {
 
-// Settings that shape the schedules or the wire: ranks that disagree run different plans and
-// exchange messages the other does not expect (silent wrong data, or a hang). C4_TRANSPORT,
-// C4_LANES, C4_PLANNER, C4_TOPO_FILE and the shm ring's slot settings are checked where they are
-// used (the transports' setup, the planner). C4_ZEROCOPY may differ: the ranks agree per call
-// (one rank that does not offer the path turns it off for all).
-constexpr const char* kMustAgree[] = {
-    "C4_ALGO",           // algorithm per collective (NCCL_ALGO too)
-    "C4_CHUNK_SIZE",     // pipelining chunks: the steps of the schedule
-    "C4_ONESHOT_BYTES",  // which path a small call takes
-    "C4_ONESHOT_MAX_RANKS",
-    "C4_TCP_PIECE_BYTES",  // tcp: the pieces messages are cut into
-    "C4_TCP_ACK",          // tcp: wire v1 or v2
-    "C4_TCP_EAGER_BYTES",  // tcp: eager sends
-    "C4_SHM_CMA",          // shm: single copy or the ring
-    "C4_SHM_CMA_THRESHOLD",
-    "C4_SHM_CMA_PIECE",
-    "C4_SHM_CMA_CHUNK",
-    "C4_SHM_LOCAL_COPY_THRESHOLD",
-};
-
-const ParamInfo* findParam(const char* env) {
+// Settings that must agree: ranks that disagree run different plans and exchange messages the
+// other does not expect (silent wrong data, or a hang). C4_ZEROCOPY may differ: the ranks agree per
+// call (one rank that does not offer the path turns it off for all). C4_TOPO_FILE may name
+// different paths: the planner compares the files' contents.
+std::vector<const ParamInfo*> mustAgree() {
+  std::vector<const ParamInfo*> out;
   for (const ParamInfo* p : allParams())
-    if (strcmp(p->env, env) == 0) return p;
-  return nullptr;
+    if (p->flags & kParamSameOnAllRanks) out.push_back(p);
+  return out;
 }
 
 uint64_t fnv(uint64_t h, const std::string& s) {
@@ -41,54 +26,73 @@ uint64_t fnv(uint64_t h, const std::string& s) {
   return (h ^ 0xff) * 1099511628211ull;
 }
 
+struct Summary {
+  uint64_t hash;     // of the values that must agree
+  uint64_t refused;  // 1: this rank has a setting it refuses
+};
+
+constexpr size_t kVal = 64;       // bytes per value in the second round (longer ones: their start)
+constexpr size_t kProblem = 256;  // bytes of a rank's first refused setting
+
 }  // namespace
 
 std::vector<std::string> settingsThatMustAgree() {
   std::vector<std::string> out;
-  for (const char* e : kMustAgree) out.emplace_back(e);
+  for (const ParamInfo* p : mustAgree()) out.emplace_back(p->env);
   return out;
 }
 
 std::string settingValue(const char* env) {
   const ParamInfo* p = findParam(env);
-  if (p == nullptr) return "(unknown)";
-  const char* v = paramRaw(*p);
-  return v ? std::string(v) : std::string("(unset)");
+  return p == nullptr ? std::string("(unknown)") : paramEffective(*p);
 }
 
-Status checkSettingsAgree(transport::Oob& oob, int rank, int nranks) {
-  // One allGather of a hash; only when some rank differs, a second one of the values (every rank
-  // sees the same hashes, so all take the second step or none).
-  std::vector<std::string> mine;
-  uint64_t h = 1469598103934665603ull;
-  for (const char* e : kMustAgree) {
-    mine.push_back(settingValue(e));
-    h = fnv(h, mine.back());
+Status checkSettings(transport::Oob& oob, int rank, int nranks) {
+  // This rank's refused settings: those set by their C4_ name fail init; those set by an NCCL_ alias
+  // (a value NVIDIA's library may know) are warnings.
+  std::string problem;
+  for (const ParamIssue& issue : invalidParams()) {
+    if (!issue.fatal)
+      warnRefused(issue);
+    else if (problem.empty())
+      problem = describe(issue);
   }
-  std::vector<uint64_t> hashes(static_cast<size_t>(nranks), 0);
-  hashes[static_cast<size_t>(rank)] = h;
-  C4_CHECK(oob.allGather(hashes.data(), sizeof(uint64_t)));
-  int other = -1;
-  for (int r = 0; r < nranks && other < 0; ++r)
-    if (hashes[static_cast<size_t>(r)] != hashes[0]) other = r;
-  if (other < 0) return Status::ok();
-  // The values, 64 bytes each (longer ones are compared by their start, which names them well
-  // enough; the hash above caught the difference).
-  constexpr size_t kVal = 64;
-  const size_t per = kVal * (sizeof(kMustAgree) / sizeof(kMustAgree[0]));
-  std::vector<char> all(per * static_cast<size_t>(nranks), 0);
-  for (size_t i = 0; i < mine.size(); ++i)
-    strncpy(all.data() + per * static_cast<size_t>(rank) + kVal * i, mine[i].c_str(), kVal - 1);
-  C4_CHECK(oob.allGather(all.data(), per));
-  for (int r = 1; r < nranks; ++r) {
-    for (size_t i = 0; i < mine.size(); ++i) {
-      const char* a = all.data() + kVal * i;
-      const char* b = all.data() + per * static_cast<size_t>(r) + kVal * i;
+  const std::vector<const ParamInfo*> agree = mustAgree();
+  std::vector<std::string> mine;
+  Summary s{1469598103934665603ull, problem.empty() ? 0u : 1u};
+  for (const ParamInfo* p : agree) {
+    mine.push_back(paramEffective(*p));
+    s.hash = fnv(s.hash, mine.back());
+  }
+  // One allGather of a summary; only when some rank refuses a setting or differs, a second one of the
+  // texts (every rank sees the same summaries, so all take the second step or none).
+  std::vector<Summary> all(static_cast<size_t>(nranks), Summary{0, 0});
+  all[static_cast<size_t>(rank)] = s;
+  C4_CHECK(oob.allGather(all.data(), sizeof(Summary)));
+  int other = -1, refusing = -1;
+  for (int r = 0; r < nranks; ++r) {
+    if (other < 0 && all[static_cast<size_t>(r)].hash != all[0].hash) other = r;
+    if (refusing < 0 && all[static_cast<size_t>(r)].refused) refusing = r;
+  }
+  if (other < 0 && refusing < 0) return Status::ok();
+  const size_t per = kProblem + kVal * agree.size();
+  std::vector<char> texts(per * static_cast<size_t>(nranks), 0);
+  char* own = texts.data() + per * static_cast<size_t>(rank);
+  strncpy(own, problem.c_str(), kProblem - 1);
+  for (size_t i = 0; i < mine.size(); ++i) strncpy(own + kProblem + kVal * i, mine[i].c_str(), kVal - 1);
+  C4_CHECK(oob.allGather(texts.data(), per));
+  if (refusing >= 0)
+    return makeError(Code::kInvalidArgument, "rank %d: a setting of rank %d is not accepted: %s", rank, refusing,
+                     texts.data() + per * static_cast<size_t>(refusing));
+  for (size_t i = 0; i < agree.size(); ++i) {
+    const char* a = texts.data() + kProblem + kVal * i;
+    for (int r = 1; r < nranks; ++r) {
+      const char* b = texts.data() + per * static_cast<size_t>(r) + kProblem + kVal * i;
       if (strncmp(a, b, kVal) == 0) continue;
       return makeError(Code::kInvalidUsage,
                        "rank %d: %s differs between ranks (rank 0: '%s', rank %d: '%s'); it shapes the schedules or "
                        "the wire, so every rank must set it alike (docs/params.md)",
-                       rank, kMustAgree[i], a, r, b);
+                       rank, agree[i]->env, a, r, b);
     }
   }
   return makeError(Code::kInvalidUsage,

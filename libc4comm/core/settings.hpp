@@ -1,7 +1,9 @@
-// One rule for settings (issue 22): the environment settings that shape the schedules or the wire
-// must be the same on every rank. They are listed in one place (settings.cc) and checked at init
-// with one allGather; a difference is an error naming the setting, two ranks and their values.
-// docs/params.md marks them "same on every rank".
+// One rule for settings (issue 22), enforced at communicator init: every rank's settings must be
+// acceptable (the parameter registry knows each one's range, choices or syntax: common/params.hpp)
+// and those that shape the schedules or the wire (kParamSameOnAllRanks) must be the same on every
+// rank. Both are checked with one allGather; a problem on any rank fails init on every rank with an
+// error naming the setting, the rank(s) and the value(s). docs/params.md lists each setting's range
+// and whether it must agree.
 #pragma once
 
 #include <string>
@@ -12,11 +14,12 @@
 
 namespace c4 {
 
-/// The env names of the settings that must agree across ranks.
+/// The env names of the settings that must agree across ranks (kParamSameOnAllRanks).
 std::vector<std::string> settingsThatMustAgree();
-/// The raw value of a registered setting ("(unset)" if not set).
+/// The value in effect of a registered setting, as ranks compare it ("(unknown)" if not registered).
 std::string settingValue(const char* env);
-/// Collective over `oob`: ok when every rank has the same values; else kInvalidUsage on every rank.
-Status checkSettingsAgree(transport::Oob& oob, int rank, int nranks);
+/// Collective over `oob`: ok when every rank's settings are acceptable and agree; else an error on
+/// every rank (kInvalidArgument for a refused value, kInvalidUsage for a disagreement).
+Status checkSettings(transport::Oob& oob, int rank, int nranks);
 
 }  // namespace c4

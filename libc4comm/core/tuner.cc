@@ -12,14 +12,6 @@
 
 namespace c4 {
 
-C4_PARAM_STR(Algo, "C4_ALGO", "NCCL_ALGO", "",
-             "Force the algorithm: ring, tree, rhd, direct or hier, for all collectives or per collective "
-             "(\"allreduce:rhd,broadcast:tree\"); unsupported choices fall back to the tuner's (must be the same on "
-             "every rank: checked at init)")
-C4_PARAM_INT(
-    ChunkSize, "C4_CHUNK_SIZE", nullptr, 0,
-    "Pipelining chunk size in bytes (0: chosen by the tuner) (must be the same on every rank: checked at init)")
-
 namespace {
 bool parseColl(const std::string& s, Coll* out) {
   static const struct {
@@ -40,15 +32,11 @@ std::string trim(const std::string& s) {
   size_t a = s.find_first_not_of(" \t"), b = s.find_last_not_of(" \t");
   return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
 }
-}  // namespace
-
-Status Tuner::init(int nranks, int nhosts, const transport::Caps& caps) {
-  nranks_ = nranks;
-  nhosts_ = nhosts;
-  caps_ = caps;
-  forced_.fill(-1);
-  chunkOverride_ = static_cast<size_t>(std::max<int64_t>(0, paramChunkSize()));
-  std::string spec = paramAlgo();
+// C4_ALGO: "ring" for every collective, or "allreduce:rhd,broadcast:tree" (',' or ';' between
+// items). Fills `forced` (indexed by Coll; -1: the tuner chooses); false with `why` on an unknown
+// algorithm or collective.
+bool parseAlgoSpec(const std::string& spec, std::array<int, kNumColls>* forced, std::string* why) {
+  forced->fill(-1);
   size_t pos = 0;
   while (pos < spec.size()) {
     size_t end = spec.find_first_of(",;", pos);
@@ -60,21 +48,44 @@ Status Tuner::init(int nranks, int nhosts, const transport::Caps& caps) {
     std::string algoName = colon == std::string::npos ? item : trim(item.substr(colon + 1));
     sched::Algo a;
     if (!sched::parseAlgo(algoName, &a)) {
-      C4_WARN(kLogTuning, "C4_ALGO: unknown algorithm '%s' ignored (known: ring, tree, rhd, direct, hier)",
-              algoName.c_str());
-      continue;
+      *why = "unknown algorithm '" + algoName + "' (known: ring, tree, rhd, direct, hier)";
+      return false;
     }
     if (colon == std::string::npos) {
-      forced_.fill(static_cast<int>(a));
-    } else {
-      Coll c;
-      if (!parseColl(trim(item.substr(0, colon)), &c)) {
-        C4_WARN(kLogTuning, "C4_ALGO: unknown collective in '%s' ignored", item.c_str());
-        continue;
-      }
-      forced_[static_cast<int>(c)] = static_cast<int>(a);
+      forced->fill(static_cast<int>(a));
+      continue;
     }
+    Coll c;
+    if (!parseColl(trim(item.substr(0, colon)), &c)) {
+      *why = "unknown collective in '" + item + "'";
+      return false;
+    }
+    (*forced)[static_cast<int>(c)] = static_cast<int>(a);
   }
+  return true;
+}
+
+bool checkAlgoSpec(const std::string& spec, std::string* why) {
+  std::array<int, kNumColls> forced;
+  return parseAlgoSpec(spec, &forced, why);
+}
+}  // namespace
+
+C4_PARAM_STR(Algo, "C4_ALGO", "NCCL_ALGO", "", checkAlgoSpec, kParamSameOnAllRanks,
+             "Force the algorithm: ring, tree, rhd, direct or hier, for all collectives or per collective "
+             "(\"allreduce:rhd,broadcast:tree\"); unsupported choices fall back to the tuner's")
+C4_PARAM_INT(ChunkSize, "C4_CHUNK_SIZE", nullptr, 0, 4096, int64_t{1} << 30, kParamSameOnAllRanks | kParamZeroToo,
+             "Pipelining chunk size in bytes (0: chosen by the tuner)")
+
+Status Tuner::init(int nranks, int nhosts, const transport::Caps& caps) {
+  nranks_ = nranks;
+  nhosts_ = nhosts;
+  caps_ = caps;
+  chunkOverride_ = static_cast<size_t>(paramChunkSize());
+  // A refused C4_ALGO was reported by paramAlgo() (and fails init: core/settings.hpp); the default
+  // parses.
+  std::string why;
+  if (!parseAlgoSpec(paramAlgo(), &forced_, &why)) forced_.fill(-1);
   return Status::ok();
 }
 

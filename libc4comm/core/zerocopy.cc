@@ -11,7 +11,7 @@
 
 namespace c4 {
 
-C4_PARAM_INT(ZeroCopy, "C4_ZEROCOPY", nullptr, 1,
+C4_PARAM_INT(ZeroCopy, "C4_ZEROCOPY", nullptr, 1, 0, 1, kParamNone,
              "1 = collectives whose buffers all ranks of one host allocated with ncclMemAlloc / c4::memAlloc read "
              "and write the peers' buffers in place (the zero-copy path); 0 = never (0 on any rank turns the path off "
              "for the whole communicator)")

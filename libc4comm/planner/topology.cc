@@ -33,6 +33,14 @@ std::string stripPort(const std::string& addr) {
   return addr;
 }
 
+// A number of the file in an error: an integer when it is one, else as %g. Not a cast to long long:
+// that is undefined for a value out of its range (rate_bps = -1e300; found by fuzzing).
+std::string numText(double v) {
+  if (v >= -9e18 && v <= 9e18 && v == static_cast<double>(static_cast<long long>(v)))
+    return std::to_string(static_cast<long long>(v));
+  return strFormat("%g", v);
+}
+
 bool isAddress(const std::string& s) {
   unsigned char buf[16];
   return inet_pton(AF_INET, s.c_str(), buf) == 1 || inet_pton(AF_INET6, s.c_str(), buf) == 1;
@@ -179,7 +187,9 @@ Status Topology::parse(const std::string& text, const std::string& source, Topol
     try {
       json again = json::parse(text);
       (void)again;
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
+      // Not only parse_error: a number out of range ("1e999") throws out_of_range, which escaped
+      // and ended the process at init (found by fuzzing).
       why = std::string("not valid JSON (") + e.what() + ")";
     }
     return makeError(Code::kInvalidArgument, "C4_TOPO_FILE %s: %s", source.c_str(), why.c_str());
@@ -203,7 +213,7 @@ Status Topology::parse(const std::string& text, const std::string& source, Topol
     double bps = 0;
     if (!rd.str(l, "name", where, &name) || !rd.num(l, "rate_bps", where, &bps)) return rd.err;
     if (!(bps > 0))
-      return rd.fail(where, "capacity rate_bps = " + std::to_string(static_cast<long long>(bps)) +
+      return rd.fail(where, "capacity rate_bps = " + numText(bps) +
                                 " (zero or negative; netlab writes 0 for unshaped links: give the fabric rates, "
                                 "or set C4_PLANNER=off)"),
              rd.err;
@@ -337,8 +347,8 @@ Status Topology::parse(const std::string& text, const std::string& source, Topol
     t.defaultSpine_ = static_cast<int>(dflt);
     auto spineOk = [&](const std::string& where, double v, int* out) {
       if (v < 0 || v >= nsp || v != static_cast<double>(static_cast<int>(v)))
-        return rd.fail(where, "names spine " + std::to_string(static_cast<long long>(v)) + ", but the fabric has " +
-                                  std::to_string(nsp) + " spine(s): no uplink for it");
+        return rd.fail(where, "names spine " + numText(v) + ", but the fabric has " + std::to_string(nsp) +
+                                  " spine(s): no uplink for it");
       *out = static_cast<int>(v);
       // Every leaf needs an uplink to it, or the rule routes into nothing.
       const int sw = t.spineSwitch_[static_cast<size_t>(*out)];
@@ -392,8 +402,9 @@ Status Topology::parse(const std::string& text, const std::string& source, Topol
     // destination-port entries are not checked: they match the replies, whose destination is the
     // steered source port).
     if (!t.match_.empty()) {
-      for (auto& [sw, ranges] : t.steer_) {
-        for (const PortRange& r : ranges) {
+      for (const auto& steer : t.steer_) {
+        const int sw = steer.first;  // not a structured binding: clang (C++17) cannot capture those
+        for (const PortRange& r : steer.second) {
           std::vector<std::pair<int, int>> open{{r.lo, r.hi}};
           auto wrong = [&](int port, int spine) {
             const int gotSw = t.spineSwitch_[static_cast<size_t>(spine)];

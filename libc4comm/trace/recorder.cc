@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -28,25 +29,25 @@
 namespace c4 {
 namespace trace {
 
-C4_PARAM_STR(Trace, "C4_TRACE", nullptr, "op",
+C4_PARAM_STR(Trace, "C4_TRACE", nullptr, "op", "0|off|none|op|1|step|2", kParamNone,
              "Event tracer level: 0 (off), op (one event per operation, the default: cheap enough to leave on), "
              "step (also every send/receive/local step); see docs/tracing.md")
-C4_PARAM_INT(TraceBuffer, "C4_TRACE_BUFFER", nullptr, 65536,
+C4_PARAM_INT(TraceBuffer, "C4_TRACE_BUFFER", nullptr, 65536, 16, int64_t{1} << 30, kParamNone,
              "Events kept per communicator in the trace ring (rounded up to a power of two; 40 bytes each); older "
              "events are overwritten")
-C4_PARAM_STR(TraceDir, "C4_TRACE_DIR", nullptr, "",
+C4_PARAM_STR(TraceDir, "C4_TRACE_DIR", nullptr, "", {}, kParamNone,
              "Where trace files are written (at finalize/destroy/abort, fatal signals, SIGUSR2, trace::flush); "
              "default $TMPDIR/c4trace-<uid>/<job> (TMPDIR: /tmp if unset; a directory private to the user, mode "
              "0700) with <job> = SLURM_JOB_ID, TORCHELASTIC_RUN_ID or the first communicator's tag")
-C4_PARAM_INT(TraceKeepDays, "C4_TRACE_KEEP_DAYS", nullptr, 7,
+C4_PARAM_INT(TraceKeepDays, "C4_TRACE_KEEP_DAYS", nullptr, 7, 0, 36500, kParamNone,
              "Job directories under the default trace directory untouched for this many days are removed when a "
              "process starts tracing there (never in a C4_TRACE_DIR); 0 = keep everything")
-C4_PARAM_INT(TraceSignals, "C4_TRACE_SIGNALS", nullptr, 1,
+C4_PARAM_INT(TraceSignals, "C4_TRACE_SIGNALS", nullptr, 1, 0, 1, kParamNone,
              "1: dump traces on SIGSEGV/SIGBUS/SIGILL/SIGFPE/SIGABRT/SIGTERM (then the previous handler runs) and on "
              "SIGUSR2 (on demand); 0: install no signal handler")
-C4_PARAM_STR(TraceClock, "C4_TRACE_CLOCK", nullptr, "auto",
+C4_PARAM_STR(TraceClock, "C4_TRACE_CLOCK", nullptr, "auto", "auto|tsc|monotonic", kParamNone,
              "Trace timestamps: auto (the TSC if invariant, else CLOCK_MONOTONIC), tsc, monotonic")
-C4_PARAM_INT(TraceTestSkewNs, "C4_TRACE_TEST_SKEW_NS", nullptr, 0,
+C4_PARAM_INT(TraceTestSkewNs, "C4_TRACE_TEST_SKEW_NS", nullptr, 0, -(int64_t{1} << 50), int64_t{1} << 50, kParamNone,
              "Testing only: ns added to this process's trace clock (checks that c4-trace recovers clock offsets)")
 
 namespace detail {
@@ -86,8 +87,6 @@ void calibrate() {
   bool tsc = false;
   if (mode == "tsc" || mode == "auto") tsc = tscInvariant();
   if (mode == "tsc" && !tsc) C4_WARN(kLogInit, "C4_TRACE_CLOCK=tsc: no invariant TSC here; using CLOCK_MONOTONIC");
-  if (mode != "tsc" && mode != "auto" && mode != "monotonic")
-    C4_WARN(kLogInit, "C4_TRACE_CLOCK='%s': expected auto, tsc or monotonic; using auto", mode.c_str());
   detail::gUseTsc = tsc;
   gAnchorTicks = ticks();
   gAnchorNs = clockNs();
@@ -238,6 +237,8 @@ Status makeDirs(const std::string& dir) {
     if (mkdir(cur.c_str(), mode) != 0 && errno != EEXIST)
       return makeError(Code::kSystemError, "trace: cannot create directory %s: %s", cur.c_str(), strerror(errno));
   }
+  if (access(dir.c_str(), W_OK | X_OK) != 0)
+    return makeError(Code::kSystemError, "trace: cannot write into %s: %s", dir.c_str(), strerror(errno));
   return Status::ok();
 }
 
@@ -350,14 +351,12 @@ Status Recorder::init(const RecorderInfo& info) {
   clock_gettime(CLOCK_REALTIME, &rt);
   realtimeNs_ = static_cast<int64_t>(rt.tv_sec) * 1000000000LL + rt.tv_nsec;
 
-  const std::string lv = paramTrace();
+  const std::string lv = paramTrace();  // one of its choices (the registry refuses others)
   Level want = Level::kOp;
   if (lv == "0" || lv == "off" || lv == "none") {
     want = Level::kOff;
   } else if (lv == "step" || lv == "2") {
     want = Level::kStep;
-  } else if (lv != "op" && lv != "1") {
-    C4_WARN(kLogInit, "rank %d: C4_TRACE='%s': expected 0, op or step; using op", rank_, lv.c_str());
   }
   const std::string dir = resolveDir(info.commTag);
   std::string path = dir + "/" + info.commTag + ".r" + std::to_string(info.rank) + ".c4t";
@@ -396,7 +395,15 @@ Status Recorder::allocate() {
   capacity_ = cap;
   mask_ = cap - 1;
   Status st = makeDirs(directory());
-  if (!st.isOk()) C4_WARN(kLogInit, "rank %d: %s (traces will not be written)", rank_, st.message().c_str());
+  if (!st.isOk()) {
+    // Printed whatever C4_DEBUG says (a trace the user expects would silently not exist), once per
+    // process and directory.
+    static std::mutex* mu = new std::mutex();
+    static auto* told = new std::set<std::string>();
+    std::lock_guard<std::mutex> g(*mu);
+    if (told->insert(directory()).second)
+      C4_WARN_ALWAYS(kLogInit, "rank %d: %s (traces stay in memory and are not written)", rank_, st.message().c_str());
+  }
   for (int i = 0; i < kMaxRecorders; ++i) {
     Recorder* expected = nullptr;
     if (gRegistry[i].compare_exchange_strong(expected, this)) {

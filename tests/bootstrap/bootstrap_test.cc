@@ -1,11 +1,16 @@
 #include "core/bootstrap.hpp"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "common/logging.hpp"
@@ -200,6 +205,124 @@ TEST_F(BootstrapTest, WrongSecretGarbageAndSlowClientsAreDroppedAndLogged) {
   EXPECT_NE(std::string::npos, log.find("failed the secret proof")) << log;
   EXPECT_NE(std::string::npos, log.find("sent garbage")) << log;
   EXPECT_NE(std::string::npos, log.find("too slow")) << log;
+}
+
+// Issue 22, defect 5: a burst of connections beyond `ulimit -n` made the root spin at full CPU,
+// logging tens of thousands of "accept: Too many open files" lines a second; and a rank out of file
+// descriptors failed init with a misleading "no usable network interface". Now the root's accepts
+// pause (AcceptGuard), the failure is logged once with the limit, the recovery once, and the error
+// names the real cause. Rank 0 (a child process with a small fd limit) runs the root; rank 1 floods it.
+TEST_F(BootstrapTest, OutOfFileDescriptorsPausesAcceptsLogsOnceAndNamesTheCause) {
+  env_.set("C4_DEBUG", "WARN");  // the old code's lines needed it; the new ones print regardless
+  int addrPipe[2];
+  ASSERT_EQ(0, pipe(addrPipe));
+  char logPath[] = "/tmp/c4-emfile-log-XXXXXX";
+  int logFd = mkstemp(logPath);
+  ASSERT_GE(logFd, 0);
+  std::vector<int> codes = test::forkRanks(2, 30000, [&](int rank) -> int {
+    auto fail = [](const char* what) {
+      dprintf(3, "%s\n", what);
+      return 1;
+    };
+    if (rank == 1) {  // the flood: 64 connections held for 2 s
+      close(addrPipe[1]);
+      char root[128] = {0};
+      if (read(addrPipe[0], root, sizeof(root) - 1) <= 0) return 2;
+      detail::SockAddr addr;
+      if (!detail::parseHostPort(root, &addr).isOk()) return 3;
+      std::vector<detail::Fd> conns(64);
+      for (auto& c : conns)
+        if (!detail::connectSocket(addr, nowMs() + 2000, -1, &c).isOk()) return 4;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+      return 0;
+    }
+    close(addrPipe[0]);
+    dup2(2, 3);  // the test's stderr, for failures; the log goes to the file
+    dup2(logFd, 2);
+    logReload();
+    UniqueId id;
+    if (!bootstrapGetUniqueId(&id).isOk()) return fail("getUniqueId failed");
+    std::string root;
+    if (!detail::uniqueIdRootAddress(id, &root).isOk()) return fail("no root address");
+    // Room for a few accepts, then none.
+    int open = 0;
+    for (int fd = 0; fd < 1024; ++fd) open += fcntl(fd, F_GETFD) != -1;
+    rlimit rl{};
+    getrlimit(RLIMIT_NOFILE, &rl);
+    rl.rlim_cur = static_cast<rlim_t>(open + 4);
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) return fail("setrlimit");
+    rusage before{}, after{};
+    getrusage(RUSAGE_SELF, &before);
+    if (write(addrPipe[1], root.c_str(), root.size()) != static_cast<ssize_t>(root.size())) return fail("pipe");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1800));  // the flood goes on
+    getrusage(RUSAGE_SELF, &after);
+    auto cpuMs = [](const rusage& u) {
+      return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000.0 + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1000.0;
+    };
+    const double busy = cpuMs(after) - cpuMs(before);
+    // The flood ends; the root accepts again (what it accepted fails its handshake and is closed).
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    std::ifstream in(logPath);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string log = ss.str();
+    in.close();
+    // Out of descriptors altogether: init names the cause.
+    rl.rlim_cur = 3;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    detail::NetIf nif;
+    Status st = detail::chooseInterface("", nullptr, &nif);
+    size_t lines = 0;
+    for (size_t at = log.find("Too many open files"); at != std::string::npos;
+         at = log.find("Too many open files", at + 1))
+      ++lines;
+    if (lines == 0 || lines > 2) {
+      dprintf(3, "%zu lines name the failed accepts (expected 1 or 2):\n%.2000s\n", lines, log.c_str());
+      return 1;
+    }
+    if (log.find("limit of") == std::string::npos) return fail(("the limit is not named:\n" + log).c_str());
+    if (log.find("accepting connections again") == std::string::npos)
+      return fail(("no recovery logged:\n" + log).c_str());
+    if (busy > 400) {
+      dprintf(3, "the root used %.0f ms of CPU in 1.8 s of exhaustion (spinning)\n", busy);
+      return 1;
+    }
+    if (st.isOk() || st.message().find("Too many open files") == std::string::npos ||
+        st.message().find("no usable") != std::string::npos)
+      return fail(("chooseInterface out of descriptors: " + st.toString()).c_str());
+    return 0;
+  });
+  close(addrPipe[0]);
+  close(addrPipe[1]);
+  close(logFd);
+  unlink(logPath);
+  EXPECT_EQ(0, codes[0]);
+  EXPECT_EQ(0, codes[1]);
+}
+
+// Issue 22: every unused getUniqueId kept a thread (and a listening socket) for C4_BOOTSTRAP_TIMEOUT.
+// Roots no rank has reached now share one watcher thread; a used one still serves its ranks, and the
+// unused ones close at their lifetime.
+TEST_F(BootstrapTest, UnusedIdsShareOneThreadAndCloseAtTheirLifetime) {
+  env_.set("C4_BOOTSTRAP_TIMEOUT", "1500");
+  auto threads = [] {
+    int n = 0;
+    if (DIR* d = opendir("/proc/self/task")) {
+      while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+      closedir(d);
+    }
+    return n;
+  };
+  const int before = threads();
+  const int rootsBefore = detail::activeBootstrapRoots();
+  std::vector<UniqueId> ids(40);
+  for (UniqueId& id : ids) ASSERT_TRUE(bootstrapGetUniqueId(&id).isOk());
+  EXPECT_LE(threads(), before + 1) << "unused ids should not cost a thread each";
+  EXPECT_EQ(detail::activeBootstrapRoots(), rootsBefore + 40);
+  std::vector<std::string> errs = runThreadRanks(ids[20], 2, 20000);  // one of them is used
+  EXPECT_EQ("", errs[0]);
+  EXPECT_EQ("", errs[1]);
+  EXPECT_TRUE(test::waitRootsGone(6000)) << "the unused roots outlived C4_BOOTSTRAP_TIMEOUT";
 }
 
 TEST_F(BootstrapTest, RankRefusesAnImpostorRoot) {
@@ -416,6 +539,37 @@ TEST_F(BootstrapTest, FixedCommIdFromEnvironment) {
   errs = runThreadRanks(eph, 2, 20000);
   EXPECT_EQ("", errs[0]);
   EXPECT_EQ("", errs[1]);
+}
+
+// Issue 22: a C4_COMM_ID whose address is not on this host made the root listen on every address
+// without a word (a mistyped address, or a root exposed on all interfaces, went unnoticed); and
+// the interface error named C4_SOCKET_IFNAME when NCCL_SOCKET_IFNAME was what was set.
+TEST_F(BootstrapTest, NonLocalCommIdIsReportedAndInterfaceErrorsNameTheVariableSet) {
+  env_.set("C4_BOOTSTRAP_TIMEOUT", "500");
+  detail::SockAddr any, free;
+  ASSERT_TRUE(detail::parseHostPort("0.0.0.0:0", &any).isOk());
+  {
+    detail::Fd l;
+    ASSERT_TRUE(detail::listenSocket(any, 1, false, &l, &free).isOk());
+  }
+  // TEST-NET-1: an address of no host here.
+  const std::string commId = "192.0.2.77:" + std::to_string(free.port());
+  ::testing::internal::CaptureStderr();  // C4_DEBUG unset: only what is printed whatever the level
+  env_.set("C4_COMM_ID", commId);
+  UniqueId id;
+  Status st = bootstrapGetUniqueId(&id);
+  std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  EXPECT_NE(std::string::npos, log.find(commId + " (C4_COMM_ID/NCCL_COMM_ID) is not an address of this host")) << log;
+  env_.unset("C4_COMM_ID");
+  for (const char* var : {"C4_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}) {
+    EnvGuard env;
+    env.set(var, "=no-such-if9");
+    st = bootstrapGetUniqueId(&id);
+    EXPECT_EQ(Code::kSystemError, st.code());
+    EXPECT_NE(std::string::npos, st.message().find(std::string("no interface matches ") + var + "='=no-such-if9'"))
+        << st.message();
+  }
 }
 
 TEST_F(BootstrapTest, MismatchedSizesAndCollectivesAreReported) {

@@ -1355,6 +1355,104 @@ TEST(Hardening, RanksThatDisagreeOnASettingFailInitNamingIt) {
   }
 }
 
+// Issue 22, "one rule for settings": a value a setting does not accept used to be ignored or clamped
+// in silence (C4_TIMEOUT=0, C4_CHUNK_SIZE=1, C4_TCP_PIECE_BYTES=0, C4_ALGO=bogus, C4_LANES=abc) or
+// printed as a huge number (C4_SHM_SLOTS=-1). Set on one rank, it now fails init on every rank, naming
+// that rank, the variable and what it accepts; through an NCCL alias it is a warning and init goes on.
+TEST(Hardening, RefusedSettingFailsInitOnEveryRankNamingIt) {
+  struct Case {
+    const char* env;
+    const char* value;
+    const char* why;
+  };
+  const Case cases[] = {{"C4_TIMEOUT", "0", "out of range 1..31536000"},
+                        {"C4_CHUNK_SIZE", "1", "out of range 0 or 4096..1073741824"},
+                        {"C4_TCP_PIECE_BYTES", "0", "out of range 4096..67108864"},
+                        {"C4_ALGO", "bogus", "unknown algorithm 'bogus'"},
+                        {"C4_LANES", "abc", "not an integer"},
+                        {"C4_SHM_SLOTS", "-1", "out of range 2..4096"},
+                        {"C4_TRANSPORT", "ib", "no transport 'ib'"},
+                        {"C4_TRACE", "all", "expected one of 0|off|none|op|1|step|2"},
+                        {"C4_DEBUG_SUBSYS", "INIT,GRAPH", "unknown subsystem 'GRAPH'"}};
+  for (const Case& c : cases) {
+    auto outs = runForked(
+        3,
+        [&](int rank, int n, const c4::UniqueId& id) -> Failures {
+          if (rank == 1) setenv(c.env, c.value, 1);
+          c4::Comm* comm = nullptr;
+          c4::Status st = c4::commInitRank(&comm, n, id, rank);
+          if (st.isOk()) {
+            (void)c4::commDestroy(comm);
+            return {"init succeeded with " + std::string(c.env) + "=" + c.value + " on rank 1"};
+          }
+          const std::string want =
+              "a setting of rank 1 is not accepted: " + std::string(c.env) + "=" + c.value + ": " + c.why;
+          if (st.code() != c4::Code::kInvalidArgument || st.message().find(want) == std::string::npos)
+            return {"unclear error: " + st.toString() + " (expected '" + want + "')"};
+          return {};
+        },
+        60);
+    EXPECT_EQ(summarize(outs), "") << c.env << "=" << c.value;
+  }
+  // An NCCL alias may carry a value only NVIDIA's library knows: a warning, and the default.
+  auto outs = runForked(
+      2,
+      [&](int rank, int n, const c4::UniqueId& id) -> Failures {
+        setenv("NCCL_ALGO", "NVLS", 1);
+        c4::Comm* comm = nullptr;
+        c4::Status st = c4::commInitRank(&comm, n, id, rank);
+        if (!st.isOk()) return {"init with NCCL_ALGO=NVLS: " + st.toString()};
+        std::vector<float> v(1000, 1.0f);
+        st = c4::allReduce(v.data(), v.data(), v.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+        (void)c4::commDestroy(comm);
+        if (!st.isOk() || v[999] != 2.0f) return {"allReduce: " + st.toString()};
+        return {};
+      },
+      60);
+  EXPECT_EQ(summarize(outs), "");
+}
+
+// Issue 22: a send to itself outside a group (it has no receive to pair with) used to fail the whole
+// communicator, so every later call failed too. Such mistakes are now found before anything starts
+// and fail only the call; the communicator goes on (blocking, and with a progress thread).
+TEST(Hardening, SendToSelfWithoutItsReceiveFailsTheCallNotTheCommunicator) {
+  for (int progressThread : {0, 1}) {
+    auto outs = runForked(
+        2,
+        [&](int rank, int n, const c4::UniqueId& id) -> Failures {
+          if (progressThread) setenv("C4_PROGRESS_THREAD", "1", 1);
+          c4::Comm* comm = nullptr;
+          c4::Status st = c4::commInitRank(&comm, n, id, rank);
+          if (!st.isOk()) return {"init: " + st.toString()};
+          Failures f;
+          std::vector<int32_t> a(64, rank + 1), b(64, 0);
+          const auto I = c4::DataType::kInt32;
+          st = c4::send(a.data(), 64, I, rank, comm);
+          if (st.code() != c4::Code::kInvalidUsage || st.message().find("send(s) to itself") == std::string::npos)
+            f.push_back("send to self outside a group: " + st.toString());
+          (void)c4::groupStart();
+          (void)c4::send(a.data(), 64, I, rank, comm);
+          (void)c4::recv(b.data(), 32, I, rank, comm);
+          st = c4::groupEnd();
+          if (st.code() != c4::Code::kInvalidUsage || st.message().find("does not match") == std::string::npos)
+            f.push_back("mismatched self send/recv: " + st.toString());
+          // The communicator still works: a collective and a matched self send/receive.
+          st = c4::allReduce(a.data(), b.data(), 64, I, c4::RedOp::kSum, comm);
+          if (!st.isOk() || b[63] != 3) f.push_back("allReduce afterwards: " + st.toString());
+          std::fill(b.begin(), b.end(), 0);
+          (void)c4::groupStart();
+          (void)c4::send(a.data(), 64, I, rank, comm);
+          (void)c4::recv(b.data(), 64, I, rank, comm);
+          st = c4::groupEnd();
+          if (!st.isOk() || b[0] != rank + 1) f.push_back("matched self send/recv afterwards: " + st.toString());
+          (void)c4::commDestroy(comm);
+          return f;
+        },
+        60);
+    EXPECT_EQ(summarize(outs), "") << "C4_PROGRESS_THREAD=" << progressThread;
+  }
+}
+
 // Issue 22, defect 3: send and receive buffers that overlap without being the in-place layout used
 // to run and return wrong elements. Now they are rejected before anything runs; the in-place
 // layouts still run and give the right result.
@@ -1380,6 +1478,8 @@ TEST(Hardening, PartlyOverlappingBuffersAreRejected) {
         rejected("alltoAll shifted", c4::alltoAll(p, p + 64, 128, F, comm));
         if (rank == 0) rejected("broadcast at the root", c4::broadcast(p, p + 3, 100, F, 0, comm));
         if (rank == 1) rejected("reduce at the root", c4::reduce(p + 3, p, 100, F, S, 1, comm));
+        if (rank == 0) rejected("gather at the root", c4::gather(p + 7, p, 100, F, 0, comm));
+        if (rank == 1) rejected("scatter at the root", c4::scatter(p, p + 5, 100, F, 1, comm));
         // The in-place layouts run (every rank calls them) and give the right sums.
         std::fill(b.begin(), b.end(), 1.0f);
         st = c4::allReduce(p, p, 512, F, S, comm);
@@ -1390,6 +1490,14 @@ TEST(Hardening, PartlyOverlappingBuffersAreRejected) {
         std::fill(b.begin(), b.end(), 1.0f);
         st = c4::reduceScatter(p, p + 256 * rank, 256, F, S, comm);
         if (!st.isOk() || p[256 * rank] != 2.0f) f.push_back("in-place reduceScatter: " + st.toString());
+        std::fill(b.begin(), b.end(), static_cast<float>(rank));
+        st = c4::gather(rank == 1 ? p + 100 : p, p, 100, F, 1, comm);
+        if (!st.isOk() || (rank == 1 && (p[99] != 0.0f || p[100] != 1.0f)))
+          f.push_back("in-place gather: " + st.toString());
+        for (int i = 0; i < 200; ++i) p[i] = static_cast<float>(10 + i / 100);
+        st = c4::scatter(p, p + 100 * rank, 100, F, 0, comm);
+        if (!st.isOk() || p[100 * rank] != static_cast<float>(10 + rank))
+          f.push_back("in-place scatter: " + st.toString());
         (void)c4::commDestroy(comm);
         return f;
       },

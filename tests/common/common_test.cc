@@ -17,8 +17,41 @@
 namespace c4 {
 namespace {
 
-C4_PARAM_INT(TestInt, "C4_TEST_PARAM_INT", "NCCL_TEST_PARAM_INT", 7, "test parameter")
-C4_PARAM_STR(TestStr, "C4_TEST_PARAM_STR", nullptr, "dflt", "test parameter")
+bool checkEven(const std::string& v, std::string* why) {
+  if (v.size() % 2 == 0) return true;
+  *why = "odd length";
+  return false;
+}
+
+C4_PARAM_INT(TestInt, "C4_TEST_PARAM_INT", "NCCL_TEST_PARAM_INT", 7, 1, int64_t{4} << 20, kParamSameOnAllRanks,
+             "test parameter")
+C4_PARAM_INT(TestZero, "C4_TEST_PARAM_ZERO", nullptr, 0, 64, 128, kParamZeroToo, "test parameter")
+C4_PARAM_STR(TestStr, "C4_TEST_PARAM_STR", nullptr, "dflt", {}, kParamNone, "test parameter")
+C4_PARAM_STR(TestChoice, "C4_TEST_PARAM_CHOICE", "NCCL_TEST_PARAM_CHOICE", "a", "a|bb|c", kParamNone, "test parameter")
+C4_PARAM_STR(TestCheck, "C4_TEST_PARAM_CHECK", nullptr, "", checkEven, kParamNone, "test parameter")
+
+// Captures stderr, where the log goes (C4_DEBUG unset: only what is printed whatever the level),
+// while `f` runs.
+template <typename F>
+std::string logOf(F f) {
+  char path[] = "/tmp/c4-params-log-XXXXXX";
+  int fd = mkstemp(path);
+  unsetenv("C4_DEBUG");
+  logReload();
+  fflush(stderr);
+  int saved = dup(2);
+  dup2(fd, 2);
+  f();
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  close(fd);
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  unlink(path);
+  return ss.str();
+}
 
 TEST(Status, OkIsCheapAndErrorsCarryTheirReason) {
   Status ok;
@@ -57,6 +90,8 @@ TEST(Params, EnvAliasesSuffixesAndBadValues) {
   EXPECT_EQ(paramTestInt(), 16);
   setenv("C4_TEST_PARAM_INT", "12abc", 1);
   EXPECT_EQ(paramTestInt(), 7);  // not a number: default (and a warning)
+  setenv("C4_TEST_PARAM_INT", "0x7fffffffffffffffG", 1);
+  EXPECT_EQ(paramTestInt(), 7);  // the suffix would overflow
   unsetenv("C4_TEST_PARAM_INT");
   unsetenv("NCCL_TEST_PARAM_INT");
   EXPECT_EQ(paramTestStr(), "dflt");
@@ -66,6 +101,90 @@ TEST(Params, EnvAliasesSuffixesAndBadValues) {
   bool listed = false;
   for (const ParamInfo* p : allParams()) listed |= std::string(p->env) == "C4_TEST_PARAM_INT";
   EXPECT_TRUE(listed);
+}
+
+// Issue 22: every setting is validated when read; a refused value is reported at the default log
+// level (once per value), never silently ignored, and invalidParams() lists it for init to fail on.
+TEST(Params, RangesChoicesAndChecksAreEnforcedAndReportedWhateverTheLogLevel) {
+  const ParamInfo* pi = findParam("C4_TEST_PARAM_INT");
+  ASSERT_NE(pi, nullptr);
+  EXPECT_EQ(findParam("NCCL_TEST_PARAM_INT"), pi);
+  EXPECT_EQ(paramRangeText(*pi), "1..4194304");
+  EXPECT_EQ(paramRangeText(*findParam("C4_TEST_PARAM_ZERO")), "0 or 64..128");
+  EXPECT_EQ(paramRangeText(*findParam("C4_TEST_PARAM_CHOICE")), "a|bb|c");
+  EXPECT_EQ(paramProblem(*pi, "0"), "out of range 1..4194304");
+  EXPECT_EQ(paramProblem(*pi, "5M"), "out of range 1..4194304");
+  EXPECT_EQ(paramProblem(*pi, "4M"), "");
+  EXPECT_EQ(paramProblem(*pi, "abc"), "not an integer");
+  EXPECT_EQ(paramProblem(*pi, ""), "not an integer");
+  EXPECT_EQ(paramProblem(*findParam("C4_TEST_PARAM_ZERO"), "0"), "");
+  EXPECT_EQ(paramProblem(*findParam("C4_TEST_PARAM_ZERO"), "1"), "out of range 0 or 64..128");
+  EXPECT_EQ(paramProblem(*findParam("C4_TEST_PARAM_CHOICE"), "b"), "expected one of a|bb|c");
+  EXPECT_EQ(paramProblem(*findParam("C4_TEST_PARAM_CHOICE"), "BB"), "expected one of a|bb|c");
+  EXPECT_EQ(paramProblem(*findParam("C4_TEST_PARAM_CHECK"), "abc"), "odd length");
+
+  std::string log = logOf([] {
+    setenv("C4_TEST_PARAM_INT", "0", 1);
+    EXPECT_EQ(paramTestInt(), 7);
+    EXPECT_EQ(paramTestInt(), 7);  // reported once
+    setenv("C4_TEST_PARAM_CHOICE", "zz", 1);
+    EXPECT_EQ(paramTestChoice(), "a");
+    setenv("C4_TEST_PARAM_CHOICE", "bb", 1);
+    EXPECT_EQ(paramTestChoice(), "bb");
+    setenv("C4_TEST_PARAM_CHECK", "odd", 1);
+    EXPECT_EQ(paramTestCheck(), "");
+    setenv("C4_TEST_PARAM_ZERO", "1", 1);
+    EXPECT_EQ(paramTestZero(), 0);
+  });
+  EXPECT_NE(log.find("c4 WARN ignoring C4_TEST_PARAM_INT=0: out of range 1..4194304; using the default 7"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("C4_TEST_PARAM_INT=0"), log.rfind("C4_TEST_PARAM_INT=0")) << log;
+  EXPECT_NE(log.find("ignoring C4_TEST_PARAM_CHOICE=zz: expected one of a|bb|c; using the default 'a'"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("ignoring C4_TEST_PARAM_CHECK=odd: odd length"), std::string::npos) << log;
+  EXPECT_NE(log.find("ignoring C4_TEST_PARAM_ZERO=1: out of range 0 or 64..128"), std::string::npos) << log;
+
+  // invalidParams: set by the C4_ name, fatal; by the NCCL alias, a warning.
+  setenv("C4_TEST_PARAM_CHOICE", "zz", 1);
+  unsetenv("C4_TEST_PARAM_ZERO");
+  unsetenv("C4_TEST_PARAM_CHECK");
+  unsetenv("C4_TEST_PARAM_INT");
+  setenv("NCCL_TEST_PARAM_INT", "-3", 1);
+  bool sawChoice = false, sawNccl = false;
+  for (const ParamIssue& i : invalidParams()) {
+    if (i.setBy == "C4_TEST_PARAM_CHOICE") {
+      sawChoice = true;
+      EXPECT_TRUE(i.fatal);
+      EXPECT_EQ(describe(i), "C4_TEST_PARAM_CHOICE=zz: expected one of a|bb|c (docs/params.md)");
+    }
+    if (i.setBy == "NCCL_TEST_PARAM_INT") {
+      sawNccl = true;
+      EXPECT_FALSE(i.fatal);
+    }
+  }
+  EXPECT_TRUE(sawChoice);
+  EXPECT_TRUE(sawNccl);
+  // The value in effect: parsed integers, the default for a refused value.
+  EXPECT_EQ(paramEffective(*pi), "7");
+  setenv("NCCL_TEST_PARAM_INT", "0x10", 1);
+  EXPECT_EQ(paramEffective(*pi), "16");
+  unsetenv("NCCL_TEST_PARAM_INT");
+  unsetenv("C4_TEST_PARAM_CHOICE");
+  EXPECT_EQ(paramEffective(*findParam("C4_TEST_PARAM_CHOICE")), "a");
+}
+
+// A refused C4_DEBUG is itself reported (the log level cannot be what hides it), without a
+// deadlock between the logger's first use and the parameter's warning.
+TEST(Params, RefusedLogLevelIsReported) {
+  std::string log = logOf([] {
+    setenv("C4_DEBUG", "LOUD", 1);
+    logReload();
+    EXPECT_FALSE(logEnabled(LogLevel::kWarn, kLogAll));
+    unsetenv("C4_DEBUG");
+  });
+  EXPECT_NE(log.find("ignoring C4_DEBUG=LOUD: expected VERSION, WARN, INFO, ABORT or TRACE"), std::string::npos) << log;
 }
 
 std::string slurp(const std::string& path) {

@@ -213,6 +213,25 @@ TEST(TopologyTest, NetlabRailSportMod) {
         << sport;
 }
 
+TEST(TopologyTest, NumberOutOfRangeIsAnErrorNotAnAbort) {
+  // nlohmann's out_of_range escaped the catch of parse_error and ended the process (found by
+  // fuzzing, tests/fuzz/regressions/topology).
+  Topology t;
+  c4::Status st = Topology::parse(R"({"version": 1, "links": [{"name": "a", "rate_bps": 1e999}]})", "t.json", &t);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("C4_TOPO_FILE t.json: not valid JSON"), std::string::npos) << st.message();
+}
+
+TEST(TopologyTest, NumbersOutOfRangeAreNamedNotCast) {
+  // The error named rate_bps through a cast to long long, undefined for -1e300 (found by fuzzing).
+  Topology t;
+  c4::Status st = Topology::parse(R"({"version": 1, "links": [{"name": "a", "rate_bps": -1e300}]})", "t.json", &t);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("rate_bps = -1e+300"), std::string::npos) << st.message();
+  st = Topology::parse(R"({"version": 1, "links": [{"name": "a", "rate_bps": 0}]})", "t.json", &t);
+  EXPECT_NE(st.message().find("rate_bps = 0 "), std::string::npos) << st.message();
+}
+
 TEST(TopologyTest, LoadFromFileAndMissingFile) {
   char dir[] = "/tmp/c4plan-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);

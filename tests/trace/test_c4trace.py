@@ -415,6 +415,38 @@ class C4TraceTool(unittest.TestCase):
         self.assertEqual(rc, 2)  # nothing readable is left
         self.assertIn("no readable", se)
 
+    def test_malformed_headers_are_trace_format_errors(self):
+        # What fuzzing the reader turned up (tests/fuzz/trace_fuzz.py, docs/fuzzing.md): each is rejected with
+        # fmt.TraceFormatError, a ValueError c4-trace prints in one line, or read; never another exception or a hang.
+        path = os.path.join(self.dir, "t.r0.c4t")
+        write_trace(path, 0, 2, [op(0, 1000, 64, 0)])
+        good = read_bytes(path)
+        fields = list(fmt.HEADER.unpack_from(good, 0))
+
+        def with_fields(**kw):
+            names = ["magic", "version", "hbytes", "ebytes", "rank", "nranks", "pid", "level", "reason", "first_index",
+                     "n_events", "valid_from", "total_events", "at0", "an0", "at1", "an1", "tpn"]
+            f = list(fields)
+            for k, v in kw.items():
+                f[names.index(k)] = v
+            return fmt.HEADER.pack(*f) + good[fmt.HEADER.size:]
+
+        # A clock of 5e-324 ticks/ns made times infinite: OverflowError.
+        with self.assertRaises(fmt.TraceFormatError):
+            fmt.TraceFile(path, with_fields(tpn=5e-324, an1=fields[14]))
+        with self.assertRaises(fmt.TraceFormatError):
+            fmt.TraceFile(path, with_fields(rank=2))
+        with self.assertRaises(fmt.TraceFormatError):
+            fmt.TraceFile(path, with_fields(n_events=1 << 60))
+        with self.assertRaises(fmt.TraceFormatError):
+            fmt.TraceFile(path, good[:100])
+        # 2^31 - 1 ranks: load walked every missing one (a hang); now it names the first 16.
+        write_bytes(path, with_fields(nranks=2**31 - 1))
+        start = time.time()
+        run = analysis.load(self.dir)
+        self.assertLess(time.time() - start, 5)
+        self.assertTrue(any("no file for rank(s) 1,2,3" in w for w in run.warnings), run.warnings)
+
     DEAD = dict(kind="dead_rank", reporter=0, ranks=[2], hosts=["h3"])
     STRAGGLER = dict(kind="noncomm_slow", reporter=0, ranks=[3], hosts=["h4"], seq=40, late_ms=250.4, confidence=0.9,
                      summary="rank 3 (host h4) is a straggler: it arrived last at 12 of the last 12 collectives",

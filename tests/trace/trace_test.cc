@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -649,6 +650,46 @@ TEST(TraceFiles, DefaultDirectoryIsPrivateRefusedOrPruned) {
       EXPECT_EQ(entries, 2) << "something was written into the refused base";
     }
   }
+}
+
+// Issue 22: a C4_TRACE_DIR that cannot be written used to be noticed only with C4_DEBUG=WARN. The
+// warning is now printed whatever the log level, once per directory; init still succeeds.
+TEST(TraceFiles, UnwritableDirectoryIsReportedWhateverTheLogLevel) {
+  const std::string dir = tempDir();
+  { std::ofstream(dir + "/a-file") << "x"; }
+  const std::string bad = dir + "/a-file/traces";  // under a regular file: cannot be made
+  char logPath[] = "/tmp/c4-trace-dir-log-XXXXXX";
+  int logFd = mkstemp(logPath);
+  ASSERT_GE(logFd, 0);
+  auto outs = c4test::runForked(2, [&](int rank, int n, const c4::UniqueId& id) {
+    Failures f;
+    unsetenv("C4_DEBUG");
+    c4::reloadLogConfig();
+    setenv("C4_TRACE_DIR", bad.c_str(), 1);
+    setenv("C4_TRACE", "op", 1);
+    dup2(logFd, 2);
+    c4::Comm* comm = nullptr;
+    c4::Comm* child = nullptr;
+    if (!c4::commInitRank(&comm, n, id, rank).isOk()) return Failures{"init failed"};
+    // A second communicator of the process: no second warning.
+    if (!c4::commSplit(comm, 0, rank, &child).isOk()) f.push_back("split failed");
+    if (child) must(c4::commDestroy(child), &f);
+    must(c4::commDestroy(comm), &f);
+    return f;
+  });
+  ASSERT_EQ(c4test::summarize(outs), "");
+  std::ifstream in(logPath);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string log = ss.str();
+  close(logFd);
+  unlink(logPath);
+  EXPECT_NE(log.find("cannot create directory " + bad), std::string::npos) << log;
+  size_t lines = 0;
+  for (size_t at = log.find("traces stay in memory"); at != std::string::npos;
+       at = log.find("traces stay in memory", at + 1))
+    ++lines;
+  EXPECT_EQ(lines, 2u) << "one warning per process (2 ranks, 2 communicators each):\n" << log;
 }
 
 }  // namespace

@@ -30,39 +30,6 @@
 
 namespace c4::transport {
 
-namespace tcpwire {
-
-namespace {
-void keyBytes(const uint64_t key[2], uint8_t out[16]) {
-  for (int i = 0; i < 8; ++i) {
-    out[i] = static_cast<uint8_t>(key[0] >> (8 * i));
-    out[8 + i] = static_cast<uint8_t>(key[1] >> (8 * i));
-  }
-}
-}  // namespace
-
-uint64_t handshakeMac(const uint64_t key[2], bool acceptor, const Hello& hello, uint64_t acceptorNonce) {
-  uint8_t k[16];
-  keyBytes(key, k);
-  SipHasher h(k);
-  const char* role = acceptor ? "c4tcp-acceptor" : "c4tcp-initiator";
-  h.update(role, strlen(role) + 1);
-  h.update(&hello, sizeof(hello));
-  h.update(&acceptorNonce, sizeof(acceptorNonce));
-  return h.finish();
-}
-
-uint64_t tagHash(const uint64_t key[2], const char* tag, size_t len) {
-  uint8_t k[16];
-  keyBytes(key, k);
-  SipHasher h(k);
-  h.update("c4tcp-tag", 10);
-  h.update(tag, len);
-  return h.finish();
-}
-
-}  // namespace tcpwire
-
 namespace {
 
 using detail::Fd;
@@ -82,8 +49,8 @@ constexpr size_t kRxBufBytes = 65536;
 constexpr size_t kBulkBytes = 32768;
 constexpr size_t kBulkLookahead = 256;
 constexpr int kMaxIov = 64;
-constexpr size_t kMaxReason = 1024;
-constexpr size_t kMaxAckEntries = 4096;
+using tcpwire::kMaxAckEntries;
+using tcpwire::kMaxReason;
 constexpr size_t kMaxLaterAcks = 64;        // deferred acknowledgements of eager pieces per lane
 constexpr size_t kAckBatch = 1;             // pieces acknowledged together within one burst of reading
 constexpr size_t kDetachBytes = 8u << 20;   // detachSend copies at most this much of a send
@@ -181,6 +148,15 @@ inline bool seenPiece(const std::vector<uint64_t>& bits, uint32_t piece) {
   return testBit(bits, piece);
 #endif
 }
+inline bool seenPiece(const tcpwire::PieceSet& seen, uint32_t piece) {
+#ifdef C4_TCP_MUTANT_DOUBLE_COUNT
+  (void)seen;
+  (void)piece;
+  return false;
+#else
+  return seen.has(piece);
+#endif
+}
 
 /// A frame queued on a lane: a piece of a SendOp, or a control frame (op null) with its payload.
 struct TxFrame {
@@ -205,7 +181,7 @@ struct UnexpMsg {
   OpSig sig;
   uint64_t total = 0;
   std::vector<std::unique_ptr<UnexpPiece>> pieces;
-  std::vector<uint64_t> bits;  // pieces received whole
+  tcpwire::PieceSet seen;  // pieces received whole
 };
 
 /// The connection state of one lane's socket (the Lane holds what others may read).
@@ -522,6 +498,7 @@ class TcpTransportImpl final : public TcpTransport {
  private:
   TcpConnection* conn(int peer);
   void onListener(int port);
+  void setListenerPaused(int port, bool paused);
   void onIncoming(uint64_t id, uint32_t ev);
   void dropIncoming(uint64_t id, const std::string& why);
   struct Incoming {
@@ -564,6 +541,9 @@ class TcpTransportImpl final : public TcpTransport {
   std::vector<SockAddr> portAddrs_;  // bound listen addresses (port i)
   std::vector<std::string> portNames_;
   std::vector<Fd> listeners_;
+  std::vector<detail::AcceptGuard> accepts_;  // per listener: paused out of file descriptors
+  std::vector<bool> listenerPaused_;          // left out of the epoll set until its guard resumes
+  bool anyListenerPaused_ = false;
   std::vector<SetupRecord> records_;
   std::vector<std::unique_ptr<TcpConnection>> conns_;
   uint64_t savedBytes_ = 0;  // protect(): bytes of released sends saved before a receive overwrote them
@@ -594,10 +574,7 @@ TcpConnection::TcpConnection(TcpTransportImpl* t, int peer, int nlanes) : t_(t),
 bool TcpConnection::initiator() const { return t_->rank() < peer_; }
 bool TcpConnection::acks() const { return t_->acks(); }
 
-uint32_t TcpConnection::piecesOf(size_t bytes) const {
-  const size_t piece = t_->pieceBytes();
-  return static_cast<uint32_t>(bytes == 0 ? 1 : (bytes + piece - 1) / piece);
-}
+uint32_t TcpConnection::piecesOf(size_t bytes) const { return tcpwire::piecesOf(bytes, t_->pieceBytes()); }
 
 std::string TcpConnection::peerText() const { return strFormat("rank %d (host %s)", peer_, t_->peerHost(peer_)); }
 
@@ -951,7 +928,7 @@ Status TcpConnection::peek(bool* ready, OpSig* sig, size_t* bytes) {
   // signature and size. A piece is in unexp_ once its header was read, or still in a lane's header
   // if that lane stopped reading for lack of room for unexpected data.
   auto it = unexp_.find(recvBase_);
-  if (it != unexp_.end() && (!it->second.pieces.empty() || !it->second.bits.empty())) {
+  if (it != unexp_.end() && (!it->second.pieces.empty() || it->second.seen.known)) {
     *sig = it->second.sig;
     *bytes = it->second.total;
     *ready = true;
@@ -1157,7 +1134,7 @@ void TcpConnection::dropUnexpPiece(uint64_t seq, UnexpPiece* p) {
     break;
   }
   // Whole pieces stay for the receive; an emptied entry of a completed message goes.
-  if (pieces.empty() && (seq < recvBase_ || it->second.bits.empty())) unexp_.erase(it);
+  if (pieces.empty() && (seq < recvBase_ || !it->second.seen.known)) unexp_.erase(it);
   needRx = true;
 }
 
@@ -1571,38 +1548,7 @@ void TcpConnection::flush(Sock& s) {
 }
 
 bool TcpConnection::startCtl(Sock& s) {
-  const FrameHdr& h = s.hdr;
-  size_t limit = 0;
-  switch (h.type) {
-    case tcpwire::kAbort:
-    case tcpwire::kRetire:
-      limit = kMaxReason;
-      break;
-    case tcpwire::kAck:
-      if (!acks()) {
-        fail(protocolError(s, "an acknowledgement, but the ranks agreed on C4_TCP_ACK=0"));
-        return false;
-      }
-      limit = kMaxAckEntries * sizeof(AckEntry);
-      if (h.bytes % sizeof(AckEntry) != 0) {
-        fail(protocolError(s, "acknowledgement of a partial entry"));
-        return false;
-      }
-      break;
-    case tcpwire::kPause:
-    case tcpwire::kResume:
-    case tcpwire::kPing:
-    case tcpwire::kPong:
-      limit = 0;
-      break;
-    default:
-      fail(protocolError(s, strFormat("unknown frame type 0x%08x", h.type)));
-      return false;
-  }
-  if (h.bytes > limit) {
-    fail(protocolError(s, strFormat("control frame 0x%08x of %u bytes (at most %zu)", h.type, h.bytes, limit)));
-    return false;
-  }
+  const FrameHdr& h = s.hdr;  // checked by startPiece (tcpwire::checkFrame)
   s.staging.resize(std::max<size_t>({s.staging.size(), h.bytes, 1}));
   s.dest = RxDest::kCtl;
   s.destPtr = s.staging.data();
@@ -1612,18 +1558,14 @@ bool TcpConnection::startCtl(Sock& s) {
 
 bool TcpConnection::startPiece(Sock& s) {
   const FrameHdr& h = s.hdr;
-  if (h.type != tcpwire::kData) return startCtl(s);
-  const size_t pb = t_->pieceBytes();
-  const bool shape =
-      h.total == 0 ? h.offset == 0 && h.bytes == 0
-                   : h.offset < h.total && h.offset % pb == 0 && h.bytes == std::min<uint64_t>(pb, h.total - h.offset);
-  if (!shape) {
-    fail(protocolError(s, strFormat("piece [%llu, +%u) of a %llu-byte message is not one of its %zu-byte pieces",
-                                    static_cast<unsigned long long>(h.offset), h.bytes,
-                                    static_cast<unsigned long long>(h.total), pb)));
+  uint32_t piece = 0;
+  Status bad = tcpwire::checkFrame(h, tcpwire::FrameRules{t_->pieceBytes(), acks()}, &piece);
+  if (!bad.isOk()) {
+    fail(protocolError(s, bad.message()));
     return false;
   }
-  s.piece = static_cast<uint32_t>(h.offset / pb);
+  if (h.type != tcpwire::kData) return startCtl(s);
+  s.piece = piece;
   s.destGot = 0;
   s.unexp = nullptr;
   auto discard = [&] {
@@ -1666,7 +1608,7 @@ bool TcpConnection::startPiece(Sock& s) {
     return true;
   }
   auto found = unexp_.find(h.seq);
-  if (found != unexp_.end() && !found->second.bits.empty() && seenPiece(found->second.bits, s.piece)) return discard();
+  if (found != unexp_.end() && found->second.seen.known && seenPiece(found->second.seen, s.piece)) return discard();
   // The receive of the next message is often about to be posted: an in-place collective posts it
   // once the acknowledgement of an earlier send from the same buffer arrives, maybe on another lane
   // this very round. A large piece waits a moment in the socket (this lane is read again at the
@@ -1696,10 +1638,10 @@ bool TcpConnection::startPiece(Sock& s) {
     return false;
   }
   UnexpMsg& m = unexp_[h.seq];
-  if (m.bits.empty()) {
+  if (!m.seen.known) {
     m.sig = h.sig;
     m.total = h.total;
-    m.bits.assign((piecesOf(h.total) + 63) / 64, 0);
+    m.seen.known = true;
   } else if (!sameSig(h.sig, m.sig) || m.total != h.total) {
     fail(protocolError(s, strFormat("pieces of message %llu disagree on its signature (%s, %llu bytes, offset %llu vs "
                                     "%s, %llu bytes; receives posted up to %llu)",
@@ -1862,10 +1804,10 @@ void TcpConnection::finishPiece(Sock& s) {
     const uint64_t idx = h.seq - recvBase_;
     if (idx >= recvs_.size()) {
       UnexpMsg& m = unexp_[h.seq];
-      if (seenPiece(m.bits, piece))
+      if (seenPiece(m.seen, piece))
         dropUnexpPiece(h.seq, p);
       else
-        setBit(m.bits, piece);
+        m.seen.add(piece);
       return;
     }
     // The receive was posted while this piece was being read: hand it over now.
@@ -1975,7 +1917,7 @@ void TcpConnection::onReadable(Sock& s) {
     if (s.hsHave < want) return;
     tcpwire::Challenge ch;
     memcpy(&ch, s.hsIn, sizeof(ch));
-    if (ch.magic != tcpwire::kChallengeMagic || ch.mac != tcpwire::handshakeMac(t_->key_, true, s.hello, ch.nonce)) {
+    if (!tcpwire::challengeValid(t_->key_, s.hello, ch)) {
       Status st = makeError(Code::kRemoteError,
                             "tcp: %s failed to prove the communicator key on lane %d (impostor or stale endpoint at "
                             "%s); refusing it",
@@ -2420,7 +2362,8 @@ Status TcpTransportImpl::setup(Oob* oob) {
         name = s;
       } else {
         detail::NetIf nif;
-        Status st = detail::chooseInterface(s.empty() ? paramSocketIfname() : s, nullptr, &nif);
+        Status st = detail::chooseInterface(s.empty() ? paramSocketIfname() : s, nullptr, &nif,
+                                            s.empty() ? kC4ParamSocketIfname.setBy() : "C4_TCP_PORTS");
         if (!st.isOk()) {
           local = makeError(st.code(), "tcp: rank %d: NIC port '%s': %s", rank_, s.c_str(), st.message().c_str());
           break;
@@ -2445,6 +2388,8 @@ Status TcpTransportImpl::setup(Oob* oob) {
         break;
       }
       listeners_.push_back(std::move(lfd));
+      accepts_.emplace_back(strFormat("tcp: rank %d: listener %s", rank_, bound.toString().c_str()));
+      listenerPaused_.push_back(false);
       portAddrs_.push_back(bound);
       portNames_.push_back(name);
     }
@@ -2500,17 +2445,33 @@ Status TcpTransportImpl::setup(Oob* oob) {
   return Status::ok();
 }
 
+void TcpTransportImpl::setListenerPaused(int port, bool paused) {
+  const size_t i = static_cast<size_t>(port);
+  epoll_event e{};
+  e.events = paused ? 0u : static_cast<uint32_t>(EPOLLIN);
+  e.data.u64 = kTagListener | i;
+  if (epoll_ctl(ep_.get(), EPOLL_CTL_MOD, listeners_[i].get(), &e) != 0) return;
+  listenerPaused_[i] = paused;
+  anyListenerPaused_ = std::find(listenerPaused_.begin(), listenerPaused_.end(), true) != listenerPaused_.end();
+}
+
 void TcpTransportImpl::onListener(int port) {
+  detail::AcceptGuard& guard = accepts_[static_cast<size_t>(port)];
   for (int k = 0; k < 64; ++k) {
     Fd fd;
     SockAddr remote;
-    Status st = detail::acceptSocket(listeners_[static_cast<size_t>(port)].get(), &fd, &remote);
+    Status st = guard.accept(listeners_[static_cast<size_t>(port)].get(), &fd, &remote);
     if (!st.isOk()) {
       C4_WARN(kLogNet, "tcp: rank %d: accept on %s: %s", rank_,
               portAddrs_[static_cast<size_t>(port)].toString().c_str(), st.message().c_str());
       return;
     }
-    if (!fd.valid()) return;
+    if (!fd.valid()) {
+      // Out of file descriptors: the listener stays readable; leave it out of the epoll set (a
+      // thread blocked on waitFd() would spin) until the guard's pause ends (progress()).
+      if (guard.paused(nowMs())) setListenerPaused(port, true);
+      return;
+    }
     tuneSocket(fd.get());
     uint64_t id = nextIncoming_++;
     Incoming& in = incoming_[id];
@@ -2568,27 +2529,8 @@ bool TcpTransportImpl::incomingStep(Incoming& in, std::string* why, bool* done) 
   if (in.stage == 0) {
     memcpy(&in.hello, in.in, sizeof(in.hello));
     const tcpwire::Hello& h = in.hello;
-    if (h.magic == tcpwire::kProbeMagic) {
-      in.probe = true;
-      *why = strFormat("liveness probe from rank %d", h.from);
-      return false;
-    }
-    if (h.magic != tcpwire::kHelloMagic) {
-      *why = "not a c4comm tcp lane (bad magic)";
-      return false;
-    }
-    if (h.version != tcpwire::kVersion) {
-      *why = strFormat("protocol version %u, this rank speaks %u", h.version, tcpwire::kVersion);
-      return false;
-    }
-    if (h.tagHash != tagHash_) {
-      *why = "for another communicator (or a different key)";
-      return false;
-    }
-    if (h.to != rank_ || h.from < 0 || h.from >= rank_ || h.lane < 0 || h.lane > kMaxLaneIndex || h.nlanes != nlanes_) {
-      *why = strFormat("bad lane identity (from rank %d to rank %d, lane %d of %d)", h.from, h.to, h.lane, h.nlanes);
-      return false;
-    }
+    *why = tcpwire::checkHello(h, tcpwire::HelloExpect{tagHash_, rank_, nlanes_, kMaxLaneIndex}, &in.probe);
+    if (!why->empty()) return false;
     in.nonce = randomU64();
     tcpwire::Challenge ch{tcpwire::kChallengeMagic, 0, in.nonce, tcpwire::handshakeMac(key_, true, h, in.nonce)};
     in.out.assign(reinterpret_cast<const char*>(&ch), sizeof(ch));
@@ -2597,7 +2539,7 @@ bool TcpTransportImpl::incomingStep(Incoming& in, std::string* why, bool* done) 
   }
   tcpwire::Proof pr;
   memcpy(&pr, in.in, sizeof(pr));
-  if (pr.magic != tcpwire::kProofMagic || pr.mac != tcpwire::handshakeMac(key_, false, in.hello, in.nonce)) {
+  if (!tcpwire::proofValid(key_, in.hello, in.nonce, pr)) {
     *why = strFormat("failed the proof of the communicator key (claims rank %d lane %d)", in.hello.from, in.hello.lane);
     return false;
   }
@@ -2672,6 +2614,9 @@ Status TcpTransportImpl::progress() {
   }
 
   const int64_t now = nowMs();
+  if (anyListenerPaused_)
+    for (size_t i = 0; i < listeners_.size(); ++i)
+      if (listenerPaused_[i] && !accepts_[i].paused(now)) setListenerPaused(static_cast<int>(i), false);
   if (now - lastCheckMs_ >= kCheckEveryMs) {
     lastCheckMs_ = now;
     for (size_t i = 0; i < active_.size(); ++i) active_[i]->check(now);

@@ -1,11 +1,17 @@
-// Wire format of the tcp transport (see docs/tcp-transport.md). Shared with its tests, which
-// impersonate peers. Fields are in host byte order: every rank of a communicator must share the
-// byte order (checked by the magic numbers).
+// Wire format of the tcp transport (see docs/tcp-transport.md) and the pure checks of what arrives
+// (tcp_wire.cc): the handshake's messages and each frame header. Shared with its tests, which
+// impersonate peers, and with the fuzz targets (tests/fuzz), which run exactly these checks.
+// Fields are in host byte order: every rank of a communicator must share the byte order (checked
+// by the magic numbers).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
+#include "c4comm/status.hpp"
 #include "common/opsig.hpp"
 
 namespace c4::transport::tcpwire {
@@ -88,5 +94,51 @@ static_assert(sizeof(FrameHdr) == 64, "wire layout");
 uint64_t handshakeMac(const uint64_t key[2], bool acceptor, const Hello& hello, uint64_t acceptorNonce);
 /// SipHash-2-4 of the communicator tag under the key (the hello's tagHash).
 uint64_t tagHash(const uint64_t key[2], const char* tag, size_t len);
+
+/// Longest reason text of a kAbort or kRetire frame, and most entries of one kAck frame.
+constexpr size_t kMaxReason = 1024;
+constexpr size_t kMaxAckEntries = 4096;
+
+/// What the acceptor of a lane expects of its Hello.
+struct HelloExpect {
+  uint64_t tagHash;  // of its communicator
+  int32_t rank;      // its own rank (lanes come from lower ranks)
+  int32_t nlanes;    // C4_LANES
+  int32_t maxLane;   // highest lane index
+};
+/// The acceptor's check of a Hello: "" if it opens a lane, else why the connection is dropped. A
+/// liveness probe (kProbeMagic) sets *probe (it is dropped quietly).
+std::string checkHello(const Hello& h, const HelloExpect& expect, bool* probe);
+/// The initiator's check of the acceptor's Challenge to its `hello`: magic and proof of the key.
+bool challengeValid(const uint64_t key[2], const Hello& hello, const Challenge& ch);
+/// The acceptor's check of the initiator's Proof over (hello, the acceptor's nonce).
+bool proofValid(const uint64_t key[2], const Hello& hello, uint64_t acceptorNonce, const Proof& pr);
+
+/// How this rank reads frames (agreed by every rank at setup).
+struct FrameRules {
+  size_t pieceBytes;  // C4_TCP_PIECE_BYTES (a multiple of 4 KiB)
+  bool acks;          // C4_TCP_ACK
+};
+/// Pieces of a message of `total` bytes (at least 1: an empty message has one empty piece), or 0
+/// when there would be more than UINT32_MAX (checkFrame refuses such messages).
+uint32_t piecesOf(uint64_t total, size_t pieceBytes);
+/// The pieces of a message received whole before its receive was posted. A sorted list, so that
+/// its memory follows the pieces that arrived: a bitmap sized by the total a header announces let
+/// one 64-byte header make the receiver allocate up to 512 MiB (found by fuzzing).
+struct PieceSet {
+  bool known = false;           // a piece of the message arrived: its signature and size are set
+  std::vector<uint32_t> whole;  // ascending
+  bool has(uint32_t piece) const { return std::binary_search(whole.begin(), whole.end(), piece); }
+  void add(uint32_t piece) {
+    auto it = std::lower_bound(whole.begin(), whole.end(), piece);
+    if (it == whole.end() || *it != piece) whole.insert(it, piece);
+  }
+};
+
+/// The check of a frame header before its payload is read: a data piece must be one of the at
+/// most UINT32_MAX pieces of its message (*piece gets its index); a control frame must be of a
+/// known type, allowed and no longer than its type allows. The error is the protocol violation,
+/// in words.
+Status checkFrame(const FrameHdr& h, const FrameRules& rules, uint32_t* piece);
 
 }  // namespace c4::transport::tcpwire

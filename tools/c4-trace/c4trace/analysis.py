@@ -1,5 +1,6 @@
 """Merging the ranks of a run and computing the report's tables."""
 import collections
+import itertools
 import json
 import math
 import os
@@ -86,7 +87,13 @@ def load(root, progress=None):
         raise ValueError("%s: no readable c4comm trace files (%s)" % (root, "; ".join(files[:3])))
     if progress is None:
         progress = total > 200_000 and os.isatty(2)
-    bar = fmt.Progress(total, "merging %d files" % len(paths), progress)
+    return merge(files, progress)
+
+
+def merge(files, progress=False):
+    """The run of `files`: TraceFile objects, or the message of a file that could not be read (a warning)."""
+    total = sum(f.n_events for f in files if isinstance(f, fmt.TraceFile))
+    bar = fmt.Progress(total, "merging %d files" % len(files), progress)
     run = Run()
     for f in files:
         if isinstance(f, str):
@@ -108,9 +115,10 @@ def load(root, progress=None):
         bar.add(f.n_events)
     bar.close()
     for c in run.comms.values():
-        missing = [r for r in range(c.nranks) if r not in c.files]
+        # The first 16 missing ranks, without walking all of them (a file may claim 2^31 - 1 ranks).
+        missing = list(itertools.islice((r for r in range(c.nranks) if r not in c.files), 16))
         if missing:
-            run.warnings.append("comm %s: no file for rank(s) %s" % (c.tag, ",".join(map(str, missing[:16]))))
+            run.warnings.append("comm %s: no file for rank(s) %s" % (c.tag, ",".join(map(str, missing))))
         fill_untimed_ends(c)
     return run
 

@@ -3,6 +3,7 @@
 Version 2 (data path v2): a step's Event::lane is the lane it went over (255: striped over several),
 the last byte of the event is the index of its transport, and the header's last 24 bytes name the
 transports ("shm,tcp"). In version 1 the lane byte held the transport (0 shm, 1 tcp)."""
+import math
 import os
 import struct
 import sys
@@ -49,31 +50,42 @@ def _cstr(b):
     return b.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
+class TraceFormatError(ValueError):
+    """A file that is not a readable c4comm trace: too short, not a trace, a version this c4-trace does not read,
+    truncated, or header fields out of range. The message names the file and what is wrong in one line; c4-trace
+    skips such a file with a warning (and fails with that line when no file is left). The reader raises nothing else
+    for a file's content (tests/fuzz/trace_fuzz.py checks it)."""
+
+
 class TraceFile:
     """One rank's file of one communicator: header fields, events converted to aligned ns."""
 
-    def __init__(self, path):
+    def __init__(self, path, data=None):
+        """Reads the file at path, or, with data (bytes), that content under the name path."""
         self.path = path
-        with open(path, "rb") as f:
-            data = f.read()
+        if data is None:
+            with open(path, "rb") as f:
+                data = f.read()
         if len(data) < HEADER.size:
-            raise ValueError("%s: too short for a c4comm trace (%d bytes)" % (path, len(data)))
+            raise TraceFormatError("%s: too short for a c4comm trace (%d bytes)" % (path, len(data)))
         h = HEADER.unpack_from(data, 0)
         (magic, version, hbytes, ebytes, self.rank, self.nranks, self.pid, self.level, self.reason,
          self.first_index, self.n_events, self.valid_from, self.total_events, at0, an0, at1, an1, tpn,
          self.realtime_ns0, o0, r0, a0, o1, r1, a1, nclock, names_bytes, tag, name, host, tail) = h
         if magic != MAGIC:
-            raise ValueError("%s: not a c4comm trace (bad magic)" % path)
+            raise TraceFormatError("%s: not a c4comm trace (bad magic)" % path)
         if version not in READS or hbytes != HEADER.size or ebytes != EVENT.size:
-            raise ValueError("%s: trace format version %d (header %d, event %d bytes); this c4-trace reads "
-                             "versions %s" % (path, version, hbytes, ebytes, ", ".join(str(v) for v in READS)))
+            raise TraceFormatError("%s: trace format version %d (header %d, event %d bytes); this c4-trace reads "
+                                   "versions %s" % (path, version, hbytes, ebytes, ", ".join(str(v) for v in READS)))
+        if not 0 <= self.rank < self.nranks:
+            raise TraceFormatError("%s: rank %d of %d ranks" % (path, self.rank, self.nranks))
         self.version = version
         names = _cstr(tail) if version >= 2 else ""
         self.transports = names.split(",") if names else list(LANES)
         self.tag, self.name, self.host = _cstr(tag), _cstr(name), _cstr(host)
         end = HEADER.size + self.n_events * EVENT.size
         if len(data) < end + names_bytes:
-            raise ValueError("%s: truncated (%d events announced)" % (path, self.n_events))
+            raise TraceFormatError("%s: truncated (%d events announced)" % (path, self.n_events))
         self.names = data[end:end + names_bytes]
         self.clock = [(o0, r0, a0), (o1, r1, a1)][:nclock]
         # Ticks -> ns: the file's two anchors give a long baseline; else the process calibration.
@@ -81,6 +93,9 @@ class TraceFile:
             self.ticks_per_ns = (at1 - at0) / (an1 - an0)
         else:
             self.ticks_per_ns = tpn if tpn > 0 else 1.0
+        # Converted times must stay finite: a clock of 1e-9 .. 1e9 ticks per ns covers every real one.
+        if not (math.isfinite(self.ticks_per_ns) and 1e-9 <= self.ticks_per_ns <= 1e9):
+            raise TraceFormatError("%s: clock rate %r ticks per ns" % (path, self.ticks_per_ns))
         self.anchor_ticks, self.anchor_ns = at0, an0
         self._raw = memoryview(data)[HEADER.size:end]
         self.dropped = self.total_events - self.n_events

@@ -1,0 +1,46 @@
+// C4D's heartbeat as it arrives from a peer over the bootstrap's side channel (core/health.cc,
+// docs/c4d.md): one JSON object. parseHeartbeat is the pure reading of those bytes; the health
+// monitor applies the result. It depends on c4_common, core/diagnose.hpp's types and nlohmann-json
+// only, so the fuzz target (tests/fuzz) runs exactly this code.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "c4comm/c4comm.hpp"
+#include "c4comm/status.hpp"
+#include "core/diagnose.hpp"
+
+namespace c4 {
+
+/// What one heartbeat says, its times converted to the receiver's clock.
+struct Heartbeat {
+  bool bye = false;                ///< the peer leaves in order (destroy, abort); nothing below is set
+  uint64_t entered = 0, left = 0;  ///< collective seq + 1 it entered / left last
+  int64_t enteredAtNs = 0, leftAtNs = 0;
+  bool inP2p = false;
+  int64_t stalledAtNs = 0;  ///< since when its running operation made no progress (0: it does not)
+  std::vector<int> waitingOn, stuckTo;
+  bool hasFailed = false;
+  std::string failed;  ///< why its communicator failed
+  struct Op {
+    uint64_t seq;
+    int64_t enterNs;  ///< when it entered collective `seq`
+    int64_t gapNs;    ///< its time outside c4comm before it (-1: unknown)
+  };
+  std::vector<Op> ops;  ///< to the reporter: arrivals at recent collectives
+  bool hasRates = false;
+  std::vector<PeerRate> rates;  ///< to the reporter: its network peers' receive rates
+  bool hasDiag = false;
+  Diagnosis diag;        ///< a diagnosis it made (every rank adopts it)
+  bool failing = false;  ///< with the diagnosis: its communicator fails of it
+};
+
+/// Reads a heartbeat of rank `from` that arrived at `nowNs`. *heard says whether it is a heartbeat
+/// at all (a JSON object of version 1: the peer is alive even if a field is malformed). Fails when
+/// it is not one, or with the reason when a field is malformed; then `out` is unspecified.
+Status parseHeartbeat(const char* data, size_t bytes, int from, int64_t nowNs, Heartbeat* out, bool* heard);
+
+}  // namespace c4
