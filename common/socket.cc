@@ -15,6 +15,7 @@
 #include <climits>
 #include <cstring>
 #include <ctime>
+#include <memory>
 
 #include "common/logging.hpp"
 #include "common/status.hpp"
@@ -198,6 +199,8 @@ std::vector<NetIf> listInterfaces(int* err) {
     if (err) *err = errno;
     return out;
   }
+  // Released however this returns (the vector's growth may throw).
+  std::unique_ptr<ifaddrs, void (*)(ifaddrs*)> owner(ifs, freeifaddrs);
   for (ifaddrs* i = ifs; i; i = i->ifa_next) {
     if (!i->ifa_addr || !(i->ifa_flags & IFF_UP)) continue;
     int fam = i->ifa_addr->sa_family;
@@ -216,7 +219,6 @@ std::vector<NetIf> listInterfaces(int* err) {
     }
     out.push_back(n);
   }
-  freeifaddrs(ifs);
   return out;
 }
 

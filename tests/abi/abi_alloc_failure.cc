@@ -31,10 +31,37 @@ void* operator new(size_t n) {
   return p;
 }
 void* operator new[](size_t n) { return operator new(n); }
+// Every other form too, so that each allocation and its release go through the same pair (ASan
+// checks that they match).
+void* operator new(size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return operator new(n);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new[](size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
+void* operator new(size_t n, std::align_val_t a) {
+  if (tFailAt > 0 && ++tAllocs == tFailAt) {
+    tFailed = true;
+    throw std::bad_alloc();
+  }
+  const size_t al = static_cast<size_t>(a);
+  void* p = aligned_alloc(al, (n + al - 1) / al * al);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+void* operator new[](size_t n, std::align_val_t a) { return operator new(n, a); }
 void operator delete(void* p) noexcept { free(p); }
 void operator delete[](void* p) noexcept { free(p); }
 void operator delete(void* p, size_t) noexcept { free(p); }
 void operator delete[](void* p, size_t) noexcept { free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { free(p); }
+void operator delete(void* p, size_t, std::align_val_t) noexcept { free(p); }
+void operator delete[](void* p, size_t, std::align_val_t) noexcept { free(p); }
 
 namespace {
 
