@@ -7,7 +7,8 @@ pkgs=(build-essential cmake pkg-config python3 libgtest-dev libgmock-dev libbenc
       nlohmann-json3-dev libglpk-dev  # C4P: the topology file; the planner tests' LP bound
       python3-torch libtorch-dev pybind11-dev python3-pytest  # the torch backend (bindings/torch)
       chromium  # the c4-trace report's screenshot test (tests/trace)
-      clang libclang-rt-dev python3-venv)  # the fuzz targets (scripts/fuzz.sh): libFuzzer; atheris's venv
+      clang libclang-rt-dev python3-venv  # the fuzz targets (scripts/fuzz.sh): libFuzzer; atheris's venv
+      libucx-dev ucx-utils)  # the ucx transport (transports/ucx) and ucx_perftest beside it (bench/ucx)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

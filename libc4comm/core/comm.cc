@@ -353,9 +353,12 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   std::vector<const transport::TransportEntry*> chosen;
   C4_CHECK(chooseTransports(paramTransport(), &chosen));
   const bool listed = paramTransport() != "auto";
+  bool haveNetwork = false;
   for (const transport::TransportEntry* e : chosen) {
-    // Automatically, a network transport is only worth its setup when some rank is elsewhere.
-    if (!listed && !e->sameHostOnly && (n == 1 || hosts.size() == 1)) continue;
+    // Automatically, a network transport is only worth its setup when some rank is elsewhere, and
+    // only the first (in order of preference): it reaches every rank, so no peer would use another.
+    if (!listed && !e->sameHostOnly && (n == 1 || hosts.size() == 1 || haveNetwork)) continue;
+    haveNetwork |= !e->sameHostOnly;
     std::unique_ptr<transport::Transport> t;
     C4_CHECK(e->create(ctx, &t));
     transports.push_back(std::move(t));

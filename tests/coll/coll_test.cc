@@ -153,6 +153,36 @@ INSTANTIATE_TEST_SUITE_P(Tcp, TcpMatrix,
                            return std::string(std::get<1>(i.param).name) + "_np" + std::to_string(std::get<0>(i.param));
                          });
 
+#ifdef C4_TEST_UCX
+/// The ucx transport (issue 18): every rank over UCX ("ucx"), and two emulated hosts with shm
+/// within and ucx between them ("mixed").
+class UcxMatrix : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(UcxMatrix, AllCollectivesTypesOpsCounts) {
+  const int n = std::get<0>(GetParam());
+  const bool mixed = std::get<1>(GetParam());
+  setenv("C4_TRANSPORT", mixed ? "shm,ucx" : "ucx", 1);
+  MatrixOptions opt;
+  opt.counts = {0, 1, 1009, 70001};
+  opt.bigBytes = 1u << 20;
+  opt.allTypesForMovement = false;
+  opt.trimmedIfQuick();
+  auto outs = runForked(n, [&](int r, int nr, const c4::UniqueId& id) {
+    if (mixed) setenv("C4_HOSTID", r < (nr + 1) / 2 ? "0x7c4a" : "0x7c4b", 1);
+    return matrixBody(r, nr, id, opt);
+  });
+  unsetenv("C4_TRANSPORT");
+  std::string s = summarize(outs);
+  EXPECT_TRUE(s.empty()) << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ucx, UcxMatrix, ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<int, bool>>& i) {
+                           return std::string(std::get<1>(i.param) ? "mixed" : "ucx") + "_np" +
+                                  std::to_string(std::get<0>(i.param));
+                         });
+#endif
+
 /// Buffers from c4::memAlloc: the zero-copy path on every eligible call ("all": every rank's
 /// buffers shareable; the trace must show each of those calls zero-copy), and the fall back to
 /// messages when only some ranks' are ("some": the trace must show none). One-shot is off so

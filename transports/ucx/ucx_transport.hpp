@@ -1,0 +1,36 @@
+// UCX transport (issue 18): every peer over UCP tagged messages, on whatever UCX chooses between the
+// two ranks (shared memory, tcp, RDMA verbs on a cluster). Built when Debian's libucx-dev is found;
+// selected with C4_TRANSPORT=ucx (docs/ucx-transport.md).
+//
+// One UCP context and worker per communicator and rank, in single-thread mode: the thread that
+// drives the communicator drives the worker (progress()). Worker addresses travel over the
+// bootstrap's authenticated allGather; endpoints open on first use, with peer-failure handling.
+// A message of up to C4_UCX_INLINE_BYTES goes as one tagged message carrying a header (OpSig, size)
+// and the payload, copied; a larger one as a header message and a payload message sent zero-copy
+// from the caller's buffer (with its memory handle where ncclCommRegister registered it). Tags
+// carry the sender's rank and a per-direction sequence number, so matching needs no ordering
+// guarantee from UCX; the receiver checks every header against the receive it posted.
+#pragma once
+
+#include <memory>
+
+#include "c4comm/status.hpp"
+#include "common/params.hpp"
+#include "transports/transport.hpp"
+
+namespace c4::transport {
+
+C4_PARAM_INT(UcxInlineBytes, "C4_UCX_INLINE_BYTES", nullptr, 16384, 0, int64_t{1} << 20, kParamSameOnAllRanks,
+             "ucx: messages up to this size travel as one tagged message with their header (copied); larger ones "
+             "as a header message and a zero-copy payload message")
+
+C4_PARAM_INT(UcxPeerFailure, "C4_UCX_PEER_FAILURE", nullptr, 1, 0, 1, kParamSameOnAllRanks,
+             "ucx: 1 = endpoints handle peer failure (UCP_ERR_HANDLING_MODE_PEER): a dead peer fails the "
+             "requests with it at once, but UCX 1.13 then uses tcp even between ranks of one host; 0 = UCX's fastest "
+             "transports (shared memory within a host), and a dead peer is found by C4D and C4_TIMEOUT instead")
+
+/// Creates the ucx transport for ctx.rank. Collective: one allGather of the worker addresses over
+/// ctx.oob. Blocking (setup only). Fails with a clear error if UCX cannot be initialized.
+Status createUcxTransport(const Context& ctx, std::unique_ptr<Transport>* out);
+
+}  // namespace c4::transport
