@@ -237,7 +237,9 @@ TEST(C4D, RankArrivingLateIsAStragglerNotAHang) {
         if (!seen) f.push_back("no noncomm_slow naming rank 1 after 120 collectives");
         for (const auto& d : ds) {
           if (d.kind != "noncomm_slow") f.push_back("unexpected " + d.kind + ": " + d.summary);
-          if (d.kind == "noncomm_slow" && (d.lateMs < 100 || d.lateMs > 400))
+          // A rank that sleeps 150 ms wakes later on a loaded 2-core CI machine (3 ranks and another
+          // test side by side): 582 ms was measured once there. Still a straggler, and far from 0.
+          if (d.kind == "noncomm_slow" && (d.lateMs < 100 || d.lateMs > 1000))
             f.push_back("late by " + std::to_string(d.lateMs) + " ms, not about 150: " + d.summary);
         }
         (void)c4::commDestroy(comm);
