@@ -140,6 +140,11 @@ class AcceptGuard {
   bool paused(int64_t nowMs) const { return nowMs < resumeAtMs_; }
   /// When the pause ends (0: not paused); a poll timeout should not outlast it.
   int64_t resumeAtMs() const { return resumeAtMs_; }
+  /// In an episode and no longer paused: the owner calls accept() again even if the listener is not
+  /// readable. accept(2) takes a descriptor before it looks at the queue, so EMFILE does not mean a
+  /// connection is waiting; without the retry an episode whose last failure met an empty queue would
+  /// never see the queue empty without failing, and its end would go unreported.
+  bool retryDue(int64_t nowMs) const { return failing_ && !paused(nowMs); }
   /// A connection was dropped because `limit` (a description: "4096 connections pending") is
   /// reached; logged like the failures.
   void limitReached(const std::string& limit);

@@ -381,7 +381,7 @@ void rootMain(std::unique_ptr<Root> root) {
       registered[r.rank] = std::move(conn);
       if (++arrived == nranks) done = true;
     }
-    if (!done && rc > 0 && (pfds[0].revents & POLLIN)) {
+    if (!done && ((rc > 0 && (pfds[0].revents & POLLIN)) || accepts.retryDue(t))) {
       accepted.clear();
       acceptPending(root->listen.get(), root->handshakeMs, &accepted, &accepts, who);
       for (auto& a : accepted) {
@@ -858,7 +858,8 @@ void Bootstrap::Impl::progressMain() {
              strFormat("rank %d asked for role %s, which this rank does not serve to it", peer, roleName(c.req.role)));
       }
     }
-    if (pfds[1].revents & POLLIN) acceptPending(listen.get(), handshakeMs, &hs, &accepts, who.c_str());
+    if ((pfds[1].revents & POLLIN) || accepts.retryDue(nowMs()))
+      acceptPending(listen.get(), handshakeMs, &hs, &accepts, who.c_str());
   }
 }
 

@@ -299,6 +299,7 @@ struct HealthMonitor::Peer {
   int sendSkip = 0;          // heartbeats to skip after a failed send
   uint64_t opsSentUpTo = 0;  // reporter: ops history sent so far (seq + 1)
   std::string diagJson;      // the last diagnosis it sent with its failure
+  HeartbeatDelay delay;      // takes its heartbeats' delivery delays out of their times
 };
 
 HealthMonitor::HealthMonitor(Comm* comm) : comm_(comm) {}
@@ -496,6 +497,7 @@ void HealthMonitor::sendHeartbeats(int64_t now) {
     const RankView me = viewOf(comm_->rank, now);
     base["v"] = 1;
     base["hb"] = ++hbSeq_;
+    base["t"] = now / 1000;  // sent at (us, this rank's clock): the receiver takes delivery delays out
     base["e"] = me.entered;
     base["ea"] = me.enteredAgoMs;
     base["l"] = me.left;
@@ -586,6 +588,7 @@ void HealthMonitor::receive(int64_t now, bool failing) {
       p.v.leftInOrder = true;
       continue;
     }
+    p.delay.align(now, &hb);
     p.v.entered = hb.entered;
     p.v.left = hb.left;
     p.enteredAtNs = hb.enteredAtNs;

@@ -1,5 +1,6 @@
 #include "core/heartbeat_wire.hpp"
 
+#include <algorithm>
 #include <exception>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -101,6 +102,11 @@ Status parseHeartbeat(const char* data, size_t bytes, int from, int64_t nowNs, H
     h.enteredAtNs = nowNs - ageField(j, "ea", kMaxAgeMs) * 1000000;
     h.leftAtNs = nowNs - ageField(j, "la", kMaxAgeMs) * 1000000;
     h.inP2p = j.value("p2p", false);
+    if (j.contains("t")) {
+      const int64_t t = integer<int64_t>(j["t"], "t");
+      if (t < 0 || t > kMaxAgeUs) throw Malformed("\"t\" is out of range: " + j["t"].dump());
+      h.sentNs = t * 1000;
+    }
     const int64_t st = ageField(j, "st", kMaxAgeMs);
     h.stalledAtNs = st > 0 ? nowNs - st * 1000000 : 0;
     h.waitingOn = ranks(j, "w");
@@ -162,6 +168,27 @@ Status parseHeartbeat(const char* data, size_t bytes, int from, int64_t nowNs, H
     return makeError(Code::kRemoteError, "%s", e.what());
   }
   return Status::ok();
+}
+
+int64_t HeartbeatDelay::align(int64_t arrivedNs, Heartbeat* hb) {
+  if (hb->sentNs < 0) return 0;
+  if (arrivedNs - windowStartNs_ >= windowNs_) {  // a new window: the floor follows clock drift
+    leastBefore_ = least_;
+    least_ = INT64_MAX;
+    windowStartNs_ = arrivedNs;
+  }
+  const int64_t lag = arrivedNs - hb->sentNs;  // clock offset + this heartbeat's delay
+  least_ = std::min(least_, lag);
+  const int64_t extra = lag - std::min(least_, leastBefore_);
+  if (extra <= 0) return 0;
+  auto shift = [extra](int64_t* t) {
+    if (*t != 0) *t -= extra;
+  };
+  shift(&hb->enteredAtNs);
+  shift(&hb->leftAtNs);
+  shift(&hb->stalledAtNs);
+  for (Heartbeat::Op& op : hb->ops) op.enterNs -= extra;
+  return extra;
 }
 
 }  // namespace c4

@@ -36,11 +36,33 @@ struct Heartbeat {
   bool hasDiag = false;
   Diagnosis diag;        ///< a diagnosis it made (every rank adopts it)
   bool failing = false;  ///< with the diagnosis: its communicator fails of it
+  int64_t sentNs = -1;   ///< when it was sent, in the sender's clock (-1: the sender did not say)
 };
 
 /// Reads a heartbeat of rank `from` that arrived at `nowNs`. *heard says whether it is a heartbeat
 /// at all (a JSON object of version 1: the peer is alive even if a field is malformed). Fails when
 /// it is not one, or with the reason when a field is malformed; then `out` is unspecified.
 Status parseHeartbeat(const char* data, size_t bytes, int from, int64_t nowNs, Heartbeat* out, bool* heard);
+
+/// Takes a heartbeat's delivery delay out of its times. A peer reports ages, which parseHeartbeat
+/// turns into this rank's clock as "arrival - age": a heartbeat that waited D in sockets, queues and
+/// the receiver's tick makes every time it carries D late. The reporter compares arrival times of
+/// ranks whose heartbeats wait differently, so a rank whose heartbeats waited longer looked like a
+/// straggler (a false noncomm_slow on a loaded CI machine, where the 50 ms health tick and
+/// scheduling add up). With the sender's send time, arrival - sent = clock offset + D; the least of
+/// it over the last window or two is the offset plus the least delay, and what a heartbeat exceeds
+/// that by is its own extra delay, taken out of its times. One per peer.
+class HeartbeatDelay {
+ public:
+  explicit HeartbeatDelay(int64_t windowNs = 10'000'000'000) : windowNs_(windowNs) {}
+  /// Moves hb's times earlier by its delay beyond the least seen; returns that amount (0 when the
+  /// sender sent no time).
+  int64_t align(int64_t arrivedNs, Heartbeat* hb);
+
+ private:
+  int64_t windowNs_;
+  int64_t windowStartNs_ = 0;
+  int64_t least_ = INT64_MAX, leastBefore_ = INT64_MAX;  // this window's and the previous one's
+};
 
 }  // namespace c4

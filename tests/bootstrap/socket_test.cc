@@ -1,7 +1,14 @@
 #include "common/socket.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <fstream>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -110,6 +117,74 @@ TEST(Socket, RecvTimesOutAndNamesWhat) {
   EXPECT_GE(nowMs() - t0, 100);
   EXPECT_EQ(Code::kRemoteError, st.code());
   EXPECT_NE(std::string::npos, st.message().find("waiting for the thing: timed out")) << st.message();
+}
+
+// Seen on CI: accept(2) takes a descriptor before it looks at the queue, so out of descriptors it
+// fails with EMFILE even when nothing is queued. When the last failure of an episode met an empty
+// queue the listener never turned readable again, nobody called accept(), and the episode's end was
+// never reported (BootstrapTest.OutOfFileDescriptors... failed on "no recovery logged"). retryDue()
+// tells the owner to try once the pause ends, readable or not. Runs in a child: limits are per process.
+TEST(Socket, AcceptGuardEndsAnEpisodeThatFailedOnAnEmptyQueue) {
+  char logPath[] = "/tmp/c4-guard-log-XXXXXX";
+  int logFd = mkstemp(logPath);
+  ASSERT_GE(logFd, 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int err = fcntl(2, F_DUPFD_CLOEXEC, 100);  // the test's stderr, for failures
+    dup2(logFd, 2);                                  // the log goes to the file
+    auto fail = [err](const char* what) {
+      dprintf(err, "%s\n", what);
+      _exit(1);
+    };
+    auto log = [&]() {
+      std::ifstream in(logPath);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      return ss.str();
+    };
+    NetIf lo;
+    Fd listener;
+    SockAddr bound;
+    if (!chooseInterface("lo", nullptr, &lo).isOk() || !listenSocket(lo.addr, 16, false, &listener, &bound).isOk())
+      fail("no listener");
+    // Not one descriptor to spare: a low limit, and every slot under it taken.
+    rlimit saved{}, rl{};
+    getrlimit(RLIMIT_NOFILE, &saved);
+    rl = saved;
+    rl.rlim_cur = 128;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) fail("setrlimit");
+    std::vector<int> hogs;
+    for (int fd; (fd = dup(0)) >= 0;) hogs.push_back(fd);
+    if (errno != EMFILE) fail("dup did not run out of descriptors");
+    AcceptGuard guard("test listener");
+    Fd got;
+    SockAddr peer;
+    if (!guard.accept(listener.get(), &got, &peer).isOk() || got.valid()) fail("accept did not fail quietly");
+    if (guard.failures() != 1) fail("the failure was not counted (the queue was empty: EMFILE regardless?)");
+    if (!guard.paused(nowMs())) fail("not paused after the failure");
+    if (guard.retryDue(nowMs())) fail("retry due while paused");
+    for (int fd : hogs) close(fd);
+    setrlimit(RLIMIT_NOFILE, &saved);
+    while (guard.paused(nowMs())) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // Nothing is queued: the listener is not readable, yet the owner must try again.
+    pollfd p{listener.get(), POLLIN, 0};
+    if (::poll(&p, 1, 0) != 0) fail("the listener is readable with an empty queue");
+    if (!guard.retryDue(nowMs())) fail("no retry due after the pause, with the episode open");
+    if (!guard.accept(listener.get(), &got, &peer).isOk() || got.valid()) fail("the retry accepted something");
+    if (guard.retryDue(nowMs())) fail("retry still due after the episode ended");
+    const std::string text = log();
+    if (text.find("Too many open files") == std::string::npos) fail(("the failure is not logged:\n" + text).c_str());
+    if (text.find("accepting connections again (1 accept(s) failed") == std::string::npos)
+      fail(("the end of the episode is not logged:\n" + text).c_str());
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(pid, waitpid(pid, &status, 0));
+  close(logFd);
+  unlink(logPath);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(0, WEXITSTATUS(status));
 }
 
 }  // namespace

@@ -2616,7 +2616,10 @@ Status TcpTransportImpl::progress() {
   const int64_t now = nowMs();
   if (anyListenerPaused_)
     for (size_t i = 0; i < listeners_.size(); ++i)
-      if (listenerPaused_[i] && !accepts_[i].paused(now)) setListenerPaused(static_cast<int>(i), false);
+      if (listenerPaused_[i] && !accepts_[i].paused(now)) {
+        setListenerPaused(static_cast<int>(i), false);
+        if (accepts_[i].retryDue(now)) onListener(static_cast<int>(i));  // the queue may be empty
+      }
   if (now - lastCheckMs_ >= kCheckEveryMs) {
     lastCheckMs_ = now;
     for (size_t i = 0; i < active_.size(); ++i) active_[i]->check(now);
