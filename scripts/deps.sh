@@ -8,7 +8,10 @@ pkgs=(build-essential cmake pkg-config python3 libgtest-dev libgmock-dev libbenc
       python3-torch libtorch-dev pybind11-dev python3-pytest  # the torch backend (bindings/torch)
       chromium  # the c4-trace report's screenshot test (tests/trace)
       clang libclang-rt-dev python3-venv  # the fuzz targets (scripts/fuzz.sh): libFuzzer; atheris's venv
-      libucx-dev ucx-utils)  # the ucx transport (transports/ucx) and ucx_perftest beside it (bench/ucx)
+      libucx-dev ucx-utils  # the ucx transport (transports/ucx) and ucx_perftest beside it (bench/ucx)
+      libibverbs-dev ibverbs-providers  # the ibverbs transport (transports/ibverbs; libibverbs is dlopen'ed)
+      # its Soft-RoCE VM (tests/rdma-vm): Debian's kernel under qemu, rxe, perftest's ib_write_bw
+      qemu-system-x86 busybox-static rdma-core ibverbs-utils perftest kmod cpio)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

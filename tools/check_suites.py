@@ -29,7 +29,9 @@ EXPECTED = {
     "C4D health checks": (["C4D.*", "Diagnose.*", "SlowDetect.*", "Faults.*", "netlab_c4d_*", "c4d_*", "abi_c4d*"],
                           30),
     "soak (short soak, planted faults)": (["soak_*"], 6),
-    "ucx transport (conformance, collective matrix)": (["*Conformance*ucx*", "Ucx/*"], 15),
+    "ucx transport (conformance, collective matrix)": (["*Conformance*ucx*", "Net/NetMatrix*ucx*"], 15),
+    "ibverbs transport setup (no RDMA device here)": (["IbVerbs.*"], 5),
+    "ibverbs over real verbs (Soft-RoCE VM: conformance, collective matrix)": (["rdma_vm_*"], 1),
 }
 # The fuzz build (-DC4_FUZZ=ON, tests/fuzz): one ctest per target (docs/fuzzing.md), the Python one included.
 EXPECTED_FUZZ = {

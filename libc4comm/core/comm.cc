@@ -374,24 +374,44 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
     }
   }
   // The tuner plans for the slowest transport in use; with several hosts it prices the
-  // hierarchical schedules with the transports within and between hosts.
+  // hierarchical schedules with the transports within and between hosts. Its inputs must be the
+  // same on every rank, or ranks build different schedules that cannot match: a rank alone on its
+  // host uses no same-host transport while the others do, so "in use" is the union over the ranks
+  // (one small allGather), and the transports within and between hosts are the ones some rank uses.
+  struct TransportUse {
+    uint32_t used;         // bit i: transports[i] reaches one of this rank's peers
+    int32_t intra, inter;  // index of the transport to a peer on this host / on another (-1: none)
+  };
+  std::vector<TransportUse> use(static_cast<size_t>(n), TransportUse{0, -1, -1});
+  for (int p = 0; p < n; ++p) {
+    for (size_t i = 0; i < transports.size(); ++i) {
+      if (peerTransport[static_cast<size_t>(p)] != transports[i].get()) continue;
+      TransportUse& u = use[static_cast<size_t>(r)];
+      u.used |= 1u << i;
+      int32_t& slot = peers[static_cast<size_t>(p)].hostId == mine.hostId ? u.intra : u.inter;
+      if (slot < 0) slot = static_cast<int32_t>(i);
+    }
+  }
+  C4_CHECK(bootstrap->allGather(use.data(), sizeof(TransportUse)));
+  uint32_t usedAnywhere = 0;
+  int32_t intraIndex = -1, interIndex = -1;
+  for (const TransportUse& u : use) {
+    usedAnywhere |= u.used;
+    if (intraIndex < 0) intraIndex = u.intra;
+    if (interIndex < 0) interIndex = u.inter;
+  }
   transport::Caps caps;
-  const transport::Transport* intraT = nullptr;
-  const transport::Transport* interT = nullptr;
   bool haveCaps = false;
   std::string names;
-  for (auto& t : transports) {
-    if (std::find(peerTransport.begin(), peerTransport.end(), t.get()) == peerTransport.end() && n > 1) continue;
-    transport::Caps c = t->caps();
+  for (size_t i = 0; i < transports.size(); ++i) {
+    if (!(usedAnywhere & (1u << i)) && n > 1) continue;
+    transport::Caps c = transports[i]->caps();
     if (!haveCaps || c.bwGBps < caps.bwGBps) caps = c;
     haveCaps = true;
-    names += (names.empty() ? "" : "+") + std::string(t->name());
+    names += (names.empty() ? "" : "+") + std::string(transports[i]->name());
   }
-  for (int p = 0; p < n; ++p) {
-    const transport::Transport* t = peerTransport[static_cast<size_t>(p)];
-    if (!t) continue;
-    (peers[static_cast<size_t>(p)].hostId == mine.hostId ? intraT : interT) = t;
-  }
+  const transport::Transport* intraT = intraIndex >= 0 ? transports[static_cast<size_t>(intraIndex)].get() : nullptr;
+  const transport::Transport* interT = interIndex >= 0 ? transports[static_cast<size_t>(interIndex)].get() : nullptr;
   // One-shot and zero-copy collectives run through the shared arenas of a same-host transport:
   // never when it is not in use (C4_TRANSPORT=tcp).
   transport::Transport* arenaT = nullptr;

@@ -153,15 +153,27 @@ INSTANTIATE_TEST_SUITE_P(Tcp, TcpMatrix,
                            return std::string(std::get<1>(i.param).name) + "_np" + std::to_string(std::get<0>(i.param));
                          });
 
+/// The optional network transports of issue 18, each alone ("<name>") and with two emulated hosts
+/// that use shm within and it between them ("<name>_mixed"): ucx where it is built; ibverbs where it
+/// is built and this machine has an RDMA device (the Soft-RoCE VM, tests/rdma-vm).
+std::vector<std::string> netTransports() {
+  std::vector<std::string> out;
 #ifdef C4_TEST_UCX
-/// The ucx transport (issue 18): every rank over UCX ("ucx"), and two emulated hosts with shm
-/// within and ucx between them ("mixed").
-class UcxMatrix : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+  out.push_back("ucx");
+#endif
+#ifdef C4_TEST_IBVERBS
+  if (system("test -n \"$(ls -A /sys/class/infiniband 2>/dev/null)\"") == 0) out.push_back("ibverbs");
+#endif
+  return out;
+}
+class NetMatrix : public ::testing::TestWithParam<std::tuple<std::string, int, bool>> {};
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(NetMatrix);
 
-TEST_P(UcxMatrix, AllCollectivesTypesOpsCounts) {
-  const int n = std::get<0>(GetParam());
-  const bool mixed = std::get<1>(GetParam());
-  setenv("C4_TRANSPORT", mixed ? "shm,ucx" : "ucx", 1);
+TEST_P(NetMatrix, AllCollectivesTypesOpsCounts) {
+  const std::string& transport = std::get<0>(GetParam());
+  const int n = std::get<1>(GetParam());
+  const bool mixed = std::get<2>(GetParam());
+  setenv("C4_TRANSPORT", (mixed ? "shm," + transport : transport).c_str(), 1);
   MatrixOptions opt;
   opt.counts = {0, 1, 1009, 70001};
   opt.bigBytes = 1u << 20;
@@ -176,12 +188,13 @@ TEST_P(UcxMatrix, AllCollectivesTypesOpsCounts) {
   EXPECT_TRUE(s.empty()) << s;
 }
 
-INSTANTIATE_TEST_SUITE_P(Ucx, UcxMatrix, ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Bool()),
-                         [](const ::testing::TestParamInfo<std::tuple<int, bool>>& i) {
-                           return std::string(std::get<1>(i.param) ? "mixed" : "ucx") + "_np" +
-                                  std::to_string(std::get<0>(i.param));
+INSTANTIATE_TEST_SUITE_P(Net, NetMatrix,
+                         ::testing::Combine(::testing::ValuesIn(netTransports()), ::testing::Values(2, 3, 4),
+                                            ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, int, bool>>& i) {
+                           return std::get<0>(i.param) + (std::get<2>(i.param) ? "_mixed" : "") + "_np" +
+                                  std::to_string(std::get<1>(i.param));
                          });
-#endif
 
 /// Buffers from c4::memAlloc: the zero-copy path on every eligible call ("all": every rank's
 /// buffers shareable; the trace must show each of those calls zero-copy), and the fall back to

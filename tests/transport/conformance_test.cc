@@ -34,9 +34,13 @@ using testing::ScopedEnv;
 using testing::testSig;
 using testing::waitAll;
 
+/// Every transport of the registry, except ibverbs where this machine has no RDMA device: it runs
+/// in the Soft-RoCE VM (tests/rdma-vm), whose ctest checks it passed there.
 std::vector<std::string> registered() {
   std::vector<std::string> out;
-  for (const TransportEntry& e : transportRegistry()) out.push_back(e.name);
+  const bool rdma = system("test -n \"$(ls -A /sys/class/infiniband 2>/dev/null)\"") == 0;
+  for (const TransportEntry& e : transportRegistry())
+    if (std::string(e.name) != "ibverbs" || rdma) out.push_back(e.name);
   return out;
 }
 

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The ibverbs transport over real verbs (issue 18): Debian's own kernel under qemu with Soft-RoCE
+# (rdma_rxe), booted from a small initramfs that holds this build's test binaries. This machine's
+# kernel has no RDMA; the VM's has, so the queue pairs, memory registrations, RDMA writes with
+# immediate and completion errors below are the kernel's real ones (emulated NIC, real verbs).
+#
+#   tests/rdma-vm/run.sh BUILD_DIR [all|setup|conformance|matrix|bench] [gtest filter]
+#   C4_RDMA_VM_ENV=C4_DEBUG=INFO,C4_IB_TIMEOUT=14 ...   (variables for the tests in the VM)
+#
+# Needs the packages scripts/deps.sh installs (qemu-system-x86, busybox-static, rdma-core,
+# ibverbs-providers, ibverbs-utils, perftest, kmod, cpio) and root (none of it touches the host's
+# network: the VM has no network device; its veth pair and rxe device live inside it). Downloads
+# Debian's kernel package once into BUILD_DIR/rdma-vm. Prints the VM's console; exits with the
+# tests' status (77: the packages are missing, so the ctest shows as skipped).
+set -euo pipefail
+B=$(cd "${1:?usage: run.sh BUILD_DIR [all|setup|conformance|matrix|bench] [filter]}" && pwd)
+WHAT=${2:-all}
+FILTER=${3:-}
+W=${C4_RDMA_VM_DIR:-$B/rdma-vm}
+HERE=$(cd "$(dirname "$0")" && pwd)
+
+need=(qemu-system-x86 busybox-static rdma-core ibverbs-providers ibverbs-utils perftest kmod cpio iproute2)
+missing=()
+for p in "${need[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "rdma-vm: missing packages: ${missing[*]} (scripts/deps.sh installs them)" >&2
+  exit 77
+fi
+[ "$(id -u)" -eq 0 ] || { echo "rdma-vm: needs root (insmod inside the VM is fine; building /dev nodes is not)" >&2; exit 77; }
+
+mkdir -p "$W"
+cd "$W"
+# Debian's kernel image: the one linux-image-amd64 points at, fetched once.
+if ! ls kernel/boot/vmlinuz-* >/dev/null 2>&1; then
+  echo "[rdma-vm] fetching Debian's kernel package (once)"
+  KPKG=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/{print $2; exit}')
+  rm -f ./*.deb
+  apt-get download "$KPKG" >/dev/null 2>&1 || { apt-get update -qq && apt-get download "$KPKG" >/dev/null; }
+  rm -rf kernel && mkdir kernel && dpkg -x ./*.deb kernel && rm -f ./*.deb
+fi
+KVER=$(ls kernel/lib/modules | head -1)
+M=kernel/lib/modules/$KVER/kernel
+
+echo "[rdma-vm] building the initramfs (kernel $KVER)"
+rm -rf ir && mkdir -p ir/{bin,lib,lib64,mods,proc,sys,dev,tmp,run,c4,etc/libibverbs.d,usr/lib/x86_64-linux-gnu/libibverbs}
+cp /usr/bin/busybox ir/bin/
+for m in crypto/crc32_generic net/ipv4/udp_tunnel net/ipv6/ip6_udp_tunnel drivers/infiniband/core/ib_core \
+         drivers/infiniband/core/ib_uverbs drivers/infiniband/sw/rxe/rdma_rxe drivers/net/veth; do
+  f=$(ls "$M/$m".ko* | head -1)
+  case "$f" in *.xz) xz -dc "$f" > "ir/mods/$(basename "$m").ko" ;; *) cp "$f" ir/mods/ ;; esac
+done
+withLibs() {  # copies binaries or libraries and everything they load into ir/lib
+  for b in "$@"; do
+    ldd "$b" 2>/dev/null | awk '/=>/{print $3}' | while read -r l; do [ -f "$l" ] && cp -nL "$l" ir/lib/; done
+  done
+}
+tools=(/usr/bin/ibv_devices /usr/bin/ibv_devinfo /usr/bin/ib_write_bw /usr/bin/rdma /usr/sbin/ip)
+cp "${tools[@]}" ir/bin/
+withLibs "${tools[@]}"
+VERBS=$(ls /usr/lib/x86_64-linux-gnu/libibverbs.so.1* | head -1)
+cp -L "$VERBS" ir/lib/libibverbs.so.1
+withLibs "$VERBS"
+cp /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so ir/usr/lib/x86_64-linux-gnu/libibverbs/
+withLibs /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so
+cp /etc/libibverbs.d/rxe.driver ir/etc/libibverbs.d/
+cp -L /lib64/ld-linux-x86-64.so.2 ir/lib64/
+bins=()
+for t in ibverbs_test transport_conformance_test coll_test c4-perf c4-p2p-bw; do
+  [ -x "$B/bin/$t" ] && bins+=("$B/bin/$t")
+done
+cp "${bins[@]}" ir/c4/
+withLibs "${bins[@]}"
+cp "$HERE/in_vm.sh" ir/c4/
+cat > ir/init <<'INIT'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
+mkdir -p /dev/shm /dev/pts; mount -t tmpfs tmpfs /dev/shm; mount -t tmpfs tmpfs /tmp
+export LD_LIBRARY_PATH=/lib PATH=/bin:/c4 HOME=/tmp
+for m in crc32_generic udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe veth; do insmod /mods/$m.ko; done
+# busybox's shell prefers its own applets (its 'ip' has no veth): iproute2 by absolute path
+/bin/ip link set lo up
+/bin/ip link add va type veth peer name vb
+/bin/ip addr add 192.168.77.1/24 dev va; /bin/ip addr add 192.168.77.2/24 dev vb
+/bin/ip link set va up; /bin/ip link set vb up; sleep 2  # the carrier is up before rxe binds
+rdma link add rxe0 type rxe netdev va
+WHAT=$(sed -n 's/.*c4what=\([^ ]*\).*/\1/p' /proc/cmdline)
+for kv in $(sed -n 's/.*c4env=\([^ ]*\).*/\1/p' /proc/cmdline | tr ',' ' '); do export "$kv"; done
+FILTER=$(sed -n 's/.*c4filter=\([^ ]*\).*/\1/p' /proc/cmdline)
+sh /c4/in_vm.sh "$WHAT" "$FILTER"
+echo "C4VM-RESULT rc=$?"
+poweroff -f
+INIT
+chmod +x ir/init
+(cd ir && find . | cpio -o -H newc 2>/dev/null | gzip -1 > ../initrd.gz)
+echo "[rdma-vm] booting (qemu, software emulation; $(du -h initrd.gz | cut -f1) initramfs)"
+LOG=$W/console.log
+ACCEL=tcg  # KVM boots hung here; TCG works everywhere
+timeout "${C4_RDMA_VM_TIMEOUT:-1500}" qemu-system-x86_64 -machine accel=$ACCEL -cpu max -m 4096 -smp 2 \
+  -kernel "kernel/boot/vmlinuz-$KVER" -initrd initrd.gz \
+  -append "console=ttyS0 quiet panic=-1 c4what=$WHAT c4filter=$FILTER c4env=${C4_RDMA_VM_ENV:-}" \
+  -nographic -no-reboot -net none 2>&1 | tee "$LOG" | tr -d '\r' | grep --line-buffered -v '^\s*$' || true
+rc=$(tr -d '\r' < "$LOG" | sed -n 's/^C4VM-RESULT rc=\([0-9]*\).*/\1/p' | tail -1)
+if [ -z "$rc" ]; then
+  echo "rdma-vm: the VM ended without a result (timeout or crash; console in $LOG)" >&2
+  exit 1
+fi
+echo "[rdma-vm] result: $rc"
+exit "$rc"

@@ -1,0 +1,890 @@
+#include "transports/ibverbs/ibverbs_transport.hpp"
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/clock.hpp"
+#include "common/logging.hpp"
+#include "common/status.hpp"
+#include "transports/ibverbs/ib_verbs.hpp"
+#include "transports/transport_util.hpp"
+
+namespace c4::transport {
+namespace {
+
+using detail::nowMs;
+using ib::IbPort;
+using ib::Verbs;
+
+// ---- wire ------------------------------------------------------------------------------------------
+
+constexpr uint32_t kChunkMagic = 0x62693463u;  // "c4ib"
+/// The head of every slot a sender writes.
+struct ChunkHdr {
+  uint32_t magic;
+  uint32_t len;     // payload bytes in this chunk
+  uint64_t msgSeq;  // the message's number in its direction (from 0)
+  uint64_t offset;  // of this chunk in the message
+  uint64_t total;   // bytes of the whole message
+  OpSig sig;
+  uint64_t pad;
+};
+static_assert(sizeof(ChunkHdr) == 64, "wire layout");
+
+// Immediate data: [31:30] kind | [29:0] value.
+constexpr uint32_t kImmData = 0u << 30;    // value: the slot written
+constexpr uint32_t kImmCredit = 1u << 30;  // value: slots freed
+constexpr uint32_t kImmAbort = 2u << 30;   // the reason is in the control area
+constexpr uint32_t kImmPing = 3u << 30;    // a liveness probe; nothing to do
+constexpr uint32_t kImmKind = 3u << 30;
+constexpr size_t kCtrlBytes = 1024;     // per lane: the peer's abort reason lands here
+constexpr int64_t kPingAfterMs = 1000;  // a lane with receives waiting and nothing heard probes its peer
+constexpr int kPollBatch = 32;
+
+// wr_id: lane id << 8 | what.
+enum WrKind : uint64_t { kWrRecv = 1, kWrData = 2, kWrCredit = 3, kWrCtrl = 4 };
+
+std::string hexQp(uint32_t qpn) { return strFormat("0x%06x", qpn); }
+
+/// Per lane, what the peer needs to connect to it (exchanged in the second allGather).
+struct QpInfo {
+  uint32_t qpn;
+  uint32_t psn;
+  uint64_t ringAddr;  // its receive slots (then the control area)
+  uint32_t rkey;
+  uint16_t lid;
+  uint8_t mtu;
+  uint8_t ethernet;
+  uint8_t gid[16];
+  int32_t port;  // index into its ports
+  uint32_t pad;
+};
+static_assert(sizeof(QpInfo) == 48, "wire layout");
+
+/// First allGather: whether the rank is ready, and the lower rank's plan of each lane's ports.
+struct SetupHdr {
+  int32_t ok;
+  int32_t nports;
+  int32_t lanes;
+  int32_t pad;
+  char why[240];
+};
+struct PortPair {
+  int16_t local, remote;
+};
+
+struct Device {
+  std::string name;
+  ibv_context* ctx = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_cq* cq = nullptr;
+  int cqe = 0;
+};
+
+class IbConnection;
+
+struct SendMsg {
+  Request* req = nullptr;
+  const char* buf = nullptr;
+  size_t bytes = 0;
+  OpSig sig;
+  uint64_t seq = 0;
+  size_t posted = 0;  // payload bytes handed to lanes
+  int chunks = 0, acked = 0;
+  bool started = false;  // its first chunk is out (a zero-byte message has one)
+  bool finished = false;
+};
+
+struct RecvMsg {
+  Request* req = nullptr;
+  MemRef dst;
+  size_t bytes = 0;
+  OpSig sig;
+  bool hasRed = false;
+  ReduceSpec red;
+  size_t got = 0;
+  bool checked = false;
+};
+
+struct Inflight {
+  SendMsg* msg;
+  uint32_t len;
+};
+
+struct IbLane {
+  explicit IbLane(int index) : stats(index) {}
+  Lane stats;
+  IbConnection* conn = nullptr;
+  int id = 0;  // index into the transport's lanes
+  int port = 0;
+  Device* dev = nullptr;
+  const IbPort* ip = nullptr;
+  ibv_qp* qp = nullptr;
+  ibv_mr* mr = nullptr;
+  char* mem = nullptr;  // [slots | ctrl | staging slots | staging ctrl]
+  size_t memBytes = 0;
+  // receive side
+  std::deque<uint32_t> ready;  // slots written by the peer, in order
+  uint32_t toCredit = 0;
+  // send side
+  QpInfo remote{};
+  uint32_t credits = 0;
+  uint32_t next = 0;  // the peer's next slot
+  std::deque<Inflight> inflight;
+  int sqFree = 0;
+  uint32_t psn = 0;  // the first packet sequence number this end sends (random)
+  bool pinging = false;
+  bool failed = false;
+};
+
+class IbverbsTransport;
+
+class IbConnection : public Connection {
+ public:
+  IbConnection(IbverbsTransport* t, int peer) : t_(t), peer_(peer) {}
+  int peer() const override { return peer_; }
+  Status isend(const MemRef& buf, size_t bytes, const OpSig& sig, Request* req, SendHint hint) override;
+  Status irecv(const MemRef& dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) override;
+  Status peek(bool* ready, OpSig* sig, size_t* bytes) override;
+  int numLanes() const override { return static_cast<int>(lanes.size()); }
+  const Lane* lane(int i) const override {
+    return i >= 0 && i < numLanes() ? &lanes[static_cast<size_t>(i)]->stats : nullptr;
+  }
+  std::string describeState() const override;
+
+  void fail(const Status& st);
+  bool busy() const { return !sends.empty() || !recvs.empty(); }
+  void pump();
+
+  IbverbsTransport* t_;
+  int peer_;
+  std::vector<IbLane*> lanes;
+  std::deque<std::unique_ptr<SendMsg>> sends;
+  std::deque<RecvMsg> recvs;
+  uint64_t sendSeq = 0, recvSeq = 0;
+  size_t rr = 0;  // next lane to stripe onto
+  Status standing;
+  int64_t lastHeardMs = 0;
+  bool inActiveList = false;
+
+ private:
+  bool pumpRecv();
+  bool pumpSend();
+  const ChunkHdr* head(IbLane* l) const;
+  void consume(IbLane* l);
+};
+
+class IbverbsTransport : public Transport {
+ public:
+  explicit IbverbsTransport(const Context& ctx) : ctx_(ctx) {}
+  ~IbverbsTransport() override;
+  const char* name() const override { return "ibverbs"; }
+  Caps caps() const override {
+    Caps c;
+    c.latencyUs = 5;
+    c.bwGBps = 10;
+    c.reduceOnRecv = true;
+    c.lanes = false;  // several queue pairs carry each connection, but retireLane / addLane are not built
+    return c;
+  }
+  bool canConnect(int peer) const override { return peer >= 0 && peer < ctx_.nranks && peer != ctx_.rank; }
+  Status connect(int peer, Connection** out) override;
+  Connection* existingConnection(int peer) override {
+    return canConnect(peer) ? conns_[static_cast<size_t>(peer)].get() : nullptr;
+  }
+  Status progress() override;
+  uint64_t progressCount() const override { return progressCount_; }
+  bool sendsPending() const override {
+    // Chunks the peer has not credited, and credits not sent yet: a communicator being destroyed
+    // progresses until they are done, so that no queue pair goes while its peer still needs it.
+    for (const auto& l : lanes_)
+      if (!l->failed && (!l->inflight.empty() || l->toCredit > 0)) return true;
+    return false;
+  }
+  void abort(const std::string& reason) override;
+  int lanesPerConnection() const override { return lanesPer_; }
+  std::vector<std::string> portAddresses() const override {
+    std::vector<std::string> out;
+    for (const IbPort& p : ports_) out.push_back(p.name() + " " + p.gidText);
+    return out;
+  }
+
+  Status setup();
+
+  // For the connections.
+  const Verbs* v = nullptr;
+  size_t slotBytes = 0;
+  uint32_t slots = 0;
+  uint64_t progressCount_ = 0;
+  Status postData(IbLane* l, SendMsg* m, size_t len);
+  Status postCtrl(IbLane* l, uint32_t imm, WrKind kind, const std::string& text = {});
+  void laneFailed(IbLane* l, const std::string& what);
+  void markActive(IbConnection* c) {
+    if (!c->inActiveList) {
+      c->inActiveList = true;
+      active_.push_back(c);
+    }
+  }
+  std::string peerText(int peer) const { return strFormat("rank %d", peer); }
+  int rank() const { return ctx_.rank; }
+  const Context& ctx() const { return ctx_; }
+  Status aborted_;
+
+ private:
+  Status openDevice(const std::string& name, Device** out);
+  Status makeLane(IbConnection* c, int index, int port);
+  Status connectLane(IbLane* l);
+  Status postRecv(IbLane* l);
+  void onCompletion(const ibv_wc& wc);
+
+  Context ctx_;
+  std::vector<IbPort> ports_;
+  int lanesPer_ = 1;
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::vector<std::unique_ptr<IbLane>> lanes_;
+  std::vector<std::unique_ptr<IbConnection>> conns_;
+  std::vector<IbConnection*> active_;
+};
+
+// ---- setup -------------------------------------------------------------------------------------------
+
+IbverbsTransport::~IbverbsTransport() {
+  if (v == nullptr) return;
+  for (auto& l : lanes_) {
+    if (l->qp) v->destroyQp(l->qp);
+    if (l->mr) v->deregMr(l->mr);
+    free(l->mem);
+  }
+  for (auto& d : devices_) {
+    if (d->cq) v->destroyCq(d->cq);
+    if (d->pd) v->deallocPd(d->pd);
+    if (d->ctx) v->closeDevice(d->ctx);
+  }
+}
+
+Status IbverbsTransport::openDevice(const std::string& name, Device** out) {
+  for (auto& d : devices_)
+    if (d->name == name) {
+      *out = d.get();
+      return Status::ok();
+    }
+  int n = 0;
+  ibv_device** list = v->getDeviceList(&n);
+  ibv_context* ctx = nullptr;
+  for (int i = 0; list && i < n && !ctx; ++i)
+    if (name == v->getDeviceName(list[i])) ctx = v->openDevice(list[i]);
+  if (list) v->freeDeviceList(list);
+  if (ctx == nullptr)
+    return makeError(Code::kSystemError, "ibverbs: cannot open %s: %s", name.c_str(), strerror(errno));
+  auto d = std::make_unique<Device>();
+  d->name = name;
+  d->ctx = ctx;
+  d->pd = v->allocPd(ctx);
+  if (d->pd == nullptr) {
+    v->closeDevice(ctx);
+    return makeError(Code::kSystemError, "ibverbs: ibv_alloc_pd on %s: %s", name.c_str(), strerror(errno));
+  }
+  devices_.push_back(std::move(d));
+  *out = devices_.back().get();
+  return Status::ok();
+}
+
+Status IbverbsTransport::makeLane(IbConnection* c, int index, int port) {
+  auto l = std::make_unique<IbLane>(index);
+  l->conn = c;
+  l->id = static_cast<int>(lanes_.size());
+  l->port = port;
+  l->ip = &ports_[static_cast<size_t>(port)];
+  C4_CHECK(openDevice(l->ip->device, &l->dev));
+  l->memBytes = 2 * (slots * slotBytes + kCtrlBytes);
+  if (posix_memalign(reinterpret_cast<void**>(&l->mem), 4096, l->memBytes) != 0)
+    return makeError(Code::kSystemError, "ibverbs: out of memory for a lane's %zu bytes of slots", l->memBytes);
+  memset(l->mem, 0, l->memBytes);
+  l->mr = v->regMr(l->dev->pd, l->mem, l->memBytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  if (l->mr == nullptr)
+    return makeError(Code::kSystemError,
+                     "ibverbs: ibv_reg_mr of %zu bytes on %s: %s (ulimit -l, the locked-memory limit, may be too low)",
+                     l->memBytes, l->dev->name.c_str(), strerror(errno));
+  l->sqFree = static_cast<int>(2 * slots + 4);
+  l->dev->cqe += 2 * l->sqFree;
+  c->lanes.push_back(l.get());
+  lanes_.push_back(std::move(l));
+  return Status::ok();
+}
+
+Status IbverbsTransport::postRecv(IbLane* l) {
+  ibv_recv_wr wr{};
+  wr.wr_id = (static_cast<uint64_t>(l->id) << 8) | kWrRecv;
+  wr.num_sge = 0;
+  ibv_recv_wr* bad = nullptr;
+  int rc = ibv_post_recv(l->qp, &wr, &bad);
+  if (rc != 0) return makeError(Code::kSystemError, "ibverbs: ibv_post_recv: %s", strerror(rc));
+  return Status::ok();
+}
+
+Status IbverbsTransport::connectLane(IbLane* l) {
+  const QpInfo& r = l->remote;
+  const std::string what = strFormat("lane %d to rank %d (%s qp %s -> qp %s)", l->stats.index(), l->conn->peer(),
+                                     l->ip->name().c_str(), hexQp(l->qp->qp_num).c_str(), hexQp(r.qpn).c_str());
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = static_cast<ibv_mtu>(std::min<int>(l->ip->mtu, r.mtu));
+  a.dest_qp_num = r.qpn;
+  a.rq_psn = r.psn & 0xffffff;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 12;
+  a.ah_attr.port_num = static_cast<uint8_t>(l->ip->port);
+  a.ah_attr.dlid = r.lid;
+  if (l->ip->ethernet || r.ethernet) {
+    a.ah_attr.is_global = 1;
+    memcpy(a.ah_attr.grh.dgid.raw, r.gid, 16);
+    a.ah_attr.grh.sgid_index = static_cast<uint8_t>(l->ip->gidIndex);
+    a.ah_attr.grh.hop_limit = 64;
+  }
+  int rc = v->modifyQp(l->qp, &a,
+                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  if (rc != 0) return makeError(Code::kSystemError, "ibverbs: %s: to RTR: %s", what.c_str(), strerror(rc));
+  ibv_qp_attr s{};
+  s.qp_state = IBV_QPS_RTS;
+  s.timeout = static_cast<uint8_t>(paramIbTimeout());
+  s.retry_cnt = static_cast<uint8_t>(paramIbRetryCnt());
+  s.rnr_retry = 7;
+  s.sq_psn = l->psn;  // what the peer was told (QpInfo::psn)
+  s.max_rd_atomic = 1;
+  rc = v->modifyQp(
+      l->qp, &s,
+      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+  if (rc != 0) return makeError(Code::kSystemError, "ibverbs: %s: to RTS: %s", what.c_str(), strerror(rc));
+  l->credits = slots;
+  l->stats.setEndpoints(l->port, l->ip->name() + " " + l->ip->gidText + " qp " + hexQp(l->qp->qp_num),
+                        ib::gidText(*reinterpret_cast<const ibv_gid*>(r.gid)) + " qp " + hexQp(r.qpn));
+  l->stats.setState(LaneState::kUp);
+  return Status::ok();
+}
+
+Status IbverbsTransport::setup() {
+  const int n = ctx_.nranks, me = ctx_.rank;
+  lanesPer_ = static_cast<int>(paramIbQpsPerConnection());
+  slotBytes = static_cast<size_t>(paramIbSlotBytes());
+  slots = static_cast<uint32_t>(paramIbSlots());
+  // 1. Can this rank do it at all? Every rank learns every other's answer (and the lower rank's
+  //    plan of each lane's ports), so that a rank without a device fails every rank at once.
+  Status mine = ib::loadVerbs(&v);
+  if (mine.isOk()) mine = ib::discoverPorts(*v, &ports_);
+  const size_t pairsBytes = sizeof(PortPair) * static_cast<size_t>(n) * static_cast<size_t>(lanesPer_);
+  const size_t slice1 = sizeof(SetupHdr) + pairsBytes;
+  std::vector<char> g1(slice1 * static_cast<size_t>(n), 0);
+  auto hdr = [&](int r) { return reinterpret_cast<SetupHdr*>(g1.data() + slice1 * static_cast<size_t>(r)); };
+  auto pairs = [&](int r) {
+    return reinterpret_cast<PortPair*>(g1.data() + slice1 * static_cast<size_t>(r) + sizeof(SetupHdr));
+  };
+  hdr(me)->ok = mine.isOk();
+  hdr(me)->nports = static_cast<int32_t>(ports_.size());
+  hdr(me)->lanes = lanesPer_;
+  snprintf(hdr(me)->why, sizeof(hdr(me)->why), "%s", mine.message().c_str());
+  for (int p = 0; p < n; ++p)
+    for (int l = 0; l < lanesPer_; ++l) {
+      PortPair& pp = pairs(me)[p * lanesPer_ + l];
+      pp.local = pp.remote = -1;
+      if (p > me && ctx_.lanePlan) {
+        const LanePlan plan = ctx_.lanePlan(p, l);
+        pp.local = static_cast<int16_t>(plan.localPort);
+        pp.remote = static_cast<int16_t>(plan.remotePort);
+      }
+    }
+  C4_CHECK(ctx_.oob->allGather(g1.data(), slice1));
+  if (!mine.isOk()) return mine;
+  for (int r = 0; r < n; ++r)
+    if (!hdr(r)->ok)
+      return makeError(Code::kRemoteError, "ibverbs: rank %d cannot use RDMA: %s", r,
+                       std::string(hdr(r)->why, strnlen(hdr(r)->why, sizeof(hdr(r)->why))).c_str());
+  // 2. Queue pairs for every peer, their lanes on the ports the lower rank planned.
+  conns_.resize(static_cast<size_t>(n));
+  const int np = static_cast<int>(ports_.size());
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    conns_[static_cast<size_t>(p)] = std::make_unique<IbConnection>(this, p);
+    IbConnection* c = conns_[static_cast<size_t>(p)].get();
+    const int theirPorts = hdr(p)->nports;
+    for (int l = 0; l < lanesPer_; ++l) {
+      int port;
+      if (me < p) {
+        port = pairs(me)[p * lanesPer_ + l].local;
+      } else {
+        const PortPair& pp = pairs(p)[me * lanesPer_ + l];
+        const int theirs = pp.local >= 0 ? pp.local % theirPorts : l % theirPorts;
+        port = pp.remote >= 0 ? pp.remote : theirs;
+      }
+      if (port < 0) port = l;
+      C4_CHECK(makeLane(c, l, port % np));
+    }
+  }
+  for (auto& d : devices_) {
+    d->cq = v->createCq(d->ctx, std::max(d->cqe, 16), nullptr, nullptr, 0);
+    if (d->cq == nullptr)
+      return makeError(Code::kSystemError, "ibverbs: ibv_create_cq(%d) on %s: %s", d->cqe, d->name.c_str(),
+                       strerror(errno));
+  }
+  const size_t slice2 = sizeof(QpInfo) * static_cast<size_t>(n) * static_cast<size_t>(lanesPer_);
+  std::vector<char> g2(slice2 * static_cast<size_t>(n), 0);
+  auto info = [&](int r, int p, int l) {
+    return reinterpret_cast<QpInfo*>(g2.data() + slice2 * static_cast<size_t>(r)) + p * lanesPer_ + l;
+  };
+  std::random_device seed;
+  std::mt19937 rng(seed() ^ static_cast<uint32_t>(getpid()) ^ static_cast<uint32_t>(detail::nowNs()));
+  for (auto& lp : lanes_) {
+    IbLane* l = lp.get();
+    ibv_qp_init_attr qa{};
+    qa.send_cq = qa.recv_cq = l->dev->cq;
+    qa.qp_type = IBV_QPT_RC;
+    qa.cap.max_send_wr = static_cast<uint32_t>(l->sqFree);
+    qa.cap.max_recv_wr = static_cast<uint32_t>(l->sqFree);
+    qa.cap.max_send_sge = 1;
+    qa.cap.max_recv_sge = 1;
+    l->qp = v->createQp(l->dev->pd, &qa);
+    if (l->qp == nullptr)
+      return makeError(Code::kSystemError, "ibverbs: ibv_create_qp on %s: %s", l->ip->name().c_str(), strerror(errno));
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.pkey_index = 0;
+    a.port_num = static_cast<uint8_t>(l->ip->port);
+    a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    int rc = v->modifyQp(l->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+    if (rc != 0)
+      return makeError(Code::kSystemError, "ibverbs: queue pair on %s to INIT: %s", l->ip->name().c_str(),
+                       strerror(rc));
+    for (int k = 0; k < l->sqFree; ++k) C4_CHECK(postRecv(l));
+    QpInfo* q = info(me, l->conn->peer(), l->stats.index());
+    q->qpn = l->qp->qp_num;
+    // Random: rxe (and hardware) reuse the numbers of destroyed queue pairs, and a packet a peer
+    // retries towards an old one would be taken by its successor if both started from the same PSN
+    // (a stray credit there overwrote slots still unread: seen as a message out of sequence).
+    l->psn = static_cast<uint32_t>(rng()) & 0xffffff;
+    q->psn = l->psn;
+    q->ringAddr = reinterpret_cast<uint64_t>(l->mem);
+    q->rkey = l->mr->rkey;
+    q->lid = l->ip->lid;
+    q->mtu = static_cast<uint8_t>(l->ip->mtu);
+    q->ethernet = l->ip->ethernet;
+    memcpy(q->gid, l->ip->gid.raw, 16);
+    q->port = l->port;
+  }
+  C4_CHECK(ctx_.oob->allGather(g2.data(), slice2));
+  for (auto& lp : lanes_) {
+    lp->remote = *info(lp->conn->peer(), me, lp->stats.index());
+    C4_CHECK(connectLane(lp.get()));
+  }
+  // Nobody writes before every queue pair is ready to receive.
+  C4_CHECK(ctx_.oob->barrier());
+  const int64_t now = nowMs();
+  for (auto& c : conns_)
+    if (c) c->lastHeardMs = now;
+  C4_INFO(kLogNet, "ibverbs: rank %d: %d queue pair(s) per peer over %zu port(s) (%s ...), %u slots of %zu bytes each",
+          me, lanesPer_, ports_.size(), ports_.empty() ? "" : ports_[0].name().c_str(), slots, slotBytes);
+  return Status::ok();
+}
+
+// ---- data path ---------------------------------------------------------------------------------------
+
+Status IbverbsTransport::postData(IbLane* l, SendMsg* m, size_t len) {
+  const uint32_t slot = l->next;
+  char* stage = l->mem + slots * slotBytes + kCtrlBytes + slot * slotBytes;
+  auto* h = reinterpret_cast<ChunkHdr*>(stage);
+  h->magic = kChunkMagic;
+  h->len = static_cast<uint32_t>(len);
+  h->msgSeq = m->seq;
+  h->offset = m->posted;
+  h->total = m->bytes;
+  h->sig = m->sig;
+  h->pad = 0;
+  if (len) memcpy(stage + sizeof(ChunkHdr), m->buf + m->posted, len);
+  ibv_sge sge{};
+  sge.addr = reinterpret_cast<uint64_t>(stage);
+  sge.length = static_cast<uint32_t>(sizeof(ChunkHdr) + len);
+  sge.lkey = l->mr->lkey;
+  ibv_send_wr wr{};
+  wr.wr_id = (static_cast<uint64_t>(l->id) << 8) | kWrData;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.imm_data = htonl(kImmData | slot);
+  wr.wr.rdma.remote_addr = l->remote.ringAddr + slot * slotBytes;
+  wr.wr.rdma.rkey = l->remote.rkey;
+  ibv_send_wr* bad = nullptr;
+  const int rc = ibv_post_send(l->qp, &wr, &bad);
+  if (rc != 0)
+    return makeError(Code::kSystemError, "ibverbs: lane %d to rank %d: ibv_post_send: %s", l->stats.index(),
+                     l->conn->peer(), strerror(rc));
+  l->next = (slot + 1) % slots;
+  --l->credits;
+  --l->sqFree;
+  l->inflight.push_back({m, static_cast<uint32_t>(len)});
+  m->posted += len;
+  ++m->chunks;
+  m->started = true;
+  l->stats.addSent(sge.length);
+  l->stats.addPieces(1, 0);
+  return Status::ok();
+}
+
+Status IbverbsTransport::postCtrl(IbLane* l, uint32_t imm, WrKind kind, const std::string& text) {
+  ibv_sge sge{};
+  ibv_send_wr wr{};
+  wr.wr_id = (static_cast<uint64_t>(l->id) << 8) | kind;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.imm_data = htonl(imm);
+  if (!text.empty()) {  // written into the peer's control area
+    char* stage = l->mem + 2 * slots * slotBytes + kCtrlBytes;
+    const size_t n = std::min(text.size(), kCtrlBytes - 1);
+    memcpy(stage, text.data(), n);
+    stage[n] = 0;
+    sge.addr = reinterpret_cast<uint64_t>(stage);
+    sge.length = static_cast<uint32_t>(n + 1);
+    sge.lkey = l->mr->lkey;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.wr.rdma.remote_addr = l->remote.ringAddr + slots * slotBytes;
+    wr.wr.rdma.rkey = l->remote.rkey;
+  } else {
+    wr.opcode = IBV_WR_SEND_WITH_IMM;
+    wr.num_sge = 0;
+  }
+  ibv_send_wr* bad = nullptr;
+  const int rc = ibv_post_send(l->qp, &wr, &bad);
+  if (rc != 0)
+    return makeError(Code::kSystemError, "ibverbs: lane %d to rank %d: ibv_post_send: %s", l->stats.index(),
+                     l->conn->peer(), strerror(rc));
+  --l->sqFree;
+  return Status::ok();
+}
+
+void IbverbsTransport::laneFailed(IbLane* l, const std::string& what) {
+  if (l->failed) return;
+  l->failed = true;
+  l->stats.addError();
+  l->stats.setRetiredWhy(what);
+  l->stats.setState(LaneState::kRetired);
+  // Without lane failover (not built yet) a connection lives only as long as every lane does.
+  l->conn->fail(makeError(Code::kRemoteError,
+                          "ibverbs: rank %d: lane %d to rank %d (%s): %s; C4_IB_TIMEOUT=%lld, "
+                          "C4_IB_RETRY_CNT=%lld",
+                          ctx_.rank, l->stats.index(), l->conn->peer(), l->ip->name().c_str(), what.c_str(),
+                          static_cast<long long>(paramIbTimeout()), static_cast<long long>(paramIbRetryCnt())));
+}
+
+void IbverbsTransport::onCompletion(const ibv_wc& wc) {
+  const size_t id = static_cast<size_t>(wc.wr_id >> 8);
+  if (id >= lanes_.size()) return;
+  IbLane* l = lanes_[id].get();
+  const auto kind = static_cast<WrKind>(wc.wr_id & 0xff);
+  if (kind != kWrRecv) ++l->sqFree;
+  if (kind == kWrCtrl) l->pinging = false;
+  if (wc.status != IBV_WC_SUCCESS) {
+    if (wc.status == IBV_WC_WR_FLUSH_ERR && (l->failed || !aborted_.isOk())) return;
+    laneFailed(l, strFormat("completion error: %s (status %d, vendor error 0x%x) on a %s", v->wcStatusStr(wc.status),
+                            static_cast<int>(wc.status), wc.vendor_err,
+                            kind == kWrRecv   ? "receive"
+                            : kind == kWrData ? "data write"
+                                              : "control message"));
+    return;
+  }
+  if (kind != kWrRecv) return;
+  IbConnection* c = l->conn;
+  c->lastHeardMs = nowMs();
+  const uint32_t imm = ntohl(wc.imm_data);
+  Status st = postRecv(l);
+  if (!st.isOk()) {
+    laneFailed(l, st.message());
+    return;
+  }
+  switch (imm & kImmKind) {
+    case kImmData:
+      l->ready.push_back(imm & ~kImmKind);
+      l->stats.addRecv(wc.byte_len);
+      ++progressCount_;
+      break;
+    case kImmCredit: {
+      uint32_t k = imm & ~kImmKind;
+      l->credits += k;
+      ++progressCount_;
+      for (; k > 0 && !l->inflight.empty(); --k) {
+        Inflight f = l->inflight.front();
+        l->inflight.pop_front();
+        ++f.msg->acked;
+      }
+      if (l->inflight.empty()) l->stats.setBusy(false, detail::nowNs());
+      break;
+    }
+    case kImmAbort: {
+      const char* text = l->mem + slots * slotBytes;
+      c->fail(makeError(Code::kRemoteError, "ibverbs: rank %d aborted: %.*s", c->peer(), static_cast<int>(kCtrlBytes),
+                        text));
+      break;
+    }
+    default:
+      break;  // a ping
+  }
+  markActive(c);
+}
+
+Status IbverbsTransport::connect(int peer, Connection** out) {
+  if (!canConnect(peer)) return makeError(Code::kInvalidArgument, "ibverbs: no connection to rank %d", peer);
+  if (!aborted_.isOk()) return aborted_;
+  *out = conns_[static_cast<size_t>(peer)].get();
+  return Status::ok();
+}
+
+Status IbverbsTransport::progress() {
+  if (!aborted_.isOk()) return aborted_;
+  ibv_wc wcs[kPollBatch];
+  for (auto& d : devices_) {
+    for (;;) {
+      const int k = ibv_poll_cq(d->cq, kPollBatch, wcs);
+      if (k < 0) return makeError(Code::kSystemError, "ibverbs: ibv_poll_cq on %s failed (%d)", d->name.c_str(), k);
+      for (int i = 0; i < k; ++i) onCompletion(wcs[i]);
+      if (k < kPollBatch) break;
+    }
+  }
+  const int64_t now = nowMs();
+  Status first;
+  for (size_t i = 0; i < active_.size(); ++i) {
+    IbConnection* c = active_[i];
+    c->pump();
+    if (!c->standing.isOk() && first.isOk()) first = c->standing;
+    if (c->standing.isOk() && !c->recvs.empty() && now - c->lastHeardMs > kPingAfterMs) {
+      // Receives wait and the peer said nothing for a while: probe it. A dead peer fails the probe
+      // (retries exhausted: C4_IB_TIMEOUT x C4_IB_RETRY_CNT) and with it the connection.
+      C4_INFO(kLogNet, "ibverbs: rank %d: probing rank %d (receives wait, nothing heard for %lld ms)", ctx_.rank,
+              c->peer(), static_cast<long long>(now - c->lastHeardMs));
+      for (IbLane* l : c->lanes)
+        if (!l->failed && !l->pinging && l->sqFree > 0 && postCtrl(l, kImmPing, kWrCtrl).isOk()) l->pinging = true;
+      c->lastHeardMs = now;
+    }
+    if (c->standing.isOk() && c->busy() && ctx_.timeoutMs > 0 && now - c->lastHeardMs > ctx_.timeoutMs)
+      c->fail(makeError(Code::kRemoteError, "ibverbs: rank %d: nothing from rank %d for %lld ms", ctx_.rank, c->peer(),
+                        static_cast<long long>(ctx_.timeoutMs)));
+  }
+  pruneActive(&active_, [](const IbConnection& c) {
+    if (c.busy()) return true;
+    for (const IbLane* l : c.lanes)
+      if (!l->ready.empty() || l->toCredit > 0) return true;
+    return false;
+  });
+  return first;
+}
+
+void IbverbsTransport::abort(const std::string& reason) {
+  if (!aborted_.isOk()) return;
+  const std::string text = strFormat("rank %d: %s", ctx_.rank, reason.c_str());
+  for (auto& c : conns_) {
+    if (!c) continue;
+    for (IbLane* l : c->lanes)
+      if (!l->failed && l->sqFree > 0) (void)postCtrl(l, kImmAbort, kWrCtrl, reason);
+  }
+  const Status st = makeError(Code::kRemoteError, "ibverbs: %s", text.c_str());
+  for (auto& c : conns_)
+    if (c) c->fail(st);
+  aborted_ = st;
+}
+
+// ---- connection ----------------------------------------------------------------------------------------
+
+void IbConnection::fail(const Status& st) {
+  if (standing.isOk()) standing = st;
+  for (auto& m : sends)
+    if (!m->finished) {
+      m->finished = true;
+      failRequest(m->req, st);
+    }
+  sends.clear();
+  for (auto& r : recvs) failRequest(r.req, st);
+  recvs.clear();
+  for (IbLane* l : lanes) {
+    l->inflight.clear();
+    l->ready.clear();
+  }
+}
+
+Status IbConnection::isend(const MemRef& buf, size_t bytes, const OpSig& sig, Request* req, SendHint) {
+  const Status standingNow = !t_->aborted_.isOk() ? t_->aborted_ : standing;
+  C4_CHECK(startSend("ibverbs", peer_, standingNow, buf, bytes, req));
+  auto m = std::make_unique<SendMsg>();
+  m->req = req;
+  m->buf = buf.bytes();
+  m->bytes = bytes;
+  m->sig = sig;
+  m->seq = sendSeq++;
+  sends.push_back(std::move(m));
+  t_->markActive(this);
+  return Status::ok();
+}
+
+Status IbConnection::irecv(const MemRef& dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) {
+  const Status standingNow = !t_->aborted_.isOk() ? t_->aborted_ : standing;
+  C4_CHECK(startRecv("ibverbs", peer_, standingNow, dst, bytes, red, req));
+  RecvMsg r;
+  r.req = req;
+  r.dst = dst;
+  r.bytes = bytes;
+  r.sig = sig;
+  if (red) {
+    r.hasRed = true;
+    r.red = *red;
+  }
+  recvs.push_back(r);
+  t_->markActive(this);
+  return Status::ok();
+}
+
+const ChunkHdr* IbConnection::head(IbLane* l) const {
+  if (l->ready.empty()) return nullptr;
+  return reinterpret_cast<const ChunkHdr*>(l->mem + static_cast<size_t>(l->ready.front()) * t_->slotBytes);
+}
+
+void IbConnection::consume(IbLane* l) {
+  l->ready.pop_front();
+  ++l->toCredit;
+}
+
+Status IbConnection::peek(bool* ready, OpSig* sig, size_t* bytes) {
+  *ready = false;
+  if (!t_->aborted_.isOk()) return t_->aborted_;
+  if (!standing.isOk()) return standing;
+  if (!recvs.empty()) return Status::ok();
+  for (IbLane* l : lanes) {
+    const ChunkHdr* h = head(l);
+    if (h && h->magic == kChunkMagic && h->msgSeq == recvSeq) {
+      *ready = true;
+      *sig = h->sig;
+      *bytes = h->total;
+      return Status::ok();
+    }
+  }
+  return Status::ok();
+}
+
+bool IbConnection::pumpRecv() {
+  bool moved = false;
+  for (bool again = true; again && standing.isOk();) {
+    again = false;
+    for (IbLane* l : lanes) {
+      while (standing.isOk()) {
+        const ChunkHdr* h = head(l);
+        if (h == nullptr) break;
+        if (h->magic != kChunkMagic || h->len > t_->slotBytes - sizeof(ChunkHdr) || h->offset + h->len > h->total) {
+          fail(makeError(Code::kRemoteError, "ibverbs: rank %d: a malformed chunk from rank %d on lane %d", t_->rank(),
+                         peer_, l->stats.index()));
+          return moved;
+        }
+        if (h->msgSeq != recvSeq || recvs.empty()) break;  // a later message's, or nobody receives yet
+        RecvMsg& r = recvs.front();
+        if (!r.checked) {
+          Status m = matchError("ibverbs", peer_, t_->peerText(peer_), t_->rank(), h->sig, h->total, r.sig, r.bytes);
+          if (!m.isOk()) {
+            fail(m);  // the message cannot be received in order any more
+            return moved;
+          }
+          r.checked = true;
+        }
+        const char* payload = reinterpret_cast<const char*>(h) + sizeof(ChunkHdr);
+        if (h->len) {
+          if (r.hasRed)
+            reduceInto(r.red, r.dst.bytes(), h->offset, payload, h->len);
+          else
+            memcpy(r.dst.bytes() + h->offset, payload, h->len);
+        }
+        r.got += h->len;
+        const bool last = r.got == r.bytes;
+        consume(l);
+        moved = again = true;
+        if (last) {
+          completeRequest(r.req);
+          recvs.pop_front();
+          ++recvSeq;
+        }
+      }
+    }
+  }
+  // Credits back for what was copied out.
+  for (IbLane* l : lanes)
+    if (l->toCredit > 0 && !l->failed && l->sqFree > 0 && standing.isOk()) {
+      if (t_->postCtrl(l, kImmCredit | l->toCredit, kWrCredit).isOk()) l->toCredit = 0;
+    }
+  return moved;
+}
+
+bool IbConnection::pumpSend() {
+  bool moved = false;
+  // Every chunk of a message goes out before any of the next: the receiver takes each lane's
+  // chunks in order, so a later message's chunk ahead of an earlier one's would block that lane.
+  for (auto& mp : sends) {
+    SendMsg* m = mp.get();
+    if (m->started && m->posted == m->bytes) continue;
+    while (standing.isOk() && (!m->started || m->posted < m->bytes)) {
+      IbLane* pick = nullptr;
+      for (size_t k = 0; k < lanes.size() && !pick; ++k) {
+        IbLane* l = lanes[(rr + k) % lanes.size()];
+        // Two send-queue entries stay for credits and control messages.
+        if (!l->failed && l->credits > 0 && l->sqFree > 2) {
+          pick = l;
+          rr = (rr + k + 1) % lanes.size();
+        }
+      }
+      if (pick == nullptr) return moved;
+      const size_t len = std::min(m->bytes - m->posted, t_->slotBytes - sizeof(ChunkHdr));
+      Status st = t_->postData(pick, m, len);
+      if (!st.isOk()) {
+        t_->laneFailed(pick, st.message());
+        return moved;
+      }
+      pick->stats.setBusy(true, detail::nowNs());
+      moved = true;
+    }
+    break;  // a message still has chunks to go
+  }
+  return moved;
+}
+
+void IbConnection::pump() {
+  if (!standing.isOk()) return;
+  pumpRecv();
+  pumpSend();
+  while (!sends.empty()) {
+    SendMsg* m = sends.front().get();
+    if (!(m->started && m->posted == m->bytes && m->acked == m->chunks)) break;
+    completeRequest(m->req);
+    m->finished = true;
+    sends.pop_front();
+  }
+}
+
+std::string IbConnection::describeState() const {
+  std::string s = strFormat("%zu send(s), %zu receive(s) pending", sends.size(), recvs.size());
+  for (const IbLane* l : lanes)
+    s += strFormat("; lane %d (%s): %s, %u credit(s), %zu chunk(s) unacknowledged, %zu waiting", l->stats.index(),
+                   l->ip->name().c_str(), l->failed ? "failed" : "up", l->credits, l->inflight.size(), l->ready.size());
+  return s;
+}
+
+}  // namespace
+
+Status createIbverbsTransport(const Context& ctx, std::unique_ptr<Transport>* out) {
+  auto t = std::make_unique<IbverbsTransport>(ctx);
+  C4_CHECK(t->setup());
+  *out = std::move(t);
+  return Status::ok();
+}
+
+}  // namespace c4::transport
