@@ -53,6 +53,8 @@ C4_PARAM_STR(Transport, "C4_TRANSPORT", nullptr, "auto", checkTransportSpec, kPa
              "of one host, tcp between hosts), or a comma list of transport names in order of preference, each peer "
              "going over the first that reaches it (shm: ranks on other hosts are unreachable; tcp: tcp for every "
              "peer, also on one host)")
+C4_PARAM_INT(IbDisable, "C4_IB_DISABLE", "NCCL_IB_DISABLE", 0, 0, 1, kParamSameOnAllRanks,
+             "1: C4_TRANSPORT=auto does not try RDMA (ibverbs) between hosts and uses tcp")
 C4_PARAM_INT(ScheduleCache, "C4_SCHEDULE_CACHE", nullptr, 64, 1, 65536, kParamNone,
              "Generated schedules kept per communicator (LRU)")
 C4_PARAM_INT(TraceClockRounds, "C4_TRACE_CLOCK_ROUNDS", nullptr, 8, 0, 1000, kParamSameOnAllRanks,
@@ -115,11 +117,18 @@ void deriveAuthKey(const UniqueId& id, uint64_t key[2]) {
   key[1] = sipHash24(k1, id.bytes, sizeof(id.bytes));
 }
 
-/// The registered transports C4_TRANSPORT names ("auto": all of them), in order of preference.
+/// The registered transports C4_TRANSPORT names ("auto": all of them), in order of preference. Under
+/// auto, RDMA comes before the other network transports (by capability: where it works it is the
+/// fastest between hosts) unless C4_IB_DISABLE says no; init falls back past it where it cannot run.
 Status chooseTransports(const std::string& spec, std::vector<const transport::TransportEntry*>* out) {
   out->clear();
   if (spec == "auto" || spec.empty()) {
-    for (const transport::TransportEntry& e : transport::transportRegistry()) out->push_back(&e);
+    for (const transport::TransportEntry& e : transport::transportRegistry())
+      if (e.sameHostOnly) out->push_back(&e);
+    const transport::TransportEntry* ib = transport::findTransport("ibverbs");
+    if (ib && paramIbDisable() == 0) out->push_back(ib);
+    for (const transport::TransportEntry& e : transport::transportRegistry())
+      if (!e.sameHostOnly && &e != ib) out->push_back(&e);
     return Status::ok();
   }
   size_t pos = 0;
@@ -358,9 +367,17 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
     // Automatically, a network transport is only worth its setup when some rank is elsewhere, and
     // only the first (in order of preference): it reaches every rank, so no peer would use another.
     if (!listed && !e->sameHostOnly && (n == 1 || hosts.size() == 1 || haveNetwork)) continue;
-    haveNetwork |= !e->sameHostOnly;
     std::unique_ptr<transport::Transport> t;
-    C4_CHECK(e->create(ctx, &t));
+    Status made = e->create(ctx, &t);
+    // Under auto, RDMA is only a candidate: where any rank cannot use it (its creation tells every
+    // rank, so all fall back together), the next network transport carries the traffic.
+    if (!made.isOk() && !listed && std::string(e->name) == "ibverbs") {
+      C4_INFO(kLogInit, "rank %d: not using RDMA between hosts (%s); tcp carries them (C4_IB_DISABLE=1 skips the try)",
+              r, made.message().c_str());
+      continue;
+    }
+    C4_CHECK(made);
+    haveNetwork |= !e->sameHostOnly;
     transports.push_back(std::move(t));
   }
   // Each peer goes over the first transport (in order of preference) that reaches it.

@@ -2,6 +2,8 @@
 // process), for 1, 2, 3, 4 and 8 ranks.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <tuple>
 
@@ -195,6 +197,65 @@ INSTANTIATE_TEST_SUITE_P(Net, NetMatrix,
                            return std::get<0>(i.param) + (std::get<2>(i.param) ? "_mixed" : "") + "_np" +
                                   std::to_string(std::get<1>(i.param));
                          });
+
+/// C4_TRANSPORT=auto between two (emulated) hosts tries RDMA first: where a device is (the
+/// Soft-RoCE VM) ibverbs carries the traffic between the hosts, where none is (CI) every rank falls
+/// back to tcp together with one INFO line; either way the collectives are right. C4_IB_DISABLE=1
+/// skips the try. The log settings are read when the library loads, so the test runs itself again
+/// with them in its environment (C4_AUTO_TEST_LOGS names the log folder there).
+TEST(AutoTransport, RdmaBetweenHostsWhereItWorksElseTcp) {
+  if (const char* logs = getenv("C4_AUTO_TEST_LOGS")) {
+    const bool disable = getenv("C4_IB_DISABLE") && std::string(getenv("C4_IB_DISABLE")) == "1";
+    const bool rdma = system("test -n \"$(ls -A /sys/class/infiniband 2>/dev/null)\"") == 0;
+    MatrixOptions opt;
+    opt.counts = {0, 1009};
+    opt.bigBytes = 64u << 10;
+    opt.allTypesForMovement = false;
+    auto outs = runForked(2, [&](int r, int nr, const c4::UniqueId& id) {
+      setenv("C4_HOSTID", r == 0 ? "0x7c4a" : "0x7c4b", 1);
+      return matrixBody(r, nr, id, opt);
+    });
+    EXPECT_EQ("", summarize(outs));
+    std::string all;
+    FILE* p = popen(("cat " + std::string(logs) + "/*.log").c_str(), "r");
+    ASSERT_NE(nullptr, p);
+    char buf[4096];
+    for (size_t k; (k = fread(buf, 1, sizeof(buf), p)) > 0;) all.append(buf, k);
+    pclose(p);
+    const bool fellBack = all.find("not using RDMA between hosts") != std::string::npos;
+    const bool usedRdma = all.find("queue pair(s) per peer") != std::string::npos;
+    if (disable) {
+      EXPECT_FALSE(fellBack || usedRdma) << "C4_IB_DISABLE=1 still tried RDMA:\n" << all.substr(0, 3000);
+    } else if (rdma) {
+      EXPECT_TRUE(usedRdma && !fellBack) << all.substr(0, 3000);
+    } else {
+      EXPECT_TRUE(fellBack && !usedRdma) << all.substr(0, 3000);
+      EXPECT_NE(std::string::npos, all.find("no RDMA device")) << all.substr(0, 3000);
+    }
+    return;
+  }
+  for (int disable = 0; disable < 2; ++disable) {
+    char logs[] = "/tmp/c4-auto-XXXXXX";
+    ASSERT_NE(nullptr, mkdtemp(logs));
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      setenv("C4_AUTO_TEST_LOGS", logs, 1);
+      setenv("C4_TRANSPORT", "auto", 1);
+      setenv("C4_DEBUG", "INFO", 1);
+      setenv("C4_DEBUG_SUBSYS", "INIT,NET", 1);
+      setenv("C4_DEBUG_FILE", (std::string(logs) + "/%p.log").c_str(), 1);
+      setenv("C4_IB_DISABLE", disable ? "1" : "0", 1);
+      execl("/proc/self/exe", "coll_test", "--gtest_filter=AutoTransport.RdmaBetweenHostsWhereItWorksElseTcp",
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    int status = 0;
+    ASSERT_EQ(pid, waitpid(pid, &status, 0));
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "C4_IB_DISABLE=" << disable;
+    ASSERT_EQ(0, system(("rm -rf " + std::string(logs)).c_str()));
+  }
+}
 
 /// Buffers from c4::memAlloc: the zero-copy path on every eligible call ("all": every rank's
 /// buffers shareable; the trace must show each of those calls zero-copy), and the fall back to

@@ -19,7 +19,7 @@ case "$WHAT" in
   conformance | all) run /c4/transport_conformance_test --gtest_filter="${FILTER:-*/ibverbs}" ;;
 esac
 case "$WHAT" in
-  matrix | all) run /c4/coll_test --gtest_filter="${FILTER:-Net/NetMatrix.*ibverbs*}" ;;
+  matrix | all) run /c4/coll_test --gtest_filter="${FILTER:-Net/NetMatrix.*ibverbs*:AutoTransport.*}" ;;
 esac
 case "$WHAT" in
   bench)

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -408,84 +409,110 @@ Status IbverbsTransport::setup() {
     if (!hdr(r)->ok)
       return makeError(Code::kRemoteError, "ibverbs: rank %d cannot use RDMA: %s", r,
                        std::string(hdr(r)->why, strnlen(hdr(r)->why, sizeof(hdr(r)->why))).c_str());
-  // 2. Queue pairs for every peer, their lanes on the ports the lower rank planned.
-  conns_.resize(static_cast<size_t>(n));
-  const int np = static_cast<int>(ports_.size());
-  for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    conns_[static_cast<size_t>(p)] = std::make_unique<IbConnection>(this, p);
-    IbConnection* c = conns_[static_cast<size_t>(p)].get();
-    const int theirPorts = hdr(p)->nports;
-    for (int l = 0; l < lanesPer_; ++l) {
-      int port;
-      if (me < p) {
-        port = pairs(me)[p * lanesPer_ + l].local;
-      } else {
-        const PortPair& pp = pairs(p)[me * lanesPer_ + l];
-        const int theirs = pp.local >= 0 ? pp.local % theirPorts : l % theirPorts;
-        port = pp.remote >= 0 ? pp.remote : theirs;
-      }
-      if (port < 0) port = l;
-      C4_CHECK(makeLane(c, l, port % np));
-    }
-  }
-  for (auto& d : devices_) {
-    d->cq = v->createCq(d->ctx, std::max(d->cqe, 16), nullptr, nullptr, 0);
-    if (d->cq == nullptr)
-      return makeError(Code::kSystemError, "ibverbs: ibv_create_cq(%d) on %s: %s", d->cqe, d->name.c_str(),
-                       strerror(errno));
-  }
-  const size_t slice2 = sizeof(QpInfo) * static_cast<size_t>(n) * static_cast<size_t>(lanesPer_);
+  // 2. Queue pairs for every peer, their lanes on the ports the lower rank planned. What fails
+  //    here on one rank is told to every rank with the addresses (an ok flag before them), and the
+  //    last step is an exchange of ok flags, not a barrier: no rank waits for one that gave up.
+  const size_t qpBytes = sizeof(QpInfo) * static_cast<size_t>(n) * static_cast<size_t>(lanesPer_);
+  const size_t slice2 = sizeof(SetupHdr) + qpBytes;
   std::vector<char> g2(slice2 * static_cast<size_t>(n), 0);
+  auto hdr2 = [&](int r) { return reinterpret_cast<SetupHdr*>(g2.data() + slice2 * static_cast<size_t>(r)); };
   auto info = [&](int r, int p, int l) {
-    return reinterpret_cast<QpInfo*>(g2.data() + slice2 * static_cast<size_t>(r)) + p * lanesPer_ + l;
+    return reinterpret_cast<QpInfo*>(g2.data() + slice2 * static_cast<size_t>(r) + sizeof(SetupHdr)) + p * lanesPer_ +
+           l;
   };
-  std::random_device seed;
-  std::mt19937 rng(seed() ^ static_cast<uint32_t>(getpid()) ^ static_cast<uint32_t>(detail::nowNs()));
-  for (auto& lp : lanes_) {
-    IbLane* l = lp.get();
-    ibv_qp_init_attr qa{};
-    qa.send_cq = qa.recv_cq = l->dev->cq;
-    qa.qp_type = IBV_QPT_RC;
-    qa.cap.max_send_wr = static_cast<uint32_t>(l->sqFree);
-    qa.cap.max_recv_wr = static_cast<uint32_t>(l->sqFree);
-    qa.cap.max_send_sge = 1;
-    qa.cap.max_recv_sge = 1;
-    l->qp = v->createQp(l->dev->pd, &qa);
-    if (l->qp == nullptr)
-      return makeError(Code::kSystemError, "ibverbs: ibv_create_qp on %s: %s", l->ip->name().c_str(), strerror(errno));
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.pkey_index = 0;
-    a.port_num = static_cast<uint8_t>(l->ip->port);
-    a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-    int rc = v->modifyQp(l->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-    if (rc != 0)
-      return makeError(Code::kSystemError, "ibverbs: queue pair on %s to INIT: %s", l->ip->name().c_str(),
-                       strerror(rc));
-    for (int k = 0; k < l->sqFree; ++k) C4_CHECK(postRecv(l));
-    QpInfo* q = info(me, l->conn->peer(), l->stats.index());
-    q->qpn = l->qp->qp_num;
-    // Random: rxe (and hardware) reuse the numbers of destroyed queue pairs, and a packet a peer
-    // retries towards an old one would be taken by its successor if both started from the same PSN
-    // (a stray credit there overwrote slots still unread: seen as a message out of sequence).
-    l->psn = static_cast<uint32_t>(rng()) & 0xffffff;
-    q->psn = l->psn;
-    q->ringAddr = reinterpret_cast<uint64_t>(l->mem);
-    q->rkey = l->mr->rkey;
-    q->lid = l->ip->lid;
-    q->mtu = static_cast<uint8_t>(l->ip->mtu);
-    q->ethernet = l->ip->ethernet;
-    memcpy(q->gid, l->ip->gid.raw, 16);
-    q->port = l->port;
-  }
-  C4_CHECK(ctx_.oob->allGather(g2.data(), slice2));
+  auto build = [&]() -> Status {
+    conns_.resize(static_cast<size_t>(n));
+    const int np = static_cast<int>(ports_.size());
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      conns_[static_cast<size_t>(p)] = std::make_unique<IbConnection>(this, p);
+      IbConnection* c = conns_[static_cast<size_t>(p)].get();
+      const int theirPorts = hdr(p)->nports;
+      for (int l = 0; l < lanesPer_; ++l) {
+        int port;
+        if (me < p) {
+          port = pairs(me)[p * lanesPer_ + l].local;
+        } else {
+          const PortPair& pp = pairs(p)[me * lanesPer_ + l];
+          const int theirs = pp.local >= 0 ? pp.local % theirPorts : l % theirPorts;
+          port = pp.remote >= 0 ? pp.remote : theirs;
+        }
+        if (port < 0) port = l;
+        C4_CHECK(makeLane(c, l, port % np));
+      }
+    }
+    for (auto& d : devices_) {
+      d->cq = v->createCq(d->ctx, std::max(d->cqe, 16), nullptr, nullptr, 0);
+      if (d->cq == nullptr)
+        return makeError(Code::kSystemError, "ibverbs: ibv_create_cq(%d) on %s: %s", d->cqe, d->name.c_str(),
+                         strerror(errno));
+    }
+    std::random_device seed;
+    std::mt19937 rng(seed() ^ static_cast<uint32_t>(getpid()) ^ static_cast<uint32_t>(detail::nowNs()));
+    for (auto& lp : lanes_) {
+      IbLane* l = lp.get();
+      ibv_qp_init_attr qa{};
+      qa.send_cq = qa.recv_cq = l->dev->cq;
+      qa.qp_type = IBV_QPT_RC;
+      qa.cap.max_send_wr = static_cast<uint32_t>(l->sqFree);
+      qa.cap.max_recv_wr = static_cast<uint32_t>(l->sqFree);
+      qa.cap.max_send_sge = 1;
+      qa.cap.max_recv_sge = 1;
+      l->qp = v->createQp(l->dev->pd, &qa);
+      if (l->qp == nullptr)
+        return makeError(Code::kSystemError, "ibverbs: ibv_create_qp on %s: %s", l->ip->name().c_str(),
+                         strerror(errno));
+      ibv_qp_attr a{};
+      a.qp_state = IBV_QPS_INIT;
+      a.pkey_index = 0;
+      a.port_num = static_cast<uint8_t>(l->ip->port);
+      a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+      int rc = v->modifyQp(l->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+      if (rc != 0)
+        return makeError(Code::kSystemError, "ibverbs: queue pair on %s to INIT: %s", l->ip->name().c_str(),
+                         strerror(rc));
+      for (int k = 0; k < l->sqFree; ++k) C4_CHECK(postRecv(l));
+      QpInfo* q = info(me, l->conn->peer(), l->stats.index());
+      q->qpn = l->qp->qp_num;
+      // Random: rxe (and hardware) reuse the numbers of destroyed queue pairs, and a packet a peer
+      // retries towards an old one would be taken by its successor if both started from the same PSN
+      // (a stray credit there overwrote slots still unread: seen as a message out of sequence).
+      l->psn = static_cast<uint32_t>(rng()) & 0xffffff;
+      q->psn = l->psn;
+      q->ringAddr = reinterpret_cast<uint64_t>(l->mem);
+      q->rkey = l->mr->rkey;
+      q->lid = l->ip->lid;
+      q->mtu = static_cast<uint8_t>(l->ip->mtu);
+      q->ethernet = l->ip->ethernet;
+      memcpy(q->gid, l->ip->gid.raw, 16);
+      q->port = l->port;
+    }
+    return Status::ok();
+  };
+  // Every rank's outcome, told to every rank (an exchange that is also a barrier).
+  auto agree = [&](const Status& st, SetupHdr* mineHdr, const std::function<SetupHdr*(int)>& of, void* data,
+                   size_t bytes, const char* what) -> Status {
+    mineHdr->ok = st.isOk();
+    snprintf(mineHdr->why, sizeof(mineHdr->why), "%s", st.message().c_str());
+    C4_CHECK(ctx_.oob->allGather(data, bytes));
+    if (!st.isOk()) return st;
+    for (int r = 0; r < n; ++r)
+      if (!of(r)->ok)
+        return makeError(Code::kRemoteError, "ibverbs: rank %d could not %s: %s", r, what,
+                         std::string(of(r)->why, strnlen(of(r)->why, sizeof(of(r)->why))).c_str());
+    return Status::ok();
+  };
+  C4_CHECK(agree(build(), hdr2(me), hdr2, g2.data(), slice2, "set up its queue pairs"));
+  Status connected;
   for (auto& lp : lanes_) {
     lp->remote = *info(lp->conn->peer(), me, lp->stats.index());
-    C4_CHECK(connectLane(lp.get()));
+    if (connected.isOk()) connected = connectLane(lp.get());
   }
   // Nobody writes before every queue pair is ready to receive.
-  C4_CHECK(ctx_.oob->barrier());
+  std::vector<SetupHdr> g3(static_cast<size_t>(n));
+  C4_CHECK(agree(
+      connected, &g3[static_cast<size_t>(me)], [&](int r) { return &g3[static_cast<size_t>(r)]; }, g3.data(),
+      sizeof(SetupHdr), "connect its queue pairs"));
   const int64_t now = nowMs();
   for (auto& c : conns_)
     if (c) c->lastHeardMs = now;
