@@ -1,6 +1,6 @@
 #!/bin/sh
 # Runs inside the Soft-RoCE VM (tests/rdma-vm/run.sh): the ibverbs tests over the VM's rxe0.
-#   in_vm.sh all|setup|conformance|matrix|bench [gtest filter]
+#   in_vm.sh all|setup|conformance|failover|matrix|bench [gtest filter]
 WHAT=${1:-all}
 FILTER=$2
 cd /tmp
@@ -17,6 +17,24 @@ case "$WHAT" in
 esac
 case "$WHAT" in
   conformance | all) run /c4/transport_conformance_test --gtest_filter="${FILTER:-*/ibverbs}" ;;
+esac
+case "$WHAT" in
+  failover | all)
+    # A queue pair put into the error state under traffic (C4_FAULT=drop: rank 0's lane 1 to rank 1
+    # before collective 3, as a NIC fault would): its chunks go again on lane 0, both ends retire
+    # it, and every AllReduce's result is still checked right (c4-perf -c 1).
+    echo "[vm] \$ C4_FAULT=drop:rank=0,peer=1,lane=1,op=3 c4-perf -np 2 over ibverbs"
+    C4_TRANSPORT=ibverbs C4_FAULT=drop:rank=0,peer=1,lane=1,op=3 C4_TRACE=0 C4_DEBUG=WARN \
+      /c4/c4-perf -np 2 -C allreduce -b 4M -e 4M -n 20 -w 2 -c 1 > /tmp/failover.log 2>&1
+    frc=$?
+    grep -E "retired|C4_FAULT|#  Out of bounds|wrong" /tmp/failover.log | sed 's/^/[vm]   /'
+    if [ $frc -ne 0 ] || ! grep -q "lane 1 to rank 1 (rxe0:1) retired" /tmp/failover.log ||
+       ! grep -q "lane 1 to rank 0 (rxe0:1) retired" /tmp/failover.log || ! grep -q "Out of bounds values : 0 OK" /tmp/failover.log; then
+      echo "[vm] failover: FAILED (exit $frc)"; tail -20 /tmp/failover.log; rc=1
+    else
+      echo "[vm] failover: ok (both ends retired lane 1, results right)"
+    fi
+    ;;
 esac
 case "$WHAT" in
   matrix | all) run /c4/coll_test --gtest_filter="${FILTER:-Net/NetMatrix.*ibverbs*:AutoTransport.*}" ;;

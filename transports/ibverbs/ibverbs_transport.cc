@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,7 @@ static_assert(sizeof(ChunkHdr) == 64, "wire layout");
 constexpr uint32_t kImmData = 0u << 30;    // value: the slot written
 constexpr uint32_t kImmCredit = 1u << 30;  // value: slots freed
 constexpr uint32_t kImmAbort = 2u << 30;   // the reason is in the control area
-constexpr uint32_t kImmPing = 3u << 30;    // a liveness probe; nothing to do
+constexpr uint32_t kImmPing = 3u << 30;    // a liveness probe (value 0); or, value 1 + i: lane i is retired
 constexpr uint32_t kImmKind = 3u << 30;
 constexpr size_t kCtrlBytes = 1024;     // per lane: the peer's abort reason lands here
 constexpr int64_t kPingAfterMs = 1000;  // a lane with receives waiting and nothing heard probes its peer
@@ -114,11 +115,24 @@ struct RecvMsg {
   ReduceSpec red;
   size_t got = 0;
   bool checked = false;
+  std::set<uint64_t> offsets;  // of the chunks received: a chunk sent again after a lane failed counts once
 };
 
+/// A chunk on a lane, not credited by the peer yet: its staged copy (header and payload) is in the
+/// lane's staging slot `slot`, from where it goes again if the lane fails.
 struct Inflight {
   SendMsg* msg;
   uint32_t len;
+  uint32_t slot;
+  uint64_t offset;
+};
+
+/// A chunk to send again (its lane failed): where its staged copy is.
+struct Resend {
+  SendMsg* msg;
+  uint64_t offset;
+  uint32_t len;
+  const char* payload;
 };
 
 struct IbLane {
@@ -160,6 +174,12 @@ class IbConnection : public Connection {
   const Lane* lane(int i) const override {
     return i >= 0 && i < numLanes() ? &lanes[static_cast<size_t>(i)]->stats : nullptr;
   }
+  Status setLaneWeights(const std::vector<double>& w) override;
+  Status retireLane(int i, const std::string& why) override;
+  Status addLane(const LanePlan&, int*) override {
+    return Status(Code::kInvalidUsage,
+                  "ibverbs: queue pairs are made at init (C4_IB_QPS_PER_CONNECTION per connection); none can be added");
+  }
   std::string describeState() const override;
 
   void fail(const Status& st);
@@ -171,6 +191,13 @@ class IbConnection : public Connection {
   std::vector<IbLane*> lanes;
   std::deque<std::unique_ptr<SendMsg>> sends;
   std::deque<RecvMsg> recvs;
+  std::deque<Resend> resend;  // chunks of failed lanes, to go again on the others
+  // Once a lane failed, chunks may come out of message order (a re-sent chunk behind a later
+  // message's on the same lane): chunks of later messages are copied aside instead of blocking their
+  // lane, and taken when their message's turn comes.
+  bool reordered = false;
+  std::map<std::pair<uint64_t, uint64_t>, std::vector<char>> stash;  // (message, offset) -> chunk
+  std::vector<double> weights, credit;  // striping weights, and the smooth weighted round robin's state
   uint64_t sendSeq = 0, recvSeq = 0;
   size_t rr = 0;  // next lane to stripe onto
   Status standing;
@@ -180,8 +207,10 @@ class IbConnection : public Connection {
  private:
   bool pumpRecv();
   bool pumpSend();
+  IbLane* pickLane();
   const ChunkHdr* head(IbLane* l) const;
   void consume(IbLane* l);
+  bool deliver(const ChunkHdr* h);  // a chunk of the current message; false: the connection failed
 };
 
 class IbverbsTransport : public Transport {
@@ -194,7 +223,7 @@ class IbverbsTransport : public Transport {
     c.latencyUs = 5;
     c.bwGBps = 10;
     c.reduceOnRecv = true;
-    c.lanes = false;  // several queue pairs carry each connection, but retireLane / addLane are not built
+    c.lanes = true;  // retireLane and setLaneWeights; addLane is refused (queue pairs are made at init)
     return c;
   }
   bool canConnect(int peer) const override { return peer >= 0 && peer < ctx_.nranks && peer != ctx_.rank; }
@@ -209,6 +238,8 @@ class IbverbsTransport : public Transport {
     // progresses until they are done, so that no queue pair goes while its peer still needs it.
     for (const auto& l : lanes_)
       if (!l->failed && (!l->inflight.empty() || l->toCredit > 0)) return true;
+    for (const auto& c : conns_)
+      if (c && !c->resend.empty()) return true;
     return false;
   }
   void abort(const std::string& reason) override;
@@ -226,9 +257,15 @@ class IbverbsTransport : public Transport {
   size_t slotBytes = 0;
   uint32_t slots = 0;
   uint64_t progressCount_ = 0;
-  Status postData(IbLane* l, SendMsg* m, size_t len);
+  /// Writes a chunk of m (`len` bytes at `offset`, from `src`) into the peer's next slot on l.
+  Status postData(IbLane* l, SendMsg* m, uint64_t offset, size_t len, const char* src, bool again);
   Status postCtrl(IbLane* l, uint32_t imm, WrKind kind, const std::string& text = {});
-  void laneFailed(IbLane* l, const std::string& what);
+  /// Lane l is out of service (`why`): its queue pair goes to the error state, its uncredited
+  /// chunks go again on the connection's other lanes, and the peer is told (`tellPeer`); the
+  /// connection fails only with its last lane.
+  void laneFailed(IbLane* l, const std::string& why, bool tellPeer = true);
+  Status faultDrill(int peer, int lane, LaneFault fault) override;
+  char* staging(IbLane* l, uint32_t slot) const { return l->mem + slots * slotBytes + kCtrlBytes + slot * slotBytes; }
   void markActive(IbConnection* c) {
     if (!c->inActiveList) {
       c->inActiveList = true;
@@ -523,18 +560,18 @@ Status IbverbsTransport::setup() {
 
 // ---- data path ---------------------------------------------------------------------------------------
 
-Status IbverbsTransport::postData(IbLane* l, SendMsg* m, size_t len) {
+Status IbverbsTransport::postData(IbLane* l, SendMsg* m, uint64_t offset, size_t len, const char* src, bool again) {
   const uint32_t slot = l->next;
-  char* stage = l->mem + slots * slotBytes + kCtrlBytes + slot * slotBytes;
+  char* stage = staging(l, slot);
   auto* h = reinterpret_cast<ChunkHdr*>(stage);
   h->magic = kChunkMagic;
   h->len = static_cast<uint32_t>(len);
   h->msgSeq = m->seq;
-  h->offset = m->posted;
+  h->offset = offset;
   h->total = m->bytes;
   h->sig = m->sig;
   h->pad = 0;
-  if (len) memcpy(stage + sizeof(ChunkHdr), m->buf + m->posted, len);
+  if (len) memcpy(stage + sizeof(ChunkHdr), src, len);
   ibv_sge sge{};
   sge.addr = reinterpret_cast<uint64_t>(stage);
   sge.length = static_cast<uint32_t>(sizeof(ChunkHdr) + len);
@@ -556,12 +593,14 @@ Status IbverbsTransport::postData(IbLane* l, SendMsg* m, size_t len) {
   l->next = (slot + 1) % slots;
   --l->credits;
   --l->sqFree;
-  l->inflight.push_back({m, static_cast<uint32_t>(len)});
-  m->posted += len;
-  ++m->chunks;
-  m->started = true;
+  l->inflight.push_back({m, static_cast<uint32_t>(len), slot, offset});
+  if (!again) {
+    m->posted += len;
+    ++m->chunks;
+    m->started = true;
+  }
   l->stats.addSent(sge.length);
-  l->stats.addPieces(1, 0);
+  l->stats.addPieces(1, again ? 1 : 0);
   return Status::ok();
 }
 
@@ -597,18 +636,55 @@ Status IbverbsTransport::postCtrl(IbLane* l, uint32_t imm, WrKind kind, const st
   return Status::ok();
 }
 
-void IbverbsTransport::laneFailed(IbLane* l, const std::string& what) {
+void IbverbsTransport::laneFailed(IbLane* l, const std::string& why, bool tellPeer) {
   if (l->failed) return;
   l->failed = true;
+  IbConnection* c = l->conn;
   l->stats.addError();
-  l->stats.setRetiredWhy(what);
+  l->stats.setRetiredWhy(why);
   l->stats.setState(LaneState::kRetired);
-  // Without lane failover (not built yet) a connection lives only as long as every lane does.
-  l->conn->fail(makeError(Code::kRemoteError,
-                          "ibverbs: rank %d: lane %d to rank %d (%s): %s; C4_IB_TIMEOUT=%lld, "
-                          "C4_IB_RETRY_CNT=%lld",
-                          ctx_.rank, l->stats.index(), l->conn->peer(), l->ip->name().c_str(), what.c_str(),
-                          static_cast<long long>(paramIbTimeout()), static_cast<long long>(paramIbRetryCnt())));
+  l->stats.setBusy(false, detail::nowNs());
+  // Its outstanding work requests flush; whatever the peer still writes there is lost (and sent
+  // again by the peer, whom we tell).
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_ERR;
+  (void)v->modifyQp(l->qp, &a, IBV_QP_STATE);
+  c->reordered = true;
+  for (const Inflight& f : l->inflight)
+    c->resend.push_back({f.msg, f.offset, f.len, staging(l, f.slot) + sizeof(ChunkHdr)});
+  const size_t again = l->inflight.size();
+  l->inflight.clear();
+  l->credits = 0;
+  IbLane* live = nullptr;
+  for (IbLane* x : c->lanes)
+    if (!x->failed && live == nullptr) live = x;
+  if (live == nullptr) {
+    c->fail(makeError(Code::kRemoteError,
+                      "ibverbs: rank %d: lane %d to rank %d (%s), its last, failed: %s; C4_IB_TIMEOUT=%lld, "
+                      "C4_IB_RETRY_CNT=%lld",
+                      ctx_.rank, l->stats.index(), c->peer(), l->ip->name().c_str(), why.c_str(),
+                      static_cast<long long>(paramIbTimeout()), static_cast<long long>(paramIbRetryCnt())));
+    return;
+  }
+  C4_WARN(kLogNet, "ibverbs: rank %d: lane %d to rank %d (%s) retired: %s; %zu chunk(s) go again on the other lanes",
+          ctx_.rank, l->stats.index(), c->peer(), l->ip->name().c_str(), why.c_str(), again);
+  if (tellPeer && live->sqFree > 0)
+    (void)postCtrl(live, kImmPing | static_cast<uint32_t>(1 + l->stats.index()), kWrCtrl);
+  markActive(c);
+}
+
+Status IbverbsTransport::faultDrill(int peer, int lane, LaneFault fault) {
+  if (!canConnect(peer) || lane < 0 || lane >= conns_[static_cast<size_t>(peer)]->numLanes())
+    return makeError(Code::kInvalidArgument, "ibverbs: no lane %d to rank %d", lane, peer);
+  if (fault != LaneFault::kReset)
+    return makeError(Code::kInvalidUsage, "ibverbs: only the reset drill (the queue pair to the error state) exists");
+  // As a NIC fault would: the queue pair errs, its work requests flush, and the flush retires it.
+  IbLane* l = conns_[static_cast<size_t>(peer)]->lanes[static_cast<size_t>(lane)];
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_ERR;
+  const int rc = v->modifyQp(l->qp, &a, IBV_QP_STATE);
+  if (rc != 0) return makeError(Code::kSystemError, "ibverbs: queue pair to the error state: %s", strerror(rc));
+  return Status::ok();
 }
 
 void IbverbsTransport::onCompletion(const ibv_wc& wc) {
@@ -660,8 +736,12 @@ void IbverbsTransport::onCompletion(const ibv_wc& wc) {
                         text));
       break;
     }
-    default:
-      break;  // a ping
+    default: {  // a ping, or the peer retired a lane
+      const uint32_t retired = imm & ~kImmKind;
+      if (retired > 0 && retired <= c->lanes.size())
+        laneFailed(c->lanes[retired - 1], strFormat("rank %d retired it", c->peer()), false);
+      break;
+    }
   }
   markActive(c);
 }
@@ -738,6 +818,8 @@ void IbConnection::fail(const Status& st) {
   sends.clear();
   for (auto& r : recvs) failRequest(r.req, st);
   recvs.clear();
+  resend.clear();
+  stash.clear();
   for (IbLane* l : lanes) {
     l->inflight.clear();
     l->ready.clear();
@@ -790,6 +872,14 @@ Status IbConnection::peek(bool* ready, OpSig* sig, size_t* bytes) {
   if (!t_->aborted_.isOk()) return t_->aborted_;
   if (!standing.isOk()) return standing;
   if (!recvs.empty()) return Status::ok();
+  auto it = stash.lower_bound({recvSeq, 0});
+  if (it != stash.end() && it->first.first == recvSeq) {
+    const auto* h = reinterpret_cast<const ChunkHdr*>(it->second.data());
+    *ready = true;
+    *sig = h->sig;
+    *bytes = h->total;
+    return Status::ok();
+  }
   for (IbLane* l : lanes) {
     const ChunkHdr* h = head(l);
     if (h && h->magic == kChunkMagic && h->msgSeq == recvSeq) {
@@ -802,10 +892,46 @@ Status IbConnection::peek(bool* ready, OpSig* sig, size_t* bytes) {
   return Status::ok();
 }
 
+bool IbConnection::deliver(const ChunkHdr* h) {
+  RecvMsg& r = recvs.front();
+  if (!r.checked) {
+    Status m = matchError("ibverbs", peer_, t_->peerText(peer_), t_->rank(), h->sig, h->total, r.sig, r.bytes);
+    if (!m.isOk()) {
+      fail(m);  // the message cannot be received in order any more
+      return false;
+    }
+    r.checked = true;
+  }
+  if (!r.offsets.insert(h->offset).second) return true;  // sent again after a lane failed: once is enough
+  const char* payload = reinterpret_cast<const char*>(h) + sizeof(ChunkHdr);
+  if (h->len) {
+    if (r.hasRed)
+      reduceInto(r.red, r.dst.bytes(), h->offset, payload, h->len);
+    else
+      memcpy(r.dst.bytes() + h->offset, payload, h->len);
+  }
+  r.got += h->len;
+  if (r.got == r.bytes) {
+    completeRequest(r.req);
+    recvs.pop_front();
+    ++recvSeq;
+  }
+  return true;
+}
+
 bool IbConnection::pumpRecv() {
   bool moved = false;
   for (bool again = true; again && standing.isOk();) {
     again = false;
+    // Chunks copied aside, when their message's turn has come.
+    while (!recvs.empty() && standing.isOk()) {
+      auto it = stash.lower_bound({recvSeq, 0});
+      if (it == stash.end() || it->first.first != recvSeq) break;
+      std::vector<char> chunk = std::move(it->second);
+      stash.erase(it);
+      if (!deliver(reinterpret_cast<const ChunkHdr*>(chunk.data()))) return moved;
+      moved = again = true;
+    }
     for (IbLane* l : lanes) {
       while (standing.isOk()) {
         const ChunkHdr* h = head(l);
@@ -815,32 +941,25 @@ bool IbConnection::pumpRecv() {
                          peer_, l->stats.index()));
           return moved;
         }
-        if (h->msgSeq != recvSeq || recvs.empty()) break;  // a later message's, or nobody receives yet
-        RecvMsg& r = recvs.front();
-        if (!r.checked) {
-          Status m = matchError("ibverbs", peer_, t_->peerText(peer_), t_->rank(), h->sig, h->total, r.sig, r.bytes);
-          if (!m.isOk()) {
-            fail(m);  // the message cannot be received in order any more
-            return moved;
-          }
-          r.checked = true;
+        if (h->msgSeq < recvSeq) {  // a message received whole already: a chunk sent again
+          consume(l);
+          moved = true;
+          continue;
         }
-        const char* payload = reinterpret_cast<const char*>(h) + sizeof(ChunkHdr);
-        if (h->len) {
-          if (r.hasRed)
-            reduceInto(r.red, r.dst.bytes(), h->offset, payload, h->len);
-          else
-            memcpy(r.dst.bytes() + h->offset, payload, h->len);
+        if (h->msgSeq == recvSeq && !recvs.empty()) {
+          if (!deliver(h)) return moved;
+          consume(l);
+          moved = again = true;
+          continue;
         }
-        r.got += h->len;
-        const bool last = r.got == r.bytes;
-        consume(l);
-        moved = again = true;
-        if (last) {
-          completeRequest(r.req);
-          recvs.pop_front();
-          ++recvSeq;
+        if (reordered && h->msgSeq > recvSeq) {  // a later message's, ahead of a re-sent chunk
+          const char* p = reinterpret_cast<const char*>(h);
+          stash.emplace(std::make_pair(h->msgSeq, h->offset), std::vector<char>(p, p + sizeof(ChunkHdr) + h->len));
+          consume(l);
+          moved = again = true;
+          continue;
         }
+        break;  // a later message's, or nobody receives yet
       }
     }
   }
@@ -852,29 +971,54 @@ bool IbConnection::pumpRecv() {
   return moved;
 }
 
+IbLane* IbConnection::pickLane() {
+  // Smooth weighted round robin over the lanes that can take a chunk now (credits and send-queue
+  // room; two entries stay for credits and control messages).
+  if (weights.size() != lanes.size()) weights.assign(lanes.size(), 1.0);
+  if (credit.size() != lanes.size()) credit.assign(lanes.size(), 0.0);
+  double total = 0;
+  IbLane* best = nullptr;
+  size_t bi = 0;
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    IbLane* l = lanes[i];
+    if (l->failed || weights[i] <= 0 || l->credits == 0 || l->sqFree <= 2) continue;
+    credit[i] += weights[i];
+    total += weights[i];
+    if (best == nullptr || credit[i] > credit[bi]) best = l, bi = i;
+  }
+  if (best) credit[bi] -= total;
+  return best;
+}
+
 bool IbConnection::pumpSend() {
   bool moved = false;
+  // Chunks of failed lanes first, from their staged copies.
+  while (!resend.empty() && standing.isOk()) {
+    IbLane* pick = pickLane();
+    if (pick == nullptr) return moved;
+    const Resend r = resend.front();
+    Status st = t_->postData(pick, r.msg, r.offset, r.len, r.payload, true);
+    if (!st.isOk()) {
+      t_->laneFailed(pick, st.message());
+      continue;
+    }
+    resend.pop_front();
+    pick->stats.setBusy(true, detail::nowNs());
+    moved = true;
+  }
   // Every chunk of a message goes out before any of the next: the receiver takes each lane's
   // chunks in order, so a later message's chunk ahead of an earlier one's would block that lane.
   for (auto& mp : sends) {
     SendMsg* m = mp.get();
     if (m->started && m->posted == m->bytes) continue;
     while (standing.isOk() && (!m->started || m->posted < m->bytes)) {
-      IbLane* pick = nullptr;
-      for (size_t k = 0; k < lanes.size() && !pick; ++k) {
-        IbLane* l = lanes[(rr + k) % lanes.size()];
-        // Two send-queue entries stay for credits and control messages.
-        if (!l->failed && l->credits > 0 && l->sqFree > 2) {
-          pick = l;
-          rr = (rr + k + 1) % lanes.size();
-        }
-      }
+      IbLane* pick = pickLane();
       if (pick == nullptr) return moved;
       const size_t len = std::min(m->bytes - m->posted, t_->slotBytes - sizeof(ChunkHdr));
-      Status st = t_->postData(pick, m, len);
+      Status st = t_->postData(pick, m, m->posted, len, m->buf + m->posted, false);
       if (!st.isOk()) {
         t_->laneFailed(pick, st.message());
-        return moved;
+        continue;
       }
       pick->stats.setBusy(true, detail::nowNs());
       moved = true;
@@ -882,6 +1026,36 @@ bool IbConnection::pumpSend() {
     break;  // a message still has chunks to go
   }
   return moved;
+}
+
+Status IbConnection::setLaneWeights(const std::vector<double>& w) {
+  if (w.size() != lanes.size())
+    return makeError(Code::kInvalidArgument, "ibverbs: %zu weights for %zu lanes", w.size(), lanes.size());
+  double live = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (w[i] < 0 || (lanes[i]->failed && w[i] > 0))
+      return makeError(Code::kInvalidArgument, "ibverbs: weight %g for lane %zu (%s)", w[i], i,
+                       lanes[i]->failed ? "retired" : "negative");
+    if (!lanes[i]->failed) live += w[i];
+  }
+  if (live <= 0) return makeError(Code::kInvalidArgument, "ibverbs: every live lane would get weight 0");
+  weights = w;
+  for (size_t i = 0; i < lanes.size(); ++i) lanes[i]->stats.setWeight(w[i]);
+  credit.assign(lanes.size(), 0.0);
+  return Status::ok();
+}
+
+Status IbConnection::retireLane(int i, const std::string& why) {
+  if (i < 0 || i >= numLanes()) return makeError(Code::kInvalidArgument, "ibverbs: no lane %d to rank %d", i, peer_);
+  IbLane* l = lanes[static_cast<size_t>(i)];
+  if (l->failed) return makeError(Code::kInvalidUsage, "ibverbs: lane %d to rank %d is retired already", i, peer_);
+  int live = 0;
+  for (const IbLane* x : lanes) live += !x->failed;
+  if (live <= 1)
+    return makeError(Code::kInvalidUsage, "ibverbs: lane %d is the last live lane to rank %d (the connection would go)",
+                     i, peer_);
+  t_->laneFailed(l, why, true);
+  return Status::ok();
 }
 
 void IbConnection::pump() {
@@ -899,6 +1073,8 @@ void IbConnection::pump() {
 
 std::string IbConnection::describeState() const {
   std::string s = strFormat("%zu send(s), %zu receive(s) pending", sends.size(), recvs.size());
+  if (!resend.empty() || !stash.empty())
+    s += strFormat(", %zu chunk(s) to send again, %zu set aside", resend.size(), stash.size());
   for (const IbLane* l : lanes)
     s += strFormat("; lane %d (%s): %s, %u credit(s), %zu chunk(s) unacknowledged, %zu waiting", l->stats.index(),
                    l->ip->name().c_str(), l->failed ? "failed" : "up", l->credits, l->inflight.size(), l->ready.size());

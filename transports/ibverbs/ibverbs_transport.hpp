@@ -10,7 +10,10 @@
 // message goes in chunks striped over the lanes, each with a header (message sequence, offset,
 // size, OpSig), so the receiver checks every message against the receive it posted and peeks
 // without consuming. Queue pairs are made and connected at creation, their addresses exchanged over
-// the bootstrap's authenticated allGather.
+// the bootstrap's authenticated allGather. A lane whose queue pair fails (a completion error) or
+// that C4P retires is taken out of service: its uncredited chunks go again on the other lanes from
+// their staged copies, the peer is told, and the receiver from then on takes chunks in any order,
+// each once; the connection fails only with its last lane.
 #pragma once
 
 #include <memory>
