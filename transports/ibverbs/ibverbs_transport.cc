@@ -51,6 +51,7 @@ constexpr uint32_t kImmKind = 3u << 30;
 constexpr size_t kCtrlBytes = 1024;     // per lane: the peer's abort reason lands here
 constexpr int64_t kPingAfterMs = 1000;  // a lane with receives waiting and nothing heard probes its peer
 constexpr int kPollBatch = 32;
+constexpr uint32_t kInlineBytes = 256;  // asked for; the provider may grant less (or none)
 
 // wr_id: lane id << 8 | what.
 enum WrKind : uint64_t { kWrRecv = 1, kWrData = 2, kWrCredit = 3, kWrCtrl = 4 };
@@ -94,13 +95,30 @@ struct Device {
 
 class IbConnection;
 
+/// A registration (ncclCommRegister, Transport::registerMemory): one memory region per device this
+/// transport uses, so that chunks of sends from inside it go to the NIC straight from the caller's
+/// buffer (no copy into the staging slot). Only what the caller registers: an automatic cache of
+/// arbitrary buffers would pin pages that free() and a later malloc() may hand to other data at the
+/// same address, and RDMA would read the old pages.
+class IbRegion : public MemRegion {
+ public:
+  IbRegion(const void* base, size_t bytes, MemSpace space) : MemRegion(base, bytes, space) {}
+  std::vector<std::pair<const Device*, ibv_mr*>> mrs;
+  uint32_t lkey(const Device* d) const {
+    for (const auto& m : mrs)
+      if (m.first == d) return m.second->lkey;
+    return 0;
+  }
+};
+
 struct SendMsg {
   Request* req = nullptr;
   const char* buf = nullptr;
   size_t bytes = 0;
   OpSig sig;
   uint64_t seq = 0;
-  size_t posted = 0;  // payload bytes handed to lanes
+  const IbRegion* region = nullptr;  // the registration covering buf: chunks go without a copy
+  size_t posted = 0;                 // payload bytes handed to lanes
   int chunks = 0, acked = 0;
   bool started = false;  // its first chunk is out (a zero-byte message has one)
   bool finished = false;
@@ -156,7 +174,8 @@ struct IbLane {
   uint32_t next = 0;  // the peer's next slot
   std::deque<Inflight> inflight;
   int sqFree = 0;
-  uint32_t psn = 0;  // the first packet sequence number this end sends (random)
+  uint32_t maxInline = 0;  // bytes a work request may carry inline (the provider copies them at post)
+  uint32_t psn = 0;        // the first packet sequence number this end sends (random)
   bool pinging = false;
   bool failed = false;
 };
@@ -265,6 +284,8 @@ class IbverbsTransport : public Transport {
   /// connection fails only with its last lane.
   void laneFailed(IbLane* l, const std::string& why, bool tellPeer = true);
   Status faultDrill(int peer, int lane, LaneFault fault) override;
+  Status registerMemory(const void* base, size_t bytes, MemSpace space, std::unique_ptr<MemRegion>* out) override;
+  Status deregisterMemory(MemRegion* region) override;
   char* staging(IbLane* l, uint32_t slot) const { return l->mem + slots * slotBytes + kCtrlBytes + slot * slotBytes; }
   void markActive(IbConnection* c) {
     if (!c->inActiveList) {
@@ -493,9 +514,15 @@ Status IbverbsTransport::setup() {
       qa.qp_type = IBV_QPT_RC;
       qa.cap.max_send_wr = static_cast<uint32_t>(l->sqFree);
       qa.cap.max_recv_wr = static_cast<uint32_t>(l->sqFree);
-      qa.cap.max_send_sge = 1;
+      qa.cap.max_send_sge = 2;  // a chunk's header from the staging slot, its payload from a registration
+      qa.cap.max_inline_data = kInlineBytes;
       qa.cap.max_recv_sge = 1;
       l->qp = v->createQp(l->dev->pd, &qa);
+      if (l->qp == nullptr) {  // a provider without inline data refuses the request
+        qa.cap.max_inline_data = 0;
+        l->qp = v->createQp(l->dev->pd, &qa);
+      }
+      l->maxInline = l->qp ? qa.cap.max_inline_data : 0;
       if (l->qp == nullptr)
         return makeError(Code::kSystemError, "ibverbs: ibv_create_qp on %s: %s", l->ip->name().c_str(),
                          strerror(errno));
@@ -571,17 +598,30 @@ Status IbverbsTransport::postData(IbLane* l, SendMsg* m, uint64_t offset, size_t
   h->total = m->bytes;
   h->sig = m->sig;
   h->pad = 0;
-  if (len) memcpy(stage + sizeof(ChunkHdr), src, len);
-  ibv_sge sge{};
-  sge.addr = reinterpret_cast<uint64_t>(stage);
-  sge.length = static_cast<uint32_t>(sizeof(ChunkHdr) + len);
-  sge.lkey = l->mr->lkey;
+  // From a registration the payload goes straight from the caller's buffer (a second gather
+  // entry); else it is copied into the staging slot behind the header.
+  const uint32_t regKey = m->region != nullptr && len > 0 ? m->region->lkey(l->dev) : 0;
+  ibv_sge sge[2] = {};
+  sge[0].addr = reinterpret_cast<uint64_t>(stage);
+  sge[0].lkey = l->mr->lkey;
+  int nsge = 1;
+  if (regKey != 0) {
+    sge[0].length = sizeof(ChunkHdr);
+    sge[1].addr = reinterpret_cast<uint64_t>(src);
+    sge[1].length = static_cast<uint32_t>(len);
+    sge[1].lkey = regKey;
+    nsge = 2;
+  } else {
+    if (len) memcpy(stage + sizeof(ChunkHdr), src, len);
+    sge[0].length = static_cast<uint32_t>(sizeof(ChunkHdr) + len);
+  }
+  const uint32_t wireBytes = static_cast<uint32_t>(sizeof(ChunkHdr) + len);
   ibv_send_wr wr{};
   wr.wr_id = (static_cast<uint64_t>(l->id) << 8) | kWrData;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
+  wr.sg_list = sge;
+  wr.num_sge = nsge;
   wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.send_flags = IBV_SEND_SIGNALED | (wireBytes <= l->maxInline ? IBV_SEND_INLINE : 0);
   wr.imm_data = htonl(kImmData | slot);
   wr.wr.rdma.remote_addr = l->remote.ringAddr + slot * slotBytes;
   wr.wr.rdma.rkey = l->remote.rkey;
@@ -599,7 +639,7 @@ Status IbverbsTransport::postData(IbLane* l, SendMsg* m, uint64_t offset, size_t
     ++m->chunks;
     m->started = true;
   }
-  l->stats.addSent(sge.length);
+  l->stats.addSent(wireBytes);
   l->stats.addPieces(1, again ? 1 : 0);
   return Status::ok();
 }
@@ -650,8 +690,11 @@ void IbverbsTransport::laneFailed(IbLane* l, const std::string& why, bool tellPe
   a.qp_state = IBV_QPS_ERR;
   (void)v->modifyQp(l->qp, &a, IBV_QP_STATE);
   c->reordered = true;
+  // A chunk sent from a registration was not staged: it goes again from the caller's buffer, which
+  // stays valid until its send completes (after every chunk is credited).
   for (const Inflight& f : l->inflight)
-    c->resend.push_back({f.msg, f.offset, f.len, staging(l, f.slot) + sizeof(ChunkHdr)});
+    c->resend.push_back({f.msg, f.offset, f.len,
+                         f.msg->region != nullptr ? f.msg->buf + f.offset : staging(l, f.slot) + sizeof(ChunkHdr)});
   const size_t again = l->inflight.size();
   l->inflight.clear();
   l->credits = 0;
@@ -671,6 +714,41 @@ void IbverbsTransport::laneFailed(IbLane* l, const std::string& why, bool tellPe
   if (tellPeer && live->sqFree > 0)
     (void)postCtrl(live, kImmPing | static_cast<uint32_t>(1 + l->stats.index()), kWrCtrl);
   markActive(c);
+}
+
+Status IbverbsTransport::registerMemory(const void* base, size_t bytes, MemSpace space,
+                                        std::unique_ptr<MemRegion>* out) {
+  if ((spaceBit(space) & kHostSpaces) == 0 || base == nullptr || bytes == 0) {
+    *out = std::make_unique<MemRegion>(base, bytes, space);  // nothing to register: sends copy
+    return Status::ok();
+  }
+  auto r = std::make_unique<IbRegion>(base, bytes, space);
+  for (auto& d : devices_) {
+    // Read by the NIC only (the send side): no write access, so read-only pages register too.
+    ibv_mr* mr = v->regMr(d->pd, const_cast<void*>(base), bytes, 0);
+    if (mr == nullptr) {
+      const int e = errno;
+      for (auto& m : r->mrs) v->deregMr(m.second);
+      return makeError(Code::kSystemError,
+                       "ibverbs: registering %zu bytes at %p on %s: %s (ulimit -l, the locked-memory limit, may be "
+                       "too low)",
+                       bytes, base, d->name.c_str(), strerror(e));
+    }
+    r->mrs.push_back({d.get(), mr});
+  }
+  *out = std::move(r);
+  return Status::ok();
+}
+
+Status IbverbsTransport::deregisterMemory(MemRegion* region) {
+  auto* r = dynamic_cast<IbRegion*>(region);
+  if (r == nullptr) return Status::ok();
+  Status st;
+  for (auto& m : r->mrs)
+    if (v->deregMr(m.second) != 0 && st.isOk())
+      st = makeError(Code::kSystemError, "ibverbs: ibv_dereg_mr: %s", strerror(errno));
+  r->mrs.clear();
+  return st;
 }
 
 Status IbverbsTransport::faultDrill(int peer, int lane, LaneFault fault) {
@@ -835,6 +913,8 @@ Status IbConnection::isend(const MemRef& buf, size_t bytes, const OpSig& sig, Re
   m->bytes = bytes;
   m->sig = sig;
   m->seq = sendSeq++;
+  const auto* reg = dynamic_cast<const IbRegion*>(buf.region);
+  if (reg != nullptr && bytes > 0 && reg->covers(buf.ptr, bytes)) m->region = reg;
   sends.push_back(std::move(m));
   t_->markActive(this);
   return Status::ok();
