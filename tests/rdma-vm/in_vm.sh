@@ -1,6 +1,6 @@
 #!/bin/sh
 # Runs inside the Soft-RoCE VM (tests/rdma-vm/run.sh): the ibverbs tests over the VM's rxe0.
-#   in_vm.sh all|setup|conformance|failover|matrix|bench [gtest filter]
+#   in_vm.sh all|setup|conformance|failover|hosts|matrix|bench [gtest filter]
 WHAT=${1:-all}
 FILTER=$2
 cd /tmp
@@ -33,6 +33,45 @@ case "$WHAT" in
       echo "[vm] failover: FAILED (exit $frc)"; tail -20 /tmp/failover.log; rc=1
     else
       echo "[vm] failover: ok (both ends retired lane 1, results right)"
+    fi
+    ;;
+esac
+case "$WHAT" in
+  hosts | all)
+    # Two emulated hosts (network namespaces joined by a veth pair), two ranks each, launched the way
+    # torchrun does. Each host gets an rxe device, but Debian 6.1's rxe cannot be moved into a
+    # namespace ("Operation not supported"; its UDP socket lives in the first one), so with RDMA
+    # devices private to their namespace (exclusive mode) the hosts' namespaces have none: under
+    # C4_TRANSPORT=auto every rank must find that, all must fall back to tcp together (one INFO
+    # line each), and the collective matrix must pass across the hosts.
+    rdma system set netns exclusive
+    for h in 0 1; do /bin/ip netns add h$h; /bin/ip -n h$h link set lo up; done
+    /bin/ip link add e0 netns h0 type veth peer name e1 netns h1
+    for h in 0 1; do
+      /bin/ip -n h$h addr add 10.77.0.$((h + 1))/24 dev e$h
+      /bin/ip -n h$h link set e$h up
+    done
+    sleep 2
+    for h in 0 1; do
+      /bin/ip netns exec h$h rdma link add rxh$h type rxe netdev e$h
+      rdma dev set rxh$h netns h$h 2>&1 | sed "s/^/[vm] moving rxh$h into h$h: /"
+    done
+    pids=""
+    for r in 0 1 2 3; do
+      h=$((r / 2))
+      /bin/ip netns exec h$h env RANK=$r LOCAL_RANK=$((r % 2)) WORLD_SIZE=4 MASTER_ADDR=10.77.0.1 MASTER_PORT=29500 \
+        C4_SOCKET_IFNAME=e$h C4_TRANSPORT=auto C4_DEBUG=INFO C4_DEBUG_SUBSYS=INIT C4_TRACE=0 \
+        /c4/c4-matrix --quick > /tmp/hosts.$r 2>&1 &
+      pids="$pids $!"
+    done
+    hrc=0
+    for p in $pids; do wait $p || hrc=1; done
+    grep -h "^c4-matrix" /tmp/hosts.* | sed 's/^/[vm]   /'
+    if [ $hrc -ne 0 ] || [ "$(grep -l 'not using RDMA between hosts' /tmp/hosts.* | wc -l)" -ne 4 ] ||
+       [ "$(grep -l 'transports: shm+tcp' /tmp/hosts.* | wc -l)" -ne 4 ]; then
+      echo "[vm] hosts: FAILED"; grep -h -E "RDMA|transports:" /tmp/hosts.* | head; rc=1
+    else
+      echo "[vm] hosts: ok (2 hosts x 2 ranks without a device in their namespaces: all fell back to shm+tcp, results right)"
     fi
     ;;
 esac

@@ -4,7 +4,7 @@
 # kernel has no RDMA; the VM's has, so the queue pairs, memory registrations, RDMA writes with
 # immediate and completion errors below are the kernel's real ones (emulated NIC, real verbs).
 #
-#   tests/rdma-vm/run.sh BUILD_DIR [all|setup|conformance|failover|matrix|bench] [gtest filter]
+#   tests/rdma-vm/run.sh BUILD_DIR [all|setup|conformance|failover|hosts|matrix|bench] [gtest filter]
 #   C4_RDMA_VM_ENV=C4_DEBUG=INFO,C4_IB_TIMEOUT=14 ...   (variables for the tests in the VM)
 #
 # Needs the packages scripts/deps.sh installs (qemu-system-x86, busybox-static, rdma-core,
@@ -13,7 +13,7 @@
 # Debian's kernel package once into BUILD_DIR/rdma-vm. Prints the VM's console; exits with the
 # tests' status (77: the packages are missing, so the ctest shows as skipped).
 set -euo pipefail
-B=$(cd "${1:?usage: run.sh BUILD_DIR [all|setup|conformance|failover|matrix|bench] [filter]}" && pwd)
+B=$(cd "${1:?usage: run.sh BUILD_DIR [all|setup|conformance|failover|hosts|matrix|bench] [filter]}" && pwd)
 WHAT=${2:-all}
 FILTER=${3:-}
 W=${C4_RDMA_VM_DIR:-$B/rdma-vm}
@@ -67,7 +67,7 @@ withLibs /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so
 cp /etc/libibverbs.d/rxe.driver ir/etc/libibverbs.d/
 cp -L /lib64/ld-linux-x86-64.so.2 ir/lib64/
 bins=()
-for t in ibverbs_test transport_conformance_test coll_test c4-perf c4-p2p-bw; do
+for t in ibverbs_test transport_conformance_test coll_test c4-matrix c4-perf c4-p2p-bw; do
   [ -x "$B/bin/$t" ] && bins+=("$B/bin/$t")
 done
 cp "${bins[@]}" ir/c4/
