@@ -31,7 +31,7 @@ EXPECTED = {
     "soak (short soak, planted faults)": (["soak_*"], 6),
     "ucx transport (conformance, collective matrix)": (["*Conformance*ucx*", "Net/NetMatrix*ucx*"], 15),
     "ibverbs transport setup (no RDMA device here)": (["IbVerbs.*"], 5),
-    "ibverbs over real verbs (Soft-RoCE VM: conformance, collective matrix)": (["rdma_vm_*"], 1),
+    "ibverbs over real verbs (Soft-RoCE VMs: conformance, collective matrix, two hosts)": (["rdma_vm_*"], 2),
 }
 # The fuzz build (-DC4_FUZZ=ON, tests/fuzz): one ctest per target (docs/fuzzing.md), the Python one included.
 EXPECTED_FUZZ = {

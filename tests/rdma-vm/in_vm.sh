@@ -1,6 +1,6 @@
 #!/bin/sh
 # Runs inside the Soft-RoCE VM (tests/rdma-vm/run.sh): the ibverbs tests over the VM's rxe0.
-#   in_vm.sh all|setup|conformance|failover|hosts|matrix|bench [gtest filter]
+#   in_vm.sh all|setup|conformance|failover|hosts|twovm|matrix|bench [gtest filter]
 WHAT=${1:-all}
 FILTER=$2
 cd /tmp
@@ -72,6 +72,41 @@ case "$WHAT" in
       echo "[vm] hosts: FAILED"; grep -h -E "RDMA|transports:" /tmp/hosts.* | head; rc=1
     else
       echo "[vm] hosts: ok (2 hosts x 2 ranks without a device in their namespaces: all fell back to shm+tcp, results right)"
+    fi
+    ;;
+esac
+case "$WHAT" in
+  twovm)
+    # One of two VMs (run.sh twovm): this host's e1000 NIC joins the other VM's; an rxe device on it;
+    # ranks 2H and 2H+1 of a 4-rank job launched the way torchrun does. Under C4_TRANSPORT=auto the
+    # ranks of this host talk over shm and the hosts over ibverbs (RDMA between two kernels); the
+    # collective matrix checks every result.
+    H=$(sed -n 's/.*c4host=\([0-9]\).*/\1/p' /proc/cmdline)
+    insmod /mods/e1000.ko
+    sleep 1
+    /bin/ip addr add 10.78.0.$((H + 1))/24 dev eth0
+    /bin/ip link set eth0 up
+    sleep 2
+    rdma link add rxn type rxe netdev eth0
+    peer=10.78.0.$((2 - H))
+    for i in $(seq 120); do ping -c 1 -W 1 $peer > /dev/null 2>&1 && break; done
+    echo "[vm] host $H: rxn on eth0 ($(ibv_devinfo -d rxn | grep -m1 state | awk '{print $2}')), $peer answers"
+    pids=""
+    for l in 0 1; do
+      r=$((2 * H + l))
+      env RANK=$r LOCAL_RANK=$l WORLD_SIZE=4 MASTER_ADDR=10.78.0.1 MASTER_PORT=29500 C4_SOCKET_IFNAME=eth0 \
+        C4_TRANSPORT=auto C4_IB_HCA==rxn C4_DEBUG=INFO C4_DEBUG_SUBSYS=INIT,NET C4_TRACE=0 C4_TIMEOUT=300 \
+        /c4/c4-matrix --quick > /tmp/twovm.$r 2>&1 &
+      pids="$pids $!"
+    done
+    trc=0
+    for p in $pids; do wait $p || trc=1; done
+    grep -h "^c4-matrix" /tmp/twovm.* | sed 's/^/[vm]   /'
+    grep -h "transports:" /tmp/twovm.* | sed 's/^.* pid [0-9]*: /[vm]   /'
+    if [ $trc -ne 0 ] || [ "$(grep -l 'transports: shm+ibverbs' /tmp/twovm.* | wc -l)" -ne 2 ]; then
+      echo "[vm] twovm: FAILED"; grep -h -E "RDMA|ibverbs|error|failed" /tmp/twovm.* | head -20; rc=1
+    else
+      echo "[vm] twovm: ok (host $H: shm within, ibverbs to the other VM, every result right)"
     fi
     ;;
 esac

@@ -4,7 +4,9 @@
 # kernel has no RDMA; the VM's has, so the queue pairs, memory registrations, RDMA writes with
 # immediate and completion errors below are the kernel's real ones (emulated NIC, real verbs).
 #
-#   tests/rdma-vm/run.sh BUILD_DIR [all|setup|conformance|failover|hosts|matrix|bench] [gtest filter]
+#   tests/rdma-vm/run.sh BUILD_DIR [all|setup|conformance|failover|hosts|twovm|matrix|bench] [gtest filter]
+#   (all = every step but bench; twovm boots two VMs joined by an emulated e1000 link: two hosts with
+#   an rxe device each, two ranks each, RDMA between them)
 #   C4_RDMA_VM_ENV=C4_DEBUG=INFO,C4_IB_TIMEOUT=14 ...   (variables for the tests in the VM)
 #
 # Needs the packages scripts/deps.sh installs (qemu-system-x86, busybox-static, rdma-core,
@@ -47,7 +49,8 @@ echo "[rdma-vm] building the initramfs (kernel $KVER)"
 rm -rf ir && mkdir -p ir/{bin,lib,lib64,mods,proc,sys,dev,tmp,run,c4,etc/libibverbs.d,usr/lib/x86_64-linux-gnu/libibverbs}
 cp /usr/bin/busybox ir/bin/
 for m in crypto/crc32_generic net/ipv4/udp_tunnel net/ipv6/ip6_udp_tunnel drivers/infiniband/core/ib_core \
-         drivers/infiniband/core/ib_uverbs drivers/infiniband/sw/rxe/rdma_rxe drivers/net/veth; do
+         drivers/infiniband/core/ib_uverbs drivers/infiniband/sw/rxe/rdma_rxe drivers/net/veth \
+         drivers/net/ethernet/intel/e1000/e1000; do
   f=$(ls "$M/$m".ko* | head -1)
   case "$f" in *.xz) xz -dc "$f" > "ir/mods/$(basename "$m").ko" ;; *) cp "$f" ir/mods/ ;; esac
 done
@@ -95,14 +98,47 @@ poweroff -f
 INIT
 chmod +x ir/init
 (cd ir && find . | cpio -o -H newc 2>/dev/null | gzip -1 > ../initrd.gz)
-echo "[rdma-vm] booting (qemu, software emulation; $(du -h initrd.gz | cut -f1) initramfs)"
 LOG=$W/console.log
 ACCEL=tcg  # KVM boots hung here; TCG works everywhere
-timeout "${C4_RDMA_VM_TIMEOUT:-1500}" qemu-system-x86_64 -machine accel=$ACCEL -cpu max -m 4096 -smp 2 \
-  -kernel "kernel/boot/vmlinuz-$KVER" -initrd initrd.gz \
-  -append "console=ttyS0 quiet panic=-1 c4what=$WHAT c4filter=$FILTER c4env=${C4_RDMA_VM_ENV:-}" \
-  -nographic -no-reboot -net none 2>&1 | tee "$LOG" | tr -d '\r' | grep --line-buffered -v '^\s*$' || true
-rc=$(tr -d '\r' < "$LOG" | sed -n 's/^C4VM-RESULT rc=\([0-9]*\).*/\1/p' | tail -1)
+boot() {  # boot HOST_INDEX LOG [qemu network args...]
+  local host=$1 log=$2
+  shift 2
+  timeout "${C4_RDMA_VM_TIMEOUT:-1500}" qemu-system-x86_64 -machine accel=$ACCEL -cpu max -m "${C4_RDMA_VM_MEM:-4096}" \
+    -smp 2 -kernel "kernel/boot/vmlinuz-$KVER" -initrd initrd.gz \
+    -append "console=ttyS0 quiet panic=-1 no_timer_check c4what=$WHAT c4filter=$FILTER c4host=$host c4env=${C4_RDMA_VM_ENV:-}" \
+    -nographic -no-reboot "$@" > "$log" 2>&1
+}
+result() { tr -d '\r' < "$1" | sed -n 's/^C4VM-RESULT rc=\([0-9]*\).*/\1/p' | tail -1; }
+if [ "$WHAT" = twovm ]; then
+  # Two VMs, one emulated e1000 NIC each, joined by qemu's socket network (a TCP stream between the
+  # two qemu processes on loopback: nothing of the host's network is touched).
+  echo "[rdma-vm] booting two VMs (qemu, software emulation; $(du -h initrd.gz | cut -f1) initramfs)"
+  port=$((20000 + RANDOM % 20000))
+  export C4_RDMA_VM_MEM=${C4_RDMA_VM_MEM:-2048}
+  boot 0 "$W/console0.log" -netdev socket,id=n0,listen=127.0.0.1:$port -device e1000,netdev=n0,mac=52:54:00:c4:00:01 &
+  vm0=$!
+  sleep 2
+  boot 1 "$W/console1.log" -netdev socket,id=n0,connect=127.0.0.1:$port -device e1000,netdev=n0,mac=52:54:00:c4:00:02 &
+  vm1=$!
+  wait $vm0 || true
+  wait $vm1 || true
+  for h in 0 1; do tr -d '\r' < "$W/console$h.log" | grep -a -E "^\[vm\]|^C4VM" | sed "s/^/[host $h] /"; done
+  r0=$(result "$W/console0.log")
+  r1=$(result "$W/console1.log")
+  if [ -z "$r0" ] || [ -z "$r1" ]; then
+    echo "rdma-vm: a VM ended without a result (consoles in $W/console0.log, console1.log)" >&2
+    exit 1
+  fi
+  echo "[rdma-vm] result: $r0 $r1"
+  [ "$r0" = 0 ] && [ "$r1" = 0 ]
+  exit $?
+fi
+echo "[rdma-vm] booting (qemu, software emulation; $(du -h initrd.gz | cut -f1) initramfs)"
+boot 0 "$LOG" -net none &
+vm=$!
+tail -f --pid=$vm "$LOG" 2>/dev/null | tr -d '\r' | grep --line-buffered -v '^\s*$' || true
+wait $vm || true
+rc=$(result "$LOG")
 if [ -z "$rc" ]; then
   echo "rdma-vm: the VM ended without a result (timeout or crash; console in $LOG)" >&2
   exit 1
