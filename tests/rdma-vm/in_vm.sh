@@ -91,22 +91,37 @@ case "$WHAT" in
     peer=10.78.0.$((2 - H))
     for i in $(seq 120); do ping -c 1 -W 1 $peer > /dev/null 2>&1 && break; done
     echo "[vm] host $H: rxn on eth0 ($(ibv_devinfo -d rxn | grep -m1 state | awk '{print $2}')), $peer answers"
+    # Each lane asks for a UDP source port (C4_IB_SOURCE_PORT_BASE + lane, through the flow label):
+    # host 0 records the RoCE packets on its NIC meanwhile, and only those two ports may appear.
+    [ "$H" = 0 ] && { /c4/c4-udp-sports eth0 100000 > /tmp/sports 2>&1 & cap=$!; }
     pids=""
     for l in 0 1; do
       r=$((2 * H + l))
       env RANK=$r LOCAL_RANK=$l WORLD_SIZE=4 MASTER_ADDR=10.78.0.1 MASTER_PORT=29500 C4_SOCKET_IFNAME=eth0 \
-        C4_TRANSPORT=auto C4_IB_HCA==rxn C4_DEBUG=INFO C4_DEBUG_SUBSYS=INIT,NET C4_TRACE=0 C4_TIMEOUT=300 \
-        /c4/c4-matrix --quick > /tmp/twovm.$r 2>&1 &
+        C4_TRANSPORT=auto C4_IB_HCA==rxn C4_IB_SOURCE_PORT_BASE=50000 C4_DEBUG=INFO C4_DEBUG_SUBSYS=INIT,NET \
+        C4_TRACE=0 C4_TIMEOUT=300 /c4/c4-matrix --quick > /tmp/twovm.$r 2>&1 &
       pids="$pids $!"
     done
     trc=0
     for p in $pids; do wait $p || trc=1; done
+    if [ "$H" = 0 ]; then
+      kill -TERM $cap 2> /dev/null; wait $cap 2> /dev/null
+    fi
     grep -h "^c4-matrix" /tmp/twovm.* | sed 's/^/[vm]   /'
     grep -h "transports:" /tmp/twovm.* | sed 's/^.* pid [0-9]*: /[vm]   /'
     if [ $trc -ne 0 ] || [ "$(grep -l 'transports: shm+ibverbs' /tmp/twovm.* | wc -l)" -ne 2 ]; then
       echo "[vm] twovm: FAILED"; grep -h -E "RDMA|ibverbs|error|failed" /tmp/twovm.* | head -20; rc=1
     else
       echo "[vm] twovm: ok (host $H: shm within, ibverbs to the other VM, every result right)"
+    fi
+    if [ "$H" = 0 ]; then
+      sed 's/^/[vm]   RoCE packets on eth0: /' /tmp/sports
+      if grep -q "^sport 50000:" /tmp/sports && grep -q "^sport 50001:" /tmp/sports &&
+         [ "$(grep -c '^sport' /tmp/sports)" = 2 ]; then
+        echo "[vm] source ports: ok (lanes 0 and 1 left from 50000 and 50001, and nothing else)"
+      else
+        echo "[vm] source ports: FAILED"; rc=1
+      fi
     fi
     ;;
 esac

@@ -70,7 +70,7 @@ withLibs /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so
 cp /etc/libibverbs.d/rxe.driver ir/etc/libibverbs.d/
 cp -L /lib64/ld-linux-x86-64.so.2 ir/lib64/
 bins=()
-for t in ibverbs_test transport_conformance_test coll_test c4-matrix c4-perf c4-p2p-bw; do
+for t in ibverbs_test transport_conformance_test coll_test c4-matrix c4-perf c4-p2p-bw c4-udp-sports; do
   [ -x "$B/bin/$t" ] && bins+=("$B/bin/$t")
 done
 cp "${bins[@]}" ir/c4/

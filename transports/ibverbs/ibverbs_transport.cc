@@ -51,7 +51,8 @@ constexpr uint32_t kImmKind = 3u << 30;
 constexpr size_t kCtrlBytes = 1024;     // per lane: the peer's abort reason lands here
 constexpr int64_t kPingAfterMs = 1000;  // a lane with receives waiting and nothing heard probes its peer
 constexpr int kPollBatch = 32;
-constexpr uint32_t kInlineBytes = 256;  // asked for; the provider may grant less (or none)
+constexpr uint16_t kRoceSportMin = 49152;  // IB_ROCE_UDP_ENCAP_VALID_PORT_MIN
+constexpr uint32_t kInlineBytes = 256;     // asked for; the provider may grant less (or none)
 
 // wr_id: lane id << 8 | what.
 enum WrKind : uint64_t { kWrRecv = 1, kWrData = 2, kWrCredit = 3, kWrCtrl = 4 };
@@ -83,6 +84,8 @@ struct SetupHdr {
 };
 struct PortPair {
   int16_t local, remote;
+  uint16_t sourcePort;  // RoCE v2 UDP source port asked for (0: the device's choice)
+  uint16_t pad;
 };
 
 struct Device {
@@ -159,6 +162,7 @@ struct IbLane {
   IbConnection* conn = nullptr;
   int id = 0;  // index into the transport's lanes
   int port = 0;
+  uint16_t sourcePort = 0;  // RoCE v2: the UDP source port asked for (0: the device's choice)
   Device* dev = nullptr;
   const IbPort* ip = nullptr;
   ibv_qp* qp = nullptr;
@@ -408,6 +412,10 @@ Status IbverbsTransport::connectLane(IbLane* l) {
     memcpy(a.ah_attr.grh.dgid.raw, r.gid, 16);
     a.ah_attr.grh.sgid_index = static_cast<uint8_t>(l->ip->gidIndex);
     a.ah_attr.grh.hop_limit = 64;
+    // RoCE v2's UDP source port (what ECMP hashes) follows the flow label where one is set: the
+    // kernel's rdma_flow_label_to_udp_sport (rxe since 5.17; mlx5) makes 49152 | (label & 0x3fff)
+    // ^ (label >> 14): a label below 2^14 gives 49152 + label.
+    if (l->sourcePort >= kRoceSportMin) a.ah_attr.grh.flow_label = l->sourcePort - kRoceSportMin;
   }
   int rc = v->modifyQp(l->qp, &a,
                        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
@@ -425,7 +433,9 @@ Status IbverbsTransport::connectLane(IbLane* l) {
       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
   if (rc != 0) return makeError(Code::kSystemError, "ibverbs: %s: to RTS: %s", what.c_str(), strerror(rc));
   l->credits = slots;
-  l->stats.setEndpoints(l->port, l->ip->name() + " " + l->ip->gidText + " qp " + hexQp(l->qp->qp_num),
+  l->stats.setEndpoints(l->port,
+                        l->ip->name() + " " + l->ip->gidText + " qp " + hexQp(l->qp->qp_num) +
+                            (l->sourcePort >= kRoceSportMin ? " udp " + std::to_string(l->sourcePort) : std::string()),
                         ib::gidText(*reinterpret_cast<const ibv_gid*>(r.gid)) + " qp " + hexQp(r.qpn));
   l->stats.setState(LaneState::kUp);
   return Status::ok();
@@ -455,11 +465,15 @@ Status IbverbsTransport::setup() {
     for (int l = 0; l < lanesPer_; ++l) {
       PortPair& pp = pairs(me)[p * lanesPer_ + l];
       pp.local = pp.remote = -1;
+      pp.sourcePort = 0;
       if (p > me && ctx_.lanePlan) {
         const LanePlan plan = ctx_.lanePlan(p, l);
         pp.local = static_cast<int16_t>(plan.localPort);
         pp.remote = static_cast<int16_t>(plan.remotePort);
+        if (plan.sourcePort >= kRoceSportMin) pp.sourcePort = plan.sourcePort;
       }
+      if (p > me && pp.sourcePort == 0 && paramIbSourcePortBase() > 0)
+        pp.sourcePort = static_cast<uint16_t>(std::min<int64_t>(paramIbSourcePortBase() + l, 65535));
     }
   C4_CHECK(ctx_.oob->allGather(g1.data(), slice1));
   if (!mine.isOk()) return mine;
@@ -497,6 +511,8 @@ Status IbverbsTransport::setup() {
         }
         if (port < 0) port = l;
         C4_CHECK(makeLane(c, l, port % np));
+        // Both directions of the lane leave from the source port the lower rank's plan asked for.
+        c->lanes.back()->sourcePort = (me < p ? pairs(me)[p * lanesPer_ + l] : pairs(p)[me * lanesPer_ + l]).sourcePort;
       }
     }
     for (auto& d : devices_) {
