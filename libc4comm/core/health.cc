@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "common/clock.hpp"
 #include "common/logging.hpp"
 #include "common/status.hpp"
 #include "core/comm.hpp"
@@ -497,7 +498,11 @@ void HealthMonitor::sendHeartbeats(int64_t now) {
     const RankView me = viewOf(comm_->rank, now);
     base["v"] = 1;
     base["hb"] = ++hbSeq_;
-    base["t"] = now / 1000;  // sent at (us, this rank's clock): the receiver takes delivery delays out
+    // Sent at (us, CLOCK_MONOTONIC): the receiver takes delivery delays out. Not the trace clock:
+    // its absolute values come from each process's own calibration (only its differences agree
+    // across processes), which made the floor of (arrival - sent) meaningless and shifted a
+    // clean run's arrivals by seconds (a false straggler in CI).
+    base["t"] = detail::nowNs() / 1000;
     base["e"] = me.entered;
     base["ea"] = me.enteredAgoMs;
     base["l"] = me.left;
@@ -588,7 +593,7 @@ void HealthMonitor::receive(int64_t now, bool failing) {
       p.v.leftInOrder = true;
       continue;
     }
-    p.delay.align(now, &hb);
+    p.delay.align(detail::nowNs(), &hb);  // the same clock as the sender's "t" (same host: the very same)
     p.v.entered = hb.entered;
     p.v.left = hb.left;
     p.enteredAtNs = hb.enteredAtNs;
