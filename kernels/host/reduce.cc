@@ -8,7 +8,7 @@
 
 #include "common/logging.hpp"
 #include "common/params.hpp"
-#include "kernels/host/convert.hpp"
+#include "kernels/arith/elementwise.hpp"
 #include "kernels/host/kernel_table.hpp"
 
 namespace c4 {
@@ -41,59 +41,27 @@ void storeAny(T* p, T v) {
   std::memcpy(p, &v, sizeof(T));
 }
 
-template <class T>
-struct IntScalar {
-  using Elem = T;
-  using Value = T;
-  using U = std::make_unsigned_t<T>;
-  static T load(const T* p) { return loadAny(p); }
-  static void store(T* p, T v) { storeAny(p, v); }
-  // Unsigned arithmetic wraps without UB; the conversion back is modular (GCC/Clang, and C++20).
-  static T add(T a, T b) { return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b))); }
-  static T mul(T a, T b) { return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b))); }
-  static T max(T a, T b) { return a > b ? a : b; }
-  static T min(T a, T b) { return a < b ? a : b; }
-};
-
-template <class V>
-struct FloatScalarOps {
-  static V add(V a, V b) { return a + b; }
-  static V mul(V a, V b) { return a * b; }
-  // fmax/fmin semantics (a NaN operand yields the other), written exactly as the vector code.
-  static V max(V a, V b) { return b != b ? a : (a > b ? a : b); }
-  static V min(V a, V b) { return b != b ? a : (a < b ? a : b); }
+// The element arithmetic is kernels/arith's, shared with the CUDA kernels; these add unaligned
+// loads and stores.
+template <class A>
+struct Scalar : A {
+  using Elem = typename A::Elem;
+  using Value = typename A::Value;
+  static Value load(const Elem* p) { return A::decode(loadAny(p)); }
+  static void store(Elem* p, Value v) { storeAny(p, A::encode(v)); }
 };
 
 template <class T>
-struct FloatScalar : FloatScalarOps<T> {
-  using Elem = T;
-  using Value = T;
-  static T load(const T* p) { return loadAny(p); }
-  static void store(T* p, T v) { storeAny(p, v); }
-};
+using IntScalar = Scalar<arith::Int<T>>;
+template <class T>
+using FloatScalar = Scalar<arith::Float<T>>;
+using HalfScalar = Scalar<arith::Half>;
+using Bf16Scalar = Scalar<arith::Bf16>;
+using E4m3Scalar = Scalar<arith::E4m3>;
+using E5m2Scalar = Scalar<arith::E5m2>;
 
-template <class E, float (*kDecode)(E), E (*kEncode)(float)>
-struct NarrowScalar : FloatScalarOps<float> {
-  using Elem = E;
-  using Value = float;
-  static float load(const E* p) { return kDecode(loadAny(p)); }
-  static void store(E* p, float v) { storeAny(p, kEncode(v)); }
-};
-
-using HalfScalar = NarrowScalar<uint16_t, detail::halfToFloatImpl, detail::floatToHalfImpl>;
-using Bf16Scalar = NarrowScalar<uint16_t, detail::bf16ToFloatImpl, detail::floatToBf16Impl>;
-using E4m3Scalar = NarrowScalar<uint8_t, detail::fp8e4m3ToFloatImpl, detail::floatToFp8e4m3Impl>;
-using E5m2Scalar = NarrowScalar<uint8_t, detail::fp8e5m2ToFloatImpl, detail::floatToFp8e5m2Impl>;
-
-enum class Sop { kSum, kProd, kMax, kMin };
-
-template <class F, Sop kOp>
-typename F::Value combine(typename F::Value a, typename F::Value b) {
-  if constexpr (kOp == Sop::kSum) return F::add(a, b);
-  if constexpr (kOp == Sop::kProd) return F::mul(a, b);
-  if constexpr (kOp == Sop::kMax) return F::max(a, b);
-  if constexpr (kOp == Sop::kMin) return F::min(a, b);
-}
+using Sop = arith::Op;
+using arith::combine;
 
 template <class F, Sop kOp>
 void reduceScalar(void* dst, const void* a, const void* b, size_t n) {
@@ -135,17 +103,7 @@ void divideIntScalar(void* dst, const void* src, size_t n, int divisor) {
     if (d != p) std::memmove(d, p, n * sizeof(T));
     return;
   }
-  if constexpr (std::is_signed_v<T>) {
-    for (size_t i = 0; i < n; ++i) {
-      // int64_t division cannot overflow except INT64_MIN / -1; negate in unsigned arithmetic instead.
-      const T x = loadAny(p + i);
-      storeAny(d + i, divisor == -1 ? static_cast<T>(uint64_t{0} - static_cast<uint64_t>(x))
-                                    : static_cast<T>(static_cast<int64_t>(x) / divisor));
-    }
-  } else {
-    const uint64_t dv = static_cast<uint64_t>(static_cast<int64_t>(divisor));
-    for (size_t i = 0; i < n; ++i) storeAny(d + i, static_cast<T>(static_cast<uint64_t>(loadAny(p + i)) / dv));
-  }
+  for (size_t i = 0; i < n; ++i) storeAny(d + i, arith::divideElem<arith::Int<T>>(loadAny(p + i), divisor));
 }
 
 template <class F>
@@ -355,13 +313,13 @@ bool setIsaForTesting(const char* isa) {
   return true;
 }
 
-float halfToFloat(unsigned short h) { return detail::halfToFloatImpl(h); }
-unsigned short floatToHalf(float f) { return detail::floatToHalfImpl(f); }
-float bf16ToFloat(unsigned short b) { return detail::bf16ToFloatImpl(b); }
-unsigned short floatToBf16(float f) { return detail::floatToBf16Impl(f); }
-float fp8e4m3ToFloat(unsigned char v) { return detail::fp8e4m3ToFloatImpl(v); }
-unsigned char floatToFp8e4m3(float f) { return detail::floatToFp8e4m3Impl(f); }
-float fp8e5m2ToFloat(unsigned char v) { return detail::fp8e5m2ToFloatImpl(v); }
-unsigned char floatToFp8e5m2(float f) { return detail::floatToFp8e5m2Impl(f); }
+float halfToFloat(unsigned short h) { return arith::halfToFloat(h); }
+unsigned short floatToHalf(float f) { return arith::floatToHalf(f); }
+float bf16ToFloat(unsigned short b) { return arith::bf16ToFloat(b); }
+unsigned short floatToBf16(float f) { return arith::floatToBf16(f); }
+float fp8e4m3ToFloat(unsigned char v) { return arith::fp8e4m3ToFloat(v); }
+unsigned char floatToFp8e4m3(float f) { return arith::floatToFp8e4m3(f); }
+float fp8e5m2ToFloat(unsigned char v) { return arith::fp8e5m2ToFloat(v); }
+unsigned char floatToFp8e5m2(float f) { return arith::floatToFp8e5m2(f); }
 
 }  // namespace c4::kernels
