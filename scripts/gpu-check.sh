@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
-# Everything that needs a GPU, in one command, on a GPU machine (docs/cuda.md): the gpu-labelled
-# tests, the kernel benchmark beside torch.add and the card's device-to-device copy, and a report.
+# Everything that needs a GPU, in one command, on a GPU machine (docs/cuda.md), writing one report:
+#  1. the gpu-labelled tests (kernels bit for bit against the host; every collective x dtype x op on
+#     device buffers with 1, 2 and 4 ranks on one GPU; stream order; non-blocking; errors);
+#  2. the kernel benchmark beside torch.add and the card's device-to-device copy;
+#  3. c4-perf on device buffers (nccl-tests table), 2 ranks on one GPU;
+#  4. PyTorch's own nccl backend on c4comm's libnccl.so.2 (LD_PRELOAD): DDP, losses compared with
+#     NVIDIA's NCCL.
 # Works from a build made on a machine without a GPU and copied over (the GPU host may have no
-# GoogleTest and no package registry): the test programs carry GoogleTest and the CUDA runtime
-# statically; the benchmark needs python3 with a CUDA torch.
+# GoogleTest and no package registry): scripts/gpu-pack.sh packs one (test programs with GoogleTest
+# and the CUDA runtime inside, the libraries they load); a build tree works too. Steps 2 and 4 need
+# python3 with a CUDA torch.
 #
-# Usage: scripts/gpu-check.sh [BUILD_DIR (build)] [REPORT_DIR (gpu-report)]
+# Usage: scripts/gpu-check.sh [BUILD_OR_PACK_DIR (build)] [REPORT_DIR (gpu-report)]
+#        C4_GPU_CHECK_STEPS="tests bench perf torch" selects steps.
 # Exit status: 0 when every check ran and passed; 1 when one failed; 77 when there is no GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 REPORT=${2:-gpu-report}
 mkdir -p "$REPORT"
+REPORT=$(cd "$REPORT" && pwd)
+BUILD=$(cd "$BUILD" && pwd)
 SUMMARY="$REPORT/gpu-check.md"
+STEPS=${C4_GPU_CHECK_STEPS:-tests bench perf torch}
+export LD_LIBRARY_PATH="$BUILD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 failed=0
+step() { [[ " $STEPS " == *" $1 "* ]]; }
 
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu-check: no GPU (nvidia-smi -L failed)" >&2
@@ -34,7 +46,8 @@ fi
 
 # The programs holding gpu-labelled tests (tests/*/CMakeLists.txt). Run directly, not through ctest:
 # a copied build tree's CTestTestfiles name the paths of the machine that built it.
-GPU_TESTS=(c4_cuda_kernels_test)
+GPU_TESTS=(c4_cuda_kernels_test cuda_coll_test)
+step tests || GPU_TESTS=()
 for t in "${GPU_TESTS[@]}"; do
   bin="$BUILD/bin/$t"
   if [ ! -x "$bin" ]; then
@@ -43,7 +56,7 @@ for t in "${GPU_TESTS[@]}"; do
     continue
   fi
   echo "[gpu-check] $t"
-  "$bin" --gtest_output="xml:$REPORT/$t.xml" >"$REPORT/$t.log" 2>&1
+  timeout "${C4_GPU_TEST_TIMEOUT:-900}" "$bin" --gtest_output="xml:$REPORT/$t.xml" >"$REPORT/$t.log" 2>&1
   rc=$?
   passed=$(grep -c '^\[       OK \]' "$REPORT/$t.log")
   failures=$(grep -c '^\[  FAILED  \] .*(' "$REPORT/$t.log")
@@ -54,6 +67,7 @@ for t in "${GPU_TESTS[@]}"; do
   if [ "$rc" -ne 0 ] || [ "$failures" -ne 0 ] || [ "$skips" -ne 0 ]; then failed=1; fi
 done
 
+if step bench; then
 echo "[gpu-check] kernel benchmark (kernels/cuda vs torch.add and device-to-device copy)"
 {
   echo
@@ -70,6 +84,44 @@ else
   failed=1
 fi
 echo '```' >>"$SUMMARY"
+fi
+
+if step perf; then
+  echo "[gpu-check] c4-perf on device buffers, 2 ranks on one GPU"
+  {
+    echo
+    echo "## c4-perf --device 1 (2 ranks on one GPU)"
+    echo
+    echo '```'
+  } >>"$SUMMARY"
+  for coll in allreduce allgather; do
+    timeout 300 "$BUILD/bin/c4-perf" --device 1 -np 2 -C $coll -b 8 -e "${C4_GPU_PERF_MAX:-256M}" -f 4 -n 10 -w 2 2>&1 |
+      tee "$REPORT/c4-perf-$coll.txt" | grep -v "^#  Rank" | tee -a "$SUMMARY"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
+  done
+  echo '```' >>"$SUMMARY"
+fi
+
+if step torch; then
+  echo "[gpu-check] PyTorch's nccl backend on c4comm (DDP)"
+  {
+    echo
+    echo "## PyTorch nccl backend on c4comm's libnccl.so.2 (tests/torch/gpu/ddp_nccl.py)"
+    echo
+    echo '```'
+  } >>"$SUMMARY"
+  ddp=tests/torch/gpu/ddp_nccl.py
+  export PYTHONUNBUFFERED=1
+  {
+    timeout 300 python3 $ddp --world 1 --out "$REPORT/ddp-nvidia-1.json" --port 29541 &&
+      LD_PRELOAD="$BUILD/lib/libnccl.so.2" timeout 300 python3 $ddp --world 1 --out "$REPORT/ddp-c4-1.json" --port 29542 &&
+      LD_PRELOAD="$BUILD/lib/libnccl.so.2" timeout 300 python3 $ddp --world 2 --out "$REPORT/ddp-c4-2.json" --port 29543 &&
+      python3 $ddp --compare "$REPORT/ddp-c4-1.json" "$REPORT/ddp-nvidia-1.json" &&
+      python3 $ddp --compare "$REPORT/ddp-c4-2.json" "$REPORT/ddp-nvidia-1.json"
+  } 2>&1 | tee "$REPORT/ddp.log" | grep -v "^\[" | tail -n 40 | tee -a "$SUMMARY"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
+  echo '```' >>"$SUMMARY"
+fi
 
 echo
 echo "[gpu-check] report: $SUMMARY ($([ $failed -eq 0 ] && echo passed || echo FAILED))"

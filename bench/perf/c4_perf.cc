@@ -1,4 +1,5 @@
-// c4-perf: nccl-tests-style benchmark of c4comm collectives on host memory.
+// c4-perf: nccl-tests-style benchmark of c4comm collectives on host memory, or on CUDA device
+// memory where a GPU is (--device; each call ordered on a stream, as nccl-tests runs NCCL).
 //
 //   c4-perf -C allreduce -np 4 -b 8 -e 64M -f 2        # spawns 4 local ranks
 //   mpirun -np 4 c4-perf -C allgather -b 1M -e 1G -f 2  # ranks from a launcher
@@ -16,6 +17,10 @@
 #include "bench/perf/perf_driver.hpp"
 #include "c4comm/c4comm.hpp"
 
+#if defined(C4_PERF_CUDA)
+#include <cuda_runtime.h>
+#endif
+
 namespace c4 {
 namespace perf {
 namespace {
@@ -27,12 +32,66 @@ Status withContext(const Status& s, const char* what) {
   return Status(s.code(), std::string(what) + ": " + s.toString());
 }
 
+/// The rank's index among the ranks of its host (launchers' variables; else its rank).
+int localRank(int rank) {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"})
+    if (getenv(v) && *getenv(v)) return atoi(getenv(v));
+  return rank;
+}
+
 class C4Backend : public Backend {
  public:
-  explicit C4Backend(Comm* comm) : comm_(comm) {
+  C4Backend(Comm* comm, int wantDevice) : comm_(comm) {
     (void)commUserRank(comm, &rank_);
     (void)commCount(comm, &nranks_);
+#if defined(C4_PERF_CUDA)
+    // Ranks share the host's GPUs round robin (several per GPU where ranks outnumber them).
+    int count = 0;
+    if (wantDevice != 0 && cudaGetDeviceCount(&count) == cudaSuccess && count > 0) {
+      device_ = localRank(rank_) % count;
+      cudaDeviceProp prop{};
+      if (cudaSetDevice(device_) == cudaSuccess && cudaStreamCreate(&stream_) == cudaSuccess &&
+          cudaGetDeviceProperties(&prop, device_) == cudaSuccess)
+        deviceName_ = "GPU " + std::to_string(device_) + " " + prop.name;
+    }
+    (void)cudaGetLastError();
+#else
+    (void)wantDevice;
+#endif
   }
+  ~C4Backend() override {
+#if defined(C4_PERF_CUDA)
+    if (stream_) cudaStreamDestroy(stream_);
+#endif
+  }
+
+  std::string deviceName() const override { return deviceName_; }
+#if defined(C4_PERF_CUDA)
+  void* allocDevice(size_t bytes) override {
+    void* p = nullptr;
+    return cudaMalloc(&p, bytes) == cudaSuccess ? p : nullptr;
+  }
+  void freeDevice(void* p) override { cudaFree(p); }
+  Status copyToDevice(void* device, const void* host, size_t bytes) override {
+    return cudaCheck(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_), "copy to the device");
+  }
+  Status copyToHost(void* host, const void* device, size_t bytes) override {
+    Status s = cudaCheck(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_), "copy to the host");
+    return s.isOk() ? waitDevice() : s;
+  }
+  Status waitDevice() override {
+    if (!stream_) return Status::ok();
+    Status s = cudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    if (!s.isOk()) return s;
+    // A staged call that failed reports on the communicator.
+    s = commGetAsyncError(comm_);
+    return s.code() == Code::kInProgress ? Status::ok() : s;
+  }
+  static Status cudaCheck(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return Status::ok();
+    return Status(Code::kUnhandledCudaError, std::string(what) + ": " + cudaGetErrorString(e));
+  }
+#endif
   int rank() const override { return rank_; }
   int nranks() const override { return nranks_; }
 
@@ -46,29 +105,29 @@ class C4Backend : public Backend {
   Status issue(Coll coll, const void* send, void* recv, size_t count, DataType dt, RedOp op, int root) {
     switch (coll) {
       case Coll::kAllReduce:
-        return withContext(allReduce(send, recv, count, dt, op, comm_), "allReduce");
+        return withContext(allReduce(send, recv, count, dt, op, comm_, stream()), "allReduce");
       case Coll::kAllGather:
-        return withContext(allGather(send, recv, count, dt, comm_), "allGather");
+        return withContext(allGather(send, recv, count, dt, comm_, stream()), "allGather");
       case Coll::kBroadcast:
-        return withContext(broadcast(send, recv, count, dt, root, comm_), "broadcast");
+        return withContext(broadcast(send, recv, count, dt, root, comm_, stream()), "broadcast");
       case Coll::kReduceScatter:
-        return withContext(reduceScatter(send, recv, count, dt, op, comm_), "reduceScatter");
+        return withContext(reduceScatter(send, recv, count, dt, op, comm_, stream()), "reduceScatter");
       case Coll::kReduce:
-        return withContext(reduce(send, recv, count, dt, op, root, comm_), "reduce");
+        return withContext(reduce(send, recv, count, dt, op, root, comm_, stream()), "reduce");
       case Coll::kAlltoAll:
-        return withContext(alltoAll(send, recv, count, dt, comm_), "alltoAll");
+        return withContext(alltoAll(send, recv, count, dt, comm_, stream()), "alltoAll");
       case Coll::kGather:
-        return withContext(gather(send, recv, count, dt, root, comm_), "gather");
+        return withContext(gather(send, recv, count, dt, root, comm_, stream()), "gather");
       case Coll::kScatter:
-        return withContext(scatter(send, recv, count, dt, root, comm_), "scatter");
+        return withContext(scatter(send, recv, count, dt, root, comm_, stream()), "scatter");
       case Coll::kSend: {
         // nccl-tests' sendrecv: a ring shift, send to the next rank and receive
         // from the previous.
         const int next = (rank_ + 1) % nranks_, prev = (rank_ + nranks_ - 1) % nranks_;
         Status s = withContext(groupStart(), "groupStart");
         if (!s.isOk()) return s;
-        Status ss = withContext(c4::send(send, count, dt, next, comm_), "send");
-        Status rs = withContext(c4::recv(recv, count, dt, prev, comm_), "recv");
+        Status ss = withContext(c4::send(send, count, dt, next, comm_, stream()), "send");
+        Status rs = withContext(c4::recv(recv, count, dt, prev, comm_, stream()), "recv");
         Status es = withContext(groupEnd(), "groupEnd");
         return !ss.isOk() ? ss : !rs.isOk() ? rs : es;
       }
@@ -94,9 +153,17 @@ class C4Backend : public Backend {
   }
 
  private:
+#if defined(C4_PERF_CUDA)
+  void* stream() const { return stream_; }
+  cudaStream_t stream_ = nullptr;
+#else
+  void* stream() const { return nullptr; }
+#endif
   Comm* comm_;
   int rank_ = 0;
   int nranks_ = 1;
+  int device_ = -1;
+  std::string deviceName_;
 };
 
 // One line per parameter, tab-separated (tools/gen_params_md.py writes docs/params.md from it).
@@ -121,7 +188,7 @@ std::string libraryName() {
 
 // Runs the sweep on an initialized communicator and destroys it.
 int benchAndDestroy(const Options& opts, RunInfo info, Comm* comm, double initMs, double spawnMs) {
-  C4Backend backend(comm);
+  C4Backend backend(comm, opts.device);
   // The slowest rank's init time is the communicator's.
   double t = initMs, s = spawnMs;
   if (!backend.allReduceDouble(&t, ReduceMode::kMax).isOk() || !backend.allReduceDouble(&s, ReduceMode::kMax).isOk()) {

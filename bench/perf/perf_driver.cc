@@ -187,6 +187,21 @@ class Sweep {
   int n_;
   int root_ = 0;
   Buffer sendBuf_, recvBuf_;
+  // Device buffers (--device): the calls use these; sendBuf_/recvBuf_ are their host images, where
+  // data is initialized and checked.
+  bool device_ = false;
+  std::unique_ptr<char, std::function<void(char*)>> devSend_, devRecv_;
+  size_t bufBytes_ = 0;
+  Layout deviceLayout(const Layout& host) const {
+    auto map = [&](char* p) { return p >= recvBuf_.get() && p < recvBuf_.get() + bufBytes_ ? devRecv_.get() + (p - recvBuf_.get()) : devSend_.get() + (p - sendBuf_.get()); };
+    return {map(host.send), map(host.recv)};
+  }
+  Status toDevice() {
+    if (!device_) return Status::ok();
+    Status s = be_.copyToDevice(devSend_.get(), sendBuf_.get(), bufBytes_);
+    return s.isOk() ? be_.copyToDevice(devRecv_.get(), recvBuf_.get(), bufBytes_) : s;
+  }
+  Status toHost() { return device_ ? be_.copyToHost(recvBuf_.get(), devRecv_.get(), bufBytes_) : Status::ok(); }
   double bwSum_ = 0;
   int bwCount_ = 0;
   int failedTests_ = 0;
@@ -252,31 +267,47 @@ int64_t Sweep::checkData(const Counts& c, DataType dt, RedOp op, const Layout& l
 }
 
 Status Sweep::runOnce(const Counts& c, DataType dt, RedOp op, const Layout& l) {
-  return be_.run(opts_.coll, l.send, l.recv, c.param, dt, op, root_);
+  if (!device_) return be_.run(opts_.coll, l.send, l.recv, c.param, dt, op, root_);
+  const Layout d = deviceLayout(l);
+  return be_.run(opts_.coll, d.send, d.recv, c.param, dt, op, root_);
 }
 
 bool Sweep::benchOne(bool inPlace, const Counts& c, DataType dt, RedOp op, double* usec, int64_t* wrong) {
   const Layout l = layout(inPlace, c, dataTypeSize(dt));
   initData(inPlace, c, dt, op, l);
+  Status s = toDevice();
+  if (!s.isOk()) return fail("copy to the device", s), false;
   for (int i = 0; i < opts_.warmup; ++i) {
-    Status s = runOnce(c, dt, op, l);
+    s = runOnce(c, dt, op, l);
     if (!s.isOk()) return fail("warmup", s), false;
   }
+  s = be_.waitDevice();
+  if (!s.isOk()) return fail("warmup", s), false;
   // Start together; then a loop without barriers, as nccl-tests times it.
   double sync = 0;
-  Status s = be_.allReduceDouble(&sync, ReduceMode::kSum);
+  s = be_.allReduceDouble(&sync, ReduceMode::kSum);
   if (!s.isOk()) return fail("barrier", s), false;
   double t0 = nowSeconds();
   int64_t wrongEach = 0;
   double timed = 0;
   for (int i = 0; i < opts_.iters; ++i) {
-    if (opts_.timeline && opts_.check) initData(inPlace, c, dt, op, l);
+    if (opts_.timeline && opts_.check) {
+      initData(inPlace, c, dt, op, l);
+      s = toDevice();
+      if (!s.isOk()) return fail("copy to the device", s), false;
+    }
     const double ti = nowSeconds();
     s = runOnce(c, dt, op, l);
     if (!s.isOk()) return fail(collFlagName(opts_.coll), s), false;
     if (!opts_.timeline) continue;
+    s = be_.waitDevice();
+    if (!s.isOk()) return fail(collFlagName(opts_.coll), s), false;
     const double dti = nowSeconds() - ti;
     timed += dti;
+    if (opts_.check) {
+      s = toHost();
+      if (!s.isOk()) return fail("copy to the host", s), false;
+    }
     const int64_t w = opts_.check ? checkData(c, dt, op, l) : 0;
     wrongEach += w;
     double alg = 0, bus = 0;
@@ -285,6 +316,10 @@ bool Sweep::benchOne(bool inPlace, const Counts& c, DataType dt, RedOp op, doubl
       printf("#  rank %d iteration %3d: %12.1f us  algbw %7.3f  busbw %7.3f GB/s  %s\n", rank_, i, dti * 1e6, alg, bus,
              opts_.check ? (w == 0 ? "right" : "WRONG") : "");
     fflush(stdout);
+  }
+  if (!opts_.timeline) {
+    s = be_.waitDevice();  // device calls were only enqueued
+    if (!s.isOk()) return fail(collFlagName(opts_.coll), s), false;
   }
   double t = (opts_.timeline ? timed : nowSeconds() - t0) / std::max(opts_.iters, 1) * 1e6;
   if (wrongEach != 0)
@@ -310,7 +345,10 @@ bool Sweep::benchOne(bool inPlace, const Counts& c, DataType dt, RedOp op, doubl
   *wrong = 0;
   if (opts_.check) {
     initData(inPlace, c, dt, op, l);
-    s = runOnce(c, dt, op, l);
+    s = toDevice();
+    if (s.isOk()) s = runOnce(c, dt, op, l);
+    if (s.isOk()) s = be_.waitDevice();
+    if (s.isOk()) s = toHost();
     if (!s.isOk()) return fail(collFlagName(opts_.coll), s), false;
     double w = static_cast<double>(checkData(c, dt, op, l));
     s = be_.allReduceDouble(&w, ReduceMode::kSum);
@@ -383,6 +421,8 @@ void Sweep::printHeader() {
             "returning (no extra barrier)\n");
   fprintf(out_, "# Library: %s\n", info_.library.c_str());
   if (opts_.registered) fprintf(out_, "# Buffers: registered (%s)\n", be_.registeredName().c_str());
+  if (device_) fprintf(out_, "# Buffers: CUDA device memory (%s); calls ordered on a stream, timed to its end\n",
+                       be_.deviceName().c_str());
   if (info_.spawnMs >= 0)
     fprintf(out_,
             "# Init time: %.1f ms for %d ranks (slowest rank; %.1f ms from "
@@ -432,6 +472,23 @@ int Sweep::run() {
     fprintf(stderr, "%s: rank %d: cannot allocate 2 x %zu bytes%s%s\n", info_.program.c_str(), rank_, bytes,
             reg ? " with " : "", reg ? be_.registeredName().c_str() : "");
     return kExitFailed;
+  }
+  bufBytes_ = std::max<size_t>(bytes, 64);
+  device_ = opts_.device != 0 && !be_.deviceName().empty() && !opts_.registered;
+  if (opts_.device == 1 && !device_) {
+    fprintf(stderr, "%s: rank %d: --device 1: %s\n", info_.program.c_str(), rank_,
+            opts_.registered ? "not with -R 1" : "no GPU (or a build without CUDA)");
+    return kExitFailed;
+  }
+  if (device_) {
+    auto freeDev = [this](char* p) { be_.freeDevice(p); };
+    devSend_ = {static_cast<char*>(be_.allocDevice(bufBytes_)), freeDev};
+    devRecv_ = {static_cast<char*>(be_.allocDevice(bufBytes_)), freeDev};
+    if (!devSend_ || !devRecv_) {
+      fprintf(stderr, "%s: rank %d: cannot allocate 2 x %zu bytes of device memory\n", info_.program.c_str(), rank_,
+              bufBytes_);
+      return kExitFailed;
+    }
   }
   printHeader();
   const bool red = collReduces(opts_.coll);
@@ -528,6 +585,8 @@ void printUsage(FILE* out, const char* prog) {
           "                            commGetAsyncError (default 0)\n"
           "  --timeline <0/1>          c4-perf: 1 = time each timed iteration on its own and print it (rank 0);\n"
           "                            with -c 1 every iteration's result is checked too (default 0)\n"
+          "  --device <0/1>            c4-perf: 1 = CUDA device buffers, each call on a stream (nccl-tests'\n"
+          "                            way); 0 = host buffers; default: device where a GPU is, else host\n"
           "  -R, --local_register <0/1>  1: buffers from the library's allocator (c4: ncclMemAlloc,\n"
           "                            zero-copy on one host; MPI: MPI_Alloc_mem) (default 0)\n"
           "  -t, --nthreads / -g, --ngpus <1>   accepted when 1\n"
@@ -593,6 +652,7 @@ bool parseOptions(int argc, char** argv, Options* o, bool* help, std::string* er
                             {"-R", "--local_register", &o->registered},
                             {"--nonblocking", "--nonblocking", &o->nonblocking},
                             {"--timeline", "--timeline", &o->timeline},
+                            {"--device", "--device", &o->device},
                             {"-t", "--nthreads", &nthreads},
                             {"-g", "--ngpus", &ngpus},
                             {"-np", "--np", &o->np},

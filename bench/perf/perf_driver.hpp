@@ -38,6 +38,7 @@ struct Options {
   int nonblocking =
       0;             // --nonblocking 1: c4-perf's communicators are non-blocking (calls go through the progress thread)
   int timeline = 0;  // --timeline 1: each timed iteration timed (and, with -c 1, checked) on its own; rank 0 prints it
+  int device = -1;   // --device: 1 device buffers (CUDA), 0 host buffers, -1 device where the backend has a GPU
   Coll coll = Coll::kAllReduce;      // -C
   int np = 0;                        // -np: spawn this many local ranks (0: launcher or 1 rank)
   bool listParams = false;           // --list-params
@@ -80,6 +81,21 @@ class Backend {
   virtual void freeRegistered(void* p) {}
   /// What allocRegistered gives, for the header ("ncclMemAlloc", "MPI_Alloc_mem").
   virtual std::string registeredName() const { return ""; }
+  /// Device buffers (--device): the GPU this rank uses, for the header ("" when it has none: the sweep
+  /// then runs on host memory, or fails under --device 1).
+  virtual std::string deviceName() const { return ""; }
+  /// Device memory (null on failure), freed with freeDevice; copies to and from it, complete on return.
+  virtual void* allocDevice(size_t bytes) { return nullptr; }
+  virtual void freeDevice(void* p) {}
+  virtual Status copyToDevice(void* device, const void* host, size_t bytes) {
+    return Status(Code::kInvalidUsage, "no device buffers");
+  }
+  virtual Status copyToHost(void* host, const void* device, size_t bytes) {
+    return Status(Code::kInvalidUsage, "no device buffers");
+  }
+  /// With device buffers run() may return once the call is enqueued on the backend's stream (as
+  /// NCCL's calls do); this waits for everything enqueued. The timed loop ends with it, as nccl-tests'.
+  virtual Status waitDevice() { return Status::ok(); }
   /// *v = reduction of *v over all ranks.
   virtual Status allReduceDouble(double* v, ReduceMode mode) = 0;
   /// Concatenates `bytes` from every rank into `all` (rank order).

@@ -710,6 +710,72 @@ ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo) try {
   return fromException(__func__);
 }
 
+// ---- NCCL's device API (nccl_device.h, 2.28) ------------------------------------------------------
+// Host entry points of the device-side communication API (kernels that load, store and signal
+// across ranks through ncclDevComm). c4comm has no device API yet (docs/api-coverage.md): creating a
+// device communicator or its resources fails with ncclInvalidUsage. The team queries answer for the
+// communicator as it is: the world team, and a load/store-accessible (LSA) team of this rank alone.
+// Programs linked against NVIDIA's library reference these (PyTorch does), so they must exist for
+// LD_PRELOAD of this library to work. Types as nccl_device/core.h declares them (opaque here).
+extern "C" {
+struct ncclTeam {
+  int nRanks, rank, stride;
+};
+typedef struct ncclTeam ncclTeam_t;
+struct ncclDevCommRequirements;
+struct ncclDevComm;
+struct ncclDevResourceRequirements;
+struct ncclLsaBarrierHandle;
+struct ncclGinBarrierHandle;
+struct ncclLLA2AHandle;
+}
+
+namespace {
+
+ncclResult_t noDeviceApi(const char* fn) {
+  return fail(ncclInvalidUsage, "%s: the NCCL device API (nccl_device.h) is not implemented by c4comm "
+              "(docs/api-coverage.md)", fn);
+}
+
+ncclTeam_t teamOf(ncclComm_t comm, bool world) {
+  ncclTeam_t t{1, 0, 1};
+  int n = 1, r = 0;
+  if (comm != nullptr && c4::commCount(toC4(comm), &n).isOk() && c4::commUserRank(toC4(comm), &r).isOk() && world)
+    t = ncclTeam_t{n, r, 1};
+  return t;
+}
+
+}  // namespace
+
+extern "C" {
+ncclResult_t pncclDevCommCreate(ncclComm_t, const ncclDevCommRequirements*, ncclDevComm*) {
+  return noDeviceApi("ncclDevCommCreate");
+}
+ncclResult_t pncclDevCommDestroy(ncclComm_t, const ncclDevComm*) { return noDeviceApi("ncclDevCommDestroy"); }
+ncclResult_t pncclLsaBarrierCreateRequirement(ncclTeam_t, int, ncclLsaBarrierHandle*, ncclDevResourceRequirements*) {
+  return noDeviceApi("ncclLsaBarrierCreateRequirement");
+}
+ncclResult_t pncclGinBarrierCreateRequirement(ncclComm_t, ncclTeam_t, int, ncclGinBarrierHandle*,
+                                              ncclDevResourceRequirements*) {
+  return noDeviceApi("ncclGinBarrierCreateRequirement");
+}
+ncclResult_t pncclLLA2ACreateRequirement(int, int, ncclLLA2AHandle*, ncclDevResourceRequirements*) {
+  return noDeviceApi("ncclLLA2ACreateRequirement");
+}
+// Slots of the low-latency all-to-all's buffer: none without the device API.
+int pncclLLA2ACalcSlots(int, int) { return 0; }
+ncclTeam_t pncclTeamWorld(ncclComm_t comm) { return teamOf(comm, true); }
+ncclTeam_t pncclTeamLsa(ncclComm_t comm) { return teamOf(comm, false); }
+// With an LSA team of one, the rail team (one rank per LSA team) is the world.
+ncclTeam_t pncclTeamRail(ncclComm_t comm) { return teamOf(comm, true); }
+int pncclTeamRankToWorld(ncclComm_t comm, ncclTeam_t team, int rank) {
+  return teamOf(comm, true).rank + (rank - team.rank) * team.stride;
+}
+int pncclTeamRankToLsa(ncclComm_t, ncclTeam_t team, int rank) { return (rank - team.rank) * team.stride; }
+// NVIDIA's internal twin of ncclResetDebugInit (no profiling alias).
+void ncclResetDebugInitInternal() { c4::reloadLogConfig(); }
+}
+
 // ================================ ncclXxx = weak alias of pncclXxx ==============================
 
 #pragma GCC diagnostic push
@@ -756,5 +822,16 @@ C4_NCCL_ALIAS(ncclRecv)
 C4_NCCL_ALIAS(ncclGroupStart)
 C4_NCCL_ALIAS(ncclGroupEnd)
 C4_NCCL_ALIAS(ncclGroupSimulateEnd)
+C4_NCCL_ALIAS(ncclDevCommCreate)
+C4_NCCL_ALIAS(ncclDevCommDestroy)
+C4_NCCL_ALIAS(ncclLsaBarrierCreateRequirement)
+C4_NCCL_ALIAS(ncclGinBarrierCreateRequirement)
+C4_NCCL_ALIAS(ncclLLA2ACreateRequirement)
+C4_NCCL_ALIAS(ncclLLA2ACalcSlots)
+C4_NCCL_ALIAS(ncclTeamWorld)
+C4_NCCL_ALIAS(ncclTeamLsa)
+C4_NCCL_ALIAS(ncclTeamRail)
+C4_NCCL_ALIAS(ncclTeamRankToWorld)
+C4_NCCL_ALIAS(ncclTeamRankToLsa)
 #undef C4_NCCL_ALIAS
 #pragma GCC diagnostic pop

@@ -64,6 +64,10 @@ Err copy(void* dst, const void* src, size_t bytes, void* stream) {
   return detail::launchCopy(dst, src, bytes, streamOf(stream));
 }
 
+Err waitFlag(const volatile unsigned* flag, unsigned value, void* stream) {
+  return detail::launchWaitFlag(flag, value, streamOf(stream));
+}
+
 const char* errorString(Err e) { return cudaGetErrorString(static_cast<cudaError_t>(e)); }
 
 int deviceCount() {

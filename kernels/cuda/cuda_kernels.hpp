@@ -44,6 +44,12 @@ Err divide(void* dst, const void* src, size_t count, DataType dt, int divisor, v
 /// 16-byte boundary, else through cudaMemcpyAsync (device to device).
 Err copy(void* dst, const void* src, size_t bytes, void* stream);
 
+/// Enqueues a wait on `stream` until (int32_t)(*flag - value) >= 0, *flag being host memory the
+/// device can read (pinned and mapped) that another thread advances: one thread of one block polls
+/// it (with __nanosleep back-off). The fallback of stream memory operations (cuStreamWaitValue32)
+/// where the driver has none.
+Err waitFlag(const volatile unsigned* flag, unsigned value, void* stream);
+
 /// The CUDA runtime's text for an error code.
 const char* errorString(Err e);
 

@@ -208,7 +208,21 @@ constexpr DivideLauncher kDivide[] = {C4_FOR_EACH_FAMILY(C4_DIVIDE_ROW)};
 static_assert(sizeof(kReduce) / sizeof(kReduce[0]) == 12, "one row per DataType");
 static_assert(sizeof(kScale) / sizeof(kScale[0]) == 12, "one entry per DataType");
 
+__global__ void waitFlagKernel(const volatile unsigned* flag, unsigned value) {
+  unsigned ns = 32;
+  while (static_cast<int>(*flag - value) < 0) {
+    __nanosleep(ns);
+    if (ns < 4096) ns *= 2;
+  }
+  __threadfence_system();  // what the host wrote before the flag is seen by the work after this
+}
+
 }  // namespace
+
+cudaError_t launchWaitFlag(const volatile unsigned* flag, unsigned value, cudaStream_t stream) {
+  waitFlagKernel<<<1, 1, 0, stream>>>(flag, value);
+  return cudaGetLastError();
+}
 
 cudaError_t launchReduce(void* dst0, void* dst1, const void* a, const void* b, size_t count, int dt, int op,
                          cudaStream_t stream) {

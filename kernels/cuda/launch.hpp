@@ -13,5 +13,6 @@ cudaError_t launchReduce(void* dst0, void* dst1, const void* a, const void* b, s
 cudaError_t launchScale(void* dst, const void* src, const void* scalar, size_t count, int dt, cudaStream_t stream);
 cudaError_t launchDivide(void* dst, const void* src, size_t count, int dt, int divisor, cudaStream_t stream);
 cudaError_t launchCopy(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+cudaError_t launchWaitFlag(const volatile unsigned* flag, unsigned value, cudaStream_t stream);
 
 }  // namespace c4::kernels::cuda::detail

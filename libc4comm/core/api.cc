@@ -24,6 +24,7 @@
 #include "core/group.hpp"
 #include "core/memory.hpp"
 #include "core/progress.hpp"
+#include "gpu/gpu.hpp"
 
 namespace c4 {
 
@@ -153,7 +154,190 @@ Status checkPtr(const void* p, size_t count, const char* name) {
   return Status::ok();
 }
 
-Status enqueue(Comm* comm, const OpDesc& op) {
+// ---- device buffers (libc4comm/gpu/gpu.hpp: staged through pinned host memory in stream order) ----
+
+struct Extent {
+  const void* p = nullptr;
+  size_t bytes = 0;
+};
+
+/// What this rank reads from sendbuff and writes to recvbuff in `op` (0 bytes: not at this rank).
+void extentsOf(const Comm* c, const OpDesc& op, Extent* in, Extent* out) {
+  const size_t b = op.count * dataTypeSize(op.dtype), n = static_cast<size_t>(c->nranks);
+  const bool root = c->rank == op.root;
+  size_t inBytes = 0, outBytes = 0;
+  switch (op.coll) {
+    case Coll::kAllReduce:
+      inBytes = outBytes = b;
+      break;
+    case Coll::kAllGather:
+      inBytes = b;
+      outBytes = b * n;
+      break;
+    case Coll::kBroadcast:
+      inBytes = root ? b : 0;
+      outBytes = b;
+      break;
+    case Coll::kReduceScatter:
+      inBytes = b * n;
+      outBytes = b;
+      break;
+    case Coll::kReduce:
+      inBytes = b;
+      outBytes = root ? b : 0;
+      break;
+    case Coll::kAlltoAll:
+      inBytes = outBytes = b * n;
+      break;
+    case Coll::kGather:
+      inBytes = b;
+      outBytes = root ? b * n : 0;
+      break;
+    case Coll::kScatter:
+      inBytes = root ? b * n : 0;
+      outBytes = b;
+      break;
+    case Coll::kSend:
+      inBytes = b;
+      break;
+    case Coll::kRecv:
+      outBytes = b;
+      break;
+    case Coll::kBarrier:
+      break;
+  }
+  *in = Extent{inBytes ? op.sendbuff : nullptr, inBytes};
+  *out = Extent{outBytes ? op.recvbuff : nullptr, outBytes};
+}
+
+/// The communicator's progress thread, started at its first call on device buffers if it had none:
+/// staged calls run there, so the caller's thread returns at once.
+Status ensureEngine(Comm* comm) {
+  if (comm->engine) return Status::ok();
+  comm->recorder.setShared(true);
+  auto engine = std::make_unique<ProgressEngine>(comm);
+  C4_CHECK(engine->start());
+  comm->engine = std::move(engine);
+  return Status::ok();
+}
+
+constexpr size_t kStagingAlign = 256;
+
+/// A call on CUDA device (or pinned host) buffers: checks the spaces, then stages its inputs on its
+/// stream through the communicator's StreamGate (step 1), rewriting its buffers to the staging
+/// (op->staged names the slot; step 2, finishStaging, follows at once or at groupEnd). Host calls
+/// are left alone (op->staged.slot stays null).
+Status stageDeviceCall(Comm* comm, const char* fn, OpDesc* op) {
+  if (gpu::deviceCount() == 0) return Status::ok();
+  Extent in, out;
+  extentsOf(comm, *op, &in, &out);
+  const gpu::PtrInfo ii = in.bytes ? gpu::pointerInfo(in.p) : gpu::PtrInfo{};
+  const gpu::PtrInfo oi = out.bytes ? gpu::pointerInfo(out.p) : gpu::PtrInfo{};
+  const bool inCuda = in.bytes && ii.mem != gpu::Mem::kHost, outCuda = out.bytes && oi.mem != gpu::Mem::kHost;
+  if (!inCuda && !outCuda) return Status::ok();
+  if ((in.bytes && !inCuda) || (out.bytes && !outCuda))
+    return makeError(Code::kInvalidArgument,
+                     "%s: sendbuff is %s memory and recvbuff is %s memory; a call's buffers must all be reachable by "
+                     "the GPU (device or pinned host memory) or all be host memory",
+                     fn, in.bytes ? gpu::memName(ii.mem) : "unused", out.bytes ? gpu::memName(oi.mem) : "unused");
+  int device = -1;
+  for (const gpu::PtrInfo* pi : {&ii, &oi}) {
+    if (pi->mem != gpu::Mem::kDevice) continue;
+    if (device >= 0 && pi->device != device)
+      return makeError(Code::kInvalidArgument, "%s: sendbuff is on GPU %d and recvbuff on GPU %d", fn, ii.device,
+                       oi.device);
+    device = pi->device;
+  }
+  if (static_cast<int>(op->op) >= kNumBuiltinOps) {
+    const UserOp& u = comm->userOps[static_cast<size_t>(static_cast<int>(op->op) - kNumBuiltinOps)];
+    if (u.residence == ScalarResidence::kDevice && gpu::pointerInfo(u.pointer).mem == gpu::Mem::kDevice)
+      return makeError(Code::kInvalidUsage,
+                       "%s: a PreMulSum operator whose scalar is in device memory is not supported yet on device "
+                       "buffers (docs/cuda.md); create it with ncclScalarHostImmediate",
+                       fn);
+  }
+  if (!comm->gpuGate) {
+    int dev = device;
+    if (dev < 0) {
+      const gpu::PtrInfo& pinned = inCuda ? ii : oi;
+      dev = pinned.device >= 0 ? pinned.device : 0;
+    }
+    C4_CHECK(gpu::StreamGate::create(dev, &comm->gpuGate));
+  } else if (device >= 0 && device != comm->gpuGate->device()) {
+    return makeError(Code::kInvalidArgument,
+                     "%s: the buffers are on GPU %d but rank %d's communicator works on GPU %d (its first call on "
+                     "device buffers)",
+                     fn, device, comm->rank, comm->gpuGate->device());
+  }
+  C4_CHECK(ensureEngine(comm));
+
+  // Layout: device extents that overlap (in place) share one staged range, so the call stays in place.
+  std::vector<gpu::StreamGate::Copy> copiesIn, copiesOut;
+  size_t bytes = 0, inOff = 0, outOff = 0;
+  const bool inDev = in.bytes && ii.mem == gpu::Mem::kDevice, outDev = out.bytes && oi.mem == gpu::Mem::kDevice;
+  const auto ib = reinterpret_cast<uintptr_t>(in.p), ob = reinterpret_cast<uintptr_t>(out.p);
+  if (inDev && outDev && ib < ob + out.bytes && ob < ib + in.bytes) {
+    const uintptr_t base = std::min(ib, ob);
+    inOff = ib - base;
+    outOff = ob - base;
+    bytes = std::max(ib + in.bytes, ob + out.bytes) - base;
+  } else {
+    if (inDev) bytes = (in.bytes + kStagingAlign - 1) / kStagingAlign * kStagingAlign;
+    if (outDev) {
+      outOff = bytes;
+      bytes += out.bytes;
+    }
+  }
+  if (inDev) copiesIn.push_back({const_cast<void*>(in.p), inOff, in.bytes});
+  if (outDev) copiesOut.push_back({const_cast<void*>(out.p), outOff, out.bytes});
+  void* host = nullptr;
+  C4_CHECK(comm->gpuGate->stageInputs(op->stream, bytes, copiesIn, copiesOut, &host, &op->staged));
+  char* h = static_cast<char*>(host);
+  if (inDev) op->sendbuff = h + inOff;
+  if (outDev) op->recvbuff = h + outOff;
+  // Buffers this rank does not use (a non-root's) may be device pointers the host must not touch.
+  if (!in.bytes && op->sendbuff && gpu::pointerInfo(op->sendbuff).mem == gpu::Mem::kDevice) op->sendbuff = nullptr;
+  if (!out.bytes && op->recvbuff && gpu::pointerInfo(op->recvbuff).mem == gpu::Mem::kDevice) op->recvbuff = nullptr;
+  return Status::ok();
+}
+
+/// Step 2 of staged calls (the stream's wait for their tickets, the copies back). A call whose
+/// step 2 fails cannot run: its ticket (if it got one) completes, the communicator fails, and the
+/// remaining calls are cancelled. Returns the first error.
+Status finishStaging(Comm* comm, std::vector<OpDesc>* ops) {
+  Status first;
+  for (OpDesc& op : *ops) {
+    if (op.staged.slot == nullptr || op.staged.seq != 0) continue;
+    if (!first.isOk()) {
+      comm->gpuGate->cancel(op.staged);
+      op.staged = {};
+      continue;
+    }
+    Status st = comm->gpuGate->stageOutputs(&op.staged);
+    if (st.isOk()) continue;
+    if (op.staged.seq != 0) {
+      comm->gpuGate->complete(op.staged);
+    } else {
+      comm->gpuGate->cancel(op.staged);
+    }
+    op.staged = {};
+    first = comm->fail(st);
+  }
+  return first;
+}
+
+Status enqueue(Comm* comm, const OpDesc& callOp) {
+  OpDesc staged = callOp;
+  C4_CHECK(stageDeviceCall(comm, collName(callOp.coll), &staged));
+  const OpDesc& op = staged;
+  if (op.staged.slot != nullptr && tGroup.depth == 0) {
+    // On the caller's stream: the progress thread runs it when the stream gets there; no waiting here.
+    auto job = std::make_shared<Job>();
+    job->ops.push_back(op);
+    C4_CHECK(finishStaging(comm, &job->ops));
+    comm->engine->submit(job);
+    return Status::ok();
+  }
   if (tGroup.depth > 0) {
     try {
       if (tGroup.items.empty() || tGroup.items.back().comm != comm) tGroup.items.push_back(GroupItem{comm, {}});
@@ -977,6 +1161,10 @@ static Status closeGroup(const char* fn, bool* outermost, std::vector<DeferredIn
   tGroup.error = Status::ok();
   if (!err.isOk()) {
     for (DeferredInit& d : *inits) (void)d.comm->fail(err);
+    // Calls on device buffers staged their inputs (step 1 only): give their slots back.
+    for (const GroupItem& it : *items)
+      for (const OpDesc& op : it.ops)
+        if (op.staged.slot != nullptr) it.comm->gpuGate->cancel(op.staged);
     tLastError = err.message();
   }
   return err;
@@ -1006,6 +1194,13 @@ Status groupEnd() {
   // call order, then their point-to-point batch); the others run here, together.
   std::vector<GroupItem> here;
   std::vector<std::pair<Comm*, std::shared_ptr<Job>>> jobs;
+  // Calls on device buffers: every call's inputs were staged when it was made; now the streams'
+  // waits and copies back, in call order, behind all of them.
+  Status staging;
+  for (GroupItem& it : items) {
+    Status st = finishStaging(it.comm, &it.ops);
+    if (staging.isOk()) staging = st;
+  }
   for (GroupItem& it : items) {
     if (!it.comm->engine) {
       here.push_back(std::move(it));
@@ -1032,9 +1227,12 @@ Status groupEnd() {
       inProgress = true;  // commGetAsyncError reports its outcome
       continue;
     }
+    // A part made only of calls on device buffers runs in its streams' order: nothing to wait for here.
+    if (j.second->tickets.size() == j.second->opCount) continue;
     Status js = j.first->engine->wait(*j.second);
     if (st.isOk()) st = js;
   }
+  if (st.isOk()) st = staging;
   if (!st.isOk()) {
     tLastError = st.message();
     return st;

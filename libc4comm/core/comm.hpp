@@ -207,6 +207,9 @@ struct Comm final : public ExecContext {
 
   /// The progress thread (C4_PROGRESS_THREAD, or a non-blocking communicator); null: the caller
   /// drives every operation on its own thread.
+  // Device buffers (created at the first call on them): declared before the engine, so that the
+  // engine's thread is gone when the gate releases the streams and frees the staging.
+  std::unique_ptr<gpu::StreamGate> gpuGate;
   std::unique_ptr<ProgressEngine> engine;
 
   Tuner tuner;

@@ -4,6 +4,7 @@
 #include <cstddef>
 
 #include "c4comm/types.hpp"
+#include "gpu/gpu.hpp"
 
 namespace c4 {
 
@@ -22,6 +23,9 @@ struct OpDesc {
   /// The operation's sequence number on its communicator (collectives: OpSig::seq; point-to-point:
   /// per peer and direction), set when it is prepared.
   uint64_t seq = 0;
+  /// A call on device buffers, staged (libc4comm/gpu/gpu.hpp): the buffers above are the pinned host
+  /// staging, and the caller's stream waits for this ticket. No slot: an ordinary host call.
+  gpu::StreamGate::Ticket staged{};
 };
 
 }  // namespace c4

@@ -54,12 +54,15 @@ void ProgressEngine::wake() {
 }
 
 void ProgressEngine::submit(const std::shared_ptr<Job>& job) {
+  job->opCount = job->ops.size();
+  for (const OpDesc& op : job->ops)
+    if (op.staged.slot != nullptr) job->tickets.push_back(op.staged);
   {
     std::lock_guard<std::mutex> g(mu_);
     if (stopping_.load() || !started_) {
       job->result = makeError(Code::kInvalidUsage, "rank %d: the communicator is shutting down; the call was not run",
                               comm_->rank);
-      job->done.store(true, std::memory_order_release);
+      finish(*job);
       return;
     }
     outstanding_.fetch_add(1, std::memory_order_acq_rel);
@@ -110,7 +113,7 @@ void ProgressEngine::failQueued(const Status& st) {
   }
   for (auto& j : dropped) {
     j->result = st;
-    j->done.store(true, std::memory_order_release);
+    finish(*j);
     outstanding_.fetch_sub(1, std::memory_order_acq_rel);
   }
   std::lock_guard<std::mutex> g(mu_);
@@ -146,6 +149,13 @@ void ProgressEngine::run(Job& job) {
         job.result = f;
         break;
       }
+      if (!job.tickets.empty()) {
+        f = waitForStreams(job);
+        if (!f.isOk()) {
+          job.result = comm_->fail(f);
+          break;
+        }
+      }
       std::vector<GroupItem> items(1);
       items[0].comm = comm_;
       items[0].ops = std::move(job.ops);
@@ -161,6 +171,35 @@ void ProgressEngine::run(Job& job) {
       if (job.result.isOk()) job.result = comm_->recvAny(job.ops.at(0), &job.source);
       break;
   }
+}
+
+Status ProgressEngine::waitForStreams(const Job& job) {
+  // The caller's streams may have long work before the call: wait as long as it takes (a stream is
+  // not a peer; C4_TIMEOUT is for the network), keeping the transports going, until an abort.
+  int64_t sleepUs = 0;
+  for (const gpu::StreamGate::Ticket& t : job.tickets) {
+    for (;;) {
+      bool ready = false;
+      C4_CHECK(comm_->gpuGate->inputsReady(t, &ready));
+      if (ready) break;
+      if (comm_->abortRequested.load(std::memory_order_acquire))
+        return makeError(Code::kInvalidUsage, "rank %d: aborted while waiting for a CUDA stream to reach a call",
+                         comm_->rank);
+      (void)comm_->progressTransports();
+      if (sleepUs > 0) std::this_thread::sleep_for(std::chrono::microseconds(sleepUs));
+      sleepUs = sleepUs < 50 ? sleepUs + 5 : 50;
+    }
+  }
+  return Status::ok();
+}
+
+void ProgressEngine::finish(Job& job) {
+  // In call order: a ticket completes the ones before it too (the streams wait for "at least").
+  for (const gpu::StreamGate::Ticket& t : job.tickets) comm_->gpuGate->complete(t);
+  if (!job.tickets.empty() && !job.result.isOk())
+    C4_WARN(kLogColl, "rank %d: a call on device buffers failed; its outputs are not written: %s", comm_->rank,
+            job.result.toString().c_str());
+  job.done.store(true, std::memory_order_release);
 }
 
 void ProgressEngine::idle(int rounds) {
@@ -230,7 +269,7 @@ void ProgressEngine::loop() {
       std::lock_guard<std::mutex> drive(driveMu_);
       run(*job);
     }
-    job->done.store(true, std::memory_order_release);
+    finish(*job);
     outstanding_.fetch_sub(1, std::memory_order_acq_rel);
     if (sleepers_.load(std::memory_order_acquire) > 0) {
       std::lock_guard<std::mutex> g(mu_);

@@ -46,6 +46,11 @@ struct Job {
   // kRecvAny
   int source = -1;
 
+  // Staged calls on device buffers among ops (filled by submit): the job waits for their inputs
+  // and, however it ends, completes them so their streams go on.
+  std::vector<gpu::StreamGate::Ticket> tickets;
+  size_t opCount = 0;  // ops.size() at submit (running the job moves ops away)
+
   Status result;
   std::atomic<bool> done{false};
 };
@@ -81,6 +86,10 @@ class ProgressEngine {
  private:
   void loop();
   void run(Job& job);
+  /// Waits until the inputs of the job's staged calls are on the host (their streams reached them).
+  Status waitForStreams(const Job& job);
+  /// A job is over (run, failed or dropped): its staged calls' streams go on; it is marked done.
+  void finish(Job& job);
   /// Between jobs: keeps the transports going, takes abort requests, waits for work.
   void idle(int rounds);
   void wake();

@@ -171,43 +171,69 @@ bool MatrixRunner::runCase(Coll coll, DataType dt, RedOp op, size_t count, bool 
     if (coll == Coll::kBroadcast || coll == Coll::kScatter) sendp = nullptr;
   }
 
+  // Device mode: every buffer (guards included) gets a device copy; the call runs on those, on the
+  // mirror's stream, and the results come back on the same stream before the checks below.
+  DeviceMirror* dev = opt_.device;
+  void* stream = dev ? dev->stream : nullptr;
+  unsigned char* dIn = dev ? dev->upload(in.mem.get(), in.bytes + 2 * kGuard) + kGuard : nullptr;
+  unsigned char* dOut = dev ? dev->upload(out.mem.get(), out.bytes + 2 * kGuard) + kGuard : nullptr;
+  auto onDevice = [&](const void* p) -> void* {
+    const auto* b = static_cast<const unsigned char*>(p);
+    if (!dev || !b) return const_cast<void*>(p);
+    if (b >= in.data() && b <= in.data() + in.bytes) return dIn + (b - in.data());
+    return dOut + (b - out.data());
+  };
+  auto bringBack = [&](c4::Status* st) {
+    if (!dev) return;
+    dev->download(in.mem.get(), dIn - kGuard, in.bytes + 2 * kGuard);
+    dev->download(out.mem.get(), dOut - kGuard, out.bytes + 2 * kGuard);
+    std::string why;
+    if (!dev->sync(&why) && st->isOk()) *st = c4::Status(c4::Code::kUnhandledCudaError, why);
+    dev->release();
+  };
+  sendp = onDevice(sendp);
+  recvp = onDevice(recvp);
+
   c4::Status st;
   switch (coll) {
     case Coll::kAllReduce:
-      st = c4::allReduce(sendp, recvp, count, dt, callOp, comm_);
+      st = c4::allReduce(sendp, recvp, count, dt, callOp, comm_, stream);
       break;
     case Coll::kAllGather:
-      st = c4::allGather(sendp, recvp, count, dt, comm_);
+      st = c4::allGather(sendp, recvp, count, dt, comm_, stream);
       break;
     case Coll::kBroadcast:
-      st = c4::broadcast(sendp, recvp, count, dt, root, comm_);
+      st = c4::broadcast(sendp, recvp, count, dt, root, comm_, stream);
       break;
     case Coll::kReduceScatter:
-      st = c4::reduceScatter(sendp, recvp, count, dt, callOp, comm_);
+      st = c4::reduceScatter(sendp, recvp, count, dt, callOp, comm_, stream);
       break;
     case Coll::kReduce:
-      st = c4::reduce(sendp, recvp, count, dt, callOp, root, comm_);
+      st = c4::reduce(sendp, recvp, count, dt, callOp, root, comm_, stream);
       break;
     case Coll::kAlltoAll:
-      st = c4::alltoAll(sendp, recvp, count, dt, comm_);
+      st = c4::alltoAll(sendp, recvp, count, dt, comm_, stream);
       break;
     case Coll::kGather:
-      st = c4::gather(sendp, recvp, count, dt, root, comm_);
+      st = c4::gather(sendp, recvp, count, dt, root, comm_, stream);
       break;
     case Coll::kScatter:
-      st = c4::scatter(sendp, recvp, count, dt, root, comm_);
+      st = c4::scatter(sendp, recvp, count, dt, root, comm_, stream);
       break;
     case Coll::kSend: {
       // Ring exchange plus a message to self, all in one group.
       int next = (rank_ + 1) % n_, prev = (rank_ - 1 + n_) % n_;
       Guarded self(count * es, false);
+      unsigned char* dSelf = dev ? dev->upload(self.mem.get(), self.bytes + 2 * kGuard) + kGuard : self.data();
       st = c4::groupStart();
-      if (st.isOk()) st = c4::send(in.data(), count, dt, next, comm_);
-      if (st.isOk()) st = c4::recv(out.data(), count, dt, prev, comm_);
-      if (st.isOk()) st = c4::send(in.data(), count, dt, rank_, comm_);
-      if (st.isOk()) st = c4::recv(self.data(), count, dt, rank_, comm_);
+      if (st.isOk()) st = c4::send(onDevice(in.data()), count, dt, next, comm_, stream);
+      if (st.isOk()) st = c4::recv(onDevice(out.data()), count, dt, prev, comm_, stream);
+      if (st.isOk()) st = c4::send(onDevice(in.data()), count, dt, rank_, comm_, stream);
+      if (st.isOk()) st = c4::recv(dSelf, count, dt, rank_, comm_, stream);
       c4::Status end = c4::groupEnd();
       if (st.isOk()) st = end;
+      if (dev) dev->download(self.mem.get(), dSelf - kGuard, self.bytes + 2 * kGuard);
+      bringBack(&st);
       if (st.isOk() && count && memcmp(self.data(), in.data(), count * es) != 0)
         fail(name + ": send to self: wrong data");
       for (size_t j = 0; j < count * es && st.isOk(); ++j)
@@ -221,6 +247,12 @@ bool MatrixRunner::runCase(Coll coll, DataType dt, RedOp op, size_t count, bool 
     }
     default:
       break;
+  }
+  bringBack(&st);
+  if (dev && recvp) {
+    // The checks below read the host copies: the results' place in them.
+    const auto* b = static_cast<unsigned char*>(recvp);
+    recvp = b >= dIn && b <= dIn + in.bytes ? in.data() + (b - dIn) : out.data() + (b - dOut);
   }
   if (premul) {
     c4::Status d = c4::redOpDestroy(callOp, comm_);

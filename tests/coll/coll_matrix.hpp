@@ -189,6 +189,22 @@ inline bool quickMatrix() {
   return q && *q && *q != '0';
 }
 
+/// Runs the matrix on device buffers (tests/coll/cuda_coll_test.cc): the runner fills and checks host
+/// buffers as always; the mirror gives each a device copy, uploaded on `stream` before the call and
+/// downloaded on the same stream after it, with no wait between (the call must keep stream order).
+struct DeviceMirror {
+  virtual ~DeviceMirror() = default;
+  /// A device copy of [host, host + bytes), uploaded on the stream; its address.
+  virtual unsigned char* upload(const unsigned char* host, size_t bytes) = 0;
+  /// Enqueues the copy of a device buffer back into host memory on the stream.
+  virtual void download(unsigned char* host, const unsigned char* device, size_t bytes) = 0;
+  /// Waits for the stream; false (with a reason) when CUDA failed.
+  virtual bool sync(std::string* why) = 0;
+  /// Frees the device copies made since the last release.
+  virtual void release() = 0;
+  void* stream = nullptr;
+};
+
 struct MatrixOptions {
   std::vector<size_t> counts = quickMatrix() ? std::vector<size_t>{0, 1, 1009} : std::vector<size_t>{0, 1, 1009, 70001};
   size_t bigBytes = quickMatrix() ? (256u << 10) : (3u << 20);  // one large size, for a subset (see run())
@@ -199,6 +215,8 @@ struct MatrixOptions {
   /// Also check how many calls ran zero-copy (trace events): every eligible call when every rank
   /// is shareable, none otherwise. The test turns one-shot off, so every nonzero count counts.
   bool checkZeroCopy = false;
+  /// Device buffers and the mirror's stream for every call (null: host buffers).
+  DeviceMirror* device = nullptr;
 
   /// Applies the quick trim to options a test set itself.
   MatrixOptions& trimmedIfQuick() {

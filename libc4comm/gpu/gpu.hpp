@@ -1,0 +1,108 @@
+// CUDA for the core, behind an interface that names no CUDA type (libc4comm/gpu): where a buffer
+// lives, and the stream gate that runs a communicator's work on host staging in a CUDA stream's
+// order. Built with CUDA (gpu_cuda.cc, the runtime linked statically: it loads the driver at first
+// use, so a host without one runs the same library) or without (gpu_none.cc: every buffer is host
+// memory and device work is refused).
+//
+// Stream order without blocking the host (docs/architecture.md, "device buffers are staged in the
+// stream's order"): for a call on device buffers the caller's thread enqueues on the caller's stream
+//   1. device -> pinned host copies of the inputs, an event "inputs ready" (stageInputs),
+//   2. a wait until the communicator's completion counter reaches the call's ticket, pinned host ->
+//      device copies of the outputs, an event "slot free" (stageOutputs),
+// and hands the call, on the staging buffers, to the communicator's progress thread. That thread
+// waits for "inputs ready", runs the collective on host memory like any other, and advances the
+// counter (a store to pinned memory): the stream goes on and copies the results back. The wait is
+// a stream memory operation (cuStreamWaitValue32) where the driver has them, else a one-thread
+// kernel polling the counter. Inside a group the calls' step 1 is enqueued at each call and their
+// step 2 at groupEnd: the group's job waits for every call's inputs, which on one stream must not
+// sit behind another call's wait. Tickets complete in order (one progress thread per
+// communicator); a ticket is completed whatever happens to its call (failure, abort), so no stream
+// waits forever.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "c4comm/status.hpp"
+
+namespace c4::gpu {
+
+/// Where a buffer lives, as CUDA sees it.
+enum class Mem : uint8_t {
+  kHost = 0,    ///< ordinary (pageable) host memory, or CUDA is not here
+  kPinned = 1,  ///< page-locked host memory registered with CUDA (cudaHostAlloc, cudaHostRegister)
+  kDevice = 2,  ///< device memory, or managed memory
+};
+/// "host", "pinned host", "device".
+const char* memName(Mem m);
+
+struct PtrInfo {
+  Mem mem = Mem::kHost;
+  int device = -1;  // the GPU of device memory (-1: none)
+};
+
+/// Whether this build has CUDA support.
+bool built();
+/// GPUs this process can use: 0 without CUDA support, a driver or a GPU, or with C4_CUDA=0.
+/// Read once; never fails.
+int deviceCount();
+/// Where p lives. Never fails: kHost for memory CUDA does not know (and always without a GPU). Does
+/// not create a CUDA context.
+PtrInfo pointerInfo(const void* p);
+
+/// One communicator's staged, stream-ordered calls (see the top of this file). Thread use: stage*()
+/// and cancel() on the calling thread; inputsReady() and complete() on the progress thread (complete() also on
+/// failure paths); the destructor after the progress thread stopped.
+class StreamGate {
+ public:
+  /// A call's claim: its staging slot and its place in the completion order. seq 0: staged inputs
+  /// only (step 1), no ticket yet.
+  struct Ticket {
+    void* slot = nullptr;
+    uint32_t seq = 0;
+  };
+  /// A copy between device memory and the staging buffer of one call.
+  struct Copy {
+    void* device = nullptr;
+    size_t offset = 0;  // into the staging buffer
+    size_t bytes = 0;
+  };
+
+  /// A gate for GPU `device`. kUnhandledCudaError where CUDA fails; kInvalidUsage without CUDA.
+  static Status create(int device, std::unique_ptr<StreamGate>* out);
+  ~StreamGate();
+  StreamGate(const StreamGate&) = delete;
+  StreamGate& operator=(const StreamGate&) = delete;
+
+  /// Step 1 of a call on `stream` (a cudaStream_t): reserves `bytes` of pinned host memory (*host),
+  /// enqueues the `in` copies (device to staging) and "inputs ready", and keeps `out` for step 2.
+  /// *pending names the slot (seq 0). On error nothing is reserved.
+  Status stageInputs(void* stream, size_t bytes, const std::vector<Copy>& in, const std::vector<Copy>& out,
+                     void** host, Ticket* pending);
+  /// Step 2: enqueues the wait for a new ticket, the `out` copies (staging to device) and "slot free"
+  /// on the stream of step 1; *pending becomes the ticket. Once its seq is set the ticket must be
+  /// completed, even when this returns an error.
+  Status stageOutputs(Ticket* pending);
+  /// Gives back a slot whose call will not run (step 1 done, step 2 not): nothing waits for it.
+  void cancel(const Ticket& pending);
+  /// Whether the ticket's inputs have reached the staging buffer (an error: the stream failed).
+  Status inputsReady(const Ticket& t, bool* ready);
+  /// The ticket's call is over (done or failed): its stream goes on. Idempotent; any thread.
+  void complete(const Ticket& t);
+  /// The GPU this gate serves.
+  int device() const { return device_; }
+  /// "memop" or "kernel": how streams wait.
+  const char* waitKind() const;
+
+  struct Impl;
+
+ private:
+  StreamGate(int device, std::unique_ptr<Impl> impl);
+  int device_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace c4::gpu

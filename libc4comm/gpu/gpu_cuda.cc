@@ -1,0 +1,358 @@
+// libc4comm/gpu with CUDA (see gpu.hpp). The runtime is linked statically; the driver's functions
+// that the runtime does not wrap (pointer attributes without a context, stream memory operations)
+// come from cudaGetDriverEntryPointByVersion, so nothing links libcuda.so.1.
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
+#include "common/logging.hpp"
+#include "common/params.hpp"
+#include "common/status.hpp"
+#include "gpu/gpu.hpp"
+#include "kernels/cuda/cuda_kernels.hpp"
+
+namespace c4 {
+C4_PARAM_INT(Cuda, "C4_CUDA", nullptr, 1, 0, 1, kParamNone,
+             "CUDA device buffers: 1 (default) finds GPUs and stages device buffers; 0 treats every buffer as "
+             "host memory and never touches CUDA")
+C4_PARAM_STR(CudaStreamWait, "C4_CUDA_STREAM_WAIT", nullptr, "auto", "auto|memop|kernel", kParamNone,
+             "How a CUDA stream waits for a staged call: memop (cuStreamWaitValue32), kernel (a one-thread "
+             "polling kernel) or auto (memop where the driver has it)")
+C4_PARAM_INT(CudaStagingMin, "C4_CUDA_STAGING_MIN", nullptr, 1 << 20, 4096, INT64_C(1) << 40, kParamNone,
+             "Smallest pinned host staging buffer a communicator allocates for device buffers (bytes; "
+             "larger calls get the next power of two)")
+}  // namespace c4
+
+namespace c4::gpu {
+namespace {
+
+using PointerGetAttributesFn = CUresult (*)(unsigned, CUpointer_attribute*, void**, CUdeviceptr);
+using StreamWaitValue32Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
+
+struct Driver {
+  int devices = 0;
+  PointerGetAttributesFn pointerGetAttributes = nullptr;
+  StreamWaitValue32Fn streamWaitValue32 = nullptr;
+};
+
+void* entryPoint(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return fn;
+}
+
+const Driver& driver() {
+  static const Driver d = [] {
+    Driver r;
+    if (paramCuda() == 0) return r;
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      (void)cudaGetLastError();
+      C4_INFO(kLogInit, "CUDA: no usable driver or GPU; device buffers are not available");
+      return r;
+    }
+    r.devices = n;
+    r.pointerGetAttributes = reinterpret_cast<PointerGetAttributesFn>(entryPoint("cuPointerGetAttributes"));
+    r.streamWaitValue32 = reinterpret_cast<StreamWaitValue32Fn>(entryPoint("cuStreamWaitValue32"));
+    C4_INFO(kLogInit, "CUDA: %d GPU(s); stream memory operations %s", n,
+            r.streamWaitValue32 ? "available" : "not available (a polling kernel waits instead)");
+    return r;
+  }();
+  return d;
+}
+
+Status cudaFailed(cudaError_t e, const char* what) {
+  (void)cudaGetLastError();
+  return makeError(Code::kUnhandledCudaError, "CUDA: %s failed: %s (%s)", what, cudaGetErrorString(e),
+                   cudaGetErrorName(e));
+}
+
+#define C4_CUDA_TRY(expr)                                   \
+  do {                                                      \
+    const cudaError_t e_ = (expr);                          \
+    if (e_ != cudaSuccess) return cudaFailed(e_, #expr);    \
+  } while (0)
+
+/// Makes `device` current for a scope, as NCCL does for its calls, and restores the caller's.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    if (cudaGetDevice(&prev_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      prev_ = -1;
+    }
+    if (prev_ != device) {
+      ok_ = cudaSetDevice(device) == cudaSuccess;
+      if (!ok_) (void)cudaGetLastError();
+      changed_ = ok_ && prev_ >= 0;
+    }
+  }
+  ~DeviceScope() {
+    if (changed_) (void)cudaSetDevice(prev_);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  int prev_ = -1;
+  bool ok_ = true;
+  bool changed_ = false;
+};
+
+}  // namespace
+
+const char* memName(Mem m) { return m == Mem::kDevice ? "device" : m == Mem::kPinned ? "pinned host" : "host"; }
+bool built() { return true; }
+int deviceCount() { return driver().devices; }
+
+PtrInfo pointerInfo(const void* p) {
+  PtrInfo info;
+  const Driver& d = driver();
+  if (d.devices == 0 || p == nullptr) return info;
+  if (d.pointerGetAttributes != nullptr) {
+    // The driver's query needs no context and answers "not CUDA's" with zeroed attributes.
+    unsigned memType = 0, isManaged = 0;
+    int ordinal = -1;
+    CUpointer_attribute attrs[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+    void* data[3] = {&memType, &isManaged, &ordinal};
+    if (d.pointerGetAttributes(3, attrs, data, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS) return info;
+    if (isManaged || memType == CU_MEMORYTYPE_DEVICE) {
+      info.mem = Mem::kDevice;
+      info.device = ordinal;
+    } else if (memType == CU_MEMORYTYPE_HOST) {
+      info.mem = Mem::kPinned;
+      info.device = ordinal;
+    }
+    return info;
+  }
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return info;
+  }
+  if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) {
+    info.mem = Mem::kDevice;
+    info.device = a.device;
+  } else if (a.type == cudaMemoryTypeHost) {
+    info.mem = Mem::kPinned;
+    info.device = a.device;
+  }
+  return info;
+}
+
+// ---- StreamGate ----
+
+namespace {
+
+struct Slot {
+  void* host = nullptr;
+  size_t capacity = 0;
+  cudaEvent_t inputsReady = nullptr;
+  cudaEvent_t free = nullptr;
+  bool reserved = false;  // between stageInputs and stageOutputs (or cancel)
+  bool used = false;      // "free" was recorded: reusable once it has completed
+  cudaStream_t stream = nullptr;                 // of the call holding it
+  std::vector<StreamGate::Copy> out;             // its step 2's copies
+};
+
+}  // namespace
+
+struct StreamGate::Impl {
+  int device = 0;
+  volatile uint32_t* counter = nullptr;  // pinned, mapped: the progress thread writes, streams read
+  uint32_t* counterDevice = nullptr;     // its device address
+  bool memop = false;
+  uint32_t issued = 0;  // the last ticket handed out (the calling thread's)
+  std::mutex mu;        // slots: stage*() on the calling thread against the destructor
+  std::vector<std::unique_ptr<Slot>> slots;
+
+  Status acquire(size_t bytes, Slot** out);
+  Status enqueueWait(cudaStream_t s, uint32_t seq);
+};
+
+Status StreamGate::Impl::acquire(size_t bytes, Slot** out) {
+  Slot* reuse = nullptr;
+  for (auto& s : slots) {
+    if (s->reserved) continue;
+    if (s->used) {
+      const cudaError_t q = cudaEventQuery(s->free);
+      if (q == cudaErrorNotReady) continue;
+      if (q != cudaSuccess) return cudaFailed(q, "cudaEventQuery(staging slot free)");
+      s->used = false;
+    }
+    if (s->capacity >= bytes) {
+      *out = s.get();
+      return Status::ok();
+    }
+    if (reuse == nullptr) reuse = s.get();
+  }
+  size_t cap = static_cast<size_t>(paramCudaStagingMin());
+  while (cap < bytes) cap *= 2;
+  if (reuse == nullptr) {
+    auto s = std::make_unique<Slot>();
+    C4_CUDA_TRY(cudaEventCreateWithFlags(&s->inputsReady, cudaEventDisableTiming));
+    C4_CUDA_TRY(cudaEventCreateWithFlags(&s->free, cudaEventDisableTiming));
+    slots.push_back(std::move(s));
+    reuse = slots.back().get();
+  } else if (reuse->host != nullptr) {
+    C4_CUDA_TRY(cudaFreeHost(reuse->host));
+    reuse->host = nullptr;
+    reuse->capacity = 0;
+  }
+  C4_CUDA_TRY(cudaHostAlloc(&reuse->host, cap, cudaHostAllocPortable));
+  reuse->capacity = cap;
+  *out = reuse;
+  return Status::ok();
+}
+
+Status StreamGate::Impl::enqueueWait(cudaStream_t s, uint32_t seq) {
+  if (memop) {
+    const CUresult r = driver().streamWaitValue32(reinterpret_cast<CUstream>(s),
+                                                  reinterpret_cast<CUdeviceptr>(counterDevice), seq,
+                                                  CU_STREAM_WAIT_VALUE_GEQ);
+    if (r == CUDA_SUCCESS) return Status::ok();
+    C4_WARN(kLogInit, "CUDA: cuStreamWaitValue32 failed (error %d); streams wait with a polling kernel from now on",
+            static_cast<int>(r));
+    memop = false;
+  }
+  const kernels::cuda::Err e = kernels::cuda::waitFlag(counterDevice, seq, s);
+  if (e != 0) return cudaFailed(static_cast<cudaError_t>(e), "the stream's wait kernel");
+  return Status::ok();
+}
+
+StreamGate::StreamGate(int device, std::unique_ptr<Impl> impl) : device_(device), impl_(std::move(impl)) {}
+
+Status StreamGate::create(int device, std::unique_ptr<StreamGate>* out) {
+  if (deviceCount() == 0) return makeError(Code::kInvalidUsage, "CUDA: no GPU is usable in this process");
+  DeviceScope scope(device);
+  if (!scope.ok()) return makeError(Code::kUnhandledCudaError, "CUDA: cannot make GPU %d current", device);
+  auto impl = std::make_unique<Impl>();
+  impl->device = device;
+  void* counter = nullptr;
+  C4_CUDA_TRY(cudaHostAlloc(&counter, 64, cudaHostAllocMapped | cudaHostAllocPortable));
+  std::memset(counter, 0, 64);
+  impl->counter = static_cast<volatile uint32_t*>(counter);
+  void* dev = nullptr;
+  const cudaError_t e = cudaHostGetDevicePointer(&dev, counter, 0);
+  if (e != cudaSuccess) {
+    cudaFreeHost(counter);
+    return cudaFailed(e, "cudaHostGetDevicePointer(completion counter)");
+  }
+  impl->counterDevice = static_cast<uint32_t*>(dev);
+  const std::string want = paramCudaStreamWait();
+  impl->memop = driver().streamWaitValue32 != nullptr && want != "kernel";
+  if (want == "memop" && !impl->memop)
+    C4_WARN(kLogInit, "C4_CUDA_STREAM_WAIT=memop: the driver has no cuStreamWaitValue32; a polling kernel waits");
+  out->reset(new StreamGate(device, std::move(impl)));
+  C4_INFO(kLogInit, "CUDA: GPU %d, device buffers staged through pinned host memory; streams wait by %s", device,
+          (*out)->waitKind());
+  return Status::ok();
+}
+
+StreamGate::~StreamGate() {
+  if (!impl_) return;
+  // Nothing may wait for a ticket that will never complete; then let every stream pass its copies
+  // before their staging memory goes.
+  __atomic_store_n(const_cast<uint32_t*>(impl_->counter), impl_->issued, __ATOMIC_RELEASE);
+  DeviceScope scope(device_);
+  std::lock_guard<std::mutex> g(impl_->mu);
+  for (auto& s : impl_->slots) {
+    if (s->reserved) (void)cudaEventSynchronize(s->inputsReady);
+    if (s->used) (void)cudaEventSynchronize(s->free);
+    if (s->host) (void)cudaFreeHost(s->host);
+    if (s->inputsReady) (void)cudaEventDestroy(s->inputsReady);
+    if (s->free) (void)cudaEventDestroy(s->free);
+  }
+  (void)cudaFreeHost(const_cast<uint32_t*>(impl_->counter));
+  (void)cudaGetLastError();
+}
+
+const char* StreamGate::waitKind() const { return impl_->memop ? "memop" : "kernel"; }
+
+Status StreamGate::stageInputs(void* stream, size_t bytes, const std::vector<Copy>& in, const std::vector<Copy>& out,
+                               void** host, Ticket* pending) {
+  DeviceScope scope(device_);
+  if (!scope.ok()) return makeError(Code::kUnhandledCudaError, "CUDA: cannot make GPU %d current", device_);
+  std::lock_guard<std::mutex> g(impl_->mu);
+  Slot* slot = nullptr;
+  C4_CHECK(impl_->acquire(bytes, &slot));
+  const auto s = static_cast<cudaStream_t>(stream);
+  char* base = static_cast<char*>(slot->host);
+  for (const Copy& c : in)
+    if (c.bytes) C4_CUDA_TRY(cudaMemcpyAsync(base + c.offset, c.device, c.bytes, cudaMemcpyDeviceToHost, s));
+  C4_CUDA_TRY(cudaEventRecord(slot->inputsReady, s));
+  slot->reserved = true;
+  slot->stream = s;
+  slot->out = out;
+  *host = slot->host;
+  pending->slot = slot;
+  pending->seq = 0;
+  return Status::ok();
+}
+
+Status StreamGate::stageOutputs(Ticket* pending) {
+  DeviceScope scope(device_);
+  if (!scope.ok()) return makeError(Code::kUnhandledCudaError, "CUDA: cannot make GPU %d current", device_);
+  std::lock_guard<std::mutex> g(impl_->mu);
+  auto* slot = static_cast<Slot*>(pending->slot);
+  const uint32_t seq = impl_->issued + 1;
+  Status st = impl_->enqueueWait(slot->stream, seq);
+  if (!st.isOk()) return st;  // no ticket: the caller cancels the slot
+  // From here the ticket exists: the stream waits for it, so it must complete whatever follows.
+  impl_->issued = seq;
+  pending->seq = seq;
+  slot->reserved = false;
+  slot->used = true;
+  char* base = static_cast<char*>(slot->host);
+  for (const Copy& c : slot->out) {
+    if (!c.bytes) continue;
+    const cudaError_t e = cudaMemcpyAsync(c.device, base + c.offset, c.bytes, cudaMemcpyHostToDevice, slot->stream);
+    if (e != cudaSuccess && st.isOk()) st = cudaFailed(e, "cudaMemcpyAsync(staging to device)");
+  }
+  const cudaError_t e = cudaEventRecord(slot->free, slot->stream);
+  if (e != cudaSuccess && st.isOk()) st = cudaFailed(e, "cudaEventRecord(staging slot free)");
+  return st;
+}
+
+void StreamGate::cancel(const Ticket& pending) {
+  DeviceScope scope(device_);
+  std::lock_guard<std::mutex> g(impl_->mu);
+  auto* slot = static_cast<Slot*>(pending.slot);
+  if (!slot->reserved) return;
+  slot->reserved = false;
+  // Free once the stream has passed its input copies.
+  slot->used = cudaEventRecord(slot->free, slot->stream) == cudaSuccess;
+  if (!slot->used) {
+    (void)cudaGetLastError();
+    (void)cudaStreamSynchronize(slot->stream);
+  }
+}
+
+Status StreamGate::inputsReady(const Ticket& t, bool* ready) {
+  // The progress thread asks: its current device must be the gate's (no context on another GPU).
+  thread_local int current = -1;
+  if (current != device_ && cudaSetDevice(device_) == cudaSuccess) current = device_;
+  const cudaError_t q = cudaEventQuery(static_cast<Slot*>(t.slot)->inputsReady);
+  *ready = q == cudaSuccess;
+  if (q == cudaSuccess || q == cudaErrorNotReady) return Status::ok();
+  return cudaFailed(q, "the stream before a staged call (cudaEventQuery)");
+}
+
+void StreamGate::complete(const Ticket& t) {
+  auto* counter = const_cast<uint32_t*>(impl_->counter);
+  uint32_t cur = __atomic_load_n(counter, __ATOMIC_ACQUIRE);
+  while (static_cast<int32_t>(cur - t.seq) < 0 &&
+         !__atomic_compare_exchange_n(counter, &cur, t.seq, false, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {
+  }
+}
+
+}  // namespace c4::gpu

@@ -1,0 +1,286 @@
+// Collectives on CUDA device buffers (ctest label gpu; skipped without a GPU, run by
+// scripts/gpu-check.sh on one): the whole collective matrix with 1, 2 and 4 ranks sharing one GPU
+// (NVIDIA's NCCL refuses that; c4comm supports it), each call between an upload and a download on
+// the same stream with no wait between; many calls in flight on one stream; the host not blocked
+// by a busy stream; non-blocking communicators; buffers of mixed spaces refused.
+//
+// The test process itself never touches CUDA (a CUDA context does not survive fork): the ranks are
+// forked processes, and a GPU is detected by its device file.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "c4comm/c4comm.hpp"
+#include "kernels/cuda/cuda_kernels.hpp"
+#include "tests/coll/coll_matrix.hpp"
+#include "tests/coll/harness.hpp"
+
+namespace {
+
+using c4test::Failures;
+
+bool haveGpu() { return access("/dev/nvidia0", F_OK) == 0; }
+
+#define SKIP_WITHOUT_GPU() \
+  if (!haveGpu()) GTEST_SKIP() << "no CUDA GPU here (/dev/nvidia0); scripts/gpu-check.sh runs these on one"
+
+std::string cudaWhy(const char* what, cudaError_t e) { return std::string(what) + ": " + cudaGetErrorString(e); }
+
+// Device copies come from one arena, reset by release(): thousands of cases, and cudaMalloc/cudaFree
+// (which synchronizes the device) for each would dominate the run.
+class CudaMirror : public c4test::DeviceMirror {
+ public:
+  static constexpr size_t kArena = size_t{256} << 20;
+  explicit CudaMirror(cudaStream_t s) {
+    stream = s;
+    if (cudaMalloc(&arena_, kArena) != cudaSuccess) arena_ = nullptr;
+  }
+  ~CudaMirror() override {
+    release();
+    if (arena_) cudaFree(arena_);
+  }
+  unsigned char* upload(const unsigned char* host, size_t bytes) override {
+    void* d = nullptr;
+    cudaError_t e = cudaSuccess;
+    const size_t need = (bytes + 255) / 256 * 256 + 256;
+    if (arena_ && used_ + need <= kArena) {
+      d = static_cast<char*>(arena_) + used_;
+      used_ += need;
+    } else {
+      e = cudaMalloc(&d, bytes ? bytes : 1);
+      if (e == cudaSuccess) live_.push_back(d);
+    }
+    if (e == cudaSuccess) e = cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, stream_());
+    if (e != cudaSuccess && error_.empty()) error_ = cudaWhy("upload", e);
+    return static_cast<unsigned char*>(d);
+  }
+  void download(unsigned char* host, const unsigned char* device, size_t bytes) override {
+    const cudaError_t e = cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_());
+    if (e != cudaSuccess && error_.empty()) error_ = cudaWhy("download", e);
+  }
+  bool sync(std::string* why) override {
+    const cudaError_t e = cudaStreamSynchronize(stream_());
+    if (e != cudaSuccess && error_.empty()) error_ = cudaWhy("cudaStreamSynchronize", e);
+    *why = error_;
+    error_.clear();
+    return why->empty();
+  }
+  void release() override {
+    for (void* d : live_) cudaFree(d);
+    live_.clear();
+    used_ = 0;  // the stream was synchronized (sync()) before: nothing reads the arena any more
+  }
+
+ private:
+  void* arena_ = nullptr;
+  size_t used_ = 0;
+  cudaStream_t stream_() const { return static_cast<cudaStream_t>(stream); }
+  std::vector<void*> live_;
+  std::string error_;
+};
+
+/// One rank's setup: GPU 0 (every rank shares it), a stream, a communicator (waited for when
+/// non-blocking). Returns a failure text, or "" with *comm and *stream set.
+std::string setUp(int rank, int n, const c4::UniqueId& id, bool blocking, c4::Comm** comm, cudaStream_t* stream) {
+  cudaError_t e = cudaSetDevice(0);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(stream, cudaStreamNonBlocking);
+  if (e != cudaSuccess) return cudaWhy("rank setup", e);
+  c4::Config cfg;
+  cfg.blocking = blocking ? 1 : 0;
+  c4::Status st = c4::commInitRank(comm, n, id, rank, cfg);
+  while (st.code() == c4::Code::kInProgress) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    st = c4::commGetAsyncError(*comm);
+  }
+  return st.isOk() ? "" : "commInitRank: " + st.toString();
+}
+
+void expectAllPassed(const std::vector<c4test::RankOutcome>& outs) {
+  for (const auto& o : outs) EXPECT_FALSE(o.crashed || !o.detail.empty()) << "rank " << o.rank << ": " << o.detail;
+}
+
+class CudaColl : public ::testing::TestWithParam<int> {};
+
+// Every collective x dtype x op x count x in/out of place on device buffers, against the host
+// reference (tests/coll/coll_matrix.cc).
+TEST_P(CudaColl, MatrixOnDeviceBuffers) {
+  SKIP_WITHOUT_GPU();
+  const int n = GetParam();
+  expectAllPassed(c4test::runForked(n, [](int rank, int nranks, const c4::UniqueId& id) -> Failures {
+    c4::Comm* comm = nullptr;
+    cudaStream_t s = nullptr;
+    const std::string why = setUp(rank, nranks, id, true, &comm, &s);
+    if (!why.empty()) return {why};
+    CudaMirror mirror(s);
+    c4test::MatrixOptions opt;
+    opt.device = &mirror;
+    Failures f = c4test::MatrixRunner(comm, rank, nranks).run(opt);
+    c4::Status d = c4::commDestroy(comm);
+    if (!d.isOk()) f.push_back("commDestroy: " + d.toString());
+    cudaStreamDestroy(s);
+    return f;
+  }, 600));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CudaColl, ::testing::Values(1, 2, 4),
+                         [](const ::testing::TestParamInfo<int>& i) { return std::to_string(i.param) + "ranks"; });
+
+// Many calls in flight on one stream before anyone waits: each call's staging, ticket and copies
+// stay in order, and every result is right.
+TEST(CudaCollStream, ManyCallsInFlightOnOneStream) {
+  SKIP_WITHOUT_GPU();
+  expectAllPassed(c4test::runForked(2, [](int rank, int n, const c4::UniqueId& id) -> Failures {
+    c4::Comm* comm = nullptr;
+    cudaStream_t s = nullptr;
+    std::string why = setUp(rank, n, id, true, &comm, &s);
+    if (!why.empty()) return {why};
+    constexpr int kCalls = 64;
+    constexpr size_t kCount = 4099;
+    std::vector<float*> bufs(kCalls);
+    std::vector<float> host(kCount);
+    for (int c = 0; c < kCalls; ++c) {
+      if (cudaMalloc(&bufs[c], kCount * sizeof(float)) != cudaSuccess) return {"cudaMalloc"};
+      for (size_t i = 0; i < kCount; ++i) host[i] = static_cast<float>(rank + c + i % 7);
+      // Upload, reduce in place, all on the stream: nothing waits until the end.
+      cudaMemcpyAsync(bufs[c], host.data(), kCount * sizeof(float), cudaMemcpyHostToDevice, s);
+      c4::Status st = c4::allReduce(bufs[c], bufs[c], kCount, c4::DataType::kFloat32, c4::RedOp::kSum, comm, s);
+      if (!st.isOk()) return {"allReduce " + std::to_string(c) + ": " + st.toString()};
+    }
+    Failures f;
+    for (int c = 0; c < kCalls && f.empty(); ++c) {
+      cudaMemcpyAsync(host.data(), bufs[c], kCount * sizeof(float), cudaMemcpyDeviceToHost, s);
+      cudaStreamSynchronize(s);
+      for (size_t i = 0; i < kCount; ++i) {
+        const float want = static_cast<float>(0 + 1 + 2 * (c + static_cast<int>(i % 7)));
+        if (host[i] != want) {
+          f.push_back("call " + std::to_string(c) + " element " + std::to_string(i) + ": " + std::to_string(host[i]) +
+                      ", expected " + std::to_string(want));
+          break;
+        }
+      }
+    }
+    for (float* b : bufs) cudaFree(b);
+    c4::Status d = c4::commDestroy(comm);
+    if (!d.isOk()) f.push_back("commDestroy: " + d.toString());
+    cudaStreamDestroy(s);
+    return f;
+  }));
+}
+
+// A call on a stream that is busy (a kernel waits for the host) returns at once: the host is not
+// blocked; the collective runs when the stream gets there.
+TEST(CudaCollStream, TheHostIsNotBlockedByABusyStream) {
+  SKIP_WITHOUT_GPU();
+  expectAllPassed(c4test::runForked(2, [](int rank, int n, const c4::UniqueId& id) -> Failures {
+    c4::Comm* comm = nullptr;
+    cudaStream_t s = nullptr;
+    std::string why = setUp(rank, n, id, true, &comm, &s);
+    if (!why.empty()) return {why};
+    unsigned* flag = nullptr;
+    float* buf = nullptr;
+    constexpr size_t kCount = 1 << 20;
+    if (cudaHostAlloc(reinterpret_cast<void**>(&flag), sizeof(unsigned), cudaHostAllocMapped) != cudaSuccess ||
+        cudaMalloc(&buf, kCount * sizeof(float)) != cudaSuccess)
+      return {"allocation"};
+    *flag = 0;
+    std::vector<float> host(kCount, static_cast<float>(rank + 1));
+    cudaMemcpyAsync(buf, host.data(), kCount * sizeof(float), cudaMemcpyHostToDevice, s);
+    if (c4::kernels::cuda::waitFlag(flag, 1, s) != 0) return {"waitFlag launch"};
+    const auto t0 = std::chrono::steady_clock::now();
+    c4::Status st = c4::allReduce(buf, buf, kCount, c4::DataType::kFloat32, c4::RedOp::kSum, comm, s);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    Failures f;
+    if (!st.isOk()) f.push_back("allReduce: " + st.toString());
+    if (ms > 1000) f.push_back("allReduce blocked the host for " + std::to_string(ms) + " ms behind a busy stream");
+    if (cudaStreamQuery(s) != cudaErrorNotReady) f.push_back("the stream was not busy: the test proves nothing");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    __atomic_store_n(flag, 1u, __ATOMIC_RELEASE);  // the kernel ends; the collective can start
+    cudaMemcpyAsync(host.data(), buf, kCount * sizeof(float), cudaMemcpyDeviceToHost, s);
+    if (cudaStreamSynchronize(s) != cudaSuccess) f.push_back("cudaStreamSynchronize failed");
+    for (size_t i = 0; i < kCount && f.empty(); ++i)
+      if (host[i] != 3.0f) f.push_back("element " + std::to_string(i) + " is " + std::to_string(host[i]));
+    cudaFree(buf);
+    cudaFreeHost(flag);
+    c4::Status d = c4::commDestroy(comm);
+    if (!d.isOk()) f.push_back("commDestroy: " + d.toString());
+    cudaStreamDestroy(s);
+    return f;
+  }));
+}
+
+// Non-blocking communicators: init and calls may return kInProgress; the stream still orders
+// everything and commGetAsyncError ends at success.
+TEST(CudaCollStream, NonBlockingCommunicator) {
+  SKIP_WITHOUT_GPU();
+  expectAllPassed(c4test::runForked(2, [](int rank, int n, const c4::UniqueId& id) -> Failures {
+    c4::Comm* comm = nullptr;
+    cudaStream_t s = nullptr;
+    std::string why = setUp(rank, n, id, false, &comm, &s);
+    if (!why.empty()) return {why};
+    constexpr size_t kCount = 100003;
+    double* buf = nullptr;
+    if (cudaMalloc(&buf, kCount * sizeof(double)) != cudaSuccess) return {"cudaMalloc"};
+    std::vector<double> host(kCount);
+    for (size_t i = 0; i < kCount; ++i) host[i] = static_cast<double>(rank * 10 + i % 5);
+    cudaMemcpyAsync(buf, host.data(), kCount * sizeof(double), cudaMemcpyHostToDevice, s);
+    Failures f;
+    c4::Status st = c4::allReduce(buf, buf, kCount, c4::DataType::kFloat64, c4::RedOp::kMax, comm, s);
+    if (!st.isOk() && st.code() != c4::Code::kInProgress) f.push_back("allReduce: " + st.toString());
+    cudaMemcpyAsync(host.data(), buf, kCount * sizeof(double), cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
+    for (size_t i = 0; i < kCount && f.empty(); ++i)
+      if (host[i] != static_cast<double>(10 + i % 5)) f.push_back("element " + std::to_string(i) + " wrong");
+    for (int k = 0; k < 10000; ++k) {
+      st = c4::commGetAsyncError(comm);
+      if (st.code() != c4::Code::kInProgress) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (!st.isOk()) f.push_back("commGetAsyncError: " + st.toString());
+    cudaFree(buf);
+    c4::Status d = c4::commDestroy(comm);
+    if (!d.isOk() && d.code() != c4::Code::kInProgress) f.push_back("commDestroy: " + d.toString());
+    cudaStreamDestroy(s);
+    return f;
+  }));
+}
+
+// Device and (pageable) host buffers in one call: a clear error, nothing staged, and the
+// communicator goes on working.
+TEST(CudaCollErrors, MixedSpacesAreRefused) {
+  SKIP_WITHOUT_GPU();
+  expectAllPassed(c4test::runForked(1, [](int rank, int n, const c4::UniqueId& id) -> Failures {
+    c4::Comm* comm = nullptr;
+    cudaStream_t s = nullptr;
+    std::string why = setUp(rank, n, id, true, &comm, &s);
+    if (!why.empty()) return {why};
+    Failures f;
+    float* dev = nullptr;
+    if (cudaMalloc(&dev, 1024 * sizeof(float)) != cudaSuccess) return {"cudaMalloc"};
+    std::vector<float> host(1024, 1.0f);
+    c4::Status st = c4::allReduce(dev, host.data(), 1024, c4::DataType::kFloat32, c4::RedOp::kSum, comm, s);
+    if (st.code() != c4::Code::kInvalidArgument || st.message().find("device") == std::string::npos ||
+        st.message().find("host") == std::string::npos)
+      f.push_back("device send + host recv: " + st.toString());
+    st = c4::allGather(host.data(), dev, 256, c4::DataType::kFloat32, comm, s);
+    if (st.code() != c4::Code::kInvalidArgument) f.push_back("host send + device recv: " + st.toString());
+    // Still usable.
+    cudaMemcpyAsync(dev, host.data(), 1024 * sizeof(float), cudaMemcpyHostToDevice, s);
+    st = c4::allReduce(dev, dev, 1024, c4::DataType::kFloat32, c4::RedOp::kSum, comm, s);
+    if (!st.isOk()) f.push_back("a valid call after the refused ones: " + st.toString());
+    cudaMemcpyAsync(host.data(), dev, 1024 * sizeof(float), cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
+    if (host[0] != 1.0f || host[1023] != 1.0f) f.push_back("wrong result after the refused calls");
+    cudaFree(dev);
+    c4::Status d = c4::commDestroy(comm);
+    if (!d.isOk()) f.push_back("commDestroy: " + d.toString());
+    cudaStreamDestroy(s);
+    return f;
+  }));
+}
+
+}  // namespace
