@@ -32,6 +32,10 @@ EXPECTED = {
     "ucx transport (conformance, collective matrix)": (["*Conformance*ucx*", "Net/NetMatrix*ucx*"], 15),
     "ibverbs transport setup (no RDMA device here)": (["IbVerbs.*"], 5),
     "ibverbs over real verbs (Soft-RoCE VMs: conformance, collective matrix, two hosts)": (["rdma_vm_*"], 2),
+    "CUDA without a GPU (kernel arithmetic on the host, the library without a driver, NVIDIA's exports)":
+        (["Isa/CudaVectorPacks.*", "CudaRuntime.*", "abi_nvidia_exports"], 4),
+    "CUDA device tests (registered; they skip without a GPU: scripts/gpu-check.sh)":
+        (["Cuda.*", "CudaColl*", "Ranks/CudaColl.*"], 12),
 }
 # The fuzz build (-DC4_FUZZ=ON, tests/fuzz): one ctest per target (docs/fuzzing.md), the Python one included.
 EXPECTED_FUZZ = {

@@ -8,7 +8,7 @@
 extern "C" {
 
 __attribute__((visibility("default"))) int c4_bench_cuda_reduce(void* dst0, void* dst1, const void* a, const void* b,
-                                                                 size_t count, int dt, int op, void* stream) {
+                                                                size_t count, int dt, int op, void* stream) {
   return c4::kernels::cuda::reduceCopy(dst0, dst1, a, b, count, static_cast<c4::DataType>(dt),
                                        static_cast<c4::kernels::KOp>(op), stream);
 }

@@ -193,7 +193,10 @@ class Sweep {
   std::unique_ptr<char, std::function<void(char*)>> devSend_, devRecv_;
   size_t bufBytes_ = 0;
   Layout deviceLayout(const Layout& host) const {
-    auto map = [&](char* p) { return p >= recvBuf_.get() && p < recvBuf_.get() + bufBytes_ ? devRecv_.get() + (p - recvBuf_.get()) : devSend_.get() + (p - sendBuf_.get()); };
+    auto map = [&](char* p) {
+      return p >= recvBuf_.get() && p < recvBuf_.get() + bufBytes_ ? devRecv_.get() + (p - recvBuf_.get())
+                                                                   : devSend_.get() + (p - sendBuf_.get());
+    };
     return {map(host.send), map(host.recv)};
   }
   Status toDevice() {
@@ -421,8 +424,9 @@ void Sweep::printHeader() {
             "returning (no extra barrier)\n");
   fprintf(out_, "# Library: %s\n", info_.library.c_str());
   if (opts_.registered) fprintf(out_, "# Buffers: registered (%s)\n", be_.registeredName().c_str());
-  if (device_) fprintf(out_, "# Buffers: CUDA device memory (%s); calls ordered on a stream, timed to its end\n",
-                       be_.deviceName().c_str());
+  if (device_)
+    fprintf(out_, "# Buffers: CUDA device memory (%s); calls ordered on a stream, timed to its end\n",
+            be_.deviceName().c_str());
   if (info_.spawnMs >= 0)
     fprintf(out_,
             "# Init time: %.1f ms for %d ranks (slowest rank; %.1f ms from "

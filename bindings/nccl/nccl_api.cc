@@ -733,8 +733,10 @@ struct ncclLLA2AHandle;
 namespace {
 
 ncclResult_t noDeviceApi(const char* fn) {
-  return fail(ncclInvalidUsage, "%s: the NCCL device API (nccl_device.h) is not implemented by c4comm "
-              "(docs/api-coverage.md)", fn);
+  return fail(ncclInvalidUsage,
+              "%s: the NCCL device API (nccl_device.h) is not implemented by c4comm "
+              "(docs/api-coverage.md)",
+              fn);
 }
 
 ncclTeam_t teamOf(ncclComm_t comm, bool world) {

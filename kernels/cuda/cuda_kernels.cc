@@ -31,8 +31,7 @@ Err reduce(void* dst, const void* a, const void* b, size_t count, DataType dt, K
   return reduceCopy(dst, nullptr, a, b, count, dt, op, stream);
 }
 
-Err reduceCopy(void* dst0, void* dst1, const void* a, const void* b, size_t count, DataType dt, KOp op,
-               void* stream) {
+Err reduceCopy(void* dst0, void* dst1, const void* a, const void* b, size_t count, DataType dt, KOp op, void* stream) {
   if (count == 0) return kOk;
   if (!validType(dt, "reduce") || !validOp(op)) return cudaErrorInvalidValue;
   return detail::launchReduce(dst0, dst1, a, b, count, static_cast<int>(dt), static_cast<int>(op), streamOf(stream));

@@ -30,8 +30,7 @@ Err reduce(void* dst, const void* a, const void* b, size_t count, DataType dt, K
 
 /// dst0[i] = dst1[i] = a[i] op b[i] in one pass: a ring step that reduces into the output and into
 /// the buffer the next step sends from. dst1 may be null (then as reduce).
-Err reduceCopy(void* dst0, void* dst1, const void* a, const void* b, size_t count, DataType dt, KOp op,
-               void* stream);
+Err reduceCopy(void* dst0, void* dst1, const void* a, const void* b, size_t count, DataType dt, KOp op, void* stream);
 
 /// dst[i] = src[i] * scalar; scalar is one element of dt in host memory, read at the call.
 Err scale(void* dst, const void* src, const void* scalar, size_t count, DataType dt, void* stream);

@@ -31,9 +31,7 @@ template <class F>
 struct ScaleFn {
   using E = typename F::Elem;
   typename F::Value s;
-  static __device__ __forceinline__ Bytes16 pack(Bytes16 a, Bytes16, const ScaleFn& f) {
-    return scalePack<F>(a, f.s);
-  }
+  static __device__ __forceinline__ Bytes16 pack(Bytes16 a, Bytes16, const ScaleFn& f) { return scalePack<F>(a, f.s); }
   static __device__ __forceinline__ E elem(E a, E, const ScaleFn& f) { return arith::scaleElem<F>(a, f.s); }
 };
 
@@ -66,9 +64,9 @@ __device__ __forceinline__ void store16(Bytes16* p, Bytes16 v) {
 /// whole pack go one by one; the packs in between in 16-byte accesses (every pointer + head is
 /// 16-byte aligned there). kInputs: 1 (b unused) or 2; kOutputs: 1 (out1 unused) or 2.
 template <class Fn, int kInputs, int kOutputs>
-__global__ void __launch_bounds__(kThreads) mapKernel(typename Fn::E* out0, typename Fn::E* out1,
-                                                      const typename Fn::E* a, const typename Fn::E* b, size_t n,
-                                                      size_t head, Fn fn) {
+__global__ void __launch_bounds__(kThreads)
+    mapKernel(typename Fn::E* out0, typename Fn::E* out1, const typename Fn::E* a, const typename Fn::E* b, size_t n,
+              size_t head, Fn fn) {
   using E = typename Fn::E;
   constexpr int kPer = 16 / static_cast<int>(sizeof(E));
   const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -192,7 +190,7 @@ cudaError_t divideOne(void* d, const void* src, size_t n, int divisor, cudaStrea
   return launchMap<DivideFn<F>, 1, 1>(d, nullptr, src, nullptr, n, DivideFn<F>{divisor}, s);
 }
 
-#define C4_REDUCE_ROW(F) \
+#define C4_REDUCE_ROW(F)                                                                         \
   {reduceOne<F, arith::Op::kSum>, reduceOne<F, arith::Op::kProd>, reduceOne<F, arith::Op::kMax>, \
    reduceOne<F, arith::Op::kMin>},
 constexpr ReduceLauncher kReduce[][4] = {C4_FOR_EACH_FAMILY(C4_REDUCE_ROW)};

@@ -29,7 +29,7 @@ C4_HD Bytes16 reducePack(Bytes16 a, Bytes16 b) {
   Pack<E> pa, pb, r;
   pa.raw = a;
   pb.raw = b;
-C4_UNROLL
+  C4_UNROLL
   for (int i = 0; i < Pack<E>::kCount; ++i) r.e[i] = arith::reduceElem<F, kOp>(pa.e[i], pb.e[i]);
   return r.raw;
 }
@@ -40,7 +40,7 @@ C4_HD Bytes16 scalePack(Bytes16 x, typename F::Value s) {
   using E = typename F::Elem;
   Pack<E> p, r;
   p.raw = x;
-C4_UNROLL
+  C4_UNROLL
   for (int i = 0; i < Pack<E>::kCount; ++i) r.e[i] = arith::scaleElem<F>(p.e[i], s);
   return r.raw;
 }
@@ -51,7 +51,7 @@ C4_HD Bytes16 dividePack(Bytes16 x, int divisor) {
   using E = typename F::Elem;
   Pack<E> p, r;
   p.raw = x;
-C4_UNROLL
+  C4_UNROLL
   for (int i = 0; i < Pack<E>::kCount; ++i) r.e[i] = arith::divideElem<F>(p.e[i], divisor);
   return r.raw;
 }

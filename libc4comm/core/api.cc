@@ -33,6 +33,11 @@ C4_PARAM_INT(ProgressThread, "C4_PROGRESS_THREAD", nullptr, 0, 0, 1, kParamNone,
              "wait for it; between calls it keeps the network transports progressing); 0: the calling thread drives "
              "each operation. Communicators created with Config::blocking = 0 always have one")
 
+// Off by default: on the H100 host measured (docs/performance.md, "CUDA") it was as often slower as faster.
+C4_PARAM_INT(CudaSharedStaging, "C4_CUDA_SHARED_STAGING", nullptr, 0, 0, 1, kParamNone,
+             "Stage device buffers in shareable host memory registered with CUDA (1: calls staged on every rank "
+             "of a host run on the zero-copy path) or in cudaHostAlloc memory (0, default)")
+
 namespace {
 
 thread_local std::string tLastError;
@@ -248,6 +253,11 @@ Status stageDeviceCall(Comm* comm, const char* fn, OpDesc* op) {
                        oi.device);
     device = pi->device;
   }
+  if (gpu::StreamGate::capturing(op->stream))
+    return makeError(Code::kInvalidUsage,
+                     "%s: the stream is being captured into a CUDA graph; c4comm calls on device buffers cannot be "
+                     "captured (their host side runs at the call, not at each replay; docs/cuda.md)",
+                     fn);
   if (static_cast<int>(op->op) >= kNumBuiltinOps) {
     const UserOp& u = comm->userOps[static_cast<size_t>(static_cast<int>(op->op) - kNumBuiltinOps)];
     if (u.residence == ScalarResidence::kDevice && gpu::pointerInfo(u.pointer).mem == gpu::Mem::kDevice)
@@ -257,12 +267,20 @@ Status stageDeviceCall(Comm* comm, const char* fn, OpDesc* op) {
                        fn);
   }
   if (!comm->gpuGate) {
+    // The buffers' GPU; for pinned host memory alone, the communicator's (or the buffer's).
     int dev = device;
     if (dev < 0) {
       const gpu::PtrInfo& pinned = inCuda ? ii : oi;
-      dev = pinned.device >= 0 ? pinned.device : 0;
+      dev = comm->cudaDevice >= 0 ? comm->cudaDevice : pinned.device >= 0 ? pinned.device : 0;
     }
-    C4_CHECK(gpu::StreamGate::create(dev, &comm->gpuGate));
+    // Staging in shareable host memory (C4_CUDA_SHARED_STAGING=1): where every rank of a host stages
+    // a call, it runs on the zero-copy path (docs/cuda.md).
+    gpu::StreamGate::HostAllocator staging;
+    if (paramCudaSharedStaging() != 0) {
+      staging.alloc = [](void** p, size_t bytes) { return memAllocShared(p, bytes); };
+      staging.free = [](void* p) { (void)memFreeShared(p); };
+    }
+    C4_CHECK(gpu::StreamGate::create(dev, staging, &comm->gpuGate));
   } else if (device >= 0 && device != comm->gpuGate->device()) {
     return makeError(Code::kInvalidArgument,
                      "%s: the buffers are on GPU %d but rank %d's communicator works on GPU %d (its first call on "
@@ -392,6 +410,7 @@ Status checkOverlap(const char* fn, const void* send, size_t sendBytes, const vo
 bool wantsEngine(const Config& config) { return config.blocking == 0 || paramProgressThread() != 0; }
 
 Status initComm(Comm* c, int nranks, const UniqueId& id, int rank, const Config& config) {
+  c->cudaDevice = gpu::currentDevice();
   c->rank = rank;
   c->nranks = nranks;
   c->config = config;
@@ -872,7 +891,8 @@ Status commUserRank(const Comm* comm, int* rank) {
 Status commCuDevice(const Comm* comm, int* device) {
   C4_CHECK_RECORD(checkComm(comm));
   if (!device) return record(makeError(Code::kInvalidArgument, "device is NULL"));
-  *device = -1;
+  // The GPU its device buffers are staged for, else the caller's current GPU at init (NCCL's rule).
+  *device = comm->gpuGate ? comm->gpuGate->device() : comm->cudaDevice;
   return Status::ok();
 }
 

@@ -210,6 +210,7 @@ struct Comm final : public ExecContext {
   // Device buffers (created at the first call on them): declared before the engine, so that the
   // engine's thread is gone when the gate releases the streams and frees the staging.
   std::unique_ptr<gpu::StreamGate> gpuGate;
+  int cudaDevice = -1;  // the caller's current GPU at init (ncclCommCuDevice); -1 without GPUs
   std::unique_ptr<ProgressEngine> engine;
 
   Tuner tuner;

@@ -49,6 +49,8 @@ bool built();
 /// GPUs this process can use: 0 without CUDA support, a driver or a GPU, or with C4_CUDA=0.
 /// Read once; never fails.
 int deviceCount();
+/// The calling thread's current GPU (cudaGetDevice), -1 without GPUs. Creates no context.
+int currentDevice();
 /// Where p lives. Never fails: kHost for memory CUDA does not know (and always without a GPU). Does
 /// not create a CUDA context.
 PtrInfo pointerInfo(const void* p);
@@ -71,8 +73,15 @@ class StreamGate {
     size_t bytes = 0;
   };
 
+  /// Where staging memory comes from: cudaHostAlloc by default, or the caller's allocator (the core
+  /// passes shareable host memory, so that a call staged on every rank of a host runs on the
+  /// zero-copy path), which the gate then registers with CUDA (cudaHostRegister).
+  struct HostAllocator {
+    Status (*alloc)(void** p, size_t bytes) = nullptr;
+    void (*free)(void* p) = nullptr;
+  };
   /// A gate for GPU `device`. kUnhandledCudaError where CUDA fails; kInvalidUsage without CUDA.
-  static Status create(int device, std::unique_ptr<StreamGate>* out);
+  static Status create(int device, const HostAllocator& staging, std::unique_ptr<StreamGate>* out);
   ~StreamGate();
   StreamGate(const StreamGate&) = delete;
   StreamGate& operator=(const StreamGate&) = delete;
@@ -80,8 +89,8 @@ class StreamGate {
   /// Step 1 of a call on `stream` (a cudaStream_t): reserves `bytes` of pinned host memory (*host),
   /// enqueues the `in` copies (device to staging) and "inputs ready", and keeps `out` for step 2.
   /// *pending names the slot (seq 0). On error nothing is reserved.
-  Status stageInputs(void* stream, size_t bytes, const std::vector<Copy>& in, const std::vector<Copy>& out,
-                     void** host, Ticket* pending);
+  Status stageInputs(void* stream, size_t bytes, const std::vector<Copy>& in, const std::vector<Copy>& out, void** host,
+                     Ticket* pending);
   /// Step 2: enqueues the wait for a new ticket, the `out` copies (staging to device) and "slot free"
   /// on the stream of step 1; *pending becomes the ticket. Once its seq is set the ticket must be
   /// completed, even when this returns an error.
@@ -92,6 +101,9 @@ class StreamGate {
   Status inputsReady(const Ticket& t, bool* ready);
   /// The ticket's call is over (done or failed): its stream goes on. Idempotent; any thread.
   void complete(const Ticket& t);
+  /// Whether `stream` is being captured into a CUDA graph (a staged call cannot be: its host side
+  /// runs once, at the call, while a graph's wait would pass on every replay without it).
+  static bool capturing(void* stream);
   /// The GPU this gate serves.
   int device() const { return device_; }
   /// "memop" or "kernel": how streams wait.

@@ -76,10 +76,10 @@ Status cudaFailed(cudaError_t e, const char* what) {
                    cudaGetErrorName(e));
 }
 
-#define C4_CUDA_TRY(expr)                                   \
-  do {                                                      \
-    const cudaError_t e_ = (expr);                          \
-    if (e_ != cudaSuccess) return cudaFailed(e_, #expr);    \
+#define C4_CUDA_TRY(expr)                                \
+  do {                                                   \
+    const cudaError_t e_ = (expr);                       \
+    if (e_ != cudaSuccess) return cudaFailed(e_, #expr); \
   } while (0)
 
 /// Makes `device` current for a scope, as NCCL does for its calls, and restores the caller's.
@@ -107,11 +107,41 @@ class DeviceScope {
   bool changed_ = false;
 };
 
+/// Relaxed stream-capture mode for this thread while the scope lasts: a CUDA graph captured in
+/// global mode on some stream of the process must not make our own, unrelated calls (allocation,
+/// event queries) fail. NCCL does the same.
+class RelaxedCapture {
+ public:
+  RelaxedCapture() {
+    if (cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      ok_ = false;
+    }
+  }
+  ~RelaxedCapture() {
+    if (ok_) (void)cudaThreadExchangeStreamCaptureMode(&mode_);
+  }
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+  bool ok_ = true;
+};
+
 }  // namespace
 
 const char* memName(Mem m) { return m == Mem::kDevice ? "device" : m == Mem::kPinned ? "pinned host" : "host"; }
 bool built() { return true; }
 int deviceCount() { return driver().devices; }
+
+int currentDevice() {
+  if (deviceCount() == 0) return -1;
+  int d = -1;
+  if (cudaGetDevice(&d) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return d;
+}
 
 PtrInfo pointerInfo(const void* p) {
   PtrInfo info;
@@ -156,12 +186,13 @@ namespace {
 struct Slot {
   void* host = nullptr;
   size_t capacity = 0;
+  bool registered = false;  // from the gate's allocator, registered with cudaHostRegister
   cudaEvent_t inputsReady = nullptr;
   cudaEvent_t free = nullptr;
-  bool reserved = false;  // between stageInputs and stageOutputs (or cancel)
-  bool used = false;      // "free" was recorded: reusable once it has completed
-  cudaStream_t stream = nullptr;                 // of the call holding it
-  std::vector<StreamGate::Copy> out;             // its step 2's copies
+  bool reserved = false;              // between stageInputs and stageOutputs (or cancel)
+  bool used = false;                  // "free" was recorded: reusable once it has completed
+  cudaStream_t stream = nullptr;      // of the call holding it
+  std::vector<StreamGate::Copy> out;  // its step 2's copies
 };
 
 }  // namespace
@@ -171,11 +202,15 @@ struct StreamGate::Impl {
   volatile uint32_t* counter = nullptr;  // pinned, mapped: the progress thread writes, streams read
   uint32_t* counterDevice = nullptr;     // its device address
   bool memop = false;
-  uint32_t issued = 0;  // the last ticket handed out (the calling thread's)
-  std::mutex mu;        // slots: stage*() on the calling thread against the destructor
+  StreamGate::HostAllocator alloc;  // staging from the caller (registered), or cudaHostAlloc
+  bool allocWorks = true;           // false once registering the caller's memory failed
+  uint32_t issued = 0;              // the last ticket handed out (the calling thread's)
+  std::mutex mu;                    // slots: stage*() on the calling thread against the destructor
   std::vector<std::unique_ptr<Slot>> slots;
 
   Status acquire(size_t bytes, Slot** out);
+  Status allocHost(Slot* s, size_t cap);
+  void freeHost(Slot* s);
   Status enqueueWait(cudaStream_t s, uint32_t seq);
 };
 
@@ -204,21 +239,56 @@ Status StreamGate::Impl::acquire(size_t bytes, Slot** out) {
     slots.push_back(std::move(s));
     reuse = slots.back().get();
   } else if (reuse->host != nullptr) {
-    C4_CUDA_TRY(cudaFreeHost(reuse->host));
-    reuse->host = nullptr;
-    reuse->capacity = 0;
+    freeHost(reuse);
   }
-  C4_CUDA_TRY(cudaHostAlloc(&reuse->host, cap, cudaHostAllocPortable));
-  reuse->capacity = cap;
+  C4_CHECK(allocHost(reuse, cap));
   *out = reuse;
   return Status::ok();
 }
 
+Status StreamGate::Impl::allocHost(Slot* s, size_t cap) {
+  if (alloc.alloc != nullptr && allocWorks) {
+    void* p = nullptr;
+    Status st = alloc.alloc(&p, cap);
+    if (st.isOk()) {
+      const cudaError_t e = cudaHostRegister(p, cap, cudaHostRegisterPortable);
+      if (e == cudaSuccess) {
+        s->host = p;
+        s->capacity = cap;
+        s->registered = true;
+        return Status::ok();
+      }
+      (void)cudaGetLastError();
+      alloc.free(p);
+      st = makeError(Code::kUnhandledCudaError, "cudaHostRegister: %s", cudaGetErrorString(e));
+    }
+    C4_WARN(kLogInit, "CUDA: shareable staging memory is not available (%s); staging in cudaHostAlloc memory",
+            st.message().c_str());
+    allocWorks = false;
+  }
+  C4_CUDA_TRY(cudaHostAlloc(&s->host, cap, cudaHostAllocPortable));
+  s->capacity = cap;
+  s->registered = false;
+  return Status::ok();
+}
+
+void StreamGate::Impl::freeHost(Slot* s) {
+  if (s->host == nullptr) return;
+  if (s->registered) {
+    (void)cudaHostUnregister(s->host);
+    alloc.free(s->host);
+  } else {
+    (void)cudaFreeHost(s->host);
+  }
+  (void)cudaGetLastError();
+  s->host = nullptr;
+  s->capacity = 0;
+}
+
 Status StreamGate::Impl::enqueueWait(cudaStream_t s, uint32_t seq) {
   if (memop) {
-    const CUresult r = driver().streamWaitValue32(reinterpret_cast<CUstream>(s),
-                                                  reinterpret_cast<CUdeviceptr>(counterDevice), seq,
-                                                  CU_STREAM_WAIT_VALUE_GEQ);
+    const CUresult r = driver().streamWaitValue32(
+        reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(counterDevice), seq, CU_STREAM_WAIT_VALUE_GEQ);
     if (r == CUDA_SUCCESS) return Status::ok();
     C4_WARN(kLogInit, "CUDA: cuStreamWaitValue32 failed (error %d); streams wait with a polling kernel from now on",
             static_cast<int>(r));
@@ -231,12 +301,14 @@ Status StreamGate::Impl::enqueueWait(cudaStream_t s, uint32_t seq) {
 
 StreamGate::StreamGate(int device, std::unique_ptr<Impl> impl) : device_(device), impl_(std::move(impl)) {}
 
-Status StreamGate::create(int device, std::unique_ptr<StreamGate>* out) {
+Status StreamGate::create(int device, const HostAllocator& staging, std::unique_ptr<StreamGate>* out) {
   if (deviceCount() == 0) return makeError(Code::kInvalidUsage, "CUDA: no GPU is usable in this process");
+  RelaxedCapture relaxed;
   DeviceScope scope(device);
   if (!scope.ok()) return makeError(Code::kUnhandledCudaError, "CUDA: cannot make GPU %d current", device);
   auto impl = std::make_unique<Impl>();
   impl->device = device;
+  impl->alloc = staging;
   void* counter = nullptr;
   C4_CUDA_TRY(cudaHostAlloc(&counter, 64, cudaHostAllocMapped | cudaHostAllocPortable));
   std::memset(counter, 0, 64);
@@ -260,6 +332,7 @@ Status StreamGate::create(int device, std::unique_ptr<StreamGate>* out) {
 
 StreamGate::~StreamGate() {
   if (!impl_) return;
+  RelaxedCapture relaxed;
   // Nothing may wait for a ticket that will never complete; then let every stream pass its copies
   // before their staging memory goes.
   __atomic_store_n(const_cast<uint32_t*>(impl_->counter), impl_->issued, __ATOMIC_RELEASE);
@@ -268,7 +341,7 @@ StreamGate::~StreamGate() {
   for (auto& s : impl_->slots) {
     if (s->reserved) (void)cudaEventSynchronize(s->inputsReady);
     if (s->used) (void)cudaEventSynchronize(s->free);
-    if (s->host) (void)cudaFreeHost(s->host);
+    impl_->freeHost(s.get());
     if (s->inputsReady) (void)cudaEventDestroy(s->inputsReady);
     if (s->free) (void)cudaEventDestroy(s->free);
   }
@@ -276,10 +349,20 @@ StreamGate::~StreamGate() {
   (void)cudaGetLastError();
 }
 
+bool StreamGate::capturing(void* stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
 const char* StreamGate::waitKind() const { return impl_->memop ? "memop" : "kernel"; }
 
 Status StreamGate::stageInputs(void* stream, size_t bytes, const std::vector<Copy>& in, const std::vector<Copy>& out,
                                void** host, Ticket* pending) {
+  RelaxedCapture relaxed;
   DeviceScope scope(device_);
   if (!scope.ok()) return makeError(Code::kUnhandledCudaError, "CUDA: cannot make GPU %d current", device_);
   std::lock_guard<std::mutex> g(impl_->mu);
@@ -300,6 +383,7 @@ Status StreamGate::stageInputs(void* stream, size_t bytes, const std::vector<Cop
 }
 
 Status StreamGate::stageOutputs(Ticket* pending) {
+  RelaxedCapture relaxed;
   DeviceScope scope(device_);
   if (!scope.ok()) return makeError(Code::kUnhandledCudaError, "CUDA: cannot make GPU %d current", device_);
   std::lock_guard<std::mutex> g(impl_->mu);
@@ -324,6 +408,7 @@ Status StreamGate::stageOutputs(Ticket* pending) {
 }
 
 void StreamGate::cancel(const Ticket& pending) {
+  RelaxedCapture relaxed;
   DeviceScope scope(device_);
   std::lock_guard<std::mutex> g(impl_->mu);
   auto* slot = static_cast<Slot*>(pending.slot);
@@ -338,6 +423,7 @@ void StreamGate::cancel(const Ticket& pending) {
 }
 
 Status StreamGate::inputsReady(const Ticket& t, bool* ready) {
+  RelaxedCapture relaxed;
   // The progress thread asks: its current device must be the gate's (no context on another GPU).
   thread_local int current = -1;
   if (current != device_ && cudaSetDevice(device_) == cudaSuccess) current = device_;

@@ -9,24 +9,28 @@ struct StreamGate::Impl {};
 const char* memName(Mem m) { return m == Mem::kDevice ? "device" : m == Mem::kPinned ? "pinned host" : "host"; }
 bool built() { return false; }
 int deviceCount() { return 0; }
+int currentDevice() { return -1; }
 PtrInfo pointerInfo(const void*) { return PtrInfo{}; }
 
 StreamGate::StreamGate(int device, std::unique_ptr<Impl> impl) : device_(device), impl_(std::move(impl)) {}
 StreamGate::~StreamGate() = default;
 
-Status StreamGate::create(int, std::unique_ptr<StreamGate>*) {
+Status StreamGate::create(int, const HostAllocator&, std::unique_ptr<StreamGate>*) {
   return makeError(Code::kInvalidUsage, "this c4comm was built without CUDA: device buffers are not supported");
 }
 Status StreamGate::stageInputs(void*, size_t, const std::vector<Copy>&, const std::vector<Copy>&, void**, Ticket*) {
   return makeError(Code::kInvalidUsage, "this c4comm was built without CUDA");
 }
-Status StreamGate::stageOutputs(Ticket*) { return makeError(Code::kInvalidUsage, "this c4comm was built without CUDA"); }
+Status StreamGate::stageOutputs(Ticket*) {
+  return makeError(Code::kInvalidUsage, "this c4comm was built without CUDA");
+}
 void StreamGate::cancel(const Ticket&) {}
 Status StreamGate::inputsReady(const Ticket&, bool* ready) {
   *ready = true;
   return Status::ok();
 }
 void StreamGate::complete(const Ticket&) {}
+bool StreamGate::capturing(void*) { return false; }
 const char* StreamGate::waitKind() const { return "none"; }
 
 }  // namespace c4::gpu

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -84,23 +85,36 @@ class CudaMirror : public c4test::DeviceMirror {
   std::string error_;
 };
 
-/// One rank's setup: GPU 0 (every rank shares it), a stream, a communicator (waited for when
-/// non-blocking). Returns a failure text, or "" with *comm and *stream set.
-std::string setUp(int rank, int n, const c4::UniqueId& id, bool blocking, c4::Comm** comm, cudaStream_t* stream) {
+/// Rank r of `body`: GPU 0 (every rank shares it), a stream, a communicator (waited for when
+/// non-blocking); after the body, the communicator and the stream are destroyed.
+using RankBody = std::function<Failures(int rank, int n, c4::Comm* comm, cudaStream_t stream)>;
+
+Failures asRank(int rank, int n, const c4::UniqueId& id, bool blocking, const RankBody& body) {
+  cudaStream_t s = nullptr;
   cudaError_t e = cudaSetDevice(0);
-  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(stream, cudaStreamNonBlocking);
-  if (e != cudaSuccess) return cudaWhy("rank setup", e);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (e != cudaSuccess) return {cudaWhy("rank setup", e)};
   c4::Config cfg;
   cfg.blocking = blocking ? 1 : 0;
-  c4::Status st = c4::commInitRank(comm, n, id, rank, cfg);
+  c4::Comm* comm = nullptr;
+  c4::Status st = c4::commInitRank(&comm, n, id, rank, cfg);
   while (st.code() == c4::Code::kInProgress) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    st = c4::commGetAsyncError(*comm);
+    st = c4::commGetAsyncError(comm);
   }
-  return st.isOk() ? "" : "commInitRank: " + st.toString();
+  if (!st.isOk()) return {"commInitRank: " + st.toString()};
+  Failures f = body(rank, n, comm, s);
+  c4::Status d = c4::commDestroy(comm);
+  if (!d.isOk() && d.code() != c4::Code::kInProgress) f.push_back("commDestroy: " + d.toString());
+  cudaStreamDestroy(s);
+  return f;
 }
 
-void expectAllPassed(const std::vector<c4test::RankOutcome>& outs) {
+/// Runs `body` on n forked ranks and expects every one to pass.
+void runRanks(int n, bool blocking, const RankBody& body, int timeoutSec = 240) {
+  const auto outs = c4test::runForked(
+      n, [&](int rank, int nranks, const c4::UniqueId& id) { return asRank(rank, nranks, id, blocking, body); },
+      timeoutSec);
   for (const auto& o : outs) EXPECT_FALSE(o.crashed || !o.detail.empty()) << "rank " << o.rank << ": " << o.detail;
 }
 
@@ -111,20 +125,16 @@ class CudaColl : public ::testing::TestWithParam<int> {};
 TEST_P(CudaColl, MatrixOnDeviceBuffers) {
   SKIP_WITHOUT_GPU();
   const int n = GetParam();
-  expectAllPassed(c4test::runForked(n, [](int rank, int nranks, const c4::UniqueId& id) -> Failures {
-    c4::Comm* comm = nullptr;
-    cudaStream_t s = nullptr;
-    const std::string why = setUp(rank, nranks, id, true, &comm, &s);
-    if (!why.empty()) return {why};
-    CudaMirror mirror(s);
-    c4test::MatrixOptions opt;
-    opt.device = &mirror;
-    Failures f = c4test::MatrixRunner(comm, rank, nranks).run(opt);
-    c4::Status d = c4::commDestroy(comm);
-    if (!d.isOk()) f.push_back("commDestroy: " + d.toString());
-    cudaStreamDestroy(s);
-    return f;
-  }, 600));
+  runRanks(
+      n, true,
+      [](int rank, int nranks, c4::Comm* comm, cudaStream_t s) -> Failures {
+        CudaMirror mirror(s);
+        c4test::MatrixOptions opt;
+        opt.device = &mirror;
+        Failures f = c4test::MatrixRunner(comm, rank, nranks).run(opt);
+        return f;
+      },
+      600);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CudaColl, ::testing::Values(1, 2, 4),
@@ -134,11 +144,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CudaColl, ::testing::Values(1, 2, 4),
 // stay in order, and every result is right.
 TEST(CudaCollStream, ManyCallsInFlightOnOneStream) {
   SKIP_WITHOUT_GPU();
-  expectAllPassed(c4test::runForked(2, [](int rank, int n, const c4::UniqueId& id) -> Failures {
-    c4::Comm* comm = nullptr;
-    cudaStream_t s = nullptr;
-    std::string why = setUp(rank, n, id, true, &comm, &s);
-    if (!why.empty()) return {why};
+  runRanks(2, true, [](int rank, int n, c4::Comm* comm, cudaStream_t s) -> Failures {
     constexpr int kCalls = 64;
     constexpr size_t kCount = 4099;
     std::vector<float*> bufs(kCalls);
@@ -165,22 +171,15 @@ TEST(CudaCollStream, ManyCallsInFlightOnOneStream) {
       }
     }
     for (float* b : bufs) cudaFree(b);
-    c4::Status d = c4::commDestroy(comm);
-    if (!d.isOk()) f.push_back("commDestroy: " + d.toString());
-    cudaStreamDestroy(s);
     return f;
-  }));
+  });
 }
 
 // A call on a stream that is busy (a kernel waits for the host) returns at once: the host is not
 // blocked; the collective runs when the stream gets there.
 TEST(CudaCollStream, TheHostIsNotBlockedByABusyStream) {
   SKIP_WITHOUT_GPU();
-  expectAllPassed(c4test::runForked(2, [](int rank, int n, const c4::UniqueId& id) -> Failures {
-    c4::Comm* comm = nullptr;
-    cudaStream_t s = nullptr;
-    std::string why = setUp(rank, n, id, true, &comm, &s);
-    if (!why.empty()) return {why};
+  runRanks(2, true, [](int rank, int n, c4::Comm* comm, cudaStream_t s) -> Failures {
     unsigned* flag = nullptr;
     float* buf = nullptr;
     constexpr size_t kCount = 1 << 20;
@@ -206,22 +205,15 @@ TEST(CudaCollStream, TheHostIsNotBlockedByABusyStream) {
       if (host[i] != 3.0f) f.push_back("element " + std::to_string(i) + " is " + std::to_string(host[i]));
     cudaFree(buf);
     cudaFreeHost(flag);
-    c4::Status d = c4::commDestroy(comm);
-    if (!d.isOk()) f.push_back("commDestroy: " + d.toString());
-    cudaStreamDestroy(s);
     return f;
-  }));
+  });
 }
 
 // Non-blocking communicators: init and calls may return kInProgress; the stream still orders
 // everything and commGetAsyncError ends at success.
 TEST(CudaCollStream, NonBlockingCommunicator) {
   SKIP_WITHOUT_GPU();
-  expectAllPassed(c4test::runForked(2, [](int rank, int n, const c4::UniqueId& id) -> Failures {
-    c4::Comm* comm = nullptr;
-    cudaStream_t s = nullptr;
-    std::string why = setUp(rank, n, id, false, &comm, &s);
-    if (!why.empty()) return {why};
+  runRanks(2, false, [](int rank, int n, c4::Comm* comm, cudaStream_t s) -> Failures {
     constexpr size_t kCount = 100003;
     double* buf = nullptr;
     if (cudaMalloc(&buf, kCount * sizeof(double)) != cudaSuccess) return {"cudaMalloc"};
@@ -242,22 +234,15 @@ TEST(CudaCollStream, NonBlockingCommunicator) {
     }
     if (!st.isOk()) f.push_back("commGetAsyncError: " + st.toString());
     cudaFree(buf);
-    c4::Status d = c4::commDestroy(comm);
-    if (!d.isOk() && d.code() != c4::Code::kInProgress) f.push_back("commDestroy: " + d.toString());
-    cudaStreamDestroy(s);
     return f;
-  }));
+  });
 }
 
 // Device and (pageable) host buffers in one call: a clear error, nothing staged, and the
 // communicator goes on working.
 TEST(CudaCollErrors, MixedSpacesAreRefused) {
   SKIP_WITHOUT_GPU();
-  expectAllPassed(c4test::runForked(1, [](int rank, int n, const c4::UniqueId& id) -> Failures {
-    c4::Comm* comm = nullptr;
-    cudaStream_t s = nullptr;
-    std::string why = setUp(rank, n, id, true, &comm, &s);
-    if (!why.empty()) return {why};
+  runRanks(1, true, [](int rank, int n, c4::Comm* comm, cudaStream_t s) -> Failures {
     Failures f;
     float* dev = nullptr;
     if (cudaMalloc(&dev, 1024 * sizeof(float)) != cudaSuccess) return {"cudaMalloc"};
@@ -276,11 +261,36 @@ TEST(CudaCollErrors, MixedSpacesAreRefused) {
     cudaStreamSynchronize(s);
     if (host[0] != 1.0f || host[1023] != 1.0f) f.push_back("wrong result after the refused calls");
     cudaFree(dev);
-    c4::Status d = c4::commDestroy(comm);
-    if (!d.isOk()) f.push_back("commDestroy: " + d.toString());
-    cudaStreamDestroy(s);
     return f;
-  }));
+  });
+}
+
+// A call on a stream being captured into a CUDA graph fails clearly (its host side could not run
+// at each replay), leaves the capture usable, and the communicator goes on working.
+TEST(CudaCollErrors, GraphCaptureIsRefused) {
+  SKIP_WITHOUT_GPU();
+  runRanks(1, true, [](int rank, int n, c4::Comm* comm, cudaStream_t s) -> Failures {
+    Failures f;
+    float* dev = nullptr;
+    if (cudaMalloc(&dev, 4096 * sizeof(float)) != cudaSuccess) return {"cudaMalloc"};
+    if (cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) != cudaSuccess) return {"cudaStreamBeginCapture"};
+    c4::Status st = c4::allReduce(dev, dev, 4096, c4::DataType::kFloat32, c4::RedOp::kSum, comm, s);
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(s, &graph);
+    if (st.code() != c4::Code::kInvalidUsage || st.message().find("graph") == std::string::npos)
+      f.push_back("allReduce during capture: " + st.toString());
+    if (end != cudaSuccess) f.push_back(cudaWhy("cudaStreamEndCapture", end));
+    if (graph) cudaGraphDestroy(graph);
+    std::vector<float> host(4096, 2.0f);
+    cudaMemcpyAsync(dev, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice, s);
+    st = c4::allReduce(dev, dev, 4096, c4::DataType::kFloat32, c4::RedOp::kSum, comm, s);
+    if (!st.isOk()) f.push_back("allReduce after the capture: " + st.toString());
+    cudaMemcpyAsync(host.data(), dev, host.size() * sizeof(float), cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
+    if (host[0] != 2.0f || host[4095] != 2.0f) f.push_back("wrong result after the capture");
+    cudaFree(dev);
+    return f;
+  });
 }
 
 }  // namespace

@@ -27,10 +27,10 @@ constexpr DataType kAllTypes[] = {DataType::kInt8,     DataType::kUint8,      Da
 constexpr size_t kCounts[] = {1, 3, 17, 1000, 4099, (size_t{1} << 20) + 7};
 constexpr size_t kGuard = 64;  // bytes around every device output that must stay untouched
 
-#define CUDA_OK(expr)                                                                   \
-  do {                                                                                  \
-    const cudaError_t e_ = (expr);                                                      \
-    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_);              \
+#define CUDA_OK(expr)                                                      \
+  do {                                                                     \
+    const cudaError_t e_ = (expr);                                         \
+    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_); \
   } while (0)
 
 bool isNan(DataType dt, const unsigned char* p) {
@@ -140,8 +140,9 @@ TEST_F(Cuda, ReduceMatchesTheHostKernelsForEveryTypeOpCountAndAlignment) {
     for (int op = 0; op < 4; ++op) {
       for (size_t count : kCounts) {
         // Large counts once per (dtype, op): aligned; small ones with shared and mismatched offsets.
-        const std::vector<Offsets> offs = count > 5000 ? std::vector<Offsets>{{0, 0, 0}}
-                                                       : std::vector<Offsets>{{0, 0, 0}, {1, 1, 1}, {0, 1, 0}, {3, 0, 2}};
+        const std::vector<Offsets> offs = count > 5000
+                                              ? std::vector<Offsets>{{0, 0, 0}}
+                                              : std::vector<Offsets>{{0, 0, 0}, {1, 1, 1}, {0, 1, 0}, {3, 0, 2}};
         for (const Offsets& o : offs) {
           const size_t bytes = count * es;
           const std::vector<unsigned char> a = randomBytes(bytes), b = randomBytes(bytes);
@@ -155,8 +156,8 @@ TEST_F(Cuda, ReduceMatchesTheHostKernelsForEveryTypeOpCountAndAlignment) {
           ASSERT_EQ(cuda::reduce(dd, da, db, count, dt, static_cast<KOp>(op), stream_), 0);
           CUDA_OK(cudaStreamSynchronize(stream_));
           ASSERT_TRUE(sameElements(dt, want, download(dd, bytes), count))
-              << "dtype " << static_cast<int>(dt) << " op " << op << " count " << count << " offsets " << o.dst
-              << "/" << o.a << "/" << o.b;
+              << "dtype " << static_cast<int>(dt) << " op " << op << " count " << count << " offsets " << o.dst << "/"
+              << o.a << "/" << o.b;
           ASSERT_TRUE(guardsIntact(dd, bytes, 0x5a));
         }
         for (void* p : allocs_) cudaFree(p);

@@ -2,8 +2,6 @@
 // x op against the host kernels bit for bit, on random bit patterns (NaNs, infinities, subnormals
 // and the narrow formats' every code included). The device runs the same functions, so this checks
 // the device arithmetic without a GPU; cuda_kernels_test.cc checks it on a GPU.
-#include "kernels/cuda/vector.hpp"
-
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -12,6 +10,7 @@
 #include <type_traits>
 
 #include "c4comm/types.hpp"
+#include "kernels/cuda/vector.hpp"
 #include "kernels/host/reduce.hpp"
 
 namespace c4::kernels::cuda {
@@ -34,7 +33,8 @@ template <class F>
       if (dw != dw && dg != dg) continue;
     }
     return ::testing::AssertionFailure() << "element " << i << ": want bits 0x" << std::hex
-                                         << static_cast<uint64_t>(w.e[i]) << ", got 0x" << static_cast<uint64_t>(g.e[i]);
+                                         << static_cast<uint64_t>(w.e[i]) << ", got 0x"
+                                         << static_cast<uint64_t>(g.e[i]);
   }
   return ::testing::AssertionSuccess();
 }
