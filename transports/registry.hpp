@@ -19,6 +19,14 @@ struct TransportEntry {
   /// Creates it for ctx.rank. Collective over the communicator (ctx.oob): every rank creates the
   /// same transports in the same order. Blocking (setup only).
   Status (*create)(const Context& ctx, std::unique_ptr<Transport>* out) = nullptr;
+  /// Under C4_TRANSPORT=auto: tried before the other network transports because where it works it
+  /// is the fastest between hosts (RDMA), but optional: where it cannot be created (its setup tells
+  /// every rank every rank's outcome, so all fail together), the next network transport is used.
+  bool autoFirst = false;
+  /// What to call it in the fallback's log line ("RDMA").
+  const char* autoLabel = "";
+  /// Whether auto tries it at all (its own switch, such as C4_IB_DISABLE); null: always.
+  bool (*autoEnabled)() = nullptr;
 };
 
 /// Every transport of this build, in preference order: a peer is reached through the first one

@@ -53,8 +53,6 @@ C4_PARAM_STR(Transport, "C4_TRANSPORT", nullptr, "auto", checkTransportSpec, kPa
              "of one host, tcp between hosts), or a comma list of transport names in order of preference, each peer "
              "going over the first that reaches it (shm: ranks on other hosts are unreachable; tcp: tcp for every "
              "peer, also on one host)")
-C4_PARAM_INT(IbDisable, "C4_IB_DISABLE", "NCCL_IB_DISABLE", 0, 0, 1, kParamSameOnAllRanks,
-             "1: C4_TRANSPORT=auto does not try RDMA (ibverbs) between hosts and uses tcp")
 C4_PARAM_INT(ScheduleCache, "C4_SCHEDULE_CACHE", nullptr, 64, 1, 65536, kParamNone,
              "Generated schedules kept per communicator (LRU)")
 C4_PARAM_INT(TraceClockRounds, "C4_TRACE_CLOCK_ROUNDS", nullptr, 8, 0, 1000, kParamSameOnAllRanks,
@@ -118,17 +116,19 @@ void deriveAuthKey(const UniqueId& id, uint64_t key[2]) {
 }
 
 /// The registered transports C4_TRANSPORT names ("auto": all of them), in order of preference. Under
-/// auto, RDMA comes before the other network transports (by capability: where it works it is the
-/// fastest between hosts) unless C4_IB_DISABLE says no; init falls back past it where it cannot run.
+/// auto the same-host ones come first, then the network transports registered AUTO_FIRST (RDMA: by
+/// capability, where it works it is the fastest between hosts; each may veto its try), then the
+/// others; init falls back past an AUTO_FIRST one where it cannot run.
 Status chooseTransports(const std::string& spec, std::vector<const transport::TransportEntry*>* out) {
   out->clear();
   if (spec == "auto" || spec.empty()) {
-    for (const transport::TransportEntry& e : transport::transportRegistry())
+    const auto& all = transport::transportRegistry();
+    for (const transport::TransportEntry& e : all)
       if (e.sameHostOnly) out->push_back(&e);
-    const transport::TransportEntry* ib = transport::findTransport("ibverbs");
-    if (ib && paramIbDisable() == 0) out->push_back(ib);
-    for (const transport::TransportEntry& e : transport::transportRegistry())
-      if (!e.sameHostOnly && &e != ib) out->push_back(&e);
+    for (const transport::TransportEntry& e : all)
+      if (!e.sameHostOnly && e.autoFirst && (e.autoEnabled == nullptr || e.autoEnabled())) out->push_back(&e);
+    for (const transport::TransportEntry& e : all)
+      if (!e.sameHostOnly && !e.autoFirst) out->push_back(&e);
     return Status::ok();
   }
   size_t pos = 0;
@@ -369,11 +369,18 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
     if (!listed && !e->sameHostOnly && (n == 1 || hosts.size() == 1 || haveNetwork)) continue;
     std::unique_ptr<transport::Transport> t;
     Status made = e->create(ctx, &t);
-    // Under auto, RDMA is only a candidate: where any rank cannot use it (its creation tells every
-    // rank, so all fall back together), the next network transport carries the traffic.
-    if (!made.isOk() && !listed && std::string(e->name) == "ibverbs") {
-      C4_INFO(kLogInit, "rank %d: not using RDMA between hosts (%s); tcp carries them (C4_IB_DISABLE=1 skips the try)",
-              r, made.message().c_str());
+    // Under auto, an AUTO_FIRST transport (RDMA) is only a candidate: where any rank cannot use it
+    // (its creation tells every rank, so all fall back together), the next network transport
+    // carries the traffic.
+    if (!made.isOk() && !listed && e->autoFirst) {
+      const char* next = "the next network transport";
+      for (auto it = std::find(chosen.begin(), chosen.end(), e) + 1; it != chosen.end(); ++it)
+        if (!(*it)->sameHostOnly && !(*it)->autoFirst) {
+          next = (*it)->name;
+          break;
+        }
+      C4_INFO(kLogInit, "rank %d: not using %s between hosts (%s); %s carries them", r, e->autoLabel,
+              made.message().c_str(), next);
       continue;
     }
     C4_CHECK(made);

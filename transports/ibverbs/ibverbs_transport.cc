@@ -1179,6 +1179,8 @@ std::string IbConnection::describeState() const {
 
 }  // namespace
 
+bool ibverbsAutoEnabled() { return paramIbDisable() == 0; }
+
 Status createIbverbsTransport(const Context& ctx, std::unique_ptr<Transport>* out) {
   auto t = std::make_unique<IbverbsTransport>(ctx);
   C4_CHECK(t->setup());

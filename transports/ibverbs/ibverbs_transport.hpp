@@ -44,4 +44,9 @@ C4_PARAM_INT(IbSlots, "C4_IB_SLOTS", nullptr, 8, 2, 256, kParamSameOnAllRanks,
 /// without a device fails every rank at once, naming it. Blocking (setup only).
 Status createIbverbsTransport(const Context& ctx, std::unique_ptr<Transport>* out);
 
+C4_PARAM_INT(IbDisable, "C4_IB_DISABLE", "NCCL_IB_DISABLE", 0, 0, 1, kParamSameOnAllRanks,
+             "1: C4_TRANSPORT=auto does not try RDMA (ibverbs) between hosts and uses tcp")
+/// Whether C4_TRANSPORT=auto tries ibverbs (the registry's AUTO_FIRST veto): not under C4_IB_DISABLE=1.
+bool ibverbsAutoEnabled();
+
 }  // namespace c4::transport
