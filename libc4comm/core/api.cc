@@ -344,17 +344,37 @@ Status finishStaging(Comm* comm, std::vector<OpDesc>* ops) {
   return first;
 }
 
-Status enqueue(Comm* comm, const OpDesc& callOp) {
-  OpDesc staged = callOp;
-  C4_CHECK(stageDeviceCall(comm, collName(callOp.coll), &staged));
-  const OpDesc& op = staged;
-  if (op.staged.slot != nullptr && tGroup.depth == 0) {
-    // On the caller's stream: the progress thread runs it when the stream gets there; no waiting here.
-    auto job = std::make_shared<Job>();
-    job->ops.push_back(op);
-    C4_CHECK(finishStaging(comm, &job->ops));
-    comm->engine->submit(job);
+/// A call on device buffers (stageDeviceCall): staged, then queued in the group or on the progress
+/// thread (no waiting: it runs when its stream gets there).
+Status enqueueDevice(Comm* comm, const OpDesc& callOp, bool* staged) {
+  OpDesc op = callOp;
+  C4_CHECK(stageDeviceCall(comm, collName(callOp.coll), &op));
+  *staged = op.staged.slot != nullptr;
+  if (!*staged) return Status::ok();
+  if (tGroup.depth > 0) {
+    try {
+      if (tGroup.items.empty() || tGroup.items.back().comm != comm) tGroup.items.push_back(GroupItem{comm, {}});
+      tGroup.items.back().ops.push_back(op);  // step 2 at groupEnd
+    } catch (...) {
+      comm->gpuGate->cancel(op.staged);
+      tGroup.threw = true;
+      throw;
+    }
     return Status::ok();
+  }
+  auto job = std::make_shared<Job>();
+  job->ops.push_back(op);
+  C4_CHECK(finishStaging(comm, &job->ops));
+  comm->engine->submit(job);
+  return Status::ok();
+}
+
+Status enqueue(Comm* comm, const OpDesc& op) {
+  // Host calls pay one load for this where no GPU is (gpu::deviceCount() is read once).
+  if (gpu::deviceCount() > 0) {
+    bool staged = false;
+    C4_CHECK(enqueueDevice(comm, op, &staged));
+    if (staged) return Status::ok();
   }
   if (tGroup.depth > 0) {
     try {
