@@ -215,17 +215,6 @@ void extentsOf(const Comm* c, const OpDesc& op, Extent* in, Extent* out) {
   *out = Extent{outBytes ? op.recvbuff : nullptr, outBytes};
 }
 
-/// The communicator's progress thread, started at its first call on device buffers if it had none:
-/// staged calls run there, so the caller's thread returns at once.
-Status ensureEngine(Comm* comm) {
-  if (comm->engine) return Status::ok();
-  comm->recorder.setShared(true);
-  auto engine = std::make_unique<ProgressEngine>(comm);
-  C4_CHECK(engine->start());
-  comm->engine = std::move(engine);
-  return Status::ok();
-}
-
 constexpr size_t kStagingAlign = 256;
 
 /// A call on CUDA device (or pinned host) buffers: checks the spaces, then stages its inputs on its
@@ -266,6 +255,10 @@ Status stageDeviceCall(Comm* comm, const char* fn, OpDesc* op) {
                        "buffers (docs/cuda.md); create it with ncclScalarHostImmediate",
                        fn);
   }
+  // Staged calls run on the progress thread (wantsEngine: every communicator has one where GPUs are).
+  if (!comm->engine)
+    return makeError(Code::kInternalError, "%s: rank %d's communicator has no progress thread for device buffers",
+                     fn, comm->rank);
   if (!comm->gpuGate) {
     // The buffers' GPU; for pinned host memory alone, the communicator's (or the buffer's).
     int dev = device;
@@ -287,7 +280,6 @@ Status stageDeviceCall(Comm* comm, const char* fn, OpDesc* op) {
                      "device buffers)",
                      fn, device, comm->rank, comm->gpuGate->device());
   }
-  C4_CHECK(ensureEngine(comm));
 
   // Layout: device extents that overlap (in place) share one staged range, so the call stays in place.
   std::vector<gpu::StreamGate::Copy> copiesIn, copiesOut;
@@ -427,7 +419,12 @@ Status checkOverlap(const char* fn, const void* send, size_t sendBytes, const vo
 }
 
 /// Whether a communicator with `config` gets a progress thread.
-bool wantsEngine(const Config& config) { return config.blocking == 0 || paramProgressThread() != 0; }
+/// Where GPUs are, every communicator gets one too: calls on device buffers run there, and creating it
+/// at the first such call would race with threads that query the communicator (PyTorch's watchdog
+/// calls ncclCommGetAsyncError all along). Blocking host calls still run inline on the caller's thread.
+bool wantsEngine(const Config& config) {
+  return config.blocking == 0 || paramProgressThread() != 0 || gpu::deviceCount() > 0;
+}
 
 Status initComm(Comm* c, int nranks, const UniqueId& id, int rank, const Config& config) {
   c->cudaDevice = gpu::currentDevice();
