@@ -257,8 +257,8 @@ Status stageDeviceCall(Comm* comm, const char* fn, OpDesc* op) {
   }
   // Staged calls run on the progress thread (wantsEngine: every communicator has one where GPUs are).
   if (!comm->engine)
-    return makeError(Code::kInternalError, "%s: rank %d's communicator has no progress thread for device buffers",
-                     fn, comm->rank);
+    return makeError(Code::kInternalError, "%s: rank %d's communicator has no progress thread for device buffers", fn,
+                     comm->rank);
   if (!comm->gpuGate) {
     // The buffers' GPU; for pinned host memory alone, the communicator's (or the buffer's).
     int dev = device;
