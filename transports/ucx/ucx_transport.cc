@@ -98,6 +98,7 @@ struct RecvMsg {
   void* firstOp = nullptr;  // UCX requests, for cancelling (null once completed)
   void* dataOp = nullptr;
   bool firstDone = false, dataDone = false, dataPosted = false;
+  bool sizeMismatch = false;  // the payload was not the size posted: the header (when read) says why
   int inFlight = 0;
   Status err;
   bool finished = false;
@@ -342,10 +343,13 @@ void UcxConnection::onData(void* request, ucs_status_t status, const ucp_tag_rec
   --m->inFlight;
   if (status == UCS_ERR_CANCELED) return;
   if (status != UCS_OK || len != m->bytes) {
+    // A payload of another size than posted is the two calls disagreeing (a usage error), not the network.
+    m->sizeMismatch = status == UCS_OK || status == UCS_ERR_MESSAGE_TRUNCATED;
     if (m->err.isOk())
-      m->err = makeError(Code::kRemoteError, "ucx: rank %d: receive of %zu bytes from rank %d failed: %s (%zu bytes)",
-                         m->conn->t_->rank(), m->bytes, m->conn->peer_,
-                         status == UCS_OK ? "short message" : ucsText(status), status == UCS_OK ? len : 0);
+      m->err = makeError(m->sizeMismatch ? Code::kInvalidUsage : Code::kRemoteError,
+                         "ucx: rank %d: receive of %zu bytes from rank %d failed: %s (%zu bytes)", m->conn->t_->rank(),
+                         m->bytes, m->conn->peer_, status == UCS_OK ? "short message" : ucsText(status),
+                         status == UCS_OK ? len : 0);
     return;
   }
   m->dataDone = true;
@@ -436,6 +440,15 @@ Status UcxConnection::consumeFirst(RecvMsg& m, const char* data, size_t len) {
 }
 
 void UcxConnection::finishRecvIfDone(RecvMsg& m) {
+  // A payload of the wrong size can fail the receive before its header is read (they race): the
+  // header says why, naming both calls' sizes or signatures, which is what the caller must see.
+  if (!m.finished && m.sizeMismatch && m.firstDone && m.firstLen != SIZE_MAX) {
+    Status st = consumeFirst(m, m.first.data(), m.firstLen);
+    m.firstLen = SIZE_MAX;
+    m.err = st.isOk() ? m.err : st;
+    fail(m.err);  // the stream is out of step with the peer's, as for a mismatch the header shows first
+    return;
+  }
   if (m.finished || !m.err.isOk() || !m.firstDone) return;
   if (m.req->state == Request::kPending && m.firstLen != SIZE_MAX) {
     // The first part arrived: check it once.
