@@ -331,7 +331,12 @@ def main():
     for _ in range(max(1, opts.repeat)):
         for lib, binary in plan:
             i += 1
-            runs[lib].append(run_one(lib, binary, bench_args, i, total, opts.timeout))
+            args = bench_args
+            # The peers run on host memory: so does c4-perf here (it would take device buffers on
+            # a GPU host), unless --device was given.
+            if lib == "c4" and not any(a == "--device" or a.startswith("--device=") for a in bench_args):
+                args = bench_args + ["--device", "0"]
+            runs[lib].append(run_one(lib, binary, args, i, total, opts.timeout))
     results = {lib: merge_runs(runs[lib]) for lib, _ in plan}
     ran = [lib for lib, _ in plan if results.get(lib)]
     recs = build_records(results, ran)
