@@ -48,11 +48,11 @@ class C4Backend : public Backend {
     // Ranks share the host's GPUs round robin (several per GPU where ranks outnumber them).
     int count = 0;
     if (wantDevice != 0 && cudaGetDeviceCount(&count) == cudaSuccess && count > 0) {
-      device_ = localRank(rank_) % count;
+      const int device = localRank(rank_) % count;
       cudaDeviceProp prop{};
-      if (cudaSetDevice(device_) == cudaSuccess && cudaStreamCreate(&stream_) == cudaSuccess &&
-          cudaGetDeviceProperties(&prop, device_) == cudaSuccess)
-        deviceName_ = "GPU " + std::to_string(device_) + " " + prop.name;
+      if (cudaSetDevice(device) == cudaSuccess && cudaStreamCreate(&stream_) == cudaSuccess &&
+          cudaGetDeviceProperties(&prop, device) == cudaSuccess)
+        deviceName_ = "GPU " + std::to_string(device) + " " + prop.name;
     }
     (void)cudaGetLastError();
 #else
@@ -162,7 +162,6 @@ class C4Backend : public Backend {
   Comm* comm_;
   int rank_ = 0;
   int nranks_ = 1;
-  int device_ = -1;
   std::string deviceName_;
 };
 

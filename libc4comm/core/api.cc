@@ -168,49 +168,14 @@ struct Extent {
 
 /// What this rank reads from sendbuff and writes to recvbuff in `op` (0 bytes: not at this rank).
 void extentsOf(const Comm* c, const OpDesc& op, Extent* in, Extent* out) {
-  const size_t b = op.count * dataTypeSize(op.dtype), n = static_cast<size_t>(c->nranks);
-  const bool root = c->rank == op.root;
-  size_t inBytes = 0, outBytes = 0;
-  switch (op.coll) {
-    case Coll::kAllReduce:
-      inBytes = outBytes = b;
-      break;
-    case Coll::kAllGather:
-      inBytes = b;
-      outBytes = b * n;
-      break;
-    case Coll::kBroadcast:
-      inBytes = root ? b : 0;
-      outBytes = b;
-      break;
-    case Coll::kReduceScatter:
-      inBytes = b * n;
-      outBytes = b;
-      break;
-    case Coll::kReduce:
-      inBytes = b;
-      outBytes = root ? b : 0;
-      break;
-    case Coll::kAlltoAll:
-      inBytes = outBytes = b * n;
-      break;
-    case Coll::kGather:
-      inBytes = b;
-      outBytes = root ? b * n : 0;
-      break;
-    case Coll::kScatter:
-      inBytes = root ? b * n : 0;
-      outBytes = b;
-      break;
-    case Coll::kSend:
-      inBytes = b;
-      break;
-    case Coll::kRecv:
-      outBytes = b;
-      break;
-    case Coll::kBarrier:
-      break;
-  }
+  sched::CollArgs a;
+  a.coll = op.coll;
+  a.rank = c->rank;
+  a.nranks = c->nranks;
+  a.count = op.count;
+  a.dtype = op.dtype;
+  a.root = op.root;
+  const size_t inBytes = sched::inputBytes(a), outBytes = sched::outputBytes(a);
   *in = Extent{inBytes ? op.sendbuff : nullptr, inBytes};
   *out = Extent{outBytes ? op.recvbuff : nullptr, outBytes};
 }
@@ -1265,7 +1230,7 @@ Status groupEnd() {
       continue;
     }
     // A part made only of calls on device buffers runs in its streams' order: nothing to wait for here.
-    if (j.second->tickets.size() == j.second->opCount) continue;
+    if (j.second->allStaged) continue;
     Status js = j.first->engine->wait(*j.second);
     if (st.isOk()) st = js;
   }

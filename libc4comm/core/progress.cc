@@ -54,9 +54,9 @@ void ProgressEngine::wake() {
 }
 
 void ProgressEngine::submit(const std::shared_ptr<Job>& job) {
-  job->opCount = job->ops.size();
   for (const OpDesc& op : job->ops)
     if (op.staged.slot != nullptr) job->tickets.push_back(op.staged);
+  job->allStaged = !job->ops.empty() && job->tickets.size() == job->ops.size();
   {
     std::lock_guard<std::mutex> g(mu_);
     if (stopping_.load() || !started_) {

@@ -49,7 +49,7 @@ struct Job {
   // Staged calls on device buffers among ops (filled by submit): the job waits for their inputs
   // and, however it ends, completes them so their streams go on.
   std::vector<gpu::StreamGate::Ticket> tickets;
-  size_t opCount = 0;  // ops.size() at submit (running the job moves ops away)
+  bool allStaged = false;  // every op is staged (set at submit: running the job moves ops away)
 
   Status result;
   std::atomic<bool> done{false};
