@@ -23,6 +23,8 @@ const char* codeName(Code code) {
       return "remote process exited or there was a network error";
     case Code::kInProgress:
       return "operation in progress";
+    case Code::kTimeout:
+      return "timeout";
   }
   return "unknown result code";
 }

@@ -24,3 +24,6 @@ if [ ${#missing[@]} -gt 0 ]; then
 else
   echo "[deps] all packages present"
 fi
+# NVIDIA's newest nccl.h, the reference of the ABI tests (tests/abi): ~50 KB read out of PyPI's
+# nvidia-nccl-cu13 wheel with range requests, checked against a pinned SHA-256 (.deps/, ignored by git).
+python3 "$(dirname "$0")/../tools/fetch_nccl_header.py" >/dev/null

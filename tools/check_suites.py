@@ -22,6 +22,9 @@ import xml.etree.ElementTree as ET
 EXPECTED = {
     "style (clang-format, docs/params.md)": (["style_clang_format", "docs_params_current"], 2),
     "ABI (against NVIDIA's nccl.h)": (["abi_*"], 6),
+    "ABI against NVIDIA's newest nccl.h (2.32: its new functions, one-sided calls, grow)":
+        (["abi_header_decls", "abi_layout", "abi_nccl_new_*", "abi_allreduce_newest_*"], 5),
+    "one-sided calls (windows, put/signal/wait)": (["OneSided.*"], 2),
     "netlab (emulated hosts and fabrics)": (["netlab_*"], 10),
     "transport conformance": (["*Conformance*"], 10),
     "trace report screenshot": (["trace_report_screenshot"], 1),

@@ -1,4 +1,4 @@
-// libnccl.so.2: the NCCL 2.28 C API implemented over the c4 C++ API (include/c4comm/c4comm.hpp).
+// libnccl.so.2: the NCCL 2.32 C API implemented over the c4 C++ API (include/c4comm/c4comm.hpp).
 //
 // Every entry point is defined as pncclXxx (the profiling interface) and exported a second time as
 // ncclXxx, a weak alias, exactly as NCCL does: a profiler may define ncclXxx and forward to pncclXxx.
@@ -21,17 +21,26 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 #include <system_error>
+#include <type_traits>
+#include <vector>
 
 #include "c4comm/c4comm.hpp"
 
 // ---- the C ABI and the C++ API agree on every value ------------------------------------------
-static_assert(NCCL_VERSION_CODE == 22809, "this binding implements the NCCL 2.28.9 ABI");
+static_assert(NCCL_VERSION_CODE == 23203, "this binding implements the NCCL 2.32.3 ABI");
 static_assert(sizeof(ncclUniqueId) == sizeof(c4::UniqueId), "unique id sizes differ");
-static_assert(sizeof(ncclConfig_t) == 80 && offsetof(ncclConfig_t, nvlinkCentricSched) == 76,
-              "ncclConfig_t must keep the v22800 layout");
+static_assert(sizeof(ncclConfig_t) == 120 && offsetof(ncclConfig_t, nvlinkCentricSched) == 76 &&
+                  offsetof(ncclConfig_t, nvlsHostMode) == 112,
+              "ncclConfig_t must keep the v23100 layout");
+static_assert(sizeof(ncclCollConfig_t) == 72 && offsetof(ncclCollConfig_t, launchCompletionEvent) == 64,
+              "ncclCollConfig_t must keep the v23200 layout");
 static_assert(static_cast<int>(ncclSuccess) == static_cast<int>(c4::Code::kSuccess), "result codes differ");
 static_assert(static_cast<int>(ncclUnhandledCudaError) == static_cast<int>(c4::Code::kUnhandledCudaError), "");
 static_assert(static_cast<int>(ncclSystemError) == static_cast<int>(c4::Code::kSystemError), "");
@@ -40,6 +49,7 @@ static_assert(static_cast<int>(ncclInvalidArgument) == static_cast<int>(c4::Code
 static_assert(static_cast<int>(ncclInvalidUsage) == static_cast<int>(c4::Code::kInvalidUsage), "");
 static_assert(static_cast<int>(ncclRemoteError) == static_cast<int>(c4::Code::kRemoteError), "");
 static_assert(static_cast<int>(ncclInProgress) == static_cast<int>(c4::Code::kInProgress), "");
+static_assert(static_cast<int>(ncclTimeout) == static_cast<int>(c4::Code::kTimeout), "");
 static_assert(static_cast<int>(ncclInt8) == static_cast<int>(c4::DataType::kInt8), "data types differ");
 static_assert(static_cast<int>(ncclUint8) == static_cast<int>(c4::DataType::kUint8), "");
 static_assert(static_cast<int>(ncclInt32) == static_cast<int>(c4::DataType::kInt32), "");
@@ -64,11 +74,12 @@ static_assert(static_cast<int>(ncclScalarHostImmediate) == static_cast<int>(c4::
 
 namespace {
 
-constexpr unsigned int kConfigMagic = 0xcafebeef;
+constexpr unsigned int kConfigMagic = NCCL_API_MAGIC;
 constexpr unsigned int kSimInfoMagic = 0x74685283;
 // ncclConfig_t first appeared in NCCL 2.14; a smaller version code is not a config at all.
 constexpr unsigned int kFirstConfigVersion = 21400;
-constexpr uint64_t kWinHandleMagic = 0x633477696e68646eull;  // "c4winhdn"
+// ncclCollConfig_t first appeared in NCCL 2.32.
+constexpr unsigned int kFirstCollConfigVersion = 23200;
 
 // ---- last error -------------------------------------------------------------------------------
 // This layer finds some errors itself (null arguments, bad config, missing features); the core
@@ -205,19 +216,82 @@ ncclResult_t parseConfig(const char* fn, const ncclConfig_t* config, c4::Config*
   if (C4_CFG_HAS(nvlinkCentricSched)) {
     C4_NCCL_CHECK(checkConfigInt(fn, "nvlinkCentricSched", config->nvlinkCentricSched, 0, 1));
   }
+  // NCCL 2.29+: RMA contexts and signals, CUDA graph and launch ordering, host CFT and NVLS modes.
+  if (C4_CFG_HAS(graphUsageMode))
+    C4_NCCL_CHECK(checkConfigInt(fn, "graphUsageMode", config->graphUsageMode, 0, INT_MAX));
+  if (C4_CFG_HAS(numRmaCtx)) C4_NCCL_CHECK(checkConfigInt(fn, "numRmaCtx", config->numRmaCtx, 1, INT_MAX));
+  if (C4_CFG_HAS(maxP2pPeers)) C4_NCCL_CHECK(checkConfigInt(fn, "maxP2pPeers", config->maxP2pPeers, 0, INT_MAX));
+  if (C4_CFG_HAS(graphStreamOrdering)) {
+    C4_NCCL_CHECK(checkConfigInt(fn, "graphStreamOrdering", config->graphStreamOrdering, 0, INT_MAX));
+  }
+  if (C4_CFG_HAS(launchOrderImplicit)) {
+    C4_NCCL_CHECK(checkConfigInt(fn, "launchOrderImplicit", config->launchOrderImplicit, 0, 1));
+  }
+  if (C4_CFG_HAS(numRmaSig)) C4_NCCL_CHECK(checkConfigInt(fn, "numRmaSig", config->numRmaSig, 1, INT_MAX));
+  if (C4_CFG_HAS(rmaEagerInit)) C4_NCCL_CHECK(checkConfigInt(fn, "rmaEagerInit", config->rmaEagerInit, 0, 1));
+  if (C4_CFG_HAS(hostCftMode)) {
+    C4_NCCL_CHECK(checkConfigInt(fn, "hostCftMode", config->hostCftMode, ncclHostCftEnable, ncclHostCftFallback));
+  }
+  if (C4_CFG_HAS(nvlsHostMode)) C4_NCCL_CHECK(checkConfigInt(fn, "nvlsHostMode", config->nvlsHostMode, 0, INT_MAX));
 #undef C4_CFG_HAS
   // cgaClusterSize, CTA counts, netName, trafficClass, collnet, CTA policy, NVLS and NVLink
   // scheduling tune GPU kernels and NCCL's network plugins; they are validated and then ignored.
   return ncclSuccess;
 }
 
-/// Output of ncclCommWindowRegister: the range, to validate the matching ncclCommWindowDeregister.
-struct RegHandle {
-  uint64_t magic;
-  ncclComm_t comm;
-  void* buff;
-  size_t size;
-};
+/// Checks the per-call options of nccl*Config (NCCL's rules as for ncclConfig_t: the struct comes
+/// from NCCL_COLLCONFIG_INITIALIZER; fields past the caller's size take defaults). c4comm runs the
+/// call as the plain one: the CTA fields tune GPU kernels (range-checked, ignored), vendor options
+/// are other libraries' (ignored, as NVIDIA's library does), userProfilerTag only labels profiler
+/// events. What it cannot honour is refused: an algorithm selection that must be met, and a launch
+/// completion event (no kernel is launched for it to mark).
+ncclResult_t checkCollConfig(const char* fn, const ncclCollConfig_t* config) {
+  if (config == nullptr) return ncclSuccess;
+  if (config->magic != kConfigMagic) {
+    return fail(ncclInvalidArgument,
+                "%s: config was not initialized with NCCL_COLLCONFIG_INITIALIZER (magic 0x%x, expected 0x%x)", fn,
+                config->magic, kConfigMagic);
+  }
+  if (config->version < kFirstCollConfigVersion) {
+    return fail(ncclInvalidArgument, "%s: config version %u is invalid (expected an NCCL version code >= %u)", fn,
+                config->version, kFirstCollConfigVersion);
+  }
+  constexpr size_t kMinSize = offsetof(ncclCollConfig_t, launchCompletionEvent) + sizeof(cudaEvent_t);
+  if (config->size < kMinSize) {
+    return fail(ncclInvalidArgument, "%s: config size %zu is invalid (expected at least %zu)", fn, config->size,
+                kMinSize);
+  }
+  int options = 0;
+  for (const ncclConfigExt_t* e = config->ext; e != nullptr; e = e->next) {
+    if (++options > 4096) return fail(ncclInvalidArgument, "%s: config->ext is circular (or over 4096 options)", fn);
+  }
+  C4_NCCL_CHECK(checkConfigInt(fn, "minCTAs", config->minCTAs, 1, INT_MAX));
+  C4_NCCL_CHECK(checkConfigInt(fn, "maxCTAs", config->maxCTAs, 1, INT_MAX));
+  if (config->minCTAs != NCCL_CONFIG_UNDEF_INT && config->maxCTAs != NCCL_CONFIG_UNDEF_INT &&
+      config->minCTAs > config->maxCTAs) {
+    return fail(ncclInvalidArgument, "%s: config->minCTAs = %d is larger than config->maxCTAs = %d", fn,
+                config->minCTAs, config->maxCTAs);
+  }
+  C4_NCCL_CHECK(checkConfigInt(fn, "nvlsCTAs", config->nvlsCTAs, 1, INT_MAX));
+  C4_NCCL_CHECK(checkConfigInt(fn, "cgaClusterSize", config->cgaClusterSize, 0, INT_MAX));
+  C4_NCCL_CHECK(
+      checkConfigInt(fn, "CTAPolicy", config->CTAPolicy, 0, NCCL_CTA_POLICY_EFFICIENCY | NCCL_CTA_POLICY_ZERO));
+  if (config->forceAlgSelection != 0 && config->forceAlgSelection != 1) {
+    return fail(ncclInvalidArgument, "%s: config->forceAlgSelection = %d is invalid (expected 0 or 1)", fn,
+                config->forceAlgSelection);
+  }
+  if (config->algSelection != nullptr && config->algSelection[0] != '\0' && config->forceAlgSelection == 1) {
+    return fail(ncclInvalidUsage,
+                "%s: config->algSelection \"%s\": c4comm does not select algorithms per call yet (its tuner chooses; "
+                "C4_ALGO sets one for every call); set forceAlgSelection = 0 to run with the tuner's choice",
+                fn, config->algSelection);
+  }
+  if (config->launchCompletionEvent != nullptr) {
+    return fail(ncclInvalidUsage,
+                "%s: config->launchCompletionEvent is not supported by c4comm yet (docs/api-coverage.md)", fn);
+  }
+  return ncclSuccess;
+}
 
 // The configuration of a communicator made from a parent: a null config inherits the parent's
 // (*out stays null), else it is parsed into *storage.
@@ -289,6 +363,8 @@ const char* pncclGetErrorString(ncclResult_t result) {
       return "remote process exited or there was a network error";
     case ncclInProgress:
       return "NCCL operation in progress";
+    case ncclTimeout:
+      return "timeout";
     default:
       return "unknown result code";
   }
@@ -539,13 +615,12 @@ ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, n
   C4_NCCL_CHECK(checkPtr(fn, "buff", buff));
   C4_NCCL_CHECK(checkPtr(fn, "win", win));
   if (size == 0) return fail(ncclInvalidArgument, "%s: size is 0", fn);
-  if (winFlags != NCCL_WIN_DEFAULT && winFlags != NCCL_WIN_COLL_SYMMETRIC)
-    return fail(ncclInvalidArgument, "%s: winFlags 0x%x is not NCCL_WIN_DEFAULT or NCCL_WIN_COLL_SYMMETRIC", fn,
-                winFlags);
-  // The other ranks reach a window through its memfd: it must come from ncclMemAlloc.
-  if (!c4::memShareable(buff, size))
-    return fail(ncclInvalidArgument, "%s: [%p, +%zu) does not lie in one buffer from ncclMemAlloc", fn, buff, size);
-  *win = reinterpret_cast<ncclWindow_t>(new RegHandle{kWinHandleMagic, comm, buff, size});
+  constexpr int kKnown = NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING | NCCL_WIN_GIN_ONLY | NCCL_WIN_CFT_COUNTED;
+  if ((winFlags & ~kKnown) != 0) return fail(ncclInvalidArgument, "%s: winFlags 0x%x has unknown bits", fn, winFlags);
+  // Collective: the ranks learn where each other's buffers lie (they must come from ncclMemAlloc).
+  c4::Window* w = nullptr;
+  C4_NCCL_CHECK(fromStatus(c4::windowRegister(toC4(comm), buff, size, winFlags, &w)));
+  *win = reinterpret_cast<ncclWindow_t>(w);
   return ncclSuccess;
 } catch (...) {
   return fromException(__func__);
@@ -555,16 +630,17 @@ ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) try {
   const char* fn = "ncclCommWindowDeregister";
   C4_NCCL_CHECK(checkComm(fn, comm));
   C4_NCCL_CHECK(checkPtr(fn, "win", win));
-  auto* reg = reinterpret_cast<RegHandle*>(win);
-  if (reg->magic != kWinHandleMagic)
-    return fail(ncclInvalidArgument, "%s: window %p did not come from ncclCommWindowRegister (or was deregistered)", fn,
-                static_cast<void*>(win));
-  if (reg->comm != comm)
-    return fail(ncclInvalidArgument, "%s: window %p was registered on communicator %p, not %p", fn,
-                static_cast<void*>(win), static_cast<void*>(reg->comm), static_cast<void*>(comm));
-  reg->magic = 0;
-  delete reg;
-  return ncclSuccess;
+  return fromStatus(c4::windowDeregister(toC4(comm), reinterpret_cast<c4::Window*>(win)));
+} catch (...) {
+  return fromException(__func__);
+}
+
+ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr) try {
+  const char* fn = "ncclWinGetUserPtr";
+  C4_NCCL_CHECK(checkComm(fn, comm));
+  C4_NCCL_CHECK(checkPtr(fn, "win", win));
+  C4_NCCL_CHECK(checkPtr(fn, "outUserPtr", outUserPtr));
+  return fromStatus(c4::windowUserPtr(toC4(comm), reinterpret_cast<c4::Window*>(win), outUserPtr));
 } catch (...) {
   return fromException(__func__);
 }
@@ -710,6 +786,390 @@ ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo) try {
   return fromException(__func__);
 }
 
+// ---- collectives with per-call options (NCCL 2.32) ---------------------------------------------
+
+ncclResult_t pncclAllReduceConfig(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                  ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream,
+                                  const ncclCollConfig_t* config) try {
+  C4_NCCL_CHECK(checkCollConfig("ncclAllReduceConfig", config));
+  return pncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
+} catch (...) {
+  return fromException(__func__);
+}
+
+ncclResult_t pncclBroadcastConfig(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                                  ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config) try {
+  C4_NCCL_CHECK(checkCollConfig("ncclBroadcastConfig", config));
+  return pncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream);
+} catch (...) {
+  return fromException(__func__);
+}
+
+ncclResult_t pncclReduceConfig(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                               ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream,
+                               const ncclCollConfig_t* config) try {
+  C4_NCCL_CHECK(checkCollConfig("ncclReduceConfig", config));
+  return pncclReduce(sendbuff, recvbuff, count, datatype, op, root, comm, stream);
+} catch (...) {
+  return fromException(__func__);
+}
+
+ncclResult_t pncclAllGatherConfig(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+                                  ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config) try {
+  C4_NCCL_CHECK(checkCollConfig("ncclAllGatherConfig", config));
+  return pncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream);
+} catch (...) {
+  return fromException(__func__);
+}
+
+ncclResult_t pncclReduceScatterConfig(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+                                      ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream,
+                                      const ncclCollConfig_t* config) try {
+  C4_NCCL_CHECK(checkCollConfig("ncclReduceScatterConfig", config));
+  return pncclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
+} catch (...) {
+  return fromException(__func__);
+}
+
+ncclResult_t pncclAlltoAllConfig(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                 ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config) try {
+  C4_NCCL_CHECK(checkCollConfig("ncclAlltoAllConfig", config));
+  return pncclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream);
+} catch (...) {
+  return fromException(__func__);
+}
+
+ncclResult_t pncclGatherConfig(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                               ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config) try {
+  C4_NCCL_CHECK(checkCollConfig("ncclGatherConfig", config));
+  return pncclGather(sendbuff, recvbuff, count, datatype, root, comm, stream);
+} catch (...) {
+  return fromException(__func__);
+}
+
+ncclResult_t pncclScatterConfig(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                                ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config) try {
+  C4_NCCL_CHECK(checkCollConfig("ncclScatterConfig", config));
+  return pncclScatter(sendbuff, recvbuff, count, datatype, root, comm, stream);
+} catch (...) {
+  return fromException(__func__);
+}
+
+// ---- growing, suspending (NCCL 2.30) ------------------------------------------------------------
+
+ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId) try {
+  const char* fn = "ncclCommGetUniqueId";
+  C4_NCCL_CHECK(checkComm(fn, comm));
+  C4_NCCL_CHECK(checkPtr(fn, "uniqueId", uniqueId));
+  c4::UniqueId id;
+  C4_NCCL_CHECK(fromStatus(c4::commGrowId(toC4(comm), &id)));
+  memcpy(uniqueId->internal, id.bytes, sizeof(uniqueId->internal));
+  return ncclSuccess;
+} catch (...) {
+  return fromException(__func__);
+}
+
+ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank, ncclComm_t* newcomm,
+                           ncclConfig_t* config) try {
+  const char* fn = "ncclCommGrow";
+  C4_NCCL_CHECK(checkPtr(fn, "newcomm", newcomm));
+  if (nRanks < 1) return fail(ncclInvalidArgument, "%s: nRanks %d is invalid (expected >= 1)", fn, nRanks);
+  c4::Config cfg;
+  const c4::Config* cfgPtr = nullptr;
+  C4_NCCL_CHECK(childConfig(fn, config, &cfg, &cfgPtr));
+  c4::UniqueId id;
+  if (uniqueId != nullptr) id = toC4(*uniqueId);
+  c4::Comm* c = nullptr;
+  c4::Status s = c4::commGrow(toC4(comm), nRanks, uniqueId ? &id : nullptr, rank, &c, cfgPtr);
+  if (s.isOk() || s.code() == c4::Code::kInProgress) *newcomm = toNccl(c);
+  return fromStatus(s);
+} catch (...) {
+  return fromException(__func__);
+}
+
+ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags) try {
+  const char* fn = "ncclCommSuspend";
+  C4_NCCL_CHECK(checkComm(fn, comm));
+  if ((flags & ~NCCL_SUSPEND_MEM) != 0) return fail(ncclInvalidArgument, "%s: flags 0x%x has unknown bits", fn, flags);
+  return fromStatus(c4::commSuspend(toC4(comm), (flags & NCCL_SUSPEND_MEM) != 0));
+} catch (...) {
+  return fromException(__func__);
+}
+
+ncclResult_t pncclCommResume(ncclComm_t comm) try {
+  C4_NCCL_CHECK(checkComm("ncclCommResume", comm));
+  return fromStatus(c4::commResume(toC4(comm)));
+} catch (...) {
+  return fromException(__func__);
+}
+
+ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value) try {
+  const char* fn = "ncclCommMemStats";
+  C4_NCCL_CHECK(checkComm(fn, comm));
+  C4_NCCL_CHECK(checkPtr(fn, "value", value));
+  c4::MemStats st;
+  C4_NCCL_CHECK(fromStatus(c4::commMemStats(toC4(comm), &st)));
+  switch (rawEnum(&stat)) {
+    case ncclStatGpuMemSuspend:
+      *value = st.gpuSuspendable;
+      return ncclSuccess;
+    case ncclStatGpuMemSuspended:
+      *value = st.suspended ? 1 : 0;
+      return ncclSuccess;
+    case ncclStatGpuMemPersist:
+      *value = st.gpuPersistent;
+      return ncclSuccess;
+    case ncclStatGpuMemTotal:
+      *value = st.gpuSuspendable + st.gpuPersistent;
+      return ncclSuccess;
+    default:
+      return fail(ncclInvalidArgument, "%s: stat %d is not an ncclCommMemStat_t", fn, rawEnum(&stat));
+  }
+} catch (...) {
+  return fromException(__func__);
+}
+
+// ---- one-sided (NCCL 2.29) ------------------------------------------------------------------------
+
+namespace {
+
+/// sigIdx, ctx and flags must be 0 (NCCL 2.29-2.32 document them so).
+ncclResult_t checkSignalArgs(const char* fn, int sigIdx, int ctx, unsigned int flags) {
+  if (sigIdx != 0) return fail(ncclInvalidArgument, "%s: sigIdx %d is invalid (must be 0)", fn, sigIdx);
+  if (ctx != 0) return fail(ncclInvalidArgument, "%s: ctx %d is invalid (must be 0)", fn, ctx);
+  if (flags != 0) return fail(ncclInvalidArgument, "%s: flags 0x%x is invalid (must be 0)", fn, flags);
+  return ncclSuccess;
+}
+
+}  // namespace
+
+ncclResult_t pncclPutSignal(const void* localbuff, size_t count, ncclDataType_t datatype, int peer,
+                            ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags,
+                            ncclComm_t comm, cudaStream_t) try {
+  const char* fn = "ncclPutSignal";
+  C4_NCCL_CHECK(checkComm(fn, comm));
+  C4_NCCL_CHECK(checkType(fn, &datatype));
+  C4_NCCL_CHECK(checkPtr(fn, "peerWin", peerWin));
+  if (count > 0) C4_NCCL_CHECK(checkPtr(fn, "localbuff", localbuff));
+  C4_NCCL_CHECK(checkSignalArgs(fn, sigIdx, ctx, flags));
+  const size_t elem = c4::dataTypeSize(toC4(datatype));
+  if (count > SIZE_MAX / elem) return fail(ncclInvalidArgument, "%s: count %zu overflows the byte size", fn, count);
+  return fromStatus(
+      c4::putSignal(localbuff, count * elem, peer, reinterpret_cast<c4::Window*>(peerWin), peerWinOffset, toC4(comm)));
+} catch (...) {
+  return fromException(__func__);
+}
+
+ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t) try {
+  const char* fn = "ncclSignal";
+  C4_NCCL_CHECK(checkComm(fn, comm));
+  C4_NCCL_CHECK(checkSignalArgs(fn, sigIdx, ctx, flags));
+  return fromStatus(c4::signal(peer, toC4(comm)));
+} catch (...) {
+  return fromException(__func__);
+}
+
+ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm, cudaStream_t) try {
+  const char* fn = "ncclWaitSignal";
+  C4_NCCL_CHECK(checkComm(fn, comm));
+  if (nDesc < 0) return fail(ncclInvalidArgument, "%s: nDesc %d is negative", fn, nDesc);
+  if (nDesc > 0) C4_NCCL_CHECK(checkPtr(fn, "signalDescs", signalDescs));
+  std::vector<int> peers(static_cast<size_t>(nDesc)), counts(static_cast<size_t>(nDesc));
+  for (int i = 0; i < nDesc; ++i) {
+    const ncclWaitSignalDesc_t& d = signalDescs[i];
+    C4_NCCL_CHECK(checkSignalArgs(fn, d.sigIdx, d.ctx, 0));
+    peers[static_cast<size_t>(i)] = d.peer;
+    counts[static_cast<size_t>(i)] = d.opCnt;
+  }
+  return fromStatus(c4::waitSignal(nDesc, peers.data(), counts.data(), toC4(comm)));
+} catch (...) {
+  return fromException(__func__);
+}
+
+// ---- TCP encryption (NCCL 2.32) -------------------------------------------------------------------
+
+ncclResult_t pncclSetEncryption(const ncclEncryptionConfig_t* config) try {
+  const char* fn = "ncclSetEncryption";
+  C4_NCCL_CHECK(checkPtr(fn, "config", config));
+  if (config->magic != kConfigMagic) {
+    return fail(ncclInvalidArgument,
+                "%s: config was not initialized with NCCL_ENCRYPTION_CONFIG_INITIALIZER (magic 0x%x, expected 0x%x)",
+                fn, config->magic, kConfigMagic);
+  }
+  if (config->size < sizeof(ncclEncryptionConfig_t)) {
+    return fail(ncclInvalidArgument, "%s: config size %zu is invalid (expected %zu)", fn, config->size,
+                sizeof(ncclEncryptionConfig_t));
+  }
+  if (config->mode == NCCL_ENCRYPTION_MODE_NONE) return ncclSuccess;  // plaintext: what c4comm's sockets are
+  if (config->mode != NCCL_ENCRYPTION_MODE_PSK)
+    return fail(ncclInvalidArgument, "%s: mode %d is not an ncclEncryptionMode_t", fn, config->mode);
+  return fail(ncclInvalidUsage,
+              "%s: TLS (NCCL_ENCRYPTION_MODE_PSK) is not implemented by c4comm: its tcp transport and bootstrap are "
+              "plaintext (the bootstrap authenticates ranks with the unique id's key, docs/api-coverage.md)",
+              fn);
+} catch (...) {
+  return fromException(__func__);
+}
+
+// ---- parameters (NCCL 2.32): c4comm's registry of settings (docs/params.md) --------------------------
+// A handle is the parameter's name, interned for the library's life; values are read at each call,
+// as the library reads them.
+
+struct ncclParamHandle {
+  std::string key;
+};
+
+namespace {
+
+std::mutex gParamMu;
+std::map<std::string, std::unique_ptr<ncclParamHandle>>& paramHandles() {
+  static auto* handles = new std::map<std::string, std::unique_ptr<ncclParamHandle>>();  // never freed: see above
+  return *handles;
+}
+
+ncclResult_t paramRead(const char* fn, ncclParamHandle_t h, std::string* text, bool* isInt, int64_t* num) {
+  C4_NCCL_CHECK(checkPtr(fn, "handle", h));
+  return fromStatus(c4::paramValue(h->key.c_str(), text, isInt, num));
+}
+
+template <typename T>
+ncclResult_t paramGetInt(const char* fn, ncclParamHandle_t h, T* out) {
+  C4_NCCL_CHECK(checkPtr(fn, "out", out));
+  std::string text;
+  bool isInt = false;
+  int64_t v = 0;
+  C4_NCCL_CHECK(paramRead(fn, h, &text, &isInt, &v));
+  if (!isInt) return fail(ncclInvalidArgument, "%s: %s is a text parameter ('%s')", fn, h->key.c_str(), text.c_str());
+  const bool fits = std::is_signed<T>::value
+                        ? v >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                              v <= static_cast<int64_t>(std::numeric_limits<T>::max())
+                        : v >= 0 && static_cast<uint64_t>(v) <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+  if (!fits)
+    return fail(ncclInvalidArgument, "%s: %s = %lld does not fit", fn, h->key.c_str(), static_cast<long long>(v));
+  *out = static_cast<T>(v);
+  return ncclSuccess;
+}
+
+thread_local std::string tlsParamStr, tlsParamValue;
+thread_local std::vector<std::string> tlsParamKeys;
+thread_local std::vector<const char*> tlsParamKeyPtrs;
+
+}  // namespace
+
+ncclResult_t pncclParamBind(ncclParamHandle_t* out, const char* key) try {
+  const char* fn = "ncclParamBind";
+  C4_NCCL_CHECK(checkPtr(fn, "out", out));
+  C4_NCCL_CHECK(checkPtr(fn, "key", key));
+  std::string text;
+  bool isInt = false;
+  int64_t v = 0;
+  C4_NCCL_CHECK(fromStatus(c4::paramValue(key, &text, &isInt, &v)));
+  std::lock_guard<std::mutex> g(gParamMu);
+  auto& slot = paramHandles()[key];
+  if (!slot) slot.reset(new ncclParamHandle{key});
+  *out = slot.get();
+  return ncclSuccess;
+} catch (...) {
+  return fromException(__func__);
+}
+
+#define C4_PARAM_GET(Suffix, T)                                         \
+  ncclResult_t pncclParamGet##Suffix(ncclParamHandle_t h, T* out) try { \
+    return paramGetInt("ncclParamGet" #Suffix, h, out);                 \
+  } catch (...) {                                                       \
+    return fromException(__func__);                                     \
+  }
+C4_PARAM_GET(I8, int8_t)
+C4_PARAM_GET(I16, int16_t)
+C4_PARAM_GET(I32, int32_t)
+C4_PARAM_GET(I64, int64_t)
+C4_PARAM_GET(U8, uint8_t)
+C4_PARAM_GET(U16, uint16_t)
+C4_PARAM_GET(U32, uint32_t)
+C4_PARAM_GET(U64, uint64_t)
+#undef C4_PARAM_GET
+
+ncclResult_t pncclParamGetStr(ncclParamHandle_t h, const char** out) try {
+  const char* fn = "ncclParamGetStr";
+  C4_NCCL_CHECK(checkPtr(fn, "out", out));
+  bool isInt = false;
+  int64_t v = 0;
+  C4_NCCL_CHECK(paramRead(fn, h, &tlsParamStr, &isInt, &v));
+  *out = tlsParamStr.c_str();
+  return ncclSuccess;
+} catch (...) {
+  return fromException(__func__);
+}
+
+ncclResult_t pncclParamGet(ncclParamHandle_t h, void* out, int maxLen, int* len) try {
+  const char* fn = "ncclParamGet";
+  C4_NCCL_CHECK(checkPtr(fn, "len", len));
+  if (maxLen < 0) return fail(ncclInvalidArgument, "%s: maxLen %d is negative", fn, maxLen);
+  std::string text;
+  bool isInt = false;
+  int64_t v = 0;
+  C4_NCCL_CHECK(paramRead(fn, h, &text, &isInt, &v));
+  const void* src = isInt ? static_cast<const void*>(&v) : static_cast<const void*>(text.data());
+  const size_t bytes = isInt ? sizeof(v) : text.size();
+  *len = static_cast<int>(bytes);
+  if (bytes > static_cast<size_t>(maxLen))
+    return fail(ncclInvalidArgument, "%s: %s takes %zu bytes, more than maxLen %d", fn, h->key.c_str(), bytes, maxLen);
+  if (bytes > 0) {
+    C4_NCCL_CHECK(checkPtr(fn, "out", out));
+    memcpy(out, src, bytes);
+  }
+  return ncclSuccess;
+} catch (...) {
+  return fromException(__func__);
+}
+
+ncclResult_t pncclParamGetParameter(const char* key, const char** value, int* valueLen) try {
+  const char* fn = "ncclParamGetParameter";
+  C4_NCCL_CHECK(checkPtr(fn, "key", key));
+  C4_NCCL_CHECK(checkPtr(fn, "value", value));
+  C4_NCCL_CHECK(checkPtr(fn, "valueLen", valueLen));
+  bool isInt = false;
+  int64_t v = 0;
+  C4_NCCL_CHECK(fromStatus(c4::paramValue(key, &tlsParamValue, &isInt, &v)));
+  *value = tlsParamValue.c_str();
+  *valueLen = static_cast<int>(tlsParamValue.size());
+  return ncclSuccess;
+} catch (...) {
+  return fromException(__func__);
+}
+
+ncclResult_t pncclParamGetAllParameterKeys(const char*** table, int* tableLen) try {
+  const char* fn = "ncclParamGetAllParameterKeys";
+  C4_NCCL_CHECK(checkPtr(fn, "table", table));
+  C4_NCCL_CHECK(checkPtr(fn, "tableLen", tableLen));
+  // Both names of each parameter: its C4_ name and its NCCL_ alias where it has one.
+  tlsParamKeys.clear();
+  for (const c4::ParamDesc& p : c4::params()) {
+    tlsParamKeys.push_back(p.env);
+    if (!p.ncclEnv.empty()) tlsParamKeys.push_back(p.ncclEnv);
+  }
+  tlsParamKeyPtrs.clear();
+  for (const std::string& k : tlsParamKeys) tlsParamKeyPtrs.push_back(k.c_str());
+  *table = tlsParamKeyPtrs.data();
+  *tableLen = static_cast<int>(tlsParamKeyPtrs.size());
+  return ncclSuccess;
+} catch (...) {
+  return fromException(__func__);
+}
+
+void pncclParamDumpAll() try {
+  for (const c4::ParamDesc& p : c4::params()) {
+    std::string text;
+    bool isInt = false;
+    int64_t v = 0;
+    if (!c4::paramValue(p.env.c_str(), &text, &isInt, &v).isOk()) continue;
+    const std::string line = p.env + (p.ncclEnv.empty() ? "" : " (" + p.ncclEnv + ")") + " = " + text;
+    c4::log(c4::LogKind::kInfo, "ENV", line.c_str());
+  }
+} catch (...) {
+  (void)fromException(__func__);
+}
+
 // ---- NCCL's device API (nccl_device.h, 2.28) ------------------------------------------------------
 // Host entry points of the device-side communication API (kernels that load, store and signal
 // across ranks through ncclDevComm). c4comm has no device API yet (docs/api-coverage.md): creating a
@@ -824,6 +1284,38 @@ C4_NCCL_ALIAS(ncclRecv)
 C4_NCCL_ALIAS(ncclGroupStart)
 C4_NCCL_ALIAS(ncclGroupEnd)
 C4_NCCL_ALIAS(ncclGroupSimulateEnd)
+C4_NCCL_ALIAS(ncclWinGetUserPtr)
+C4_NCCL_ALIAS(ncclAllReduceConfig)
+C4_NCCL_ALIAS(ncclBroadcastConfig)
+C4_NCCL_ALIAS(ncclReduceConfig)
+C4_NCCL_ALIAS(ncclAllGatherConfig)
+C4_NCCL_ALIAS(ncclReduceScatterConfig)
+C4_NCCL_ALIAS(ncclAlltoAllConfig)
+C4_NCCL_ALIAS(ncclGatherConfig)
+C4_NCCL_ALIAS(ncclScatterConfig)
+C4_NCCL_ALIAS(ncclCommGetUniqueId)
+C4_NCCL_ALIAS(ncclCommGrow)
+C4_NCCL_ALIAS(ncclCommSuspend)
+C4_NCCL_ALIAS(ncclCommResume)
+C4_NCCL_ALIAS(ncclCommMemStats)
+C4_NCCL_ALIAS(ncclPutSignal)
+C4_NCCL_ALIAS(ncclSignal)
+C4_NCCL_ALIAS(ncclWaitSignal)
+C4_NCCL_ALIAS(ncclSetEncryption)
+C4_NCCL_ALIAS(ncclParamBind)
+C4_NCCL_ALIAS(ncclParamGetI8)
+C4_NCCL_ALIAS(ncclParamGetI16)
+C4_NCCL_ALIAS(ncclParamGetI32)
+C4_NCCL_ALIAS(ncclParamGetI64)
+C4_NCCL_ALIAS(ncclParamGetU8)
+C4_NCCL_ALIAS(ncclParamGetU16)
+C4_NCCL_ALIAS(ncclParamGetU32)
+C4_NCCL_ALIAS(ncclParamGetU64)
+C4_NCCL_ALIAS(ncclParamGetStr)
+C4_NCCL_ALIAS(ncclParamGet)
+C4_NCCL_ALIAS(ncclParamGetParameter)
+C4_NCCL_ALIAS(ncclParamGetAllParameterKeys)
+C4_NCCL_ALIAS(ncclParamDumpAll)
 C4_NCCL_ALIAS(ncclDevCommCreate)
 C4_NCCL_ALIAS(ncclDevCommDestroy)
 C4_NCCL_ALIAS(ncclLsaBarrierCreateRequirement)

@@ -111,6 +111,33 @@ C4_API Status commSplit(Comm* comm, int color, int key, Comm** newcomm, const Co
 C4_API Status commShrink(Comm* comm, const int* exclude, int nexclude, Comm** newcomm, const Config* config = nullptr,
                          bool abortParent = false);
 
+/// ncclCommGetUniqueId: an id for growing `comm` (commGrow), made on this rank, which then passes
+/// it to commGrow as the only rank of `comm` that does. One id at a time per communicator (until a
+/// commGrow consumed it: kInvalidUsage); an id serves one grow.
+C4_API Status commGrowId(Comm* comm, UniqueId* id);
+/// ncclCommGrow: a communicator of `nranks` ranks, those of `comm` keeping their ranks and new ones
+/// taking [commCount(comm), nranks). Ranks of `comm` call it with rank -1 and id null, except the
+/// one whose commGrowId made the id, which passes it (the id reaches the others over `comm`); a new
+/// rank passes comm null, the id (handed to it out of band) and its rank. A null config inherits
+/// the parent's (new ranks: defaults). Collective over `comm` and the new ranks.
+C4_API Status commGrow(Comm* comm, int nranks, const UniqueId* id, int rank, Comm** newcomm,
+                       const Config* config = nullptr);
+
+/// ncclCommSuspend: until commResume, every call on `comm` but commResume, commCount, commUserRank,
+/// commCuDevice, commMemStats, commFinalize, commDestroy and commAbort fails (kInvalidUsage).
+/// `releaseMemory` (NCCL_SUSPEND_MEM) also frees what the communicator rebuilds when it needs it
+/// again (cached plans, scratch buffers). Local: no other rank takes part.
+C4_API Status commSuspend(Comm* comm, bool releaseMemory);
+C4_API Status commResume(Comm* comm);
+/// ncclCommMemStats: whether `comm` is suspended, and the bytes of GPU memory it holds (c4comm
+/// holds none: device buffers are staged in pinned host memory, docs/cuda.md).
+struct MemStats {
+  uint64_t gpuSuspendable = 0;
+  uint64_t gpuPersistent = 0;
+  bool suspended = false;
+};
+C4_API Status commMemStats(const Comm* comm, MemStats* out);
+
 /// Flushes outstanding work. The communicator stays valid for commDestroy only.
 C4_API Status commFinalize(Comm* comm);
 /// Frees the communicator (finalizes first if needed).
@@ -216,6 +243,30 @@ C4_API Status probe(int peer, Comm* comm, ProbeResult* out, int64_t waitMs = -1)
 /// without a message from any rank, and at once if a peer died or aborted.
 C4_API Status recvAny(void* recvbuff, size_t count, DataType dt, int* source, Comm* comm, void* stream = nullptr);
 
+// ---- one-sided: windows, put with signal, wait for signals (NCCL 2.29's host RMA) ----------------
+/// A window: a buffer every rank of a communicator registered in the same collective call.
+struct Window;
+/// ncclCommWindowRegister: collective; every rank registers its buffer, in the same order on every
+/// rank. `buff` must lie in one memAlloc allocation (so the ranks of its host can map it). Fails on
+/// every rank (kInvalidArgument naming the ranks) when one rank's buffer is not acceptable.
+C4_API Status windowRegister(Comm* comm, void* buff, size_t size, int flags, Window** win);
+/// ncclCommWindowDeregister: collective (no rank writes into it afterwards).
+C4_API Status windowDeregister(Comm* comm, Window* win);
+/// ncclWinGetUserPtr: the buffer this rank registered.
+C4_API Status windowUserPtr(const Comm* comm, const Window* win, void** ptr);
+/// ncclPutSignal: writes `bytes` of `src` at byte `offset` of `peer`'s buffer of window `win`, then
+/// adds one to peer's signal from this rank. When peer sees the signal (waitSignal) the data is
+/// there, and so is that of every earlier put to it. Returns when `src` may be reused. Runs when
+/// called (inside a group too). Peers on this host only (the data goes through the shared mapping);
+/// a peer on another host is kInvalidUsage (docs/api-coverage.md).
+C4_API Status putSignal(const void* src, size_t bytes, int peer, Window* win, size_t offset, Comm* comm);
+/// ncclSignal: adds one to peer's signal from this rank, after every earlier put to it.
+C4_API Status signal(int peer, Comm* comm);
+/// ncclWaitSignal: waits until `counts[i]` more signals came from `peers[i]` (for each i) than earlier
+/// waits consumed, then consumes them. Fails with kTimeout after the communicator's timeout without
+/// one, and at once when the communicator failed (a peer died).
+C4_API Status waitSignal(int n, const int* peers, const int* counts, Comm* comm);
+
 /// Group calls: operations issued between groupStart and groupEnd are executed together at
 /// groupEnd (batched point-to-point, aggregated collectives, several communicators at once).
 C4_API Status groupStart();
@@ -239,6 +290,10 @@ struct ParamDesc {
 };
 /// Every parameter of this build, sorted by name (`c4-perf --list-params`). Any thread.
 C4_API std::vector<ParamDesc> params();
+/// The value in effect of the parameter named `name` (its C4_ or NCCL_ name) as the library reads
+/// it: *text, and for an integer parameter *isInteger = true and *number. An unset or refused
+/// setting gives the default. kInvalidArgument for a name no parameter has. Any thread.
+C4_API Status paramValue(const char* name, std::string* text, bool* isInteger, int64_t* number);
 
 /// Severity of a line written into c4comm's log.
 enum class LogKind : int { kWarn = 2, kInfo = 3 };

@@ -18,6 +18,8 @@ enum class Code : int {
   kInvalidUsage = 5,
   kRemoteError = 6,
   kInProgress = 7,
+  /// A wait ran past its limit (NCCL 2.30's ncclTimeout).
+  kTimeout = 8,
 };
 
 /// Short name of a code ("invalid argument", ...). Never null.

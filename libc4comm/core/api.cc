@@ -95,6 +95,9 @@ Status checkUsable(Comm* c) {
                      "rank %d: communicator was revoked (commRevoke); only commShrink, commFinalize, commDestroy and "
                      "commAbort are allowed on it",
                      c->rank);
+  if (c->suspended.load(std::memory_order_acquire))
+    return makeError(Code::kInvalidUsage, "rank %d: communicator is suspended (commSuspend); commResume first",
+                     c->rank);
   return c->failure();
 }
 
@@ -483,7 +486,7 @@ Status checkConfig(const Config& c) {
 
 }  // namespace
 
-int version() { return 22809; }
+int version() { return 23203; }
 
 std::vector<ParamDesc> params() {
   std::vector<ParamDesc> out;
@@ -491,6 +494,19 @@ std::vector<ParamDesc> params() {
     out.push_back(ParamDesc{p->env, p->ncclEnv ? p->ncclEnv : "", p->defaultText, p->help, p->isString,
                             paramRangeText(*p), (p->flags & kParamSameOnAllRanks) != 0});
   return out;
+}
+
+Status paramValue(const char* name, std::string* text, bool* isInteger, int64_t* number) {
+  if (!name || !text || !isInteger || !number)
+    return record(makeError(Code::kInvalidArgument, "paramValue: a NULL argument"));
+  const ParamInfo* p = findParam(name);
+  if (!p) return record(makeError(Code::kInvalidArgument, "no parameter is named '%s' (docs/params.md)", name));
+  *text = paramEffective(*p);
+  *isInteger = !p->isString;
+  *number = 0;
+  if (!p->isString && !detail::parseIntParam(text->c_str(), number))
+    return record(makeError(Code::kInternalError, "parameter %s: value '%s' is not an integer", name, text->c_str()));
+  return Status::ok();
 }
 
 void log(LogKind kind, const char* subsys, const char* message) {
@@ -783,6 +799,162 @@ Status commShrink(Comm* comm, const int* exclude, int nexclude, Comm** newcomm, 
   C4_INFO(kLogInit, "rank %d: commShrink to %zu of %d ranks (new rank %d)", comm->rank, members.size(), comm->nranks,
           newRank);
   return commInitRank(newcomm, static_cast<int>(members.size()), offer.id, newRank, cfg);
+}
+
+Status commGrowId(Comm* comm, UniqueId* id) {
+  C4_CHECK_RECORD(checkUsable(comm));
+  if (!id) return record(makeError(Code::kInvalidArgument, "commGrowId: id is NULL"));
+  if (comm->growIdPending)
+    return record(makeError(Code::kInvalidUsage,
+                            "rank %d: commGrowId: the id made earlier was not used by a commGrow yet (one at a time)",
+                            comm->rank));
+  C4_CHECK_RECORD(detail::bootstrapEphemeralUniqueId("", &comm->growId));
+  comm->growIdPending = true;
+  *id = comm->growId;
+  return Status::ok();
+}
+
+Status commGrow(Comm* comm, int nranks, const UniqueId* id, int rank, Comm** newcomm, const Config* config) {
+  if (!newcomm) return record(makeError(Code::kInvalidArgument, "commGrow: newcomm is NULL"));
+  if (comm == nullptr) {  // a new rank
+    if (!id) return record(makeError(Code::kInvalidArgument, "commGrow: a new rank (comm NULL) needs the id"));
+    if (rank < 0 || rank >= nranks)
+      return record(
+          makeError(Code::kInvalidArgument, "commGrow: rank %d of a new rank is not in 0..%d", rank, nranks - 1));
+    return commInitRank(newcomm, nranks, *id, rank, config ? *config : Config{});
+  }
+  C4_CHECK_RECORD(checkUsable(comm));
+  if (rank != -1)
+    return record(makeError(Code::kInvalidArgument,
+                            "rank %d: commGrow: a rank of the communicator passes rank -1 (it keeps its rank), not %d",
+                            comm->rank, rank));
+  if (nranks <= comm->nranks)
+    return record(makeError(Code::kInvalidArgument, "rank %d: commGrow: %d ranks do not grow a communicator of %d",
+                            comm->rank, nranks, comm->nranks));
+  if (comm->engine) comm->engine->drain();
+  // The rank that made the id hands it to the others; every rank learns who offers what, so a
+  // mistake (no id, two ids, an id not made here) fails every rank alike instead of hanging one.
+  struct Offer {
+    UniqueId id;
+    int32_t state;  // 0: no id, 1: an id from commGrowId, 2: an id that commGrowId did not make
+    int32_t nranks;
+  };
+  std::vector<Offer> all(static_cast<size_t>(comm->nranks));
+  Offer& mine = all[static_cast<size_t>(comm->rank)];
+  memset(&mine, 0, sizeof(mine));
+  mine.nranks = nranks;
+  if (id) {
+    mine.id = *id;
+    mine.state = comm->growIdPending && memcmp(id->bytes, comm->growId.bytes, sizeof(id->bytes)) == 0 ? 1 : 2;
+  }
+  C4_CHECK_RECORD(comm->bootstrap->allGather(all.data(), sizeof(Offer)));
+  int offerer = -1, offers = 0;
+  for (int r = 0; r < comm->nranks; ++r) {
+    const Offer& o = all[static_cast<size_t>(r)];
+    if (o.nranks != nranks)
+      return record(makeError(Code::kInvalidUsage, "rank %d: commGrow: rank %d grows to %d ranks, this rank to %d",
+                              comm->rank, r, o.nranks, nranks));
+    if (o.state == 2)
+      return record(makeError(Code::kInvalidUsage,
+                              "rank %d: commGrow: rank %d passed an id that its commGrowId on this communicator did "
+                              "not make (or one used already)",
+                              comm->rank, r));
+    if (o.state == 1) {
+      ++offers;
+      offerer = r;
+    }
+  }
+  if (offers != 1)
+    return record(makeError(Code::kInvalidUsage,
+                            "rank %d: commGrow: exactly one rank of the communicator passes the id from commGrowId; "
+                            "%d did",
+                            comm->rank, offers));
+  if (comm->rank == offerer) comm->growIdPending = false;  // consumed
+  C4_INFO(kLogInit, "rank %d: commGrow from %d to %d ranks (id from rank %d)", comm->rank, comm->nranks, nranks,
+          offerer);
+  return commInitRank(newcomm, nranks, all[static_cast<size_t>(offerer)].id, comm->rank,
+                      config ? *config : comm->config);
+}
+
+Status commSuspend(Comm* comm, bool releaseMemory) {
+  C4_CHECK_RECORD(checkUsable(comm));
+  if (comm->engine) comm->engine->drain();
+  C4_CHECK_RECORD(onDataPath(comm, [&] {
+    if (releaseMemory) comm->releaseCaches();
+    return Status::ok();
+  }));
+  comm->suspended.store(true, std::memory_order_release);
+  C4_INFO(kLogInit, "rank %d: communicator suspended%s", comm->rank, releaseMemory ? " (caches released)" : "");
+  return Status::ok();
+}
+
+Status commResume(Comm* comm) {
+  C4_CHECK_RECORD(checkComm(comm));
+  if (!comm->suspended.exchange(false, std::memory_order_acq_rel))
+    return record(makeError(Code::kInvalidUsage, "rank %d: commResume: the communicator is not suspended", comm->rank));
+  return Status::ok();
+}
+
+Status commMemStats(const Comm* comm, MemStats* out) {
+  C4_CHECK_RECORD(checkComm(comm));
+  if (!out) return record(makeError(Code::kInvalidArgument, "commMemStats: out is NULL"));
+  *out = MemStats{};
+  out->suspended = comm->suspended.load(std::memory_order_acquire);
+  return Status::ok();
+}
+
+Status windowRegister(Comm* comm, void* buff, size_t size, int flags, Window** win) {
+  C4_CHECK_RECORD(checkUsable(comm));
+  if (!buff || !win) return record(makeError(Code::kInvalidArgument, "windowRegister: a NULL argument"));
+  if (size == 0) return record(makeError(Code::kInvalidArgument, "windowRegister: size is 0"));
+  if (comm->engine) comm->engine->drain();
+  return record(comm->rma.registerWindow(comm, buff, size, flags, win));
+}
+
+Status windowDeregister(Comm* comm, Window* win) {
+  C4_CHECK_RECORD(checkComm(comm));
+  if (comm->engine) comm->engine->drain();
+  return record(comm->rma.deregisterWindow(comm, win));
+}
+
+Status windowUserPtr(const Comm* comm, const Window* win, void** ptr) {
+  C4_CHECK_RECORD(checkComm(comm));
+  if (!ptr) return record(makeError(Code::kInvalidArgument, "windowUserPtr: ptr is NULL"));
+  C4_CHECK_RECORD(comm->rma.checkWindow("windowUserPtr", win));
+  *ptr = win->base;
+  return Status::ok();
+}
+
+namespace {
+/// The checks and ordering every one-sided call shares: a usable communicator, and (with a
+/// progress thread) the operations queued before it done, so it follows them as calls do.
+Status beforeOneSided(Comm* comm) {
+  C4_CHECK(checkUsable(comm));
+  if (comm->engine) comm->engine->drain();
+  return Status::ok();
+}
+}  // namespace
+
+Status putSignal(const void* src, size_t bytes, int peer, Window* win, size_t offset, Comm* comm) {
+  C4_CHECK_RECORD(beforeOneSided(comm));
+  if (bytes > 0 && !src) return record(makeError(Code::kInvalidArgument, "putSignal: the source buffer is NULL"));
+  if (bytes > 0 && gpu::pointerInfo(src).mem == gpu::Mem::kDevice)
+    return record(makeError(Code::kInvalidUsage,
+                            "putSignal: the source buffer is device memory; one-sided calls take host memory only "
+                            "(docs/api-coverage.md)"));
+  return record(comm->rma.put(comm, src, bytes, peer, win, offset));
+}
+
+Status signal(int peer, Comm* comm) {
+  C4_CHECK_RECORD(beforeOneSided(comm));
+  return record(comm->rma.signal(comm, peer));
+}
+
+Status waitSignal(int n, const int* peers, const int* counts, Comm* comm) {
+  C4_CHECK_RECORD(beforeOneSided(comm));
+  if (n < 0) return record(makeError(Code::kInvalidArgument, "waitSignal: %d descriptors", n));
+  if (n > 0 && (!peers || !counts)) return record(makeError(Code::kInvalidArgument, "waitSignal: a NULL array"));
+  return record(comm->rma.wait(comm, n, peers, counts));
 }
 
 Status commFinalize(Comm* comm) {

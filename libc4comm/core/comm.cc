@@ -636,6 +636,14 @@ Status Comm::deregisterMemory(Registration* reg) {
   return first;
 }
 
+void Comm::releaseCaches() {
+  cache_.clear();
+  lru_.clear();
+  free(scratch_);
+  scratch_ = nullptr;
+  scratchBytes_ = 0;
+}
+
 void* Comm::scratch(size_t bytes) {
   if (bytes > scratchBytes_) {
     free(scratch_);

@@ -30,6 +30,7 @@
 #include "core/lane_planner.hpp"
 #include "core/oneshot.hpp"
 #include "core/opdesc.hpp"
+#include "core/rma.hpp"
 #include "core/tuner.hpp"
 #include "core/watchdog.hpp"
 #include "core/zerocopy.hpp"
@@ -151,6 +152,8 @@ struct Comm final : public ExecContext {
   Status failure();
 
   void* scratch(size_t bytes);
+  /// Frees what is rebuilt on demand: cached plans and the scratch buffer (commSuspend).
+  void releaseCaches();
 
   /// A buffer registered with every transport (commRegister).
   struct Registration {
@@ -203,7 +206,11 @@ struct Comm final : public ExecContext {
   std::atomic<bool> busy{false};            // a thread runs an operation on it (caller-driven mode)
   std::atomic<bool> revoked{false};         // commRevoke was called
   bool finalized = false;
-  uint32_t shrinks = 0;  // commShrink calls on this communicator (each has its own bootstrap tag)
+  std::atomic<bool> suspended{false};  // commSuspend until commResume
+  uint32_t shrinks = 0;                // commShrink calls on this communicator (each has its own bootstrap tag)
+  bool growIdPending = false;          // commGrowId made growId; no commGrow consumed it yet
+  UniqueId growId;
+  Rma rma;  // windows and signals (one-sided calls)
 
   /// The progress thread (C4_PROGRESS_THREAD, or a non-blocking communicator); null: the caller
   /// drives every operation on its own thread.

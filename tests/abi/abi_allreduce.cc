@@ -314,16 +314,18 @@ void testStatic(const char* expectedLib) {
       "invalid usage (run with NCCL_DEBUG=WARN for details)",
       "remote process exited or there was a network error",
       "NCCL operation in progress",
+      "timeout",  // ncclTimeout, NCCL 2.30 (the library answers for it whatever header the program saw)
       "unknown result code",
   };
-  for (int i = 0; i <= ncclNumResults; ++i) {
+  for (int i = 0; i < static_cast<int>(sizeof(kStrings) / sizeof(kStrings[0])); ++i) {
     const char* s = ncclGetErrorString(static_cast<ncclResult_t>(i));
     EXPECT(s != nullptr && strcmp(s, kStrings[i]) == 0, "ncclGetErrorString(%d) = '%s'", i, s ? s : "(null)");
   }
   int v = 0;
   ncclResult_t r = ncclGetVersion(&v);
-  EXPECT(r == ncclSuccess && v == NCCL_VERSION_CODE, "ncclGetVersion -> %d, %d (expected %d)", static_cast<int>(r), v,
-         NCCL_VERSION_CODE);
+  // The library matches NCCL 2.32.3; a program built against an older header runs on it.
+  EXPECT(r == ncclSuccess && v == 23203 && v >= NCCL_VERSION_CODE, "ncclGetVersion -> %d, %d (expected 23203)",
+         static_cast<int>(r), v);
 
   // The functions come from c4comm's libnccl, not NVIDIA's.
   Dl_info info{};

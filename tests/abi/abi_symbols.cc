@@ -1,8 +1,9 @@
 // ABI symbol test: every function NVIDIA's nccl.h declares (found with a regex at test time) must be
 // declared by our include/nccl.h, and, when a library is given, exported by it twice: as ncclXxx and
-// as its profiling twin pncclXxx, the former an alias of the latter.
+// as its profiling twin pncclXxx, the former an alias of the latter. Against the header of the NCCL
+// version we match, ours declares nothing more; against an older one (--older) it may.
 //
-//   abi_symbols <nvidia nccl.h> <our nccl.h> [<libnccl.so.2>]
+//   abi_symbols [--older] <nvidia nccl.h> <our nccl.h> [<libnccl.so.2>]
 #include <dlfcn.h>
 
 #include <cstdio>
@@ -25,7 +26,7 @@ bool parseHeader(const std::string& path, std::set<std::string>* plain, std::set
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string text = ss.str();
-  static const std::regex kDecl(R"((?:ncclResult_t|const\s+char\s*\*)\s*(p?nccl[A-Za-z0-9_]+)\s*\()");
+  static const std::regex kDecl(R"((?:ncclResult_t|const\s+char\s*\*|void)\s*(p?nccl[A-Za-z0-9_]+)\s*\()");
   for (auto it = std::sregex_iterator(text.begin(), text.end(), kDecl); it != std::sregex_iterator(); ++it) {
     const std::string name = (*it)[1];
     if (name[0] == 'p') {
@@ -37,6 +38,8 @@ bool parseHeader(const std::string& path, std::set<std::string>* plain, std::set
   return true;
 }
 
+bool gOlder = false;  // the reference header is older than ours: ours may declare more
+
 int compareSets(const char* what, const std::set<std::string>& want, const std::set<std::string>& have) {
   int bad = 0;
   for (const auto& n : want) {
@@ -46,7 +49,7 @@ int compareSets(const char* what, const std::set<std::string>& want, const std::
     }
   }
   for (const auto& n : have) {
-    if (!want.count(n)) {
+    if (!gOlder && !want.count(n)) {
       fprintf(stderr, "FAIL: %s: %s is extra (not in NVIDIA's nccl.h)\n", what, n.c_str());
       ++bad;
     }
@@ -57,8 +60,13 @@ int compareSets(const char* what, const std::set<std::string>& want, const std::
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--older") {
+    gOlder = true;
+    --argc;
+    ++argv;
+  }
   if (argc < 3) {
-    fprintf(stderr, "usage: %s <nvidia nccl.h> <our nccl.h> [<libnccl.so.2>]\n", argv[0]);
+    fprintf(stderr, "usage: %s [--older] <nvidia nccl.h> <our nccl.h> [<libnccl.so.2>]\n", argv[0]);
     return 2;
   }
   std::set<std::string> nvPlain, nvProf, ourPlain, ourProf;
@@ -71,7 +79,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   int bad = 0;
-  bad += compareSets("NVIDIA nccl.h nccl*/pnccl* pairs", nvPlain, nvProf);
+  {
+    const bool older = gOlder;
+    gOlder = false;  // NVIDIA's own pairs are always complete
+    bad += compareSets("NVIDIA nccl.h nccl*/pnccl* pairs", nvPlain, nvProf);
+    gOlder = older;
+  }
   bad += compareSets("our nccl.h vs NVIDIA's (nccl*)", nvPlain, ourPlain);
   bad += compareSets("our nccl.h vs NVIDIA's (pnccl*)", nvProf, ourProf);
   printf("%zu functions declared by %s\n", nvPlain.size(), argv[1]);

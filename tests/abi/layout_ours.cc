@@ -14,6 +14,8 @@ std::vector<c4abi::Fact> c4abi::ourFacts() {
   std::vector<Fact> out;
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  ncclCollConfig_t coll = NCCL_COLLCONFIG_INITIALIZER;
+  ncclEncryptionConfig_t enc = NCCL_ENCRYPTION_CONFIG_INITIALIZER;
 #define C4_FACT(expr) out.push_back({#expr, std::to_string(static_cast<long long>(expr))});
 #define C4_SIG(fn) out.push_back({"type of " #fn, typeid(decltype(&fn)).name()});
 #include "abi_facts.inc"

@@ -31,7 +31,7 @@ using c4::Code;
   } while (0)
 
 TEST(Api, VersionAndErrorStrings) {
-  EXPECT_EQ(c4::version(), 22809);
+  EXPECT_EQ(c4::version(), 23203);
   EXPECT_STREQ(c4::codeName(Code::kInvalidArgument), "invalid argument");
 }
 
@@ -626,6 +626,151 @@ TEST(Failure, ShrinkWithDifferentExcludeListsFailsClearly) {
     EXPECT_EQ(outs[static_cast<size_t>(r)].detail.find("UNEXPECTED-OK"), std::string::npos) << "rank " << r;
     EXPECT_EQ(outs[static_cast<size_t>(r)].detail.find("hung"), std::string::npos) << "rank " << r;
   }
+}
+
+// One-sided calls (NCCL 2.29's RMA) between processes of one host: every rank puts a block into
+// every rank's window and waits for the signals; a wait for a signal that never comes is kTimeout
+// after the communicator's timeout and leaves it usable; a suspended communicator refuses them.
+TEST(OneSided, PutSignalWaitBetweenProcessesAndTimeout) {
+  auto outs = runForked(3, [](int rank, int n, const c4::UniqueId& id) -> Failures {
+    Failures f;
+    c4::Config cfg;
+    cfg.timeoutMs = 1500;
+    c4::Comm* comm = nullptr;
+    c4::Status st = c4::commInitRank(&comm, n, id, rank, cfg);
+    if (!st.isOk()) return {"init: " + st.toString()};
+    const size_t block = 3000;  // int32 each rank puts into each window
+    int32_t* win = nullptr;
+    int32_t* src = nullptr;
+    if (!c4::memAlloc(reinterpret_cast<void**>(&win), block * 4 * static_cast<size_t>(n)).isOk() ||
+        !c4::memAlloc(reinterpret_cast<void**>(&src), block * 4).isOk())
+      return {"memAlloc failed"};
+    // Before any window: nothing to signal through.
+    st = c4::signal((rank + 1) % n, comm);
+    if (st.code() != Code::kInvalidUsage) f.push_back("signal before a window: " + st.toString());
+    c4::Window* w = nullptr;
+    st = c4::windowRegister(comm, win, block * 4 * static_cast<size_t>(n), 0, &w);
+    if (!st.isOk()) return {"windowRegister: " + st.toString()};
+    for (size_t i = 0; i < block; ++i) src[i] = rank * 1000000 + static_cast<int32_t>(i);
+    for (int p = 0; p < n; ++p) {
+      st = c4::putSignal(src, block * 4, p, w, static_cast<size_t>(rank) * block * 4, comm);
+      if (!st.isOk()) f.push_back("putSignal to " + std::to_string(p) + ": " + st.toString());
+    }
+    std::vector<int> peers, counts;
+    for (int p = 0; p < n; ++p) {
+      peers.push_back(p);
+      counts.push_back(1);
+    }
+    st = c4::waitSignal(n, peers.data(), counts.data(), comm);
+    if (!st.isOk()) f.push_back("waitSignal: " + st.toString());
+    for (int p = 0; p < n && f.empty(); ++p)
+      for (size_t i = 0; i < block; ++i)
+        if (win[static_cast<size_t>(p) * block + i] != p * 1000000 + static_cast<int32_t>(i)) {
+          f.push_back("window block " + std::to_string(p) + "[" + std::to_string(i) +
+                      "] = " + std::to_string(win[static_cast<size_t>(p) * block + i]));
+          break;
+        }
+    // Out of the window: refused, nothing written.
+    st = c4::putSignal(src, 8, (rank + 1) % n, w, block * 4 * static_cast<size_t>(n) - 4, comm);
+    if (st.code() != Code::kInvalidArgument) f.push_back("put past the window: " + st.toString());
+    // Nobody signals again: the wait times out, and the communicator still works.
+    const int prev = (rank + n - 1) % n, one = 1;
+    const int64_t t0 = monoMs();
+    st = c4::waitSignal(1, &prev, &one, comm);
+    const int64_t waited = monoMs() - t0;
+    if (st.code() != Code::kTimeout || waited < 1400 || waited > 10000)
+      f.push_back("wait without a signal: " + st.toString() + " after " + std::to_string(waited) + " ms");
+    int x = 1;
+    st = c4::allReduce(&x, &x, 1, c4::DataType::kInt32, c4::RedOp::kSum, comm);
+    if (!st.isOk() || x != n) f.push_back("allreduce after the timeout: " + st.toString());
+    // Suspended: one-sided calls are refused too.
+    if (!c4::commSuspend(comm, true).isOk()) f.push_back("suspend failed");
+    st = c4::signal(prev, comm);
+    if (st.code() != Code::kInvalidUsage) f.push_back("signal while suspended: " + st.toString());
+    c4::MemStats ms;
+    if (!c4::commMemStats(comm, &ms).isOk() || !ms.suspended) f.push_back("memStats does not say suspended");
+    if (!c4::commResume(comm).isOk()) f.push_back("resume failed");
+    st = c4::windowDeregister(comm, w);
+    if (!st.isOk()) f.push_back("windowDeregister: " + st.toString());
+    void* ptr = nullptr;
+    st = c4::windowUserPtr(comm, w, &ptr);
+    if (st.code() != Code::kInvalidArgument) f.push_back("windowUserPtr after deregister: " + st.toString());
+    (void)c4::memFree(win);
+    (void)c4::memFree(src);
+    (void)c4::commDestroy(comm);
+    return f;
+  });
+  EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
+}
+
+// Ranks that are threads of one process use each other's windows in place.
+TEST(OneSided, RanksInOneProcess) {
+  const int n = 4;
+  c4::Comm* comms[n] = {};
+  ASSERT_TRUE(c4::commInitAll(comms, n).isOk());
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      c4::Comm* comm = comms[r];
+      double* win = nullptr;
+      if (!c4::memAlloc(reinterpret_cast<void**>(&win), 8 * n).isOk()) {
+        errors[r] = "memAlloc";
+        return;
+      }
+      c4::Window* w = nullptr;
+      c4::Status st = c4::windowRegister(comm, win, 8 * n, 0, &w);
+      if (!st.isOk()) {
+        errors[r] = "register: " + st.toString();
+        return;
+      }
+      void* user = nullptr;
+      if (!c4::windowUserPtr(comm, w, &user).isOk() || user != win) errors[r] += "windowUserPtr; ";
+      const double v = 0.5 + r;
+      for (int p = 0; p < n; ++p)
+        if (!c4::putSignal(&v, 8, p, w, 8 * static_cast<size_t>(r), comm).isOk()) errors[r] += "put; ";
+      std::vector<int> peers, counts(n, 1);
+      for (int p = 0; p < n; ++p) peers.push_back(p);
+      st = c4::waitSignal(n, peers.data(), counts.data(), comm);
+      if (!st.isOk()) errors[r] += "wait: " + st.toString();
+      for (int p = 0; p < n; ++p)
+        if (win[p] != 0.5 + p) errors[r] += "win[" + std::to_string(p) + "] = " + std::to_string(win[p]) + "; ";
+      if (!c4::windowDeregister(comm, w).isOk()) errors[r] += "deregister; ";
+      (void)c4::memFree(win);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  for (c4::Comm* c : comms) (void)c4::commDestroy(c);
+}
+
+// commGrow's mistakes fail every rank alike (no hang): two ranks passing ids, or none.
+TEST(Lifecycle, GrowMistakesFailEveryRank) {
+  auto outs = runForked(2, [](int rank, int n, const c4::UniqueId& id) -> Failures {
+    Failures f;
+    c4::Comm* comm = nullptr;
+    c4::Status st = c4::commInitRank(&comm, n, id, rank);
+    if (!st.isOk()) return {"init: " + st.toString()};
+    c4::UniqueId gid;
+    st = c4::commGrowId(comm, &gid);
+    if (!st.isOk()) return {"commGrowId: " + st.toString()};
+    c4::Comm* big = nullptr;
+    st = c4::commGrow(comm, n + 1, &gid, -1, &big);  // both ranks pass an id
+    if (st.code() != Code::kInvalidUsage || big != nullptr) f.push_back("two ids: " + st.toString());
+    st = c4::commGrow(comm, n + 1, nullptr, -1, &big);  // nobody does
+    if (st.code() != Code::kInvalidUsage) f.push_back("no id: " + st.toString());
+    st = c4::commGrow(comm, n, nullptr, -1, &big);  // not a growth
+    if (st.code() != Code::kInvalidArgument) f.push_back("same size: " + st.toString());
+    c4::UniqueId other;
+    st = c4::commGrowId(comm, &other);  // the first id was not consumed
+    if (st.code() != Code::kInvalidUsage) f.push_back("second id: " + st.toString());
+    int x = 1;
+    st = c4::allReduce(&x, &x, 1, c4::DataType::kInt32, c4::RedOp::kSum, comm);
+    if (!st.isOk() || x != n) f.push_back("allreduce after: " + st.toString());
+    (void)c4::commDestroy(comm);
+    return f;
+  });
+  EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
 }
 
 TEST(Lifecycle, GroupSimulateEndEstimatesAndRunsNothing) {

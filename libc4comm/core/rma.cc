@@ -1,0 +1,227 @@
+#include "core/rma.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "common/clock.hpp"
+#include "common/logging.hpp"
+#include "common/status.hpp"
+#include "core/comm.hpp"
+
+namespace c4 {
+
+namespace {
+
+/// What each rank contributes to a registration (the bootstrap's allGather): where its buffer and
+/// its signal block lie. Plain fields without padding, so nothing uninitialized goes on the wire.
+struct Entry {
+  uint64_t winId, winOff, size;
+  uint64_t sigId, sigOff;
+  int32_t winFd, sigFd;
+  int32_t ok;  // 1: the buffer lies in one memAlloc allocation
+  int32_t pad;
+};
+static_assert(sizeof(Entry) == 56, "Entry has padding");
+
+MemRef winRef(const Entry& e) { return MemRef{e.winId, e.winFd, e.winOff}; }
+MemRef sigRef(const Entry& e) { return MemRef{e.sigId, e.sigFd, e.sigOff}; }
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size() && i < 8; ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > 8) s += ", ...";
+  return s;
+}
+
+}  // namespace
+
+Rma::~Rma() {
+  for (auto& w : windows_) w->magic = 0;
+  if (sigBlock_ != nullptr) (void)memFreeShared(sigBlock_);
+}
+
+Status Rma::ensureSignalBlock(int nranks) {
+  if (sigBlock_ != nullptr) return Status::ok();
+  C4_CHECK(memAllocShared(&sigBlock_, static_cast<size_t>(nranks) * kSlotBytes, /*internal=*/true));
+  if (!memLookup(sigBlock_, static_cast<size_t>(nranks) * kSlotBytes, &sigRef_)) {
+    (void)memFreeShared(sigBlock_);
+    sigBlock_ = nullptr;
+    return makeError(Code::kInternalError, "window: the signal block is not shareable");
+  }
+  consumed_.assign(static_cast<size_t>(nranks), 0);
+  return Status::ok();
+}
+
+Status Rma::registerWindow(Comm* c, void* buff, size_t size, int flags, Window** out) {
+  C4_CHECK(ensureSignalBlock(c->nranks));
+  Entry mine;
+  memset(&mine, 0, sizeof(mine));
+  MemRef ref;
+  mine.ok = memLookup(buff, size, &ref) ? 1 : 0;
+  mine.winId = ref.id;
+  mine.winFd = ref.fd;
+  mine.winOff = ref.off;
+  mine.size = size;
+  mine.sigId = sigRef_.id;
+  mine.sigFd = sigRef_.fd;
+  mine.sigOff = sigRef_.off;
+  std::vector<Entry> all(static_cast<size_t>(c->nranks));
+  all[static_cast<size_t>(c->rank)] = mine;
+  Status st = c->bootstrap->allGather(all.data(), sizeof(Entry));
+  if (!st.isOk())
+    return makeError(st.code(), "rank %d: window registration (collective: every rank registers): %s", c->rank,
+                     st.message().c_str());
+  std::vector<int> bad;
+  for (int r = 0; r < c->nranks; ++r)
+    if (!all[static_cast<size_t>(r)].ok) bad.push_back(r);
+  if (!bad.empty()) {
+    if (!mine.ok)
+      return makeError(Code::kInvalidArgument,
+                       "rank %d: window [%p, +%zu) does not lie in one buffer from memAlloc (ncclMemAlloc): the other "
+                       "ranks could not reach it",
+                       c->rank, buff, size);
+    return makeError(Code::kInvalidArgument,
+                     "rank %d: window registration failed on rank(s) %s: their buffers do not lie in one buffer from "
+                     "memAlloc (ncclMemAlloc)",
+                     c->rank, rankList(bad).c_str());
+  }
+  if (peerSig_.empty())
+    for (const Entry& e : all) peerSig_.push_back(sigRef(e));
+  auto w = std::make_unique<Window>();
+  w->comm = c;
+  w->base = buff;
+  w->size = size;
+  w->flags = flags;
+  for (const Entry& e : all) w->peers.push_back(Window::Peer{winRef(e), e.size});
+  windows_.push_back(std::move(w));
+  *out = windows_.back().get();
+  C4_INFO(kLogInit, "rank %d: window %p registered (%zu bytes, %zu windows)", c->rank, buff, size, windows_.size());
+  return Status::ok();
+}
+
+Status Rma::checkWindow(const char* fn, const Window* w) const {
+  if (w == nullptr) return makeError(Code::kInvalidArgument, "%s: window is NULL", fn);
+  for (const auto& mine : windows_)
+    if (mine.get() == w) return Status::ok();
+  return makeError(Code::kInvalidArgument,
+                   "%s: window %p was not registered on this communicator (or was deregistered already)", fn,
+                   static_cast<const void*>(w));
+}
+
+Status Rma::deregisterWindow(Comm* c, Window* w) {
+  C4_CHECK(checkWindow("windowDeregister", w));
+  // Collective: once every rank is here, no put into this window is in flight any more.
+  Status st = c->bootstrap->barrier();
+  if (!st.isOk())
+    return makeError(st.code(), "rank %d: window deregistration (collective: every rank deregisters): %s", c->rank,
+                     st.message().c_str());
+  auto it = std::find_if(windows_.begin(), windows_.end(), [w](const auto& p) { return p.get() == w; });
+  (*it)->magic = 0;
+  windows_.erase(it);
+  return Status::ok();
+}
+
+Status Rma::reachable(const char* fn, Comm* c, int peer) const {
+  if (peer < 0 || peer >= c->nranks)
+    return makeError(Code::kInvalidArgument, "%s: peer %d is not a rank of the communicator (0..%d)", fn, peer,
+                     c->nranks - 1);
+  if (sigBlock_ == nullptr)
+    return makeError(Code::kInvalidUsage, "%s: no window was registered on this communicator yet", fn);
+  const RankInfo& me = c->peers[static_cast<size_t>(c->rank)];
+  const RankInfo& p = c->peers[static_cast<size_t>(peer)];
+  if (p.hostId != me.hostId)
+    return makeError(Code::kInvalidUsage,
+                     "%s: rank %d is on host %s, rank %d on host %s: one-sided calls reach ranks of the same host "
+                     "only (through the mapped window); across hosts they are not implemented yet",
+                     fn, c->rank, me.hostname, peer, p.hostname);
+  return Status::ok();
+}
+
+Status Rma::resolve(Comm* c, int peer, const MemRef& ref, uint64_t extra, size_t bytes, char** out) {
+  MemRef at = ref;
+  at.off += extra;
+  Status st = maps_.resolve(c->peers[static_cast<size_t>(peer)].pid, at, bytes, out);
+  if (!st.isOk())
+    return makeError(st.code(), "rank %d: cannot map rank %d's memory: %s", c->rank, peer, st.message().c_str());
+  return Status::ok();
+}
+
+Status Rma::put(Comm* c, const void* src, size_t bytes, int peer, const Window* w, size_t offset) {
+  C4_CHECK(checkWindow("putSignal", w));
+  C4_CHECK(reachable("putSignal", c, peer));
+  const Window::Peer& dst = w->peers[static_cast<size_t>(peer)];
+  if (offset > dst.size || bytes > dst.size - offset)
+    return makeError(Code::kInvalidArgument,
+                     "putSignal: %zu bytes at offset %zu do not fit rank %d's window of %llu bytes", bytes, offset,
+                     peer, static_cast<unsigned long long>(dst.size));
+  if (bytes > 0) {
+    char* to = nullptr;
+    C4_CHECK(resolve(c, peer, dst.ref, offset, bytes, &to));
+    memcpy(to, src, bytes);
+  }
+  return signal(c, peer);
+}
+
+Status Rma::signal(Comm* c, int peer) {
+  C4_CHECK(reachable("signal", c, peer));
+  char* slot = nullptr;
+  C4_CHECK(resolve(c, peer, peerSig_[static_cast<size_t>(peer)], static_cast<uint64_t>(c->rank) * kSlotBytes,
+                   sizeof(uint64_t), &slot));
+  // Release: the peer that sees the new count (acquire) sees the data copied before it.
+  __atomic_fetch_add(reinterpret_cast<uint64_t*>(slot), 1, __ATOMIC_RELEASE);
+  return Status::ok();
+}
+
+Status Rma::wait(Comm* c, int n, const int* peers, const int* counts) {
+  if (sigBlock_ == nullptr)
+    return makeError(Code::kInvalidUsage, "waitSignal: no window was registered on this communicator yet");
+  std::vector<uint64_t> target(static_cast<size_t>(c->nranks), 0);
+  for (int i = 0; i < n; ++i) {
+    const int p = peers[i];
+    if (p < 0 || p >= c->nranks)
+      return makeError(Code::kInvalidArgument, "waitSignal: descriptor %d: peer %d is not a rank (0..%d)", i, p,
+                       c->nranks - 1);
+    if (counts[i] < 0)
+      return makeError(Code::kInvalidArgument, "waitSignal: descriptor %d: count %d is negative", i, counts[i]);
+    target[static_cast<size_t>(p)] += static_cast<uint64_t>(counts[i]);
+  }
+  auto* slots = static_cast<char*>(sigBlock_);
+  auto have = [&](int p) {
+    return __atomic_load_n(reinterpret_cast<uint64_t*>(slots + static_cast<size_t>(p) * kSlotBytes), __ATOMIC_ACQUIRE);
+  };
+  const int64_t start = detail::nowNs();
+  uint32_t rounds = 0;
+  for (int p = 0; p < c->nranks; ++p) {
+    const size_t sp = static_cast<size_t>(p);
+    if (target[sp] == 0) continue;
+    const uint64_t want = consumed_[sp] + target[sp];
+    while (have(p) < want) {
+      ++rounds;
+      if (rounds < 2000) continue;  // spin first: a same-host put lands within microseconds
+      if ((rounds & 63) == 0) {
+        C4_CHECK(c->failure());
+        const int64_t waitedMs = (detail::nowNs() - start) / 1000000;
+        if (waitedMs > c->timeoutMs)
+          return makeError(Code::kTimeout,
+                           "rank %d: waitSignal: waited %lld ms for %llu signal(s) from rank %d, %llu arrived "
+                           "(C4_TIMEOUT)",
+                           c->rank, static_cast<long long>(waitedMs), static_cast<unsigned long long>(target[sp]), p,
+                           static_cast<unsigned long long>(have(p) - consumed_[sp]));
+      }
+      if (rounds < 20000) {
+        sched_yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+    }
+  }
+  for (int p = 0; p < c->nranks; ++p) consumed_[static_cast<size_t>(p)] += target[static_cast<size_t>(p)];
+  return Status::ok();
+}
+
+}  // namespace c4

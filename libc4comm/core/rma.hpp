@@ -1,0 +1,75 @@
+// One-sided communication (NCCL 2.29's host RMA: ncclCommWindowRegister, ncclPutSignal, ncclSignal,
+// ncclWaitSignal) over the shared mappings of memAlloc memory (core/memory.hpp).
+//
+// A window is registered collectively: every rank contributes the buffer it registers, and learns
+// where every other rank's buffer lies (its allocation id, the memfd and the offset). Each rank also
+// owns a signal block: one 64-byte slot per rank, slot s counting the signals rank s sent it, in a
+// shareable allocation made at the first registration. A put maps the peer's window allocation (on
+// first use), copies the data in, then adds one to the peer's slot with release ordering; a wait
+// loads its own slots with acquire ordering until they reach what it waits for. No transport,
+// thread or message is involved, so the target takes no part: it is one-sided. Peers on another
+// host cannot be mapped: their puts are refused (docs/api-coverage.md).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "c4comm/status.hpp"
+#include "core/memory.hpp"
+
+namespace c4 {
+
+struct Comm;
+
+/// One collective window registration (c4::Window of the public API).
+struct Window {
+  static constexpr uint64_t kMagic = 0x574f444e49573463ull;  // "c4WINDOW"
+  uint64_t magic = kMagic;
+  const Comm* comm = nullptr;
+  void* base = nullptr;  // this rank's buffer
+  size_t size = 0;
+  int flags = 0;
+  struct Peer {
+    MemRef ref;  // where the rank's buffer lies in its allocation
+    uint64_t size = 0;
+  };
+  std::vector<Peer> peers;  // per rank, this one included
+};
+
+/// A communicator's windows and signals. Registration is collective (over the bootstrap); puts,
+/// signals and waits are local. Thread use: one thread at a time per communicator, as for calls.
+class Rma {
+ public:
+  Rma() = default;
+  ~Rma();
+  Rma(const Rma&) = delete;
+  Rma& operator=(const Rma&) = delete;
+
+  Status registerWindow(Comm* c, void* buff, size_t size, int flags, Window** out);
+  Status deregisterWindow(Comm* c, Window* w);
+  /// Ok if `w` is a live window of this communicator, else kInvalidArgument naming `fn`.
+  Status checkWindow(const char* fn, const Window* w) const;
+  Status put(Comm* c, const void* src, size_t bytes, int peer, const Window* w, size_t offset);
+  Status signal(Comm* c, int peer);
+  Status wait(Comm* c, int n, const int* peers, const int* counts);
+
+ private:
+  /// The first registration: this rank's signal block.
+  Status ensureSignalBlock(int nranks);
+  /// The address of `bytes` at `ref` in rank `peer`'s memory (mapped on first use).
+  Status resolve(Comm* c, int peer, const MemRef& ref, uint64_t extra, size_t bytes, char** out);
+  Status reachable(const char* fn, Comm* c, int peer) const;
+
+  static constexpr size_t kSlotBytes = 64;
+  void* sigBlock_ = nullptr;        // this rank's slots (memAlloc memory)
+  MemRef sigRef_;                   // where it lies
+  std::vector<MemRef> peerSig_;     // every rank's signal block (learnt at the first registration)
+  std::vector<uint64_t> consumed_;  // per source rank: signals earlier waits consumed
+  std::vector<std::unique_ptr<Window>> windows_;
+  PeerMappings maps_{1024};
+};
+
+}  // namespace c4
