@@ -3,7 +3,8 @@
 // `size` bytes each way, timed over `iters` round trips after warm-up; one-way time = round trip / 2.
 // The put goes from memAlloc memory into the peer's window; send/recv run on ordinary host buffers
 // (what a two-sided program uses) and, as a second peer, on memAlloc buffers too.
-//   rma_bench [minBytes] [maxBytes] [iters]      (defaults 4 KiB, 16 MiB, 200)
+//   rma_bench [minBytes] [maxBytes] [iters] [hosts]      (defaults 4 KiB, 16 MiB, 200)
+// hosts: each rank claims a host of its own (C4_HOSTID): send/recv over tcp, puts over the side channel.
 // Prints one row per size: microseconds and GB/s of each, and put's bandwidth over send/recv's.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "c4comm/c4comm.hpp"
@@ -95,6 +97,7 @@ int main(int argc, char** argv) {
   const size_t minB = argc > 1 ? strtoull(argv[1], nullptr, 0) : 4096;
   const size_t maxB = argc > 2 ? strtoull(argv[2], nullptr, 0) : (16u << 20);
   const int iters = argc > 3 ? atoi(argv[3]) : 200;
+  const bool hosts = argc > 4 && std::string(argv[4]) == "hosts";
   if (minB == 0 || maxB < minB || iters < 1) {
     fprintf(stderr, "usage: %s [minBytes] [maxBytes] [iters]\n", argv[0]);
     return 2;
@@ -105,6 +108,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < 2; ++r) {
     kids[r] = fork();
     if (kids[r] == 0) {
+      if (hosts) setenv("C4_HOSTID", std::to_string(700 + r).c_str(), 1);
       c4::UniqueId id;
       if (r == 0) {
         check(c4::getUniqueId(&id), "getUniqueId");
@@ -116,7 +120,8 @@ int main(int argc, char** argv) {
     }
   }
   close(out[1]);
-  printf("# one-way time of a ping-pong between 2 ranks of one host, %d round trips per size\n", iters);
+  printf("# one-way time of a ping-pong between 2 ranks of one host%s, %d round trips per size\n",
+         hosts ? " claiming a host each (tcp, side channel)" : "", iters);
   printf("# %8s %10s %8s %10s %8s %10s %8s %7s\n", "bytes", "put us", "GB/s", "sendrecv", "GB/s", "sr-shared", "GB/s",
          "put/sr");
   fflush(stdout);

@@ -1061,16 +1061,24 @@ std::string Bootstrap::peerStreamError(int peer) const {
 }
 
 Status Bootstrap::send(int peer, uint32_t tag, const void* data, size_t bytes, int64_t timeoutMs) {
+  return sendParts(peer, tag, nullptr, 0, data, bytes, timeoutMs);
+}
+
+Status Bootstrap::sendParts(int peer, uint32_t tag, const void* head, size_t headBytes, const void* data, size_t bytes,
+                            int64_t timeoutMs) {
   Impl& m = *impl_;
   if (peer < 0 || peer >= m.nranks)
     return makeError(Code::kInvalidArgument, "%s: send to rank %d of %d", m.prefix.c_str(), peer, m.nranks);
-  if (data == nullptr && bytes > 0)
+  if ((data == nullptr && bytes > 0) || (head == nullptr && headBytes > 0))
     return makeError(Code::kInvalidArgument, "%s: send: data is null", m.prefix.c_str());
   if (m.aborted.load()) return m.abortedError("send");
   if (peer == m.rank) {
     {
+      std::vector<char> msg(headBytes + bytes);
+      if (headBytes) memcpy(msg.data(), head, headBytes);
+      if (bytes) memcpy(msg.data() + headBytes, data, bytes);
       std::lock_guard<std::mutex> g(m.mu);
-      m.inbox[{peer, tag}].emplace_back(static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
+      m.inbox[{peer, tag}].push_back(std::move(msg));
     }
     m.cv.notify_all();
     return Status::ok();
@@ -1090,17 +1098,22 @@ Status Bootstrap::send(int peer, uint32_t tag, const void* data, size_t bytes, i
     }
     fd = std::move(nfd);
   }
-  FrameHdr h{kFrameMagic, tag, bytes};
-  std::string what = strFormat("%s: send of %zu bytes (tag %u) to %s", m.prefix.c_str(), bytes, tag, who.c_str());
+  FrameHdr h{kFrameMagic, tag, headBytes + bytes};
+  std::string what =
+      strFormat("%s: send of %zu bytes (tag %u) to %s", m.prefix.c_str(), headBytes + bytes, tag, who.c_str());
   Status st;
-  if (bytes <= 64 * 1024) {
+  if (headBytes + bytes <= 64 * 1024) {
     // One write for small messages.
-    std::vector<char> buf(sizeof(h) + bytes);
+    std::vector<char> buf(sizeof(h) + headBytes + bytes);
     memcpy(buf.data(), &h, sizeof(h));
-    if (bytes) memcpy(buf.data() + sizeof(h), data, bytes);
+    if (headBytes) memcpy(buf.data() + sizeof(h), head, headBytes);
+    if (bytes) memcpy(buf.data() + sizeof(h) + headBytes, data, bytes);
     st = detail::sendAll(fd.get(), buf.data(), buf.size(), dl, m.wakeFd.get(), what);
   } else {
-    st = detail::sendAll(fd.get(), &h, sizeof(h), dl, m.wakeFd.get(), what);
+    std::vector<char> first(sizeof(h) + headBytes);
+    memcpy(first.data(), &h, sizeof(h));
+    if (headBytes) memcpy(first.data() + sizeof(h), head, headBytes);
+    st = detail::sendAll(fd.get(), first.data(), first.size(), dl, m.wakeFd.get(), what);
     if (st.isOk()) st = detail::sendAll(fd.get(), data, bytes, dl, m.wakeFd.get(), what);
   }
   if (!st.isOk()) {

@@ -69,6 +69,9 @@ class Bootstrap : public transport::Oob {
   Status send(int peer, uint32_t tag, const void* data, size_t bytes);
   /// send() waiting at most `timeoutMs` (connect, handshake and write; C4D's heartbeats).
   Status send(int peer, uint32_t tag, const void* data, size_t bytes, int64_t timeoutMs);
+  /// One message of `head` followed by `data`, without joining them first (one-sided puts).
+  Status sendParts(int peer, uint32_t tag, const void* head, size_t headBytes, const void* data, size_t bytes,
+                   int64_t timeoutMs);
   /// Takes every message with `tag` already there, from any rank, oldest first per rank; never
   /// blocks.
   void take(uint32_t tag, std::vector<std::pair<int, std::vector<char>>>* out);

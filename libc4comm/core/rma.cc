@@ -10,12 +10,33 @@
 
 #include "common/clock.hpp"
 #include "common/logging.hpp"
+#include "common/params.hpp"
 #include "common/status.hpp"
 #include "core/comm.hpp"
 
 namespace c4 {
 
+C4_PARAM_INT(RmaMapped, "C4_RMA_MAPPED", nullptr, 1, 0, 1, kParamSameOnAllRanks,
+             "One-sided calls (ncclPutSignal) to ranks of the same host: 1 write through the mapping of the "
+             "peer's window (ncclMemAlloc memory); 0 send them through the bootstrap's side channel, as to ranks "
+             "of other hosts")
+
 namespace {
+
+constexpr uint32_t kTagRma = 0xC4A30001u;
+constexpr uint32_t kRmaMagic = 0x52344d41u;  // "AM4R"
+enum : uint32_t { kKindPut = 1, kKindSignal = 2, kKindFence = 3 };
+
+/// The header of a one-sided message on the side channel; a put's data follows it.
+struct RmaHdr {
+  uint32_t magic;
+  uint32_t kind;
+  uint32_t window;  // Window::id
+  uint32_t pad;
+  uint64_t offset;
+  uint64_t bytes;
+};
+static_assert(sizeof(RmaHdr) == 32, "RmaHdr has padding");
 
 /// What each rank contributes to a registration (the bootstrap's allGather): where its buffer and
 /// its signal block lie. Plain fields without padding, so nothing uninitialized goes on the wire.
@@ -54,6 +75,8 @@ Status Rma::ensureSignalBlock(int nranks) {
     return makeError(Code::kInternalError, "window: the signal block is not shareable");
   }
   consumed_.assign(static_cast<size_t>(nranks), 0);
+  fencesSeen_.assign(static_cast<size_t>(nranks), 0);
+  mapped_ = paramRmaMapped() != 0;
   return Status::ok();
 }
 
@@ -93,6 +116,7 @@ Status Rma::registerWindow(Comm* c, void* buff, size_t size, int flags, Window**
   if (peerSig_.empty())
     for (const Entry& e : all) peerSig_.push_back(sigRef(e));
   auto w = std::make_unique<Window>();
+  w->id = nextWindowId_++;
   w->comm = c;
   w->base = buff;
   w->size = size;
@@ -113,9 +137,37 @@ Status Rma::checkWindow(const char* fn, const Window* w) const {
                    static_cast<const void*>(w));
 }
 
+Window* Rma::findWindow(uint32_t id) const {
+  for (const auto& w : windows_)
+    if (w->id == id) return w.get();
+  return nullptr;
+}
+
 Status Rma::deregisterWindow(Comm* c, Window* w) {
   C4_CHECK(checkWindow("windowDeregister", w));
-  // Collective: once every rank is here, no put into this window is in flight any more.
+  // Collective. What the peers of the side channel sent before they got here is applied first: each
+  // sends a fence after its puts on the same ordered channel, and this rank waits for every fence.
+  ++fencesSent_;
+  bool remote = false;
+  for (int p = 0; p < c->nranks; ++p) {
+    if (p == c->rank || !viaNetwork(c, p)) continue;
+    remote = true;
+    C4_CHECK(sendRemote(c, p, kKindFence, 0, 0, nullptr, 0));
+  }
+  const int64_t start = detail::nowNs();
+  for (int p = 0; remote && p < c->nranks; ++p) {
+    if (p == c->rank || !viaNetwork(c, p)) continue;
+    while (fencesSeen_[static_cast<size_t>(p)] < fencesSent_) {
+      C4_CHECK(drainRemote(c));
+      if (fencesSeen_[static_cast<size_t>(p)] >= fencesSent_) break;
+      C4_CHECK(c->failure());
+      if ((detail::nowNs() - start) / 1000000 > c->timeoutMs)
+        return makeError(Code::kTimeout, "rank %d: window deregistration: rank %d did not deregister within %lld ms",
+                         c->rank, p, static_cast<long long>(c->timeoutMs));
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  // Once every rank is here, no put into this window is in flight any more.
   Status st = c->bootstrap->barrier();
   if (!st.isOk())
     return makeError(st.code(), "rank %d: window deregistration (collective: every rank deregisters): %s", c->rank,
@@ -132,13 +184,56 @@ Status Rma::reachable(const char* fn, Comm* c, int peer) const {
                      c->nranks - 1);
   if (sigBlock_ == nullptr)
     return makeError(Code::kInvalidUsage, "%s: no window was registered on this communicator yet", fn);
-  const RankInfo& me = c->peers[static_cast<size_t>(c->rank)];
-  const RankInfo& p = c->peers[static_cast<size_t>(peer)];
-  if (p.hostId != me.hostId)
-    return makeError(Code::kInvalidUsage,
-                     "%s: rank %d is on host %s, rank %d on host %s: one-sided calls reach ranks of the same host "
-                     "only (through the mapped window); across hosts they are not implemented yet",
-                     fn, c->rank, me.hostname, peer, p.hostname);
+  return Status::ok();
+}
+
+bool Rma::viaNetwork(const Comm* c, int peer) const {
+  if (peer == c->rank) return false;
+  if (!mapped_) return true;
+  return c->peers[static_cast<size_t>(peer)].hostId != c->peers[static_cast<size_t>(c->rank)].hostId;
+}
+
+Status Rma::sendRemote(Comm* c, int peer, uint32_t kind, uint32_t window, uint64_t offset, const void* data,
+                       size_t bytes) {
+  RmaHdr h{kRmaMagic, kind, window, 0, offset, bytes};
+  Status st = c->bootstrap->sendParts(peer, kTagRma, &h, sizeof(h), data, bytes, c->timeoutMs);
+  if (!st.isOk())
+    return makeError(st.code(), "rank %d: one-sided message to rank %d: %s", c->rank, peer, st.message().c_str());
+  return Status::ok();
+}
+
+Status Rma::drainRemote(Comm* c) {
+  std::vector<std::pair<int, std::vector<char>>> msgs;
+  c->bootstrap->take(kTagRma, &msgs);
+  auto* slots = static_cast<char*>(sigBlock_);
+  for (auto& [from, msg] : msgs) {
+    RmaHdr h;
+    if (from < 0 || from >= c->nranks || msg.size() < sizeof(h))
+      return makeError(Code::kRemoteError, "rank %d: a malformed one-sided message (%zu bytes) from rank %d", c->rank,
+                       msg.size(), from);
+    memcpy(&h, msg.data(), sizeof(h));
+    if (h.magic != kRmaMagic || msg.size() - sizeof(h) != h.bytes)
+      return makeError(Code::kRemoteError, "rank %d: a malformed one-sided message from rank %d", c->rank, from);
+    if (h.kind == kKindFence) {
+      ++fencesSeen_[static_cast<size_t>(from)];
+      continue;
+    }
+    if (h.kind == kKindPut && h.bytes > 0) {
+      const Window* w = findWindow(h.window);
+      if (w == nullptr || h.offset > w->size || h.bytes > w->size - h.offset)
+        return makeError(Code::kRemoteError,
+                         "rank %d: rank %d put %llu bytes at offset %llu of window %u, which this rank does not hold "
+                         "(or not that far)",
+                         c->rank, from, static_cast<unsigned long long>(h.bytes),
+                         static_cast<unsigned long long>(h.offset), h.window);
+      memcpy(static_cast<char*>(w->base) + h.offset, msg.data() + sizeof(h), h.bytes);
+    } else if (h.kind != kKindPut && h.kind != kKindSignal) {
+      return makeError(Code::kRemoteError, "rank %d: a one-sided message of unknown kind %u from rank %d", c->rank,
+                       h.kind, from);
+    }
+    __atomic_fetch_add(reinterpret_cast<uint64_t*>(slots + static_cast<size_t>(from) * kSlotBytes), 1,
+                       __ATOMIC_RELEASE);
+  }
   return Status::ok();
 }
 
@@ -159,6 +254,7 @@ Status Rma::put(Comm* c, const void* src, size_t bytes, int peer, const Window* 
     return makeError(Code::kInvalidArgument,
                      "putSignal: %zu bytes at offset %zu do not fit rank %d's window of %llu bytes", bytes, offset,
                      peer, static_cast<unsigned long long>(dst.size));
+  if (viaNetwork(c, peer)) return sendRemote(c, peer, kKindPut, w->id, offset, src, bytes);
   if (bytes > 0) {
     char* to = nullptr;
     C4_CHECK(resolve(c, peer, dst.ref, offset, bytes, &to));
@@ -169,6 +265,7 @@ Status Rma::put(Comm* c, const void* src, size_t bytes, int peer, const Window* 
 
 Status Rma::signal(Comm* c, int peer) {
   C4_CHECK(reachable("signal", c, peer));
+  if (viaNetwork(c, peer)) return sendRemote(c, peer, kKindSignal, 0, 0, nullptr, 0);
   char* slot = nullptr;
   C4_CHECK(resolve(c, peer, peerSig_[static_cast<size_t>(peer)], static_cast<uint64_t>(c->rank) * kSlotBytes,
                    sizeof(uint64_t), &slot));
@@ -200,7 +297,12 @@ Status Rma::wait(Comm* c, int n, const int* peers, const int* counts) {
     const size_t sp = static_cast<size_t>(p);
     if (target[sp] == 0) continue;
     const uint64_t want = consumed_[sp] + target[sp];
+    const bool remote = viaNetwork(c, p);
     while (have(p) < want) {
+      if (remote) {
+        C4_CHECK(drainRemote(c));
+        if (have(p) >= want) break;
+      }
       ++rounds;
       if (rounds < 2000) continue;  // spin first: a same-host put lands within microseconds
       if ((rounds & 63) == 0) {

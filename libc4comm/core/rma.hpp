@@ -7,8 +7,15 @@
 // shareable allocation made at the first registration. A put maps the peer's window allocation (on
 // first use), copies the data in, then adds one to the peer's slot with release ordering; a wait
 // loads its own slots with acquire ordering until they reach what it waits for. No transport,
-// thread or message is involved, so the target takes no part: it is one-sided. Peers on another
-// host cannot be mapped: their puts are refused (docs/api-coverage.md).
+// thread or message is involved, so the target takes no part: it is one-sided.
+//
+// A peer on another host (or every peer, with C4_RMA_MAPPED=0) cannot be mapped: a put to it is one
+// message on the bootstrap's side channel (header and data, to the peer's tag kTagRma), which the
+// peer's bootstrap thread receives into memory without the peer doing anything, so the put never
+// waits for its target either. The target applies what arrived (copies the data into its window,
+// counts the signal) whenever it looks for signals (waitSignal) and before a window goes
+// (deregistration sends and awaits a fence on the same ordered channel), which is when NCCL's
+// contract makes the data visible. Messages from one rank apply in the order it sent them.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +35,7 @@ struct Comm;
 struct Window {
   static constexpr uint64_t kMagic = 0x574f444e49573463ull;  // "c4WINDOW"
   uint64_t magic = kMagic;
+  uint32_t id = 0;  // the n-th registration of the communicator: the same on every rank
   const Comm* comm = nullptr;
   void* base = nullptr;  // this rank's buffer
   size_t size = 0;
@@ -62,6 +70,13 @@ class Rma {
   /// The address of `bytes` at `ref` in rank `peer`'s memory (mapped on first use).
   Status resolve(Comm* c, int peer, const MemRef& ref, uint64_t extra, size_t bytes, char** out);
   Status reachable(const char* fn, Comm* c, int peer) const;
+  /// Whether `peer` is reached through the side channel (another host, or C4_RMA_MAPPED=0).
+  bool viaNetwork(const Comm* c, int peer) const;
+  /// Sends one message (put, signal or fence) to a peer through the side channel.
+  Status sendRemote(Comm* c, int peer, uint32_t kind, uint32_t window, uint64_t offset, const void* data, size_t bytes);
+  /// Applies every one-sided message that arrived through the side channel.
+  Status drainRemote(Comm* c);
+  Window* findWindow(uint32_t id) const;
 
   static constexpr size_t kSlotBytes = 64;
   void* sigBlock_ = nullptr;        // this rank's slots (memAlloc memory)
@@ -69,6 +84,10 @@ class Rma {
   std::vector<MemRef> peerSig_;     // every rank's signal block (learnt at the first registration)
   std::vector<uint64_t> consumed_;  // per source rank: signals earlier waits consumed
   std::vector<std::unique_ptr<Window>> windows_;
+  uint32_t nextWindowId_ = 0;
+  bool mapped_ = true;                // C4_RMA_MAPPED: same-host peers through the mapping
+  std::vector<uint64_t> fencesSeen_;  // per rank: fences that arrived through the side channel
+  uint64_t fencesSent_ = 0;           // deregistrations so far (each sends one fence per remote peer)
   PeerMappings maps_{1024};
 };
 

@@ -20,57 +20,16 @@
 #include <string>
 #include <vector>
 
+#include "abi_check.hpp"
+
 namespace {
 
-int gRank = -1;
-int gFailures = 0;
-
-#define EXPECT(cond, ...)                                                   \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      fprintf(stderr, "[rank %d] FAIL %s:%d: ", gRank, __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                                         \
-      fprintf(stderr, "\n");                                                \
-      ++gFailures;                                                          \
-    }                                                                       \
-  } while (0)
-
-#define NCCL_OK(call)                                                                                \
-  do {                                                                                               \
-    ncclResult_t r_ = (call);                                                                        \
-    if (r_ != ncclSuccess) {                                                                         \
-      fprintf(stderr, "[rank %d] FAIL %s:%d: %s -> %d (%s): %s\n", gRank, __FILE__, __LINE__, #call, \
-              static_cast<int>(r_), ncclGetErrorString(r_), ncclGetLastError(nullptr));              \
-      ++gFailures;                                                                                   \
-      return;                                                                                        \
-    }                                                                                                \
-  } while (0)
+using abi::gFailures;
+using abi::gRank;
+using abi::readAll;
+using abi::writeAll;
 
 const cudaStream_t kNoStream = nullptr;
-
-bool writeAll(int fd, const void* buf, size_t n) {
-  const char* p = static_cast<const char*>(buf);
-  while (n > 0) {
-    ssize_t k = write(fd, p, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return false;
-    p += k;
-    n -= static_cast<size_t>(k);
-  }
-  return true;
-}
-
-bool readAll(int fd, void* buf, size_t n) {
-  char* p = static_cast<char*>(buf);
-  while (n > 0) {
-    ssize_t k = read(fd, p, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return false;
-    p += k;
-    n -= static_cast<size_t>(k);
-  }
-  return true;
-}
 
 void checkFloats(const char* what, const std::vector<float>& got, const std::vector<float>& want) {
   int shown = 0;

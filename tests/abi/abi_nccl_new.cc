@@ -5,7 +5,8 @@
 // with one-sided puts and signals, suspend/resume, the parameter API, encryption and growing, with
 // their error paths. The parent only forks and waits with a deadline.
 //
-//   abi_nccl_new <nranks>
+//   abi_nccl_new <nranks> [hosts]     (hosts: every process claims a host of its own, C4_HOSTID, so
+//                                     that the ranks talk over tcp and the puts go through the network)
 #include C4_NVIDIA_NCCL_H
 
 #include <signal.h>
@@ -20,33 +21,16 @@
 #include <string>
 #include <vector>
 
+#include "abi_check.hpp"
+
 static_assert(NCCL_VERSION_CODE >= 23200, "this test needs NCCL 2.32's header");
 
 namespace {
 
-int gRank = -1;
-int gFailures = 0;
-
-#define EXPECT(cond, ...)                                                   \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      fprintf(stderr, "[rank %d] FAIL %s:%d: ", gRank, __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                                         \
-      fprintf(stderr, "\n");                                                \
-      ++gFailures;                                                          \
-    }                                                                       \
-  } while (0)
-
-#define NCCL_OK(call)                                                                                \
-  do {                                                                                               \
-    ncclResult_t r_ = (call);                                                                        \
-    if (r_ != ncclSuccess) {                                                                         \
-      fprintf(stderr, "[rank %d] FAIL %s:%d: %s -> %d (%s): %s\n", gRank, __FILE__, __LINE__, #call, \
-              static_cast<int>(r_), ncclGetErrorString(r_), ncclGetLastError(nullptr));              \
-      ++gFailures;                                                                                   \
-      return;                                                                                        \
-    }                                                                                                \
-  } while (0)
+using abi::gFailures;
+using abi::gRank;
+using abi::readAll;
+using abi::writeAll;
 
 #define EXPECT_RES(call, want)                                                                                         \
   do {                                                                                                                 \
@@ -55,30 +39,6 @@ int gFailures = 0;
   } while (0)
 
 const cudaStream_t kNoStream = nullptr;
-
-bool writeAll(int fd, const void* buf, size_t n) {
-  const char* p = static_cast<const char*>(buf);
-  while (n > 0) {
-    ssize_t k = write(fd, p, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return false;
-    p += k;
-    n -= static_cast<size_t>(k);
-  }
-  return true;
-}
-
-bool readAll(int fd, void* buf, size_t n) {
-  char* p = static_cast<char*>(buf);
-  while (n > 0) {
-    ssize_t k = read(fd, p, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return false;
-    p += k;
-    n -= static_cast<size_t>(k);
-  }
-  return true;
-}
 
 // ---- nccl*Config: the results of the plain calls; the options NCCL's rules refuse ---------------
 void testCollConfig(ncclComm_t comm, int rank, int n) {
@@ -379,8 +339,9 @@ void runNewRank(int n, const Pipes& p) {
 
 int main(int argc, char** argv) {
   const int n = argc > 1 ? atoi(argv[1]) : 3;
-  if (n < 1 || n > 32) {
-    fprintf(stderr, "usage: %s <nranks 1..32>\n", argv[0]);
+  const bool hosts = argc > 2 && std::string(argv[2]) == "hosts";
+  if (n < 1 || n > 32 || (argc > 2 && !hosts)) {
+    fprintf(stderr, "usage: %s <nranks 1..32> [hosts]\n", argv[0]);
     return 2;
   }
   int idPipe[2], growPipe[2];
@@ -398,6 +359,7 @@ int main(int argc, char** argv) {
     }
     if (pid == 0) {
       gRank = r;
+      if (hosts) setenv("C4_HOSTID", std::to_string(500 + r).c_str(), 1);
       Pipes p;
       p.idOut = idPipe[1];
       p.idIn = idPipe[0];
@@ -440,6 +402,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (failed) return 1;
-  printf("abi_nccl_new: %d ranks + 1 grown: ok\n", n);
+  printf("abi_nccl_new: %d ranks + 1 grown%s: ok\n", n, hosts ? ", one host each" : "");
   return 0;
 }

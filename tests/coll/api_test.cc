@@ -628,11 +628,13 @@ TEST(Failure, ShrinkWithDifferentExcludeListsFailsClearly) {
   }
 }
 
-// One-sided calls (NCCL 2.29's RMA) between processes of one host: every rank puts a block into
-// every rank's window and waits for the signals; a wait for a signal that never comes is kTimeout
-// after the communicator's timeout and leaves it usable; a suspended communicator refuses them.
-TEST(OneSided, PutSignalWaitBetweenProcessesAndTimeout) {
-  auto outs = runForked(3, [](int rank, int n, const c4::UniqueId& id) -> Failures {
+// One-sided calls (NCCL 2.29's RMA) between processes: every rank puts a block into every rank's
+// window and waits for the signals; a wait for a signal that never comes is kTimeout after the
+// communicator's timeout and leaves it usable; a suspended communicator refuses them. `hosts`: each
+// rank claims a host of its own (C4_HOSTID), so the puts go through the side channel, not the mapping.
+Failures oneSidedRank(int rank, int n, const c4::UniqueId& id, bool hosts) {
+  if (hosts) setenv("C4_HOSTID", std::to_string(100 + rank).c_str(), 1);
+  {
     Failures f;
     c4::Config cfg;
     cfg.timeoutMs = 1500;
@@ -699,7 +701,16 @@ TEST(OneSided, PutSignalWaitBetweenProcessesAndTimeout) {
     (void)c4::memFree(src);
     (void)c4::commDestroy(comm);
     return f;
-  });
+  }
+}
+
+TEST(OneSided, PutSignalWaitBetweenProcessesAndTimeout) {
+  auto outs = runForked(3, [](int rank, int n, const c4::UniqueId& id) { return oneSidedRank(rank, n, id, false); });
+  EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
+}
+
+TEST(OneSided, PutSignalWaitBetweenHosts) {
+  auto outs = runForked(3, [](int rank, int n, const c4::UniqueId& id) { return oneSidedRank(rank, n, id, true); });
   EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
 }
 
