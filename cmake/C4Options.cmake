@@ -57,6 +57,8 @@ c4_resolve(C4_WITH_GLOO "${_gloo_found}")
 # torch is found through the interpreter that has it (Debian's /usr/bin/python3 by default; the first
 # python3 on PATH may be another one). bindings/torch asks it for headers, libraries and flags.
 set(C4_TORCH_PYTHON /usr/bin/python3 CACHE FILEPATH "Python interpreter whose torch the c4 backend builds against")
+set(C4_TORCH2_PYTHON ${CMAKE_SOURCE_DIR}/.venv-torch/bin/python CACHE FILEPATH
+    "Second interpreter the c4 backend is built for: PyPI's torch 2.x in scripts/torch-venv.sh's environment")
 set(_torch_found OFF)
 if(NOT C4_WITH_TORCH STREQUAL "OFF" AND EXISTS ${C4_TORCH_PYTHON})
   execute_process(COMMAND ${C4_TORCH_PYTHON} -c "import torch,os;print(os.path.dirname(torch.__file__))"

@@ -91,8 +91,8 @@ typedef enum {
 #define NCCL_WIN_DEFAULT 0x00
 #define NCCL_WIN_COLL_SYMMETRIC 0x01
 #define NCCL_WIN_STRICT_ORDERING 0x02
-#define NCCL_WIN_GIN_ONLY 0x04     /* register for GPU-initiated networking only */
-#define NCCL_WIN_CFT_COUNTED 0x08  /* register for counted completion only */
+#define NCCL_WIN_GIN_ONLY 0x04    /* register for GPU-initiated networking only */
+#define NCCL_WIN_CFT_COUNTED 0x08 /* register for counted completion only */
 #define NCCL_WIN_REQUIRED_ALIGNMENT 4096
 
 /* ncclConfig_t.CTAPolicy values. */
@@ -154,7 +154,7 @@ typedef struct ncclConfig_v23100 {
   int launchOrderImplicit;
   int numRmaSig;
   int rmaEagerInit;
-  int hostCftMode; /* ncclHostCftMode_t */
+  int hostCftMode;  /* ncclHostCftMode_t */
   int nvlsHostMode; /* ncclNvlsHostMode_t */
 } ncclConfig_t;
 

@@ -27,3 +27,5 @@ fi
 # NVIDIA's newest nccl.h, the reference of the ABI tests (tests/abi): ~50 KB read out of PyPI's
 # nvidia-nccl-cu13 wheel with range requests, checked against a pinned SHA-256 (.deps/, ignored by git).
 python3 "$(dirname "$0")/../tools/fetch_nccl_header.py" >/dev/null
+# PyPI's PyTorch 2.x in a virtual environment (.venv-torch/, ignored by git), beside Debian's 1.13.
+"$(dirname "$0")/torch-venv.sh"

@@ -22,14 +22,24 @@ echo "[test] fuzz targets (build-fuzz/, clang + libFuzzer)"
 scripts/fuzz.sh --build-only
 (cd build-fuzz && ctest --output-on-failure -j2 --timeout 600 --output-junit ctest-junit.xml)
 python3 tools/check_suites.py build-fuzz/ctest-junit.xml --expect fuzz
-# The torch backend's pytest suite runs on Debian's interpreter (the one with torch).
+# The torch backend's pytest suite runs twice: on Debian's interpreter (torch 1.13) and on the virtual
+# environment scripts/torch-venv.sh made (PyPI's torch 2.x).
 if [ -d build/python/c4comm_torch ]; then
-  echo "[test] pytest tests/torch (backend c4, /usr/bin/python3)"
+  echo "[test] pytest tests/torch (backend c4, torch 1.13: /usr/bin/python3)"
   C4_TORCH_PYTHONPATH=build/python /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/torch
 elif [ "${C4_ALLOW_SKIPS:-0}" = "1" ]; then
-  echo "[test] tests/torch skipped: c4comm_torch was not built (no torch for /usr/bin/python3)"
+  echo "[test] tests/torch skipped for torch 1.13: c4comm_torch was not built (no torch for /usr/bin/python3)"
 else
   echo "[test] FAIL: c4comm_torch was not built (no torch for /usr/bin/python3): the torch suite cannot run" >&2
+  exit 1
+fi
+if [ -d build/python-torch2/c4comm_torch ]; then
+  echo "[test] pytest tests/torch (backend c4, torch 2.x: .venv-torch)"
+  C4_TORCH_PYTHONPATH=build/python-torch2 .venv-torch/bin/python -m pytest -q -p no:cacheprovider tests/torch
+elif [ "${C4_ALLOW_SKIPS:-0}" = "1" ]; then
+  echo "[test] tests/torch skipped for torch 2.x: c4comm_torch was not built for .venv-torch"
+else
+  echo "[test] FAIL: c4comm_torch was not built for torch 2.x (.venv-torch: scripts/torch-venv.sh)" >&2
   exit 1
 fi
 if [ "${C4_SKIP_SANITIZERS:-0}" != "1" ]; then

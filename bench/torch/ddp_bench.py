@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""DDP step time on CPU: backend c4 against gloo in the same run.
+"""DDP (or FSDP2) step time on CPU: backend c4 against gloo in the same run.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/torch/ddp_bench.py --ranks 2 4
+    PYTHONPATH=build/python-torch2 .venv-torch/bin/python bench/torch/ddp_bench.py --ranks 2 --fsdp2
 
 Every rank trains the same MLP (12.6 M parameters by default) on its own data with DDP. The two
 backends run in the same processes, alternating rounds (gloo, c4, gloo, c4, ...), so both see
@@ -12,6 +13,10 @@ c4/gloo (lower is better). torch.set_num_threads(1) per rank.
 variant, "c4 shared": DDP over c4 with gradient_as_bucket_view=True, built and run for its first
 two steps inside c4comm_torch.shared_allocations(), so its buckets (the gradients) live in
 shareable memory and c4 reduces them zero-copy (docs/torch.md).
+
+--fsdp2 (torch 2.x) shards the same model with fully_shard (each Linear, then the root) over a
+DeviceMesh of the backend's group instead of DDP: AllGather of the parameters forward and backward,
+ReduceScatter of the gradients.
 """
 
 import argparse
@@ -97,7 +102,16 @@ def _rank(rank, ws, store, args, out):
             model = _model(torch, args.width, args.depth, args.inp)
             params = sum(p.numel() for p in model.parameters())
             leave = None
-            if name == "c4 shared":
+            if args.fsdp2:
+                from torch.distributed.device_mesh import DeviceMesh
+                from torch.distributed.fsdp import fully_shard
+
+                mesh = DeviceMesh.from_group(group, "cpu")
+                for m in model:
+                    if isinstance(m, torch.nn.Linear):
+                        fully_shard(m, mesh=mesh)
+                ddp = fully_shard(model, mesh=mesh)
+            elif name == "c4 shared":
                 ddp, leave = shared_buckets(DDP, model, group)
             else:
                 ddp = DDP(model, process_group=group, gradient_as_bucket_view=args.bucket_view)
@@ -133,7 +147,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--bucket-view", action="store_true", help="gradient_as_bucket_view=True for every DDP")
     ap.add_argument("--shared-buckets", action="store_true", help="add the 'c4 shared' variant (see above)")
+    ap.add_argument("--fsdp2", action="store_true", help="FSDP2 (fully_shard) instead of DDP (torch 2.x)")
     args = ap.parse_args()
+    if args.fsdp2 and args.shared_buckets:
+        ap.error("--shared-buckets is a DDP variant")
     args.warmup = max(2, args.warmup)
     shared = args.shared_buckets
     print("| ranks | params | gloo median step (ms) | c4 median step (ms) | c4 / gloo |" +

@@ -964,7 +964,7 @@ ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, nccl
   const char* fn = "ncclSignal";
   C4_NCCL_CHECK(checkComm(fn, comm));
   C4_NCCL_CHECK(checkSignalArgs(fn, sigIdx, ctx, flags));
-  return fromStatus(c4::signal(peer, toC4(comm)));
+  return fromStatus(c4::signalPeer(peer, toC4(comm)));
 } catch (...) {
   return fromException(__func__);
 }

@@ -119,5 +119,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_reset_allocator", &resetAllocator);
   m.def("_diagnoses", &c4torch::diagnoses,
         "C4D's diagnoses of this process's c4 groups, oldest first, as JSON records (docs/c4d.md)");
+  m.def("_python_exiting", &c4torch::pythonExiting,
+        "Registered with atexit by c4comm_torch: workers stop releasing tensors (see process_group_c4.hpp)");
   m.attr("torch_api") = TORCH_VERSION_MAJOR >= 2 ? "Backend" : "ProcessGroup";
 }

@@ -252,6 +252,12 @@ void WorkC4::complete(const std::string& error) {
 
 // ---- Channel ---------------------------------------------------------------------------------
 
+namespace {
+std::atomic<bool> gPythonExiting{false};
+}  // namespace
+
+void pythonExiting() { gPythonExiting.store(true, std::memory_order_release); }
+
 Channel::Channel(std::string name, Init init) : name_(std::move(name)), init_(std::move(init)) {
   thread_ = std::thread([this] { loop(); });
 }
@@ -309,6 +315,8 @@ void Channel::loop() {
       error = item.describe + " failed: " + e.what();
     }
     item.done(error);
+    // At interpreter exit the item's tensors stay alive (pythonExiting() says why).
+    if (gPythonExiting.load(std::memory_order_acquire)) new Item(std::move(item));  // NOLINT: leaked on purpose
   }
 }
 
@@ -877,6 +885,84 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::_reduce_scatter_base(at::Tensor
                    return st;
                  });
 }
+
+#if TORCH_VERSION_MAJOR >= 2
+c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                                 std::vector<at::Tensor>& inputs,
+                                                                                 const ::c10d::AllgatherOptions& opts) {
+  const char* fn = "allgather_into_tensor_coalesced";
+  TORCH_CHECK(!inputs.empty(), "c4 ", fn, ": no input tensors");
+  TORCH_CHECK(outputs.size() == inputs.size(), "c4 ", fn, ": ", inputs.size(), " inputs but ", outputs.size(),
+              " outputs");
+  std::vector<at::Tensor> ins, bufs, users;
+  std::vector<c4::DataType> dts;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkTensor(inputs[i], fn);
+    checkTensor(outputs[i], fn);
+    checkSameType(outputs[i], inputs[i], fn);
+    TORCH_CHECK(outputs[i].numel() == inputs[i].numel() * size_, "c4 ", fn, ": output ", i, " must hold ", size_, " x ",
+                inputs[i].numel(), " elements, got ", outputs[i].numel());
+    dts.push_back(toC4(inputs[i].scalar_type(), fn));
+    ins.push_back(inputs[i].contiguous());
+    bufs.push_back(outputs[i].contiguous());
+    users.push_back(outputs[i]);
+  }
+  return enqueue(*main_, OpType::COALESCED, fn, "c4:all_gather_into_tensor_coalesced", users, [=](c4::Comm* c) {
+    c4::Status st = inGroup([&] {
+      for (size_t i = 0; i < ins.size(); ++i) {
+        c4::Status s = c4::allGather(ptr(ins[i]), ptr(bufs[i]), count(ins[i]), dts[i], c);
+        if (!s.isOk()) return s;
+      }
+      return c4::Status::ok();
+    });
+    if (st.isOk())
+      for (size_t i = 0; i < bufs.size(); ++i) copyBack(users[i], bufs[i]);
+    return st;
+  });
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const ::c10d::ReduceScatterOptions& opts) {
+  const char* fn = "reduce_scatter_tensor_coalesced";
+  TORCH_CHECK(!inputs.empty(), "c4 ", fn, ": no input tensors");
+  TORCH_CHECK(outputs.size() == inputs.size(), "c4 ", fn, ": ", inputs.size(), " inputs but ", outputs.size(),
+              " outputs");
+  std::vector<at::Tensor> ins, bufs, users;
+  std::vector<c4::DataType> dts;
+  std::vector<Reduction> reds;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkTensor(inputs[i], fn);
+    checkTensor(outputs[i], fn);
+    checkSameType(outputs[i], inputs[i], fn);
+    TORCH_CHECK(inputs[i].numel() == outputs[i].numel() * size_, "c4 ", fn, ": input ", i, " must hold ", size_, " x ",
+                outputs[i].numel(), " elements, got ", inputs[i].numel());
+    dts.push_back(toC4(outputs[i].scalar_type(), fn));
+    reds.push_back(reduceOf(opts.reduceOp, outputs[i].scalar_type(), fn));
+    // One PreMulSum operator serves the group: it is made for one type.
+    TORCH_CHECK(!reds.back().preMul || outputs[i].scalar_type() == outputs[0].scalar_type(), "c4 ", fn,
+                ": PREMUL_SUM needs tensors of one type");
+    ins.push_back(inputs[i].contiguous());
+    bufs.push_back(outputs[i].contiguous());
+    users.push_back(outputs[i]);
+  }
+  const at::ScalarType type0 = outputs[0].scalar_type();
+  return enqueue(*main_, OpType::COALESCED, fn, "c4:reduce_scatter_tensor_coalesced", users, [=](c4::Comm* c) {
+    c4::Status st = withRedOp(c, reds[0], type0, [&](c4::RedOp preMulOp) {
+      return inGroup([&] {
+        for (size_t i = 0; i < ins.size(); ++i) {
+          const c4::RedOp op = reds[i].preMul ? preMulOp : reds[i].op;
+          c4::Status s = c4::reduceScatter(ptr(ins[i]), ptr(bufs[i]), count(bufs[i]), dts[i], op, c);
+          if (!s.isOk()) return s;
+        }
+        return c4::Status::ok();
+      });
+    });
+    if (st.isOk())
+      for (size_t i = 0; i < bufs.size(); ++i) copyBack(users[i], bufs[i]);
+    return st;
+  });
+}
+#endif
 
 namespace {
 

@@ -154,6 +154,17 @@ class ProcessGroupC4 : public BackendBase {
                                                   const ::c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<::c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                         const ::c10d::ReduceScatterOptions& opts) override;
+#if TORCH_VERSION_MAJOR >= 2
+  // torch 2.x: FSDP2's collectives (one AllGather / ReduceScatter per tensor, run as one c4 group).
+  // 2.15 renamed them all_gather_single_coalesced / reduce_scatter_single_coalesced; those forward
+  // to these.
+  c10::intrusive_ptr<::c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                   std::vector<at::Tensor>& inputs,
+                                                                   const ::c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                   std::vector<at::Tensor>& inputs,
+                                                                   const ::c10d::ReduceScatterOptions& opts) override;
+#endif
   c10::intrusive_ptr<::c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                                                  std::vector<int64_t>& outputSplitSizes,
                                                  std::vector<int64_t>& inputSplitSizes,
@@ -195,6 +206,13 @@ class ProcessGroupC4 : public BackendBase {
   bool anyStop_ = false;
   std::thread anyWatcher_;  // started by the first receive from any source
 };
+
+/// Called from Python's atexit (c4comm_torch registers it): from then on the workers leave the
+/// tensors of the operations they finish alive instead of releasing them. Releasing a tensor that has
+/// a Python object takes the GIL, and a thread that asks for it while the interpreter finalizes is
+/// ended by Python (pthread_exit), which std::terminate()s through the worker's noexcept frames;
+/// groups still referenced at exit (FSDP2 keeps them) would otherwise abort the process.
+void pythonExiting();
 
 /// C4D's diagnoses (docs/c4d.md) of every c4 process group of this process, oldest first, as JSON
 /// records (c4comm_torch.diagnoses()). Each group's communicator reports into it.

@@ -261,7 +261,7 @@ C4_API Status windowUserPtr(const Comm* comm, const Window* win, void** ptr);
 /// a peer on another host is kInvalidUsage (docs/api-coverage.md).
 C4_API Status putSignal(const void* src, size_t bytes, int peer, Window* win, size_t offset, Comm* comm);
 /// ncclSignal: adds one to peer's signal from this rank, after every earlier put to it.
-C4_API Status signal(int peer, Comm* comm);
+C4_API Status signalPeer(int peer, Comm* comm);
 /// ncclWaitSignal: waits until `counts[i]` more signals came from `peers[i]` (for each i) than earlier
 /// waits consumed, then consumes them. Fails with kTimeout after the communicator's timeout without
 /// one, and at once when the communicator failed (a peer died).

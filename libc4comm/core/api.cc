@@ -945,7 +945,7 @@ Status putSignal(const void* src, size_t bytes, int peer, Window* win, size_t of
   return record(comm->rma.put(comm, src, bytes, peer, win, offset));
 }
 
-Status signal(int peer, Comm* comm) {
+Status signalPeer(int peer, Comm* comm) {
   C4_CHECK_RECORD(beforeOneSided(comm));
   return record(comm->rma.signal(comm, peer));
 }

@@ -648,7 +648,7 @@ Failures oneSidedRank(int rank, int n, const c4::UniqueId& id, bool hosts) {
         !c4::memAlloc(reinterpret_cast<void**>(&src), block * 4).isOk())
       return {"memAlloc failed"};
     // Before any window: nothing to signal through.
-    st = c4::signal((rank + 1) % n, comm);
+    st = c4::signalPeer((rank + 1) % n, comm);
     if (st.code() != Code::kInvalidUsage) f.push_back("signal before a window: " + st.toString());
     c4::Window* w = nullptr;
     st = c4::windowRegister(comm, win, block * 4 * static_cast<size_t>(n), 0, &w);
@@ -687,7 +687,7 @@ Failures oneSidedRank(int rank, int n, const c4::UniqueId& id, bool hosts) {
     if (!st.isOk() || x != n) f.push_back("allreduce after the timeout: " + st.toString());
     // Suspended: one-sided calls are refused too.
     if (!c4::commSuspend(comm, true).isOk()) f.push_back("suspend failed");
-    st = c4::signal(prev, comm);
+    st = c4::signalPeer(prev, comm);
     if (st.code() != Code::kInvalidUsage) f.push_back("signal while suspended: " + st.toString());
     c4::MemStats ms;
     if (!c4::commMemStats(comm, &ms).isOk() || !ms.suspended) f.push_back("memStats does not say suspended");

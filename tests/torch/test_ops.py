@@ -88,8 +88,10 @@ def _collectives(ctx):
                 dist.all_reduce(got, op=R.AVG, group=c4)
                 c.equal("allreduce AVG " + tag, got, want, avg=True)
             if is_float:
-                # PREMUL_SUM with a number and with a one-element tensor factor (0.5: exact)
-                for factor in (0.5, [torch.tensor([0.5], dtype=dt)]):
+                # PREMUL_SUM with a number and with a one-element tensor factor (0.5: exact); torch 1.x
+                # takes the tensor in a list, 2.x alone.
+                t_factor = torch.tensor([0.5], dtype=dt)
+                for factor in (0.5, [t_factor] if torch.__version__.startswith("1.") else t_factor):
                     x = _make(torch, r, n, dt)
                     s = x.double() * 0.5
                     dist.all_reduce(s, group=gloo)

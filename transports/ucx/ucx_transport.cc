@@ -555,7 +555,7 @@ void UcxConnection::fail(const Status& st) {
 }
 
 void UcxConnection::flushEndpoint() {
-  if (!ep_ || flushOp || !standing_.isOk()) return;
+  if (!ep_ || flushOp) return;
   ucp_request_param_t p{};
   ucs_status_ptr_t r = ucp_ep_flush_nbx(ep_, &p);
   if (UCS_PTR_IS_PTR(r)) flushOp = r;
@@ -706,8 +706,12 @@ Status UcxTransportImpl::progress() {
   }
   for (auto& [from, reason] : notices_) {
     if (from < 0 || from >= ctx_.nranks || !conns_[static_cast<size_t>(from)]) continue;
-    conns_[static_cast<size_t>(from)]->fail(
-        makeError(Code::kRemoteError, "ucx: rank %d: rank %d aborted: %s", ctx_.rank, from, reason.c_str()));
+    UcxConnection& c = *conns_[static_cast<size_t>(from)];
+    c.fail(makeError(Code::kRemoteError, "ucx: rank %d: rank %d aborted: %s", ctx_.rank, from, reason.c_str()));
+    // The peer is gone: closing the endpoint (forced) makes UCX give up on the sends still in
+    // flight to it (a rendezvous send would otherwise wait for a receiver that no longer exists),
+    // so they fail now instead of when the timeout runs out.
+    c.closeEndpoint();
   }
   notices_.clear();
   // A broken connection is reported once the requests it failed are failed (never while UCX may
@@ -716,6 +720,10 @@ Status UcxTransportImpl::progress() {
   bool pending = false;
   for (auto& c : conns_) {
     if (!c) continue;
+    if (c->closeOp && ucp_request_check_status(c->closeOp) != UCS_INPROGRESS) {
+      ucp_request_free(c->closeOp);
+      c->closeOp = nullptr;
+    }
     c->sweep();
     pending |= c->busy();
     if (first.isOk() && !c->standing().isOk() && c->failedRequests() && !c->busy()) first = c->standing();
@@ -779,8 +787,10 @@ void UcxTransportImpl::abort(const std::string& reason) {
   const int32_t me = ctx_.rank;
   memcpy(&notice[0], &me, sizeof(me));
   notice += reason.substr(0, kAbortBytes - sizeof(me));
+  // Every peer with an endpoint hears it, also one whose connection this rank failed already (a
+  // mismatched message fails the connection, not the endpoint: that peer may still be sending).
   for (auto& c : conns_) {
-    if (!c || !c->ep() || !c->standing().isOk()) continue;
+    if (!c || !c->ep()) continue;
     ucp_request_param_t p{};
     ucs_status_ptr_t r = ucp_tag_send_nbx(c->ep(), notice.data(), notice.size(),
                                           kCtrlBit | (static_cast<ucp_tag_t>(ctx_.rank) << kSeqBits), &p);

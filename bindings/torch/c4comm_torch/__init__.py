@@ -8,6 +8,7 @@ sees no progress for the process group's ``timeout`` (init_process_group / new_g
 naming the rank it waited for; C4_TIMEOUT in the environment overrides it.
 """
 
+import atexit
 import contextlib
 import datetime
 
@@ -19,6 +20,9 @@ __all__ = ["BACKEND_NAME", "c4_version", "diagnoses", "empty", "is_registered", 
 
 BACKEND_NAME = "c4"
 c4_version = _C.c4_version
+# Groups still alive at exit (FSDP2 keeps references) must not release tensors once Python
+# finalizes (bindings/torch/process_group_c4.hpp, pythonExiting).
+atexit.register(_C._python_exiting)
 
 
 def _seconds(timeout):
