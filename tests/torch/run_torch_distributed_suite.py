@@ -5,6 +5,8 @@ passed / skipped / failed counts.
 
     PYTHONPATH=build/python /usr/bin/python3 tests/torch/run_torch_distributed_suite.py \
         [--world-size 2] [--per-test-timeout 60] [--max-minutes 40] [-k PATTERN ...] [--list-failures]
+    PYTHONPATH=build/python-torch2 .venv-torch/bin/python tests/torch/run_torch_distributed_suite.py ...
+                                                              (PyPI's torch 2.x: scripts/torch-venv.sh)
 
 Not part of the CI suite (it takes tens of minutes on 2 cores); docs/torch.md records the last run.
 """
