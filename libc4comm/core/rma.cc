@@ -1,7 +1,6 @@
 #include "core/rma.hpp"
 
 #include <sched.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -62,7 +61,6 @@ std::string rankList(const std::vector<int>& ranks) {
 }  // namespace
 
 Rma::~Rma() {
-  for (auto& w : windows_) w->magic = 0;
   if (sigBlock_ != nullptr) (void)memFreeShared(sigBlock_);
 }
 
@@ -80,7 +78,7 @@ Status Rma::ensureSignalBlock(int nranks) {
   return Status::ok();
 }
 
-Status Rma::registerWindow(Comm* c, void* buff, size_t size, int flags, Window** out) {
+Status Rma::registerWindow(Comm* c, void* buff, size_t size, Window** out) {
   C4_CHECK(ensureSignalBlock(c->nranks));
   Entry mine;
   memset(&mine, 0, sizeof(mine));
@@ -117,10 +115,8 @@ Status Rma::registerWindow(Comm* c, void* buff, size_t size, int flags, Window**
     for (const Entry& e : all) peerSig_.push_back(sigRef(e));
   auto w = std::make_unique<Window>();
   w->id = nextWindowId_++;
-  w->comm = c;
   w->base = buff;
   w->size = size;
-  w->flags = flags;
   for (const Entry& e : all) w->peers.push_back(Window::Peer{winRef(e), e.size});
   windows_.push_back(std::move(w));
   *out = windows_.back().get();
@@ -172,13 +168,11 @@ Status Rma::deregisterWindow(Comm* c, Window* w) {
   if (!st.isOk())
     return makeError(st.code(), "rank %d: window deregistration (collective: every rank deregisters): %s", c->rank,
                      st.message().c_str());
-  auto it = std::find_if(windows_.begin(), windows_.end(), [w](const auto& p) { return p.get() == w; });
-  (*it)->magic = 0;
-  windows_.erase(it);
+  windows_.erase(std::find_if(windows_.begin(), windows_.end(), [w](const auto& p) { return p.get() == w; }));
   return Status::ok();
 }
 
-Status Rma::reachable(const char* fn, Comm* c, int peer) const {
+Status Rma::checkPeer(const char* fn, Comm* c, int peer) const {
   if (peer < 0 || peer >= c->nranks)
     return makeError(Code::kInvalidArgument, "%s: peer %d is not a rank of the communicator (0..%d)", fn, peer,
                      c->nranks - 1);
@@ -248,7 +242,7 @@ Status Rma::resolve(Comm* c, int peer, const MemRef& ref, uint64_t extra, size_t
 
 Status Rma::put(Comm* c, const void* src, size_t bytes, int peer, const Window* w, size_t offset) {
   C4_CHECK(checkWindow("putSignal", w));
-  C4_CHECK(reachable("putSignal", c, peer));
+  C4_CHECK(checkPeer("putSignal", c, peer));
   const Window::Peer& dst = w->peers[static_cast<size_t>(peer)];
   if (offset > dst.size || bytes > dst.size - offset)
     return makeError(Code::kInvalidArgument,
@@ -264,7 +258,7 @@ Status Rma::put(Comm* c, const void* src, size_t bytes, int peer, const Window* 
 }
 
 Status Rma::signal(Comm* c, int peer) {
-  C4_CHECK(reachable("signal", c, peer));
+  C4_CHECK(checkPeer("signal", c, peer));
   if (viaNetwork(c, peer)) return sendRemote(c, peer, kKindSignal, 0, 0, nullptr, 0);
   char* slot = nullptr;
   C4_CHECK(resolve(c, peer, peerSig_[static_cast<size_t>(peer)], static_cast<uint64_t>(c->rank) * kSlotBytes,

@@ -33,13 +33,9 @@ struct Comm;
 
 /// One collective window registration (c4::Window of the public API).
 struct Window {
-  static constexpr uint64_t kMagic = 0x574f444e49573463ull;  // "c4WINDOW"
-  uint64_t magic = kMagic;
-  uint32_t id = 0;  // the n-th registration of the communicator: the same on every rank
-  const Comm* comm = nullptr;
+  uint32_t id = 0;       // the n-th registration of the communicator: the same on every rank
   void* base = nullptr;  // this rank's buffer
   size_t size = 0;
-  int flags = 0;
   struct Peer {
     MemRef ref;  // where the rank's buffer lies in its allocation
     uint64_t size = 0;
@@ -56,7 +52,7 @@ class Rma {
   Rma(const Rma&) = delete;
   Rma& operator=(const Rma&) = delete;
 
-  Status registerWindow(Comm* c, void* buff, size_t size, int flags, Window** out);
+  Status registerWindow(Comm* c, void* buff, size_t size, Window** out);
   Status deregisterWindow(Comm* c, Window* w);
   /// Ok if `w` is a live window of this communicator, else kInvalidArgument naming `fn`.
   Status checkWindow(const char* fn, const Window* w) const;
@@ -69,7 +65,8 @@ class Rma {
   Status ensureSignalBlock(int nranks);
   /// The address of `bytes` at `ref` in rank `peer`'s memory (mapped on first use).
   Status resolve(Comm* c, int peer, const MemRef& ref, uint64_t extra, size_t bytes, char** out);
-  Status reachable(const char* fn, Comm* c, int peer) const;
+  /// Ok if `peer` is a rank and a window exists (so the signal blocks are known), else why not.
+  Status checkPeer(const char* fn, Comm* c, int peer) const;
   /// Whether `peer` is reached through the side channel (another host, or C4_RMA_MAPPED=0).
   bool viaNetwork(const Comm* c, int peer) const;
   /// Sends one message (put, signal or fence) to a peer through the side channel.

@@ -658,6 +658,18 @@ Failures oneSidedRank(int rank, int n, const c4::UniqueId& id, bool hosts) {
       st = c4::putSignal(src, block * 4, p, w, static_cast<size_t>(rank) * block * 4, comm);
       if (!st.isOk()) f.push_back("putSignal to " + std::to_string(p) + ": " + st.toString());
     }
+    // Which path carried them: once every rank's puts returned (the AllReduce), a put through the
+    // mapping is in the window already, one through the side channel only after this rank waits.
+    int x = 1;
+    st = c4::allReduce(&x, &x, 1, c4::DataType::kInt32, c4::RedOp::kSum, comm);
+    if (!st.isOk()) f.push_back("allreduce: " + st.toString());
+    for (int p = 0; p < n; ++p) {
+      if (p == rank) continue;
+      const bool there = win[static_cast<size_t>(p) * block + 1] == p * 1000000 + 1;
+      if (there == hosts)
+        f.push_back(std::string("rank ") + std::to_string(p) + "'s put " + (there ? "is" : "is not") +
+                    " in the window before the wait: it did not take the " + (hosts ? "side channel" : "mapping"));
+    }
     std::vector<int> peers, counts;
     for (int p = 0; p < n; ++p) {
       peers.push_back(p);
@@ -682,7 +694,7 @@ Failures oneSidedRank(int rank, int n, const c4::UniqueId& id, bool hosts) {
     const int64_t waited = monoMs() - t0;
     if (st.code() != Code::kTimeout || waited < 1400 || waited > 10000)
       f.push_back("wait without a signal: " + st.toString() + " after " + std::to_string(waited) + " ms");
-    int x = 1;
+    x = 1;
     st = c4::allReduce(&x, &x, 1, c4::DataType::kInt32, c4::RedOp::kSum, comm);
     if (!st.isOk() || x != n) f.push_back("allreduce after the timeout: " + st.toString());
     // Suspended: one-sided calls are refused too.
