@@ -6,6 +6,7 @@ pkgs=(build-essential cmake pkg-config python3 libgtest-dev libgmock-dev libbenc
       clang-format binutils  # the style suite; c++filt for the exported-symbol test
       nlohmann-json3-dev libglpk-dev  # C4P: the topology file; the planner tests' LP bound
       python3-torch libtorch-dev pybind11-dev python3-pytest  # the torch backend (bindings/torch)
+      python3-mpi4py  # c4comm_torch.comm_from_mpi and its test (tests/torch/test_interop.py)
       chromium  # the c4-trace report's screenshot test (tests/trace)
       clang libclang-rt-dev python3-venv  # the fuzz targets (scripts/fuzz.sh): libFuzzer; atheris's venv
       libucx-dev ucx-utils  # the ucx transport (transports/ucx) and ucx_perftest beside it (bench/ucx)

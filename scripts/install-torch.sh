@@ -16,6 +16,7 @@ SITE=${SITE:-$("$PYTHON" -c 'import site; print(site.getsitepackages()[0])')}
 DEST="$SITE/c4comm_torch"
 mkdir -p "$DEST"
 cp "$BUILD_DIR"/python/c4comm_torch/__init__.py "$BUILD_DIR"/python/c4comm_torch/_C*.so "$DEST"/
-# The module finds libc4comm through its RUNPATH $ORIGIN.
-cp -P "$BUILD_DIR"/lib/libc4comm.so.* "$DEST"/
+# The module finds libc4comm through its RUNPATH $ORIGIN; c4comm_torch.nccl_library() is the
+# libnccl.so.2 beside it (the NCCL API on a group's communicator).
+cp -P "$BUILD_DIR"/lib/libc4comm.so.* "$BUILD_DIR"/lib/libnccl.so.2* "$DEST"/
 (cd / && PYTHONPATH="$SITE" "$PYTHON" -c "import c4comm_torch, torch.distributed as d; assert hasattr(d.Backend, 'C4'); print('[install-torch] c4comm_torch installed in $DEST')")

@@ -23,8 +23,20 @@ import sys, torch, torch.distributed as dist
 assert torch.__version__.split("+")[0] == sys.argv[1] and dist.is_available() and dist.is_gloo_available()
 EOF
 }
+# mpi4py (c4comm_torch.comm_from_mpi, tests/torch/test_interop.py): Debian's python3-mpi4py, built
+# against the Open MPI that libc4comm_mpi links, linked into the environment (same CPython 3.11 ABI).
+link_mpi4py() {
+  local deb=/usr/lib/python3/dist-packages/mpi4py site
+  [ -d "$deb" ] || return 0
+  site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  [ -e "$site/mpi4py" ] || ln -s "$deb" "$site/mpi4py"
+  "$VENV/bin/python" -c "import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI" 2>/dev/null && return 0
+  rm -f "$site/mpi4py"
+  echo "[torch-venv] Debian's mpi4py does not import in $VENV: the MPI test is skipped there"
+}
 if imports; then
   echo "[torch-venv] $VENV has torch $TORCH"
+  link_mpi4py
   exit 0
 fi
 t0=$(date +%s)
@@ -41,4 +53,5 @@ if ! imports; then
   "${PIP[@]}" "torch==$TORCH"
   imports || { echo "[torch-venv] FAIL: torch $TORCH does not import in $VENV" >&2; exit 1; }
 fi
+link_mpi4py
 echo "[torch-venv] $VENV ready: torch $TORCH, $(du -sh "$VENV" | cut -f1), $(($(date +%s) - t0)) s"

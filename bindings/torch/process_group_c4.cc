@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <Python.h>
 #include <c10/util/Exception.h>
+#include <c10/util/StringUtil.h>
 #include <pthread.h>
 
 #include <algorithm>
@@ -258,23 +259,70 @@ std::atomic<bool> gPythonExiting{false};
 
 void pythonExiting() { gPythonExiting.store(true, std::memory_order_release); }
 
-Channel::Channel(std::string name, Init init) : name_(std::move(name)), init_(std::move(init)) {
+struct Channel::Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool reached = false;   // the worker got to the pause (or failed it: error)
+  bool released = false;  // resume() (or close/abort) let it go on
+  std::string error;
+};
+
+Channel::Channel(std::string name, Init init, bool ownsComm)
+    : name_(std::move(name)), init_(std::move(init)), ownsComm_(ownsComm) {
   thread_ = std::thread([this] { loop(); });
 }
 
+namespace {
+void release(const std::shared_ptr<Channel::Gate>& g) {
+  if (!g) return;
+  std::lock_guard<std::mutex> l(g->mu);
+  g->released = true;
+  g->cv.notify_all();
+}
+}  // namespace
+
 Channel::~Channel() {
+  close("the process group was destroyed");
+  if (comm_ && ownsComm_) {
+    // A failed or aborted communicator is aborted (tells its peers, never hangs); a healthy one is
+    // destroyed.
+    const bool healthy = !aborted_ && c4::commGetAsyncError(comm_).isOk();
+    c4::Status st = healthy ? c4::commDestroy(comm_) : c4::commAbort(comm_);
+    (void)st;  // nothing to report to at teardown; c4comm has logged it
+  }
+  comm_ = nullptr;
+}
+
+void Channel::close(const std::string& why) {
+  std::shared_ptr<Gate> gate;
   {
     std::lock_guard<std::mutex> g(mu_);
+    if (closed_.empty()) closed_ = why;
     stop_ = true;
+    gate = std::move(gate_);
   }
+  cancelled_.store(true);
+  release(gate);
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-  if (comm_) {
-    // A failed communicator is aborted (tells its peers, never hangs); a healthy one is destroyed.
-    c4::Status st = c4::commGetAsyncError(comm_).isOk() ? c4::commDestroy(comm_) : c4::commAbort(comm_);
-    (void)st;  // nothing to report to at teardown; c4comm has logged it
-    comm_ = nullptr;
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+void Channel::abort(const std::string& why) {
+  std::shared_ptr<Gate> gate;
+  c4::Comm* comm = nullptr;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (closed_.empty()) closed_ = why;
+    aborted_ = true;
+    stop_ = true;
+    gate = std::move(gate_);
+    comm = comm_;
   }
+  cancelled_.store(true);
+  release(gate);
+  cv_.notify_all();
+  // Another thread may revoke while an operation runs: that operation fails at once.
+  if (comm) (void)c4::commRevoke(comm);
 }
 
 void Channel::enqueue(c10::intrusive_ptr<WorkC4> work, Op op, std::string describe) {
@@ -284,11 +332,66 @@ void Channel::enqueue(c10::intrusive_ptr<WorkC4> work, Op op, std::string descri
 }
 
 void Channel::enqueue(Op op, Done done, std::string describe) {
+  std::string closed;
   {
     std::lock_guard<std::mutex> g(mu_);
-    queue_.push_back(Item{std::move(op), std::move(done), std::move(describe)});
+    if (closed_.empty()) {
+      queue_.push_back(Item{std::move(op), std::move(done), std::move(describe)});
+    } else {
+      closed = closed_;
+    }
+  }
+  if (!closed.empty()) {
+    done(describe + " failed: " + closed);
+    return;
   }
   cv_.notify_one();
+}
+
+c4::Comm* Channel::pause(std::string* error) {
+  auto gate = std::make_shared<Gate>();
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (gate_) {
+      *error = "the communicator is already lent (nccl_comm() does not nest)";
+      return nullptr;
+    }
+    gate_ = gate;
+  }
+  enqueue(
+      [gate](c4::Comm*) {
+        std::unique_lock<std::mutex> l(gate->mu);
+        gate->reached = true;
+        gate->cv.notify_all();
+        gate->cv.wait(l, [&] { return gate->released; });
+        return c4::Status::ok();
+      },
+      [gate](const std::string& err) {
+        std::lock_guard<std::mutex> l(gate->mu);
+        if (!gate->reached) gate->error = err.empty() ? "the channel closed" : err;
+        gate->reached = true;
+        gate->cv.notify_all();
+      },
+      "c4 nccl_comm");
+  std::unique_lock<std::mutex> l(gate->mu);
+  gate->cv.wait(l, [&] { return gate->reached; });
+  if (!gate->error.empty()) {
+    *error = gate->error;
+    l.unlock();
+    resume();
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  return comm_;
+}
+
+void Channel::resume() {
+  std::shared_ptr<Gate> gate;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    gate = std::move(gate_);
+  }
+  release(gate);
 }
 
 void Channel::loop() {
@@ -304,15 +407,35 @@ void Channel::loop() {
       queue_.pop_front();
     }
     if (!initDone_) {
-      initStatus_ = init_(&comm_);
+      c4::Comm* comm = nullptr;
+      c4::Status st = init_(&comm, cancelled_);
+      bool revoke = false;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        comm_ = comm;
+        revoke = aborted_ && comm;  // abort() came while init ran: it could not revoke then
+      }
+      if (revoke) (void)c4::commRevoke(comm);
+      initStatus_ = st;
       initDone_ = true;
     }
     std::string error;
-    try {
-      c4::Status st = initStatus_.isOk() ? item.op(comm_) : initStatus_;
-      if (!st.isOk()) error = item.describe + " failed: " + st.message();
-    } catch (const std::exception& e) {
-      error = item.describe + " failed: " + e.what();
+    std::string abortedWhy;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (aborted_) abortedWhy = closed_;
+    }
+    if (!abortedWhy.empty()) {
+      error = item.describe + " failed: " + abortedWhy;
+    } else {
+      try {
+        c4::Status st = initStatus_.isOk() ? item.op(comm_) : initStatus_;
+        if (!st.isOk()) error = item.describe + " failed: " + st.message();
+      } catch (const std::exception& e) {
+        error = item.describe + " failed: " + e.what();
+      }
+      std::lock_guard<std::mutex> g(mu_);
+      if (!error.empty() && aborted_) error += " (" + closed_ + ")";  // abort() revoked it meanwhile
     }
     item.done(error);
     // At interpreter exit the item's tensors stay alive (pythonExiting() says why).
@@ -338,23 +461,8 @@ c4::Status idFrom(const std::vector<uint8_t>& v, c4::UniqueId* id) {
   return c4::Status::ok();
 }
 
-/// Creates rank `rank` of an `n`-rank communicator whose unique id `creator` publishes under `key`.
-c4::Status initThroughStore(::c10d::Store& store, const std::string& key, bool creator, int rank, int n,
-                            const std::string& name, std::chrono::milliseconds timeout, c4::Comm** comm) {
-  c4::UniqueId id;
-  try {
-    if (creator) {
-      c4::Status st = c4::getUniqueId(&id);
-      if (!st.isOk()) return st;
-      store.set(key, idBytes(id));
-    } else {
-      c4::Status st = idFrom(store.get(key), &id);
-      if (!st.isOk()) return st;
-    }
-  } catch (const std::exception& e) {
-    return c4::Status(c4::Code::kSystemError,
-                      "exchanging the c4 unique id through the store failed: " + std::string(e.what()));
-  }
+/// The config of a communicator made for a process group: its name and timeout.
+c4::Config groupConfig(const std::string& name, std::chrono::milliseconds timeout) {
   c4::Config cfg;
   cfg.name = name;
   cfg.timeoutMs = std::max<int64_t>(1, timeout.count());  // C4_TIMEOUT, if set, wins
@@ -363,7 +471,65 @@ c4::Status initThroughStore(::c10d::Store& store, const std::string& key, bool c
   // their cores to themselves) cost DDP 7% of its step on 2 ranks x 2 cores (bench/torch); 30 us
   // gave the best step time. C4_SHM_SPIN, if set, wins.
   cfg.spinUs = 30;
-  return c4::commInitRank(comm, n, id, rank, cfg);
+  return cfg;
+}
+
+/// Waits until `key` is in the store (polled every 1 ms, backing off to 20 ms): at most `timeout`,
+/// and not past `cancelled`.
+c4::Status waitForKey(::c10d::Store& store, const std::string& key, std::chrono::milliseconds timeout,
+                      const std::atomic<bool>& cancelled) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto nap = std::chrono::milliseconds(1);
+  while (!store.check({key})) {
+    if (cancelled.load())
+      return c4::Status(c4::Code::kInvalidUsage, "the process group was closed before the peer set up the channel");
+    if (std::chrono::steady_clock::now() > deadline)
+      return c4::Status(c4::Code::kTimeout, "the peer did not set up the channel within " +
+                                                std::to_string(timeout.count()) + " ms (the process group's timeout)");
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::milliseconds(20));
+  }
+  return c4::Status::ok();
+}
+
+/// Creates rank `rank` of an `n`-rank communicator whose unique id `creator` publishes under `key`.
+/// The others wait for the key until `cancelled` (when given) or the timeout.
+c4::Status initThroughStore(::c10d::Store& store, const std::string& key, bool creator, int rank, int n,
+                            const std::string& name, std::chrono::milliseconds timeout, c4::Comm** comm,
+                            const std::atomic<bool>* cancelled = nullptr) {
+  c4::UniqueId id;
+  try {
+    if (creator) {
+      c4::Status st = c4::getUniqueId(&id);
+      if (!st.isOk()) return st;
+      store.set(key, idBytes(id));
+    } else {
+      if (cancelled) {
+        c4::Status st = waitForKey(store, key, timeout, *cancelled);
+        if (!st.isOk()) return st;
+      }
+      c4::Status st = idFrom(store.get(key), &id);
+      if (!st.isOk()) return st;
+    }
+  } catch (const std::exception& e) {
+    return c4::Status(c4::Code::kSystemError,
+                      "exchanging the c4 unique id through the store failed: " + std::string(e.what()));
+  }
+  return c4::commInitRank(comm, n, id, rank, groupConfig(name, timeout));
+}
+
+int commRank(c4::Comm* comm) {
+  int r = -1;
+  c4::Status st = c4::commUserRank(comm, &r);
+  TORCH_CHECK(st.isOk(), "c4: not a usable communicator: ", st.message());
+  return r;
+}
+
+int commSize(c4::Comm* comm) {
+  int n = 0;
+  c4::Status st = c4::commCount(comm, &n);
+  TORCH_CHECK(st.isOk(), "c4: not a usable communicator: ", st.message());
+  return n;
 }
 
 }  // namespace
@@ -395,18 +561,33 @@ ProcessGroupC4::ProcessGroupC4(const c10::intrusive_ptr<::c10d::Store>& store, i
   // groups in the same order, so they agree on the generation without talking to each other.
   generation_ = store_->add(std::string(kKeyPrefix) + "generation/" + std::to_string(rank), 1);
   const std::string key = std::string(kKeyPrefix) + "uid/" + std::to_string(generation_);
-  const std::string name = "torch-pg" + std::to_string(generation_);
-  c4::Comm* comm = nullptr;
-  c4::Status st = initThroughStore(*store_, key, rank == 0, rank, size, name, timeout_, &comm);
+  c4::Status st =
+      initThroughStore(*store_, key, rank == 0, rank, size, "torch-pg" + std::to_string(generation_), timeout_, &comm_);
   TORCH_CHECK(st.isOk(), "c4: creating the communicator of rank ", rank, "/", size, " failed: ", st.message());
-  (void)c4::setDiagnosisCallback(comm, [](const c4::Diagnosis& d) {
+  start(/*ownsComm=*/true);
+}
+
+ProcessGroupC4::ProcessGroupC4(const c10::intrusive_ptr<::c10d::Store>& store, c4::Comm* comm, bool ownsComm,
+                               std::chrono::milliseconds timeout)
+    : BackendBase(commRank(comm), commSize(comm)), store_(store), timeout_(timeout), comm_(comm) {
+  TORCH_CHECK(store_, "c4: no store");
+  store_->setTimeout(timeout_);
+  generation_ = store_->add(std::string(kKeyPrefix) + "generation/" + std::to_string(rank_), 1);
+  start(ownsComm);
+}
+
+void ProcessGroupC4::start(bool ownsComm) {
+  (void)c4::setDiagnosisCallback(comm_, [](const c4::Diagnosis& d) {
     std::lock_guard<std::mutex> g(gDiagMu);
     if (gDiagnoses.size() < 1000) gDiagnoses.push_back(d.json);
   });
-  main_ = std::make_unique<Channel>(name, [comm](c4::Comm** out) {
-    *out = comm;
-    return c4::Status::ok();
-  });
+  main_ = std::make_unique<Channel>(
+      "torch-pg" + std::to_string(generation_),
+      [comm = comm_](c4::Comm** out, const std::atomic<bool>&) {
+        *out = comm;
+        return c4::Status::ok();
+      },
+      ownsComm);
   init();
 }
 
@@ -434,6 +615,15 @@ class GilRelease {
 
 ProcessGroupC4::~ProcessGroupC4() {
   GilRelease nogil;
+  closeAll("the process group was destroyed", /*abort=*/false);
+  {
+    std::lock_guard<std::mutex> g(p2pMu_);
+    p2p_.clear();
+  }
+  main_.reset();
+}
+
+void ProcessGroupC4::closeAll(const std::string& why, bool abort) {
   {
     // Pending receives from any source fail now: their probe tasks end, so the channels drain.
     std::vector<std::shared_ptr<AnySourceRecv>> pending;
@@ -443,15 +633,20 @@ ProcessGroupC4::~ProcessGroupC4() {
       pending.swap(anyPending_);
     }
     for (const auto& a : pending)
-      if (a->claim()) a->work->complete(a->describe + ": the process group was destroyed before a message came");
+      if (a->claim()) a->work->complete(a->describe + " failed: " + why + " before a message came");
   }
   anyCv_.notify_all();
   if (anyWatcher_.joinable()) anyWatcher_.join();
+  std::vector<Channel*> channels;
   {
     std::lock_guard<std::mutex> g(p2pMu_);
-    p2p_.clear();
+    if (closed_.empty()) closed_ = why;
+    for (auto& kv : p2p_) channels.push_back(kv.second.get());
   }
-  main_.reset();
+  channels.push_back(main_.get());
+  // Abort first revokes every communicator, so that none waits on a peer of another; close lets
+  // each finish what was issued.
+  for (Channel* ch : channels) abort ? ch->abort(why) : ch->close(why);
 }
 
 std::string ProcessGroupC4::p2pKey(int src, int dst) const {
@@ -461,6 +656,7 @@ std::string ProcessGroupC4::p2pKey(int src, int dst) const {
 
 Channel& ProcessGroupC4::p2pChannel(int peer, bool send) {
   std::lock_guard<std::mutex> g(p2pMu_);
+  TORCH_CHECK(closed_.empty(), "c4 ", send ? "send to" : "recv from", " rank ", peer, ": ", closed_);
   auto& ch = p2p_[{peer, send}];
   if (!ch) {
     const int src = send ? rank_ : peer;
@@ -472,9 +668,10 @@ Channel& ProcessGroupC4::p2pChannel(int peer, bool send) {
     // Rank 0 of the pair communicator is the sender. Created on the channel's own thread, so the
     // caller never blocks waiting for the peer to show up.
     const std::chrono::milliseconds timeout = timeout_;
-    ch = std::make_unique<Channel>(name, [store, key, send, name, timeout](c4::Comm** out) {
-      return initThroughStore(*store, key, send, send ? 0 : 1, 2, name, timeout, out);
-    });
+    ch = std::make_unique<Channel>(
+        name, [store, key, send, name, timeout](c4::Comm** out, const std::atomic<bool>& cancelled) {
+          return initThroughStore(*store, key, send, send ? 0 : 1, 2, name, timeout, out, &cancelled);
+        });
     if (!send) {
       // Receives from any source issued before this channel existed come before anything queued
       // on it from now on.
@@ -1160,5 +1357,121 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::barrier(const ::c10d::BarrierOp
     return c4::allReduce(ptr(token), ptr(token), 1, c4::DataType::kUint8, c4::RedOp::kSum, c);
   });
 }
+
+#if TORCH_VERSION_MAJOR >= 2
+
+c10::intrusive_ptr<::c10d::Backend> ProcessGroupC4::split(const c10::intrusive_ptr<::c10d::Store>& store,
+                                                          const std::vector<int>& ranks,
+                                                          const c10::intrusive_ptr<::c10d::Backend::Options>& opts) {
+  GilRelease nogil;
+  const auto me = std::find(ranks.begin(), ranks.end(), rank_);
+  const bool member = me != ranks.end();
+  // torch registers this one backend for "cpu" and "cuda", and ProcessGroup::splitGroup asks each
+  // device type's backend in turn until one returns a group: a non-member is asked twice for one
+  // split. The second ask (same store) is answered without a second collective.
+  if (!member && lastNoColorStore_ == store) return {};
+  lastNoColorStore_ = member ? nullptr : store;
+  TORCH_CHECK(std::is_sorted(ranks.begin(), ranks.end()), "c4 split: the ranks must be sorted");
+  // Groups do not overlap, so each one's lowest rank is a color no other group has.
+  const int color = member ? ranks.front() : -1;  // -1: NCCL_SPLIT_NOCOLOR
+  const std::chrono::milliseconds timeout = opts ? opts->timeout : timeout_;
+  const c4::Config cfg = groupConfig("torch-pg" + std::to_string(generation_) + "-split", timeout);
+  auto child = std::make_shared<c4::Comm*>(nullptr);
+  const int key = rank_;
+  // On the worker, after everything issued before: commSplit is collective over this group.
+  c10::intrusive_ptr<::c10d::Work> work =
+      enqueue(*main_, OpType::UNKNOWN, "split", "c4:split", {},
+              [child, color, key, cfg](c4::Comm* c) { return c4::commSplit(c, color, key, child.get(), &cfg); });
+  work->wait(::kNoTimeout);
+  if (!member) {
+    TORCH_CHECK(*child == nullptr, "c4 split: rank ", rank_, " is in no group but got a communicator");
+    return {};
+  }
+  TORCH_CHECK(*child != nullptr, "c4 split: rank ", rank_, " is in group ", c10::Join(",", ranks),
+              " but got no communicator");
+  const int n = commSize(*child);
+  const int r = commRank(*child);
+  const int want = static_cast<int>(me - ranks.begin());
+  if (n != static_cast<int>(ranks.size()) || r != want) {
+    (void)c4::commDestroy(*child);
+    TORCH_CHECK(false, "c4 split: rank ", rank_, " asked for group [", c10::Join(",", ranks),
+                "] but the ranks of lowest rank ", color, " form a group of ", n, " in which it is rank ", r,
+                ": every rank must pass the same split");
+  }
+  return c10::make_intrusive<ProcessGroupC4>(store, *child, /*ownsComm=*/true, timeout);
+}
+
+c10::intrusive_ptr<::c10d::Backend::Options> ProcessGroupC4::getBackendOptions() {
+  return c10::make_intrusive<::c10d::Backend::Options>("c4", timeout_);
+}
+
+void ProcessGroupC4::abort() {
+  GilRelease nogil;
+  closeAll("the process group was aborted", /*abort=*/true);
+}
+
+void ProcessGroupC4::shutdown() {
+  GilRelease nogil;
+  closeAll("the process group was shut down", /*abort=*/false);
+}
+
+void ProcessGroupC4::monitoredBarrier(const ::c10d::BarrierOptions& opts, bool waitAllRanks) {
+  GilRelease nogil;
+  if (size_ == 1) return;
+  const std::chrono::milliseconds timeout = opts.timeout.count() > 0 ? opts.timeout : timeout_;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // Time left until the deadline; at least 1 ms (a Work's wait(0) would wait without limit).
+  auto left = [&] {
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    return std::max(ms, std::chrono::milliseconds(1));
+  };
+  auto token = [] { return std::vector<at::Tensor>{at::zeros({1}, at::TensorOptions().dtype(at::kByte))}; };
+  if (rank_ != 0) {
+    std::vector<at::Tensor> out = token(), in = token();
+    c10::intrusive_ptr<::c10d::Work> sent = send(out, 0, 0);
+    c10::intrusive_ptr<::c10d::Work> answer = recv(in, 0, 0);
+    try {
+      answer->wait(left());
+      sent->wait(left());
+    } catch (const std::exception& e) {
+      TORCH_CHECK(false, "c4 monitored_barrier: rank ", rank_,
+                  " reached the barrier but had no answer from rank 0 within ", timeout.count(),
+                  " ms (rank 0 raises naming the ranks that did not come): ", e.what());
+    }
+    return;
+  }
+  std::vector<std::vector<at::Tensor>> in(size_);
+  std::vector<c10::intrusive_ptr<::c10d::Work>> arrived(size_);
+  for (int r = 1; r < size_; ++r) {
+    in[r] = token();
+    arrived[r] = recv(in[r], r, 0);
+  }
+  std::vector<int> missing;
+  std::string detail;  // the first failure that was not a timeout (a peer that died, ...)
+  for (int r = 1; r < size_; ++r) {
+    try {
+      arrived[r]->wait(left());
+    } catch (const std::exception& e) {
+      missing.push_back(r);
+      const std::string what = e.what();
+      if (detail.empty() && what.find("timed out") == std::string::npos) detail = what;
+      if (!waitAllRanks) break;
+    }
+  }
+  if (!missing.empty()) {
+    // gloo's wording, which programs and tests match, then what c4 knows.
+    TORCH_CHECK(false, "c4 monitored_barrier: ", missing.size() == 1 ? "Rank " : "Ranks ", c10::Join(", ", missing),
+                " failed to pass monitoredBarrier in ", timeout.count(), " ms",
+                detail.empty() ? "" : " (" + detail + ")");
+  }
+  std::vector<c10::intrusive_ptr<::c10d::Work>> answers;
+  for (int r = 1; r < size_; ++r) {
+    std::vector<at::Tensor> out = token();
+    answers.push_back(send(out, r, 0));
+  }
+  for (auto& w : answers) w->wait(left());
+}
+
+#endif  // TORCH_VERSION_MAJOR >= 2
 
 }  // namespace c4torch

@@ -81,21 +81,41 @@ class Channel {
  public:
   /// What runs on the worker: c4 calls on `comm`, returning c4comm's status.
   using Op = std::function<c4::Status(c4::Comm* comm)>;
-  using Init = std::function<c4::Status(c4::Comm** comm)>;
+  /// Creates the communicator; `cancelled` turns true when the channel is closed or aborted, and an
+  /// init that waits for a peer should then give up.
+  using Init = std::function<c4::Status(c4::Comm** comm, const std::atomic<bool>& cancelled)>;
   /// Told the task's error ("" = ok) after it ran, or the creation error if the communicator failed.
   using Done = std::function<void(const std::string& error)>;
 
-  Channel(std::string name, Init init);
-  /// Runs what is queued, then destroys the communicator (aborts it if it failed). Bounded by
-  /// C4_TIMEOUT since every queued c4 call is.
+  /// `ownsComm` false: the communicator is the application's (adopted, see ProcessGroupC4), so
+  /// closing the channel leaves it alive.
+  Channel(std::string name, Init init, bool ownsComm = true);
+  /// close() without a reason: runs what is queued, then destroys the communicator (aborts it if it
+  /// failed). Bounded by C4_TIMEOUT since every queued c4 call is.
   ~Channel();
   Channel(const Channel&) = delete;
   Channel& operator=(const Channel&) = delete;
 
   /// Queues `op`; `work` is completed when it ran. `describe` prefixes error messages.
   void enqueue(c10::intrusive_ptr<WorkC4> work, Op op, std::string describe);
-  /// Queues `op` with a completion of the caller's own.
+  /// Queues `op` with a completion of the caller's own. On a closed channel `done` is told at once.
   void enqueue(Op op, Done done, std::string describe);
+
+  /// Graceful end (Backend::shutdown): what is queued runs, then the worker ends and the
+  /// communicator is destroyed; later operations fail with `why`. Idempotent.
+  void close(const std::string& why);
+  /// Backend::abort: revokes the communicator (an operation in flight fails at once), fails what is
+  /// queued and every later operation with `why`, and returns without waiting for the worker (whose
+  /// communicator init may wait on a peer); the destructor joins it and aborts the communicator.
+  void abort(const std::string& why);
+
+  /// Interop (c4comm_torch.nccl_comm): waits until every operation queued before it has run, then
+  /// holds the worker until resume(), so that the caller may use the communicator through the NCCL
+  /// API meanwhile (one thread at a time, as c4comm requires). Returns the communicator (null, with
+  /// `error` set, if it failed or the channel is closed). One pause at a time.
+  c4::Comm* pause(std::string* error);
+  void resume();
+  struct Gate;  // one pause (defined in the .cc)
 
  private:
   struct Item {
@@ -107,13 +127,18 @@ class Channel {
 
   std::string name_;
   Init init_;
-  c4::Comm* comm_ = nullptr;
+  bool ownsComm_;
+  c4::Comm* comm_ = nullptr;  // written by the worker under mu_ once init ran
   c4::Status initStatus_;
   bool initDone_ = false;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Item> queue_;
   bool stop_ = false;
+  std::string closed_;  // why later operations fail ("" = open); guarded by mu_
+  bool aborted_ = false;
+  std::shared_ptr<Gate> gate_;  // the pause in effect (mu_)
+  std::atomic<bool> cancelled_{false};
   std::thread thread_;
 };
 
@@ -125,9 +150,39 @@ class ProcessGroupC4 : public BackendBase {
   /// key unique to this store generation, the others read it). Blocks until every rank joined;
   /// raises (c10::Error) with c4comm's reason on failure. `timeout` bounds waits on the store.
   ProcessGroupC4(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout);
+  /// A group over an existing communicator `comm` (rank and size are its own): a split's child
+  /// (owned), or one the application made and hands in (c4comm_torch.adopt_comm: not owned, stays
+  /// alive after the group). `store` serves the point-to-point channels.
+  ProcessGroupC4(const c10::intrusive_ptr<::c10d::Store>& store, c4::Comm* comm, bool ownsComm,
+                 std::chrono::milliseconds timeout);
   ~ProcessGroupC4() override;
 
   const std::string getBackendName() const override { return "c4"; }
+
+  /// The collective communicator, as the ncclComm_t of c4comm's libnccl.so.2 (ProcessGroupNCCL's
+  /// _comm_ptr()). Use it only inside pause()/resume().
+  c4::Comm* comm() const { return comm_; }
+  c4::Comm* pause(std::string* error) { return main_->pause(error); }
+  void resume() { main_->resume(); }
+
+#if TORCH_VERSION_MAJOR >= 2
+  // ncclCommSplit semantics for torch.distributed.split_group: every rank of this group calls
+  // split (a collective c4::commSplit on this group's worker, after what was issued before);
+  // those in `ranks` get the child group, the others (NCCL_SPLIT_NOCOLOR) nullptr.
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<::c10d::Backend> split(const c10::intrusive_ptr<::c10d::Store>& store,
+                                            const std::vector<int>& ranks,
+                                            const c10::intrusive_ptr<::c10d::Backend::Options>& opts) override;
+  c10::intrusive_ptr<::c10d::Backend::Options> getBackendOptions() override;
+  /// Fails what is pending and every later operation at once (communicators revoked, then aborted).
+  void abort() override;
+  /// Runs what was issued, then frees the communicators; later operations fail.
+  void shutdown() override;
+  /// gloo's protocol over the point-to-point channels: ranks > 0 send to rank 0 and wait for its
+  /// reply; rank 0 waits for each within opts.timeout and raises naming the ranks that did not come
+  /// (the first, or with waitAllRanks all of them).
+  void monitoredBarrier(const ::c10d::BarrierOptions& opts, bool waitAllRanks = false) override;
+#endif
 
   c10::intrusive_ptr<::c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                              const ::c10d::BroadcastOptions& opts) override;
@@ -191,20 +246,29 @@ class ProcessGroupC4 : public BackendBase {
   /// in the Store, while receives from any source wait; fails those past the timeout.
   void anySourceLoop();
 
+  /// Sets up what both constructors share once comm_ exists (diagnoses, the main channel).
+  void start(bool ownsComm);
+  /// Closes every channel (shutdown: gracefully; abort: at once) and fails pending receives from
+  /// any source with `why`.
+  void closeAll(const std::string& why, bool abort);
+
   c10::intrusive_ptr<::c10d::Store> store_;
   std::chrono::milliseconds timeout_;
-  int64_t generation_ = 0;  // which c4 communicator of this store this group is
-  uint64_t seq_ = 0;        // operations issued (guarded by seqMu_)
+  c4::Comm* comm_ = nullptr;  // the collective communicator (main_ runs its calls)
+  int64_t generation_ = 0;    // which c4 communicator of this store this group is
+  uint64_t seq_ = 0;          // operations issued (guarded by seqMu_)
   std::mutex seqMu_;
   std::unique_ptr<Channel> main_;
   std::mutex p2pMu_;
+  std::string closed_;  // why this group takes no more operations (shutdown/abort/destroy); p2pMu_
   std::map<std::pair<int, bool>, std::unique_ptr<Channel>> p2p_;
   // Receives from any source not yet settled, in issue order. Lock order: p2pMu_, then anyMu_.
   std::mutex anyMu_;
   std::condition_variable anyCv_;
   std::vector<std::shared_ptr<AnySourceRecv>> anyPending_;
   bool anyStop_ = false;
-  std::thread anyWatcher_;  // started by the first receive from any source
+  std::thread anyWatcher_;                              // started by the first receive from any source
+  c10::intrusive_ptr<::c10d::Store> lastNoColorStore_;  // the store of the split this rank was last left out of
 };
 
 /// Called from Python's atexit (c4comm_torch registers it): from then on the workers leave the

@@ -986,6 +986,13 @@ void Comm::reportStall(const Prepared* p) {
 }
 
 Status Comm::watchIdle(const Prepared* p) {
+  // A path that waits on shared memory alone (one-shot) polls no transport: take an abort or a
+  // revoke from another thread here, so the call fails at once rather than at the timeout.
+  if (abortRequested.load(std::memory_order_relaxed)) {
+    takeAbortRequest();
+    std::lock_guard<std::mutex> g(errMu);
+    if (failed.load(std::memory_order_relaxed)) return asyncError;
+  }
   Status st = watchdog_.idle(
       transportProgress(), [&] { return p ? describeSig(p->sig) : std::string("the probe"); },
       [&] { return p && p->path ? p->path->waitingOn(p) : std::string("a send from a peer"); });

@@ -30,7 +30,7 @@ class Ctx:
         self.gloo = gloo
 
 
-def _entry(fn, rank, world_size, store_path, results, env, with_gloo, timeout_s, hang_s):
+def _entry(fn, rank, world_size, store_path, results, env, with_gloo, timeout_s, hang_s, init_kwargs):
     import faulthandler
 
     faulthandler.enable()  # a crashing rank prints its Python stack
@@ -49,11 +49,13 @@ def _entry(fn, rank, world_size, store_path, results, env, with_gloo, timeout_s,
         timeout = datetime.timedelta(seconds=timeout_s)
         init = "file://" + store_path
         if with_gloo:
-            dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world_size, timeout=timeout)
+            dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world_size, timeout=timeout,
+                                    **(init_kwargs or {}))
             c4 = dist.new_group(backend="c4", timeout=timeout)
             ctx = Ctx(rank, world_size, c4, dist.group.WORLD)
         else:
-            dist.init_process_group("c4", init_method=init, rank=rank, world_size=world_size, timeout=timeout)
+            dist.init_process_group("c4", init_method=init, rank=rank, world_size=world_size, timeout=timeout,
+                                    **(init_kwargs or {}))
             ctx = Ctx(rank, world_size, dist.group.WORLD, None)
         payload = fn(ctx)
         status = "ok"
@@ -63,15 +65,16 @@ def _entry(fn, rank, world_size, store_path, results, env, with_gloo, timeout_s,
     results.put((rank, status, payload))
 
 
-def run_ranks(fn, world_size, timeout=120, env=None, with_gloo=True, pg_timeout=60, expect_dead=()):
-    """Runs fn on world_size ranks; returns {rank: payload}. Ranks in expect_dead may vanish."""
+def run_ranks(fn, world_size, timeout=120, env=None, with_gloo=True, pg_timeout=60, expect_dead=(), init_kwargs=None):
+    """Runs fn on world_size ranks; returns {rank: payload}. Ranks in expect_dead may vanish.
+    init_kwargs: more arguments of init_process_group (e.g. device_id)."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     env = dict(env or {})
     tmpdir = tempfile.mkdtemp(prefix="c4torch-")
     store = os.path.join(tmpdir, "store")
     procs = [
-        ctx.Process(target=_entry, args=(fn, r, world_size, store, results, env, with_gloo, pg_timeout, max(1, timeout - 5)))
+        ctx.Process(target=_entry, args=(fn, r, world_size, store, results, env, with_gloo, pg_timeout, max(1, timeout - 5), init_kwargs))
         for r in range(world_size)
     ]
     for p in procs:
@@ -114,3 +117,16 @@ def run_ranks(fn, world_size, timeout=120, env=None, with_gloo=True, pg_timeout=
     if msgs:
         raise AssertionError("\n".join(msgs))
     return {r: got[r][1] for r in got}
+
+
+def torch2_only(reason):
+    """A pytest mark that skips a test module or test on torch 1.x."""
+    import pytest
+
+    try:
+        import torch
+
+        torch2 = int(torch.__version__.split(".")[0]) >= 2
+    except ImportError:  # the conftest skips the directory
+        torch2 = False
+    return pytest.mark.skipif(not torch2, reason="needs torch 2.x (%s)" % reason)

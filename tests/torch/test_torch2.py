@@ -13,16 +13,9 @@ import functools
 
 import pytest
 
-from harness import run_ranks
+from harness import run_ranks, torch2_only
 
-try:
-    import torch as _torch
-
-    _TORCH2 = int(_torch.__version__.split(".")[0]) >= 2
-except ImportError:  # the conftest skips the directory
-    _TORCH2 = False
-
-pytestmark = pytest.mark.skipif(not _TORCH2, reason="needs torch 2.x (FSDP2, DeviceMesh, DTensor)")
+pytestmark = torch2_only("FSDP2, DeviceMesh, DTensor")
 
 
 def _transformer(torch):
