@@ -205,7 +205,19 @@ WorkC4::WorkC4(int rank, OpType type, const char* opName, const char* profilingT
       opName_(opName),
       seq_(seq),
       outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
+      futureResult_(c10::make_intrusive<c10::ivalue::Future>(c10::IntType::get())) {}
+
+#if TORCH_VERSION_MAJOR >= 2
+c10::intrusive_ptr<c10::ivalue::Future> WorkC4::getFutureResult() { return futureResult_; }
+
+float WorkC4::getDuration() const {
+  TORCH_CHECK(const_cast<WorkC4*>(this)->isCompleted(), "c4 ", opName_, " (op ", seq_,
+              "): the duration is known once the operation completed");
+  const int64_t begin = startNs_.load(), end = endNs_.load();
+  return begin && end >= begin ? static_cast<float>(end - begin) / 1e6f : 0.f;
+}
+#endif
 
 bool WorkC4::wait(std::chrono::milliseconds timeout) {
   {
@@ -239,6 +251,19 @@ int WorkC4::sourceRank() const {
 void WorkC4::complete(const std::string& error) {
   std::exception_ptr ex;
   if (!error.empty()) ex = std::make_exception_ptr(std::runtime_error(error));
+#if TORCH_VERSION_MAJOR >= 2
+  // The result code: a timeout when c4comm (or a wait for a peer's channel) gave up waiting.
+  ::c10d::WorkResult code = ::c10d::WorkResult::SUCCESS;
+  if (!error.empty())
+    code = error.find("no progress") != std::string::npos || error.find("timed out") != std::string::npos ||
+                   error.find("within ") != std::string::npos
+               ? ::c10d::WorkResult::TIMEOUT
+               : ::c10d::WorkResult::COMM_ERROR;
+  try {
+    futureResult_->markCompleted(c10::IValue(static_cast<int64_t>(code)));
+  } catch (const std::exception&) {  // completed once only; nothing else can throw here
+  }
+#endif
   // The Future first (like ProcessGroupGloo): its callbacks (DDP's comm hook) may queue more work.
   try {
     if (ex)
@@ -781,16 +806,20 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::enqueue(Channel& ch, OpType typ
   uint64_t bytes = 0;  // for the trace span below
   for (const at::Tensor& t : outputs) bytes += t.nbytes();
   auto work = c10::make_intrusive<WorkC4>(rank_, type, opName, profilingTitle, seq, std::move(outputs));
+  work->setTimeout(timeout_);
   std::string describe = std::string("c4 ") + opName + " (op " + std::to_string(seq) + " of process group " +
                          std::to_string(generation_) + ", rank " + std::to_string(rank_) + "/" + std::to_string(size_) +
                          ")";
   // c4comm's tracer gets PyTorch's name of the operation: a span named `opName` over the c4 calls
   // it made, so the report (application spans) and the timeline (span track above the
   // collectives) say which PyTorch call each c4 operation served. bytes: the outputs' size.
-  Channel::Op traced = [op = std::move(op), opName, bytes](c4::Comm* comm) {
+  // `w` lives while the item is queued: the item's completion holds the Work.
+  Channel::Op traced = [op = std::move(op), opName, bytes, w = work.get()](c4::Comm* comm) {
+    w->markStart();
     const uint64_t begin = c4::trace::now();
     c4::Status st = op(comm);
     (void)c4::trace::addSpan(comm, opName, begin, c4::trace::now(), bytes);  // the worker's comm is live
+    w->markEnd();
     return st;
   };
   ch.enqueue(work, std::move(traced), std::move(describe));
@@ -1331,6 +1360,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::recvAnysource(std::vector<at::T
     const uint64_t seq = seq_++;
     a->work = c10::make_intrusive<WorkC4>(rank_, OpType::RECVANYSOURCE, "recvAnySource", "c4:recvAnySource", seq,
                                           std::vector<at::Tensor>{a->user});
+    a->work->setTimeout(timeout_);
     a->describe = "c4 recvAnySource (op " + std::to_string(seq) + " of process group " + std::to_string(generation_) +
                   ", rank " + std::to_string(rank_) + "/" + std::to_string(size_) + ")";
   }

@@ -62,6 +62,21 @@ class WorkC4 : public ::c10d::Work {
   int sourceRank() const override;
   void setSourceRank(int rank) { sourceRank_.store(rank); }
 
+#if TORCH_VERSION_MAJOR >= 2
+  /// A Future completed with a c10d::WorkResult (SUCCESS, TIMEOUT, COMM_ERROR) instead of raising.
+  c10::intrusive_ptr<c10::ivalue::Future> getFutureResult() override;
+  /// Milliseconds the operation ran on the worker (once completed).
+  float getDuration() const override;
+  /// The operation's number in its process group (issue order).
+  uint64_t getSequencenumber() const override { return seq_; }
+  /// The process group's timeout (c4comm fails a call that sees no progress for it).
+  std::chrono::milliseconds getTimeout() const override { return timeout_; }
+#endif
+  void setTimeout(std::chrono::milliseconds t) { timeout_ = t; }
+  /// Called on the worker around the operation's c4 calls (getDuration).
+  void markStart() { startNs_.store(nowNs()); }
+  void markEnd() { endNs_.store(nowNs()); }
+
   const char* opName() const { return opName_; }
   uint64_t seq() const { return seq_; }
   /// Called once, on the worker thread: completes the Future, then the Work. `error` empty = ok.
@@ -71,8 +86,16 @@ class WorkC4 : public ::c10d::Work {
   const char* opName_;
   uint64_t seq_;
   std::vector<at::Tensor> outputs_;
+  static int64_t nowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  c10::intrusive_ptr<c10::ivalue::Future> futureResult_;  // a WorkResult code (torch 2.x)
   std::atomic<int> sourceRank_{-1};
+  std::chrono::milliseconds timeout_{0};
+  std::atomic<int64_t> startNs_{0}, endNs_{0};
 };
 
 /// One c4 communicator and the thread that runs its operations in FIFO order. The communicator is

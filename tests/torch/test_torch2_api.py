@@ -134,6 +134,7 @@ def test_monitored_barrier_names_absent_ranks():
 
 
 def _abort_and_shutdown(ctx):
+    import datetime
     import time
 
     import torch
@@ -142,6 +143,19 @@ def _abort_and_shutdown(ctx):
 
     failures = []
     cpu = torch.device("cpu")
+    # The Work API of 2.x: sequence numbers, duration, timeout, a result code instead of raising.
+    works = [dist.all_reduce(torch.ones(1000), group=ctx.c4, async_op=True) for _ in range(3)]
+    for w in works:
+        w.wait()
+    seqs = [w._get_sequence_number() for w in works]
+    if seqs != list(range(seqs[0], seqs[0] + 3)):
+        failures.append("sequence numbers %s" % seqs)
+    if not all(w._get_duration() > 0 for w in works):
+        failures.append("durations %s" % [w._get_duration() for w in works])
+    if works[0].timeout != datetime.timedelta(seconds=60):
+        failures.append("timeout %s" % works[0].timeout)
+    if works[0].get_future_result().wait() != 0:
+        failures.append("result code of a success: %s" % works[0].get_future_result().wait())
     # Abort: rank 0's all_reduce, which rank 1 never joins, fails at once, and so does what follows.
     group = dist.new_group(backend="c4")
     dist.barrier(group=group)
@@ -156,6 +170,8 @@ def _abort_and_shutdown(ctx):
         except RuntimeError as e:
             if "aborted" not in str(e):
                 failures.append("pending all_reduce after abort: %s" % e)
+        if work.get_future_result().wait() != 2:  # WorkResult.COMM_ERROR
+            failures.append("result code after abort: %s" % work.get_future_result().wait())
         if time.monotonic() - start > 10:
             failures.append("abort took %.1f s" % (time.monotonic() - start))
     dist.barrier(group=ctx.gloo)
