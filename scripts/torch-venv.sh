@@ -23,8 +23,9 @@ import sys, torch, torch.distributed as dist
 assert torch.__version__.split("+")[0] == sys.argv[1] and dist.is_available() and dist.is_gloo_available()
 EOF
 }
-# mpi4py (c4comm_torch.comm_from_mpi, tests/torch/test_interop.py): Debian's python3-mpi4py, built
-# against the Open MPI that libc4comm_mpi links, linked into the environment (same CPython 3.11 ABI).
+# mpi4py (c4comm_torch.comm_from_mpi, tests/torch/test_interop.py): Debian's python3-mpi4py (with
+# Debian's Open MPI, which mpirun starts), linked into the environment (same CPython 3.11 ABI) rather
+# than built from PyPI's source.
 link_mpi4py() {
   local deb=/usr/lib/python3/dist-packages/mpi4py site
   [ -d "$deb" ] || return 0
