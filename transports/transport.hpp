@@ -249,6 +249,10 @@ struct Caps {
   /// Sends set Request::released before they are done (see there): a receive of this transport
   /// may overwrite such a send's buffer from then on (a write-after-read dependency is met).
   bool releasesSends = false;
+  /// The source ports a lane can be steered with (LanePlan::sourcePort): C4P picks only from
+  /// [sourcePortLo, sourcePortHi]. 0, 0: any (tcp binds what it is given). RoCE v2 (ibverbs):
+  /// 49152-65535, the ports a flow label maps to.
+  uint16_t sourcePortLo = 0, sourcePortHi = 0;
 };
 
 /// Facts every transport needs at setup. Vectors are indexed by rank.
@@ -286,6 +290,11 @@ class Transport {
   virtual Status faultDrill(int peer, int lane, LaneFault fault) {
     return Status(Code::kInvalidUsage, std::string(name()) + " has no fault drills");
   }
+  /// Collective (ctx.oob), once, after the transport was created and C4P planned (from here on
+  /// Context::lanePlan answers with the plan): a transport that opens every lane at communicator
+  /// creation opens them here, so that they go where the plan says. No connection exists before.
+  /// Standalone users (tests) call it right after creating the transport.
+  virtual Status startLanes() { return Status::ok(); }
   /// Advances all pending requests. Fails if a peer died, aborted, or broke the protocol; the
   /// affected requests are failed too.
   virtual Status progress() = 0;

@@ -483,6 +483,8 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   for (transport::Transport* t : peerTransport)
     if (t != nullptr && laneT == nullptr && t->caps().lanes) laneT = t;
   C4_CHECK(lanePlanner.init(r, n, bootstrap.get(), hostOf, laneT, tuner, &recorder));
+  // Transports that open their lanes at init (ibverbs' queue pairs) do it now, on the plan.
+  for (auto& t : transports) C4_CHECK(t->startLanes());
   traceClockSync(0, timeoutMs);
   C4_CHECK(health->start());
   const double tEnd = msNow();

@@ -30,12 +30,23 @@ struct PlaceRecord {
   int32_t nports = 0;
   int32_t ports[kMaxPlanPorts] = {};
   uint16_t listen[kMaxPlanPorts] = {};
-  char missing[64] = {};  // the first of this rank's addresses the file does not list
+  uint16_t sportLo = 0, sportHi = 0;  // Caps::sourcePortLo/Hi of the transport planned
+  char missing[64] = {};              // the first of this rank's addresses the file does not list
 };
 
+// The port of "10.1.0.2:4000" or "[fe80::1]:4000"; 0 for an address without one ("10.1.0.2",
+// "[fe80::1]", "fe80::1": RoCE ports, whose connections have no listening port of their own).
 uint16_t portOf(const std::string& addr) {
-  const size_t c = addr.rfind(':');
-  return c == std::string::npos ? 0 : static_cast<uint16_t>(atoi(addr.c_str() + c + 1));
+  size_t c;
+  if (!addr.empty() && addr[0] == '[') {
+    const size_t e = addr.find(']');
+    if (e == std::string::npos || e + 1 >= addr.size() || addr[e + 1] != ':') return 0;
+    c = e + 1;
+  } else {
+    c = addr.find(':');
+    if (c == std::string::npos || addr.find(':', c + 1) != std::string::npos) return 0;
+  }
+  return static_cast<uint16_t>(atoi(addr.c_str() + c + 1));
 }
 
 }  // namespace
@@ -129,6 +140,8 @@ Status LanePlanner::init(int rank, int nranks, transport::Oob* oob, const std::v
   std::vector<std::string> addrs;
   if (active) {
     mine.lanes = net->lanesPerConnection();
+    mine.sportLo = net->caps().sourcePortLo;
+    mine.sportHi = net->caps().sourcePortHi;
     addrs = net->portAddresses();
     if (addrs.empty() || addrs.size() > static_cast<size_t>(kMaxPlanPorts))
       local = makeError(Code::kInvalidArgument, "C4P: rank %d has %zu NIC ports (1 to %d can be planned)", rank,
@@ -182,6 +195,12 @@ Status LanePlanner::init(int rank, int nranks, transport::Oob* oob, const std::v
     if (p.lanes != mine.lanes)
       return makeError(Code::kInvalidUsage, "C4P: ranks %d and %d open %d and %d lanes per connection", rank, r,
                        mine.lanes, p.lanes);
+    if (p.sportLo != mine.sportLo || p.sportHi != mine.sportHi)
+      return makeError(Code::kInvalidUsage,
+                       "C4P: ranks %d and %d steer lanes with different source ports (%u-%u, %u-%u): their network "
+                       "transports differ",
+                       rank, r, static_cast<unsigned>(mine.sportLo), static_cast<unsigned>(mine.sportHi),
+                       static_cast<unsigned>(p.sportLo), static_cast<unsigned>(p.sportHi));
     if (p.missing[0] != '\0')
       return makeError(Code::kInvalidArgument,
                        "C4_TOPO_FILE %s lists no port with address %s (rank %d's NIC port): the file is not this "
@@ -204,6 +223,7 @@ Status LanePlanner::init(int rank, int nranks, transport::Oob* oob, const std::v
   in.mode = mode;
   in.lanes = mine.lanes;
   in.seed = static_cast<uint64_t>(paramPlanSeed());
+  in.sourcePorts = plan::PortRange{mine.sportLo, mine.sportHi};
   for (int r = 0; r < nranks; ++r) {
     const PlaceRecord& p = all[static_cast<size_t>(r)];
     plan::RankPlace rp;

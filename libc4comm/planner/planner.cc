@@ -303,6 +303,39 @@ class Solver {
   int64_t evals_ = 0;
 };
 
+// The steering ranges clipped to the source ports the transport can send from.
+std::vector<PortRange> clipRanges(const std::vector<PortRange>& ranges, PortRange span) {
+  if (span.lo == 0 && span.hi == 0) return ranges;
+  std::vector<PortRange> out;
+  for (const PortRange& r : ranges) {
+    const uint16_t lo = std::max(r.lo, span.lo), hi = std::min(r.hi, span.hi);
+    if (lo <= hi) out.push_back(PortRange{lo, hi});
+  }
+  return out;
+}
+
+std::string rangesText(const std::vector<PortRange>& ranges) {
+  std::string out;
+  for (const PortRange& r : ranges)
+    out += (out.empty() ? "" : ", ") + std::to_string(r.lo) + "-" + std::to_string(r.hi);
+  return out;
+}
+
+// The ranges that steer a -> b onto path i and that the transport can send from (in.sourcePorts);
+// an error where the fabric steers that path only with ports the transport cannot use.
+Status usableRanges(const PlanInput& in, HostPort a, HostPort b, int i, std::vector<PortRange>* out) {
+  const Topology& t = *in.topo;
+  const std::vector<PortRange> all = t.steeringRanges(a, b, i);
+  *out = clipRanges(all, in.sourcePorts);
+  if (all.empty() || !out->empty()) return Status::ok();
+  return makeError(Code::kInvalidArgument,
+                   "planner: the fabric steers %s %s -> %s %s through %s with source ports %s only, and the "
+                   "transport sends from %u-%u (RoCE v2: 49152-65535); give that spine an ECMP steering range there",
+                   t.host(a.host).name.c_str(), t.port(a).name.c_str(), t.host(b.host).name.c_str(),
+                   t.port(b).name.c_str(), t.pathName(a, b, i).c_str(), rangesText(all).c_str(),
+                   static_cast<unsigned>(in.sourcePorts.lo), static_cast<unsigned>(in.sourcePorts.hi));
+}
+
 // Steering source ports: distinct per local address (host port) and path's ranges, offset by salt.
 class PortAllocator {
  public:
@@ -562,7 +595,9 @@ Status makePlan(const PlanInput& in, Plan* out) {
         lc.remotePort = k.pb;
         lc.path = k.path;
         HostPort ha{ra.host, ra.ports[static_cast<size_t>(k.pa)]}, hb{rb.host, rb.ports[static_cast<size_t>(k.pb)]};
-        st = ports.take(t, ha, t.steeringRanges(ha, hb, k.path), &lc.sourcePort, &lc.sourceRange);
+        std::vector<PortRange> ranges;
+        st = usableRanges(in, ha, hb, k.path, &ranges);
+        if (st.isOk()) st = ports.take(t, ha, ranges, &lc.sourcePort, &lc.sourceRange);
         if (!st.isOk()) return st;
         // The replies follow the steering source port only if the peer's listening port does not
         // match an earlier entry of the fabric's rule; where it does, book them where they go.
@@ -580,7 +615,10 @@ Status makePlan(const PlanInput& in, Plan* out) {
         HostPort ha{ra.host, ra.ports[static_cast<size_t>(lc.localPort)]},
             hb{rb.host, rb.ports[static_cast<size_t>(lc.remotePort)]};
         const uint64_t r = splitmix(in.seed ^ splitmix(pairKey(w.a, w.b) * 131 + static_cast<uint64_t>(l)));
-        const uint16_t sport = static_cast<uint16_t>(kEphemeralLo + r % (kEphemeralHi - kEphemeralLo + 1));
+        // A random port of those the transport sends from (tcp: the kernel's ephemeral range).
+        const bool span = in.sourcePorts.hi != 0;
+        const uint16_t lo = span ? in.sourcePorts.lo : kEphemeralLo, hi = span ? in.sourcePorts.hi : kEphemeralHi;
+        const uint16_t sport = static_cast<uint16_t>(lo + r % (static_cast<uint32_t>(hi - lo) + 1));
         uint16_t dport = rb.listenPorts.size() > static_cast<size_t>(lc.remotePort)
                              ? rb.listenPorts[static_cast<size_t>(lc.remotePort)]
                              : 0;
@@ -589,7 +627,7 @@ Status makePlan(const PlanInput& in, Plan* out) {
         lc.backPath = t.pathByPorts(hb, ha, dport, sport);
         if (in.mode == Mode::kEcmp) {
           lc.sourcePort = sport;
-          lc.sourceRange = PortRange{kEphemeralLo, kEphemeralHi};
+          lc.sourceRange = PortRange{lo, hi};
         }
       }
       c.lanes.push_back(lc);
@@ -701,7 +739,7 @@ Status replaceLane(const PlanInput& in, Plan* plan, int a, int b, int lane, cons
               in.ranks[static_cast<size_t>(c.a)].ports[static_cast<size_t>(k.pa)]};
   HostPort hb{in.ranks[static_cast<size_t>(c.b)].host,
               in.ranks[static_cast<size_t>(c.b)].ports[static_cast<size_t>(k.pb)]};
-  const std::vector<PortRange> ranges = t.steeringRanges(ha, hb, k.path);
+  const std::vector<PortRange> ranges = clipRanges(t.steeringRanges(ha, hb, k.path), in.sourcePorts);
   size_t total = 0;
   for (const PortRange& r : ranges) total += static_cast<size_t>(r.hi - r.lo) + 1;
   if (total > 0) {

@@ -53,6 +53,7 @@ struct PlanInput {
   Mode mode = Mode::kC4p;
   uint64_t seed = 1;         // ecmp's random source ports
   uint32_t portSalt = 0;     // offsets steering ports, so that communicators of one job differ
+  PortRange sourcePorts;     // the source ports the transport can send from ({0,0}: any; RoCE: 49152-65535)
   int searchMoves = 100000;  // local-search moves at most (c4p)
   int restarts = 16;         // c4p above the host-port bound: greedy again from shuffled orders (0: never)
 };
@@ -105,7 +106,7 @@ class Plan {
 };
 
 /// Plans by in.mode. Errors: a rank without a host or ports, a flow naming an unknown rank,
-/// steering ranges exhausted.
+/// steering ranges exhausted, a chosen path whose steering ranges lie outside in.sourcePorts.
 Status makePlan(const PlanInput& in, Plan* out);
 /// Re-planning one lane: lane `lane` of the connection (a, b) leaves service (retired, carrying
 /// nothing from now on; the others carry its share), and a new lane is chosen for the connection:

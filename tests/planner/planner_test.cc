@@ -611,6 +611,89 @@ TEST(PlannerTest, SteeringRangeExhausted) {
   EXPECT_NE(st.message().find("all taken"), std::string::npos) << st.message();
 }
 
+TEST(PlannerTest, RoceSourcePorts) {
+  // RoCE v2 lanes (ibverbs) leave from UDP source ports 49152-65535 (their flow labels) and go to
+  // port 4791: the planner steers them with the parts of the rule's ranges in that span only, and
+  // the fabric's rule takes both directions (same source port, dport 4791) onto the planned spine.
+  const std::string roce = c4test::replaceOnce(
+      c4test::kNetlabTopo, "{\"spine\": 1, \"sport_lo\": 25000, \"sport_hi\": 29999}]",
+      "{\"spine\": 1, \"sport_lo\": 25000, \"sport_hi\": 29999}, {\"spine\": 0, \"sport_lo\": 49152, "
+      "\"sport_hi\": 50175}, {\"spine\": 1, \"sport_lo\": 50176, \"sport_hi\": 51199}]");
+  Topology t;
+  c4::Status st = Topology::parse(roce, "roce.json", &t);
+  ASSERT_TRUE(st.isOk()) << st.message();
+  std::vector<RankPlace> ranks = onePerHost(t);  // no listening ports: RoCE has none of its own
+  std::vector<Flow> flows = ringFlows(4, 64 * kMiB);
+  for (Flow f : shiftFlows(4, 2, 32 * kMiB)) flows.push_back(f);
+  constexpr uint16_t kRoceDport = 4791;
+  {
+    PlanInput in = input(t, ranks, flows, 4);
+    in.sourcePorts = PortRange{49152, 65535};
+    Plan p;
+    st = makePlan(in, &p);
+    ASSERT_TRUE(st.isOk()) << st.message();
+    std::set<std::tuple<int, int, int>> used;
+    int steered = 0;
+    for (const auto& c : p.conns)
+      for (const LaneChoice& l : c.lanes) {
+        const HostPort ha{ranks[static_cast<size_t>(c.a)].host,
+                          ranks[static_cast<size_t>(c.a)].ports[static_cast<size_t>(l.localPort)]};
+        const HostPort hb{ranks[static_cast<size_t>(c.b)].host,
+                          ranks[static_cast<size_t>(c.b)].ports[static_cast<size_t>(l.remotePort)]};
+        const std::string spine = t.pathName(ha, hb, l.path);
+        if (spine.empty()) {
+          EXPECT_EQ(l.sourcePort, 0);
+          continue;
+        }
+        ++steered;
+        const uint16_t lo = spine == "spine0" ? 49152 : 50176;
+        EXPECT_GE(l.sourcePort, lo) << spine;
+        EXPECT_LE(l.sourcePort, lo + 1023) << spine;
+        EXPECT_EQ(l.sourceRange.lo, lo);
+        EXPECT_EQ(l.sourceRange.hi, lo + 1023);
+        EXPECT_EQ(l.backPath, -1);  // no listening port: the replies are not booked elsewhere
+        EXPECT_EQ(t.pathByPorts(ha, hb, l.sourcePort, kRoceDport), l.path);
+        EXPECT_EQ(t.pathName(hb, ha, t.pathByPorts(hb, ha, l.sourcePort, kRoceDport)), spine);
+        EXPECT_TRUE(used.insert({ha.host, ha.port, l.sourcePort}).second) << "source port " << l.sourcePort;
+      }
+    EXPECT_GE(steered, 8);
+  }
+  {
+    // Without a span, the same file steers with the first (TCP) ranges, as before.
+    PlanInput in = input(t, ranks, flows, 4);
+    Plan p;
+    ASSERT_TRUE(makePlan(in, &p).isOk());
+    for (const auto& c : p.conns)
+      for (const LaneChoice& l : c.lanes) EXPECT_LT(l.sourcePort, 30000);
+  }
+  {
+    // ecmp: random source ports of the span.
+    PlanInput in = input(t, ranks, flows, 4, Mode::kEcmp);
+    in.sourcePorts = PortRange{49152, 65535};
+    Plan p;
+    ASSERT_TRUE(makePlan(in, &p).isOk());
+    for (const auto& c : p.conns)
+      for (const LaneChoice& l : c.lanes) {
+        EXPECT_GE(l.sourcePort, 49152);
+        EXPECT_EQ(l.sourceRange.lo, 49152);
+        EXPECT_EQ(l.sourceRange.hi, 65535);
+      }
+  }
+  {
+    // A fabric whose rule steers with TCP ports only cannot steer RoCE: a clear error.
+    Topology tcpOnly;
+    ASSERT_TRUE(Topology::parse(c4test::kNetlabTopo, "netlab.json", &tcpOnly).isOk());
+    PlanInput in = input(tcpOnly, onePerHost(tcpOnly), flows, 2);
+    in.sourcePorts = PortRange{49152, 65535};
+    Plan p;
+    st = makePlan(in, &p);
+    ASSERT_FALSE(st.isOk());
+    EXPECT_NE(st.message().find("with source ports 2"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("sends from 49152-65535"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("steering range"), std::string::npos) << st.message();
+  }
+}
+
 TEST(PlannerTest, FindEitherOrder) {
   const Topology t = Topology::leafSpine(4, 2, 2, 2, 1e9, 1e9);
   std::vector<Flow> flows = {Flow{2, 0, 8 * kMiB}, Flow{3, 1, 4 * kMiB}, Flow{1, 3, 1 * kMiB}, Flow{0, 0, 9 * kMiB}};

@@ -91,14 +91,18 @@ case "$WHAT" in
     peer=10.78.0.$((2 - H))
     for i in $(seq 120); do ping -c 1 -W 1 $peer > /dev/null 2>&1 && break; done
     echo "[vm] host $H: rxn on eth0 ($(ibv_devinfo -d rxn | grep -m1 state | awk '{print $2}')), $peer answers"
-    # Each lane asks for a UDP source port (C4_IB_SOURCE_PORT_BASE + lane, through the flow label):
-    # host 0 records the RoCE packets on its NIC meanwhile, and only those two ports may appear.
+    # C4P plans the lanes between the hosts on twovm_topo.json: each VM's NIC hangs off a leaf of its
+    # own, two spines between the leaves, steered by RoCE source ports 50000-50999 (spine0) and
+    # 51000-51999 (spine1); each lane asks for its planned port through its flow label. Lanes no
+    # plan covers (connections that carry no AllReduce traffic) leave from C4_IB_SOURCE_PORT_BASE +
+    # lane (60000, 60001). Host 0 records the RoCE packets on its NIC meanwhile.
     [ "$H" = 0 ] && { /c4/c4-udp-sports eth0 100000 > /tmp/sports 2>&1 & cap=$!; }
     pids=""
     for l in 0 1; do
       r=$((2 * H + l))
       env RANK=$r LOCAL_RANK=$l WORLD_SIZE=4 MASTER_ADDR=10.78.0.1 MASTER_PORT=29500 C4_SOCKET_IFNAME=eth0 \
-        C4_TRANSPORT=auto C4_IB_HCA==rxn C4_IB_SOURCE_PORT_BASE=50000 C4_DEBUG=INFO C4_DEBUG_SUBSYS=INIT,NET \
+        C4_TRANSPORT=auto C4_IB_HCA==rxn C4_IB_SOURCE_PORT_BASE=60000 C4_TOPO_FILE=/c4/twovm_topo.json \
+        C4_DEBUG=INFO C4_DEBUG_SUBSYS=INIT,NET,PLAN \
         C4_TRACE=0 C4_TIMEOUT=300 /c4/c4-matrix --quick > /tmp/twovm.$r 2>&1 &
       pids="$pids $!"
     done
@@ -114,13 +118,30 @@ case "$WHAT" in
     else
       echo "[vm] twovm: ok (host $H: shm within, ibverbs to the other VM, every result right)"
     fi
+    # Every lane of this host's ranks: a planned one leaves from a port of its spine's range, an
+    # unplanned one from 60000 + lane; both spines carry planned lanes.
+    grep -h "ibverbs: rank .*: lane .* udp source port" /tmp/twovm.* |
+      sed 's/^.*ibverbs: rank \([0-9]*\): lane \([0-9]*\) to rank \([0-9]*\): .* udp source port \([0-9]*\)\(.*\)$/\1 \2 \3 \4 \5/' |
+      awk '{ path = ($5 == "") ? "none" : ($0 ~ /spine0/ ? "spine0" : $0 ~ /spine1/ ? "spine1" : "other"); print $1, $2, $3, $4, path }' > /tmp/lanes
+    sed 's/^/[vm]   lane (rank, lane, peer, source port, spine): /' /tmp/lanes
+    bad=$(awk '($5 == "spine0" && ($4 < 50000 || $4 > 50999)) || ($5 == "spine1" && ($4 < 51000 || $4 > 51999)) ||
+               ($5 == "none" && $4 != 60000 + $2) || $5 == "other"' /tmp/lanes)
+    if [ -z "$bad" ] && grep -q " spine0$" /tmp/lanes && grep -q " spine1$" /tmp/lanes; then
+      echo "[vm] planned lanes: ok (each planned lane asked for a source port of its spine's range; both spines used)"
+    else
+      echo "[vm] planned lanes: FAILED ${bad:-(a spine carries no planned lane)}"; grep -h "C4P" /tmp/twovm.* | head -20; rc=1
+    fi
     if [ "$H" = 0 ]; then
       sed 's/^/[vm]   RoCE packets on eth0: /' /tmp/sports
-      if grep -q "^sport 50000:" /tmp/sports && grep -q "^sport 50001:" /tmp/sports &&
-         [ "$(grep -c '^sport' /tmp/sports)" = 2 ]; then
-        echo "[vm] source ports: ok (lanes 0 and 1 left from 50000 and 50001, and nothing else)"
+      # On the wire: only the lanes' ports (both directions of a lane use the lower rank's), and
+      # planned ones through both spines.
+      awk '{print $4}' /tmp/lanes | sort -u > /tmp/lane_ports
+      sed -n 's/^sport \([0-9]*\):.*/\1/p' /tmp/sports | sort -u > /tmp/wire_ports
+      stray=$(comm -13 /tmp/lane_ports /tmp/wire_ports | tr '\n' ' ')
+      if [ -z "$stray" ] && grep -q "^50[0-9][0-9][0-9]$" /tmp/wire_ports && grep -q "^51[0-9][0-9][0-9]$" /tmp/wire_ports; then
+        echo "[vm] source ports: ok (on the wire exactly the lanes' ports: $(tr '\n' ' ' < /tmp/wire_ports))"
       else
-        echo "[vm] source ports: FAILED"; rc=1
+        echo "[vm] source ports: FAILED (on the wire but no lane's: ${stray:-none}; or a spine's range unused)"; rc=1
       fi
     fi
     ;;

@@ -75,7 +75,7 @@ for t in ibverbs_test transport_conformance_test coll_test c4-matrix c4-perf c4-
 done
 cp "${bins[@]}" ir/c4/
 withLibs "${bins[@]}"
-cp "$HERE/in_vm.sh" ir/c4/
+cp "$HERE/in_vm.sh" "$HERE/twovm_topo.json" ir/c4/
 cat > ir/init <<'INIT'
 #!/bin/busybox sh
 /bin/busybox --install -s /bin

@@ -76,6 +76,7 @@ std::unique_ptr<Transport> make(const TransportEntry& e, int r, int n, const std
   c.pids.assign(static_cast<size_t>(n), 0);
   std::unique_ptr<Transport> t;
   *st = e.create(c, &t);
+  if (st->isOk()) *st = t->startLanes();
   return t;
 }
 

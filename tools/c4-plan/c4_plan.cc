@@ -19,13 +19,15 @@ namespace {
 using namespace c4;
 
 void usage() {
-  fprintf(stderr,
-          "usage: c4-plan TOPO.json | --leaf-spine H,P,L,S[,GBIT] | --fat-tree K,HOSTS_PER_LEAF,P[,GBIT]\n"
-          "         [-C allreduce|allgather|reducescatter|broadcast|alltoall] [-A ring|tree|rhd|direct|hier]\n"
-          "         [-b BYTES] [--ranks-per-host R] [--ports N] [--lanes L] [--seeds S] [--links N] [--quiet]\n"
-          "Places R ranks on every host in order (rank r on host r / R), each using the first N ports of its\n"
-          "host (default: all), L lanes per connection (default: the ports); prints the c4p plan and link\n"
-          "load, then ECMP (random source ports) over S seeds (default 10). Sizes take K, M, G suffixes.\n");
+  fprintf(
+      stderr,
+      "usage: c4-plan TOPO.json | --leaf-spine H,P,L,S[,GBIT] | --fat-tree K,HOSTS_PER_LEAF,P[,GBIT]\n"
+      "         [-C allreduce|allgather|reducescatter|broadcast|alltoall] [-A ring|tree|rhd|direct|hier]\n"
+      "         [-b BYTES] [--ranks-per-host R] [--ports N] [--lanes L] [--seeds S] [--links N] [--roce] [--quiet]\n"
+      "Places R ranks on every host in order (rank r on host r / R), each using the first N ports of its\n"
+      "host (default: all), L lanes per connection (default: the ports); prints the c4p plan and link\n"
+      "load, then ECMP (random source ports) over S seeds (default 10). Sizes take K, M, G suffixes.\n"
+      "--roce: the lanes are RoCE v2 queue pairs (ibverbs), steered with source ports 49152-65535.\n");
 }
 
 size_t parseSize(const char* s) {
@@ -83,7 +85,7 @@ int main(int argc, char** argv) {
   std::vector<double> leafSpine, fatTree;
   size_t bytes = 64u << 20;
   int ranksPerHost = 1, ports = 0, lanes = 0, seeds = 10, links = 12;
-  bool quiet = false;
+  bool quiet = false, roce = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -116,6 +118,8 @@ int main(int argc, char** argv) {
       links = atoi(next());
     else if (a == "--quiet")
       quiet = true;
+    else if (a == "--roce")
+      roce = true;
     else if (!a.empty() && a[0] != '-' && file.empty())
       file = a;
     else
@@ -160,6 +164,7 @@ int main(int argc, char** argv) {
     }
   }
   in.lanes = lanes > 0 ? lanes : maxPorts;
+  if (roce) in.sourcePorts = plan::PortRange{49152, 65535};
   const int n = static_cast<int>(in.ranks.size());
   sched::Algo used = algo;
   Status st = plan::scheduleFlows(algo, coll, n, bytes, hostOf, &in.flows, &used);

@@ -163,6 +163,7 @@ struct IbLane {
   int id = 0;  // index into the transport's lanes
   int port = 0;
   uint16_t sourcePort = 0;  // RoCE v2: the UDP source port asked for (0: the device's choice)
+  std::string path;         // C4P's way through the fabric ("h0p0 -> leaf0 -> spine1 -> leaf1 -> h1p0"); "" unplanned
   Device* dev = nullptr;
   const IbPort* ip = nullptr;
   ibv_qp* qp = nullptr;
@@ -247,12 +248,19 @@ class IbverbsTransport : public Transport {
     c.bwGBps = 10;
     c.reduceOnRecv = true;
     c.lanes = true;  // retireLane and setLaneWeights; addLane is refused (queue pairs are made at init)
+    // RoCE v2 lanes are steered by the flow label, which sets a UDP source port of 49152 and up.
+    bool roce = !ports_.empty();
+    for (const IbPort& p : ports_) roce &= p.ethernet;
+    if (roce) {
+      c.sourcePortLo = kRoceSportMin;
+      c.sourcePortHi = 65535;
+    }
     return c;
   }
   bool canConnect(int peer) const override { return peer >= 0 && peer < ctx_.nranks && peer != ctx_.rank; }
   Status connect(int peer, Connection** out) override;
   Connection* existingConnection(int peer) override {
-    return canConnect(peer) ? conns_[static_cast<size_t>(peer)].get() : nullptr;
+    return started_ && canConnect(peer) ? conns_[static_cast<size_t>(peer)].get() : nullptr;
   }
   Status progress() override;
   uint64_t progressCount() const override { return progressCount_; }
@@ -267,13 +275,21 @@ class IbverbsTransport : public Transport {
   }
   void abort(const std::string& reason) override;
   int lanesPerConnection() const override { return lanesPer_; }
+  /// RoCE: each port's IP address (its GID's), as a topology file lists host ports; without a port
+  /// number, since every RoCE v2 connection goes to UDP port 4791. InfiniBand: the port's name.
   std::vector<std::string> portAddresses() const override {
     std::vector<std::string> out;
-    for (const IbPort& p : ports_) out.push_back(p.name() + " " + p.gidText);
+    for (const IbPort& p : ports_)
+      out.push_back(!p.ethernet                                ? p.name()
+                    : p.gidText.find(':') == std::string::npos ? p.gidText
+                                                               : "[" + p.gidText + "]");
     return out;
   }
 
+  /// Loads libibverbs, finds the ports, and tells every rank every rank's outcome (collective).
   Status setup();
+  /// Makes and connects every queue pair, each on the ports the lane plan gives (collective).
+  Status startLanes() override;
 
   // For the connections.
   const Verbs* v = nullptr;
@@ -311,6 +327,8 @@ class IbverbsTransport : public Transport {
 
   Context ctx_;
   std::vector<IbPort> ports_;
+  std::vector<int32_t> peerPorts_;  // every rank's port count (setup)
+  bool started_ = false;            // startLanes ran: the connections and their queue pairs exist
   int lanesPer_ = 1;
   std::vector<std::unique_ptr<Device>> devices_;
   std::vector<std::unique_ptr<IbLane>> lanes_;
@@ -438,6 +456,12 @@ Status IbverbsTransport::connectLane(IbLane* l) {
                             (l->sourcePort >= kRoceSportMin ? " udp " + std::to_string(l->sourcePort) : std::string()),
                         ib::gidText(*reinterpret_cast<const ibv_gid*>(r.gid)) + " qp " + hexQp(r.qpn));
   l->stats.setState(LaneState::kUp);
+  C4_INFO(kLogNet, "ibverbs: rank %d: lane %d to rank %d: %s %s qp %s -> %s qp %s, udp source port %s%s%s", ctx_.rank,
+          l->stats.index(), l->conn->peer(), l->ip->name().c_str(), l->ip->gidText.c_str(),
+          hexQp(l->qp->qp_num).c_str(), ib::gidText(*reinterpret_cast<const ibv_gid*>(r.gid)).c_str(),
+          hexQp(r.qpn).c_str(),
+          l->sourcePort >= kRoceSportMin ? std::to_string(l->sourcePort).c_str() : "(the device's)",
+          l->path.empty() ? "" : "; C4P path ", l->path.c_str());
   return Status::ok();
 }
 
@@ -446,21 +470,37 @@ Status IbverbsTransport::setup() {
   lanesPer_ = static_cast<int>(paramIbQpsPerConnection());
   slotBytes = static_cast<size_t>(paramIbSlotBytes());
   slots = static_cast<uint32_t>(paramIbSlots());
-  // 1. Can this rank do it at all? Every rank learns every other's answer (and the lower rank's
-  //    plan of each lane's ports), so that a rank without a device fails every rank at once.
+  // Can this rank do it at all? Every rank learns every other's answer, so that a rank without a
+  // device fails every rank at once (and under auto all fall back together).
   Status mine = ib::loadVerbs(&v);
   if (mine.isOk()) mine = ib::discoverPorts(*v, &ports_);
-  const size_t pairsBytes = sizeof(PortPair) * static_cast<size_t>(n) * static_cast<size_t>(lanesPer_);
-  const size_t slice1 = sizeof(SetupHdr) + pairsBytes;
+  std::vector<SetupHdr> g0(static_cast<size_t>(n));
+  SetupHdr& h = g0[static_cast<size_t>(me)];
+  h.ok = mine.isOk();
+  h.nports = static_cast<int32_t>(ports_.size());
+  h.lanes = lanesPer_;
+  snprintf(h.why, sizeof(h.why), "%s", mine.message().c_str());
+  C4_CHECK(ctx_.oob->allGather(g0.data(), sizeof(SetupHdr)));
+  if (!mine.isOk()) return mine;
+  for (int r = 0; r < n; ++r)
+    if (!g0[static_cast<size_t>(r)].ok)
+      return makeError(Code::kRemoteError, "ibverbs: rank %d cannot use RDMA: %s", r,
+                       std::string(g0[static_cast<size_t>(r)].why,
+                                   strnlen(g0[static_cast<size_t>(r)].why, sizeof(g0[static_cast<size_t>(r)].why)))
+                           .c_str());
+  for (const SetupHdr& r : g0) peerPorts_.push_back(r.nports);
+  return Status::ok();
+}
+
+Status IbverbsTransport::startLanes() {
+  if (started_) return Status::ok();
+  started_ = true;
+  const int n = ctx_.nranks, me = ctx_.rank;
+  // 1. Each lane's ports and source port: the plan of the pair's lower rank (C4P has planned by
+  //    now), which the higher one follows.
+  const size_t slice1 = sizeof(PortPair) * static_cast<size_t>(n) * static_cast<size_t>(lanesPer_);
   std::vector<char> g1(slice1 * static_cast<size_t>(n), 0);
-  auto hdr = [&](int r) { return reinterpret_cast<SetupHdr*>(g1.data() + slice1 * static_cast<size_t>(r)); };
-  auto pairs = [&](int r) {
-    return reinterpret_cast<PortPair*>(g1.data() + slice1 * static_cast<size_t>(r) + sizeof(SetupHdr));
-  };
-  hdr(me)->ok = mine.isOk();
-  hdr(me)->nports = static_cast<int32_t>(ports_.size());
-  hdr(me)->lanes = lanesPer_;
-  snprintf(hdr(me)->why, sizeof(hdr(me)->why), "%s", mine.message().c_str());
+  auto pairs = [&](int r) { return reinterpret_cast<PortPair*>(g1.data() + slice1 * static_cast<size_t>(r)); };
   for (int p = 0; p < n; ++p)
     for (int l = 0; l < lanesPer_; ++l) {
       PortPair& pp = pairs(me)[p * lanesPer_ + l];
@@ -476,11 +516,6 @@ Status IbverbsTransport::setup() {
         pp.sourcePort = static_cast<uint16_t>(std::min<int64_t>(paramIbSourcePortBase() + l, 65535));
     }
   C4_CHECK(ctx_.oob->allGather(g1.data(), slice1));
-  if (!mine.isOk()) return mine;
-  for (int r = 0; r < n; ++r)
-    if (!hdr(r)->ok)
-      return makeError(Code::kRemoteError, "ibverbs: rank %d cannot use RDMA: %s", r,
-                       std::string(hdr(r)->why, strnlen(hdr(r)->why, sizeof(hdr(r)->why))).c_str());
   // 2. Queue pairs for every peer, their lanes on the ports the lower rank planned. What fails
   //    here on one rank is told to every rank with the addresses (an ok flag before them), and the
   //    last step is an exchange of ok flags, not a barrier: no rank waits for one that gave up.
@@ -499,7 +534,7 @@ Status IbverbsTransport::setup() {
       if (p == me) continue;
       conns_[static_cast<size_t>(p)] = std::make_unique<IbConnection>(this, p);
       IbConnection* c = conns_[static_cast<size_t>(p)].get();
-      const int theirPorts = hdr(p)->nports;
+      const int theirPorts = peerPorts_[static_cast<size_t>(p)];
       for (int l = 0; l < lanesPer_; ++l) {
         int port;
         if (me < p) {
@@ -513,6 +548,7 @@ Status IbverbsTransport::setup() {
         C4_CHECK(makeLane(c, l, port % np));
         // Both directions of the lane leave from the source port the lower rank's plan asked for.
         c->lanes.back()->sourcePort = (me < p ? pairs(me)[p * lanesPer_ + l] : pairs(p)[me * lanesPer_ + l]).sourcePort;
+        if (ctx_.lanePlan) c->lanes.back()->path = ctx_.lanePlan(p, l).label;
       }
     }
     for (auto& d : devices_) {
@@ -725,8 +761,10 @@ void IbverbsTransport::laneFailed(IbLane* l, const std::string& why, bool tellPe
                       static_cast<long long>(paramIbTimeout()), static_cast<long long>(paramIbRetryCnt())));
     return;
   }
-  C4_WARN(kLogNet, "ibverbs: rank %d: lane %d to rank %d (%s) retired: %s; %zu chunk(s) go again on the other lanes",
-          ctx_.rank, l->stats.index(), c->peer(), l->ip->name().c_str(), why.c_str(), again);
+  C4_WARN(kLogNet,
+          "ibverbs: rank %d: lane %d to rank %d (%s%s%s) retired: %s; %zu chunk(s) go again on the other lanes",
+          ctx_.rank, l->stats.index(), c->peer(), l->ip->name().c_str(), l->path.empty() ? "" : ", C4P path ",
+          l->path.c_str(), why.c_str(), again);
   if (tellPeer && live->sqFree > 0)
     (void)postCtrl(live, kImmPing | static_cast<uint32_t>(1 + l->stats.index()), kWrCtrl);
   markActive(c);
@@ -768,7 +806,7 @@ Status IbverbsTransport::deregisterMemory(MemRegion* region) {
 }
 
 Status IbverbsTransport::faultDrill(int peer, int lane, LaneFault fault) {
-  if (!canConnect(peer) || lane < 0 || lane >= conns_[static_cast<size_t>(peer)]->numLanes())
+  if (!started_ || !canConnect(peer) || lane < 0 || lane >= conns_[static_cast<size_t>(peer)]->numLanes())
     return makeError(Code::kInvalidArgument, "ibverbs: no lane %d to rank %d", lane, peer);
   if (fault != LaneFault::kReset)
     return makeError(Code::kInvalidUsage, "ibverbs: only the reset drill (the queue pair to the error state) exists");
@@ -843,6 +881,9 @@ void IbverbsTransport::onCompletion(const ibv_wc& wc) {
 Status IbverbsTransport::connect(int peer, Connection** out) {
   if (!canConnect(peer)) return makeError(Code::kInvalidArgument, "ibverbs: no connection to rank %d", peer);
   if (!aborted_.isOk()) return aborted_;
+  if (!started_)
+    return makeError(Code::kInternalError, "ibverbs: rank %d: connection to rank %d before startLanes", ctx_.rank,
+                     peer);
   *out = conns_[static_cast<size_t>(peer)].get();
   return Status::ok();
 }
