@@ -339,6 +339,10 @@ class Transport {
   /// blocked socket became writable), for callers that block while idle; -1 if the transport has
   /// none (shared memory is only polled).
   virtual int waitFd() const { return -1; }
+  /// Called by the driving thread right before it blocks on waitFd() (after a progress() that
+  /// completed nothing): false when work is pending already, so the caller must not block (UCX's
+  /// worker, whose event fd signals only once armed). Driving thread.
+  virtual bool armWait() { return true; }
 
   /// Idle back-off (transports/idle.hpp): publishCpu() tells the peers which CPU this rank runs on
   /// (cheap: call it whenever the rank starts waiting); peerSharesCpu() publishes too and says

@@ -5,9 +5,12 @@
 #   2. AllReduce over ucx vs over c4's own tcp transport (c4-perf -np 2, 1-64 MiB).
 #
 #   bench/ucx/compare.sh [BUILD_DIR=build] [SIZE=4M] [UCX_TLS=tcp,self] [REPEAT=3]
-# With C4_UCX_PEER_FAILURE=1 (the default) the transport asks UCX for peer-failure handling, which
-# ucx_perftest does not; UCX 1.13 offers it over tcp (and verbs) but not over shared memory, so
-# UCX_TLS=tcp,self keeps both on the same UCX transport. Both modes are measured.
+# With C4_UCX_PEER_FAILURE=1 (the default) the transport asks UCX for peer-failure handling; it is
+# compared with ucx_perftest -e (endpoints with error handling, the same UCX protocols), and
+# C4_UCX_PEER_FAILURE=0 with plain ucx_perftest. UCX 1.13 offers peer-failure handling over tcp (and
+# verbs) but not over shared memory, so UCX_TLS=tcp,self keeps all four on one UCX transport.
+# Each side's two processes run pinned to CPUs 0 and 1 (taskset; C4_P2P_PIN=1): unpinned pairs on
+# this 2-core VM swing 2x with the scheduler's placement, pinned ones by a few percent.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
@@ -19,19 +22,27 @@ bytes=$(numfmt --from=iec "$SIZE")
 export C4_TRACE=0 UCX_TLS="$TLS"
 port=$((20000 + RANDOM % 20000))
 echo "# UCX_TLS=$TLS, $SIZE messages, 200 per run after 20 warm-up; MB = 2^20 B"
-for k in $(seq "$REPEAT"); do
-  timeout 120 ucx_perftest -t tag_bw -s "$bytes" -n 200 -w 20 -p "$port" > /dev/null 2>&1 &
-  srv=$!
+perftest() {  # perftest [-e]: MB/s of ucx_perftest tag_bw, server on CPU 0 and client on CPU 1
+  local port=$((20000 + RANDOM % 20000))
+  taskset -c 0 timeout 120 ucx_perftest -t tag_bw -s "$bytes" -n 200 -w 20 -p "$port" "$@" > /dev/null 2>&1 &
+  local srv=$!
   sleep 0.5
-  theirs=$(timeout 120 ucx_perftest 127.0.0.1 -t tag_bw -s "$bytes" -n 200 -w 20 -p "$port" -f 2>/dev/null |
-           awk '$1 == 200 {print $6}')
+  taskset -c 1 timeout 120 ucx_perftest 127.0.0.1 -t tag_bw -s "$bytes" -n 200 -w 20 -p "$port" "$@" -f 2>/dev/null |
+    awk '$1 == 200 {print $6}'
   wait "$srv" || true
-  ours=$(C4_TRANSPORT=ucx timeout 120 "$BUILD/bin/c4-p2p-bw" "$SIZE" 200 16 20 | awk '{print $(NF-7)}')
-  fast=$(C4_TRANSPORT=ucx C4_UCX_PEER_FAILURE=0 timeout 120 "$BUILD/bin/c4-p2p-bw" "$SIZE" 200 16 20 |
-         awk '{print $(NF-7)}')
-  ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.3f", a/b}'; }
-  echo "run $k: ucx_perftest tag_bw $theirs MB/s; c4 over ucx $ours MB/s (ratio $(ratio "$ours" "$theirs")), with" \
-       "C4_UCX_PEER_FAILURE=0 $fast MB/s (ratio $(ratio "$fast" "$theirs"))"
+}
+ours() {  # ours PEER_FAILURE: MB/s of c4-p2p-bw over ucx, rank r on CPU r
+  C4_TRANSPORT=ucx C4_UCX_PEER_FAILURE=$1 C4_P2P_PIN=1 timeout 120 "$BUILD/bin/c4-p2p-bw" "$SIZE" 200 16 20 |
+    awk '{print $(NF-7)}'
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.3f", a/b}'; }
+for k in $(seq "$REPEAT"); do
+  pe=$(perftest -e)
+  c1=$(ours 1)
+  p0=$(perftest)
+  c0=$(ours 0)
+  echo "run $k: peer failure handled: ucx_perftest -e $pe MB/s, c4 $c1 MB/s (ratio $(ratio "$c1" "$pe"));" \
+       "not handled: ucx_perftest $p0 MB/s, c4 (C4_UCX_PEER_FAILURE=0) $c0 MB/s (ratio $(ratio "$c0" "$p0"))"
 done
 echo "# AllReduce, 2 ranks: c4 over ucx vs c4 over its tcp transport (busbw GB/s, out of place)"
 for cfg in "ucx 1" "ucx 0" "tcp 1"; do

@@ -5,7 +5,9 @@
 // transport C4_TRANSPORT selects carries it (C4_TRANSPORT=ucx for the comparison).
 //
 //   c4-p2p-bw [bytes=4M] [iters=200] [window=16] [warmup=20]
+// C4_P2P_PIN=1 pins rank r to CPU r.
 // Prints "c4-p2p-bw: <bytes> B x <iters>: <MB/s> MB/s (MB = 2^20 B, as ucx_perftest)".
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,6 +39,15 @@ int fail(int rank, const char* what, const c4::Status& st) {
 }
 
 int runRank(int rank, const c4::UniqueId& id, size_t bytes, int iters, int window, int warmup) {
+  // C4_P2P_PIN=1: rank r (and every thread it starts) on CPU r, as compare.sh runs ucx_perftest's two
+  // processes with taskset; on a 2-core machine an unpinned pair swings 2x with the scheduler's placement.
+  const char* pin = getenv("C4_P2P_PIN");
+  if (pin && atoi(pin) != 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(rank % std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)), &set);
+    if (sched_setaffinity(0, sizeof(set), &set) != 0) perror("c4-p2p-bw: sched_setaffinity");
+  }
   c4::Comm* comm = nullptr;
   c4::Status st = c4::commInitRank(&comm, 2, id, rank);
   if (!st.isOk()) return fail(rank, "init", st);

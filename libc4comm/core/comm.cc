@@ -442,7 +442,10 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   for (auto& t : transports)
     if (!arenaT && t->hostArenaBytes() > 0) arenaT = t.get();
   for (auto& t : transports)
-    if (t->waitFd() >= 0) waitFds.push_back(pollfd{t->waitFd(), POLLIN, 0});
+    if (t->waitFd() >= 0) {
+      waitFds.push_back(pollfd{t->waitFd(), POLLIN, 0});
+      waitTransports.push_back(t.get());
+    }
   std::string transportList;
   peerTransportIndex.assign(static_cast<size_t>(n), 0);
   for (size_t i = 0; i < transports.size(); ++i) {
@@ -536,6 +539,8 @@ void Comm::idleWait(int idleRounds) {
     }
     return;
   }
+  for (transport::Transport* t : waitTransports)
+    if (!t->armWait()) return;                                // events already pending: poll again at once
   (void)ppoll(waitFds.data(), waitFds.size(), &ts, nullptr);  // EINTR or timeout: the caller polls again
 }
 

@@ -183,6 +183,8 @@ class UcxTransportImpl : public Transport {
   }
   Status progress() override;
   uint64_t progressCount() const override { return progressCount_; }
+  int waitFd() const override { return efd_; }
+  bool armWait() override { return efd_ < 0 || ucp_worker_arm(worker_) != UCS_ERR_BUSY; }
   void abort(const std::string& reason) override;
   Status registerMemory(const void* base, size_t bytes, MemSpace space, std::unique_ptr<MemRegion>* out) override;
   Status deregisterMemory(MemRegion* region) override;
@@ -220,6 +222,7 @@ class UcxTransportImpl : public Transport {
   bool peerFailure_ = paramUcxPeerFailure() != 0;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
+  int efd_ = -1;  // the worker's event fd (UCP_FEATURE_WAKEUP): readable once armed and UCX has work
   std::vector<std::vector<char>> addrs_;
   std::vector<std::unique_ptr<UcxConnection>> conns_;
   std::vector<UcxConnection*> active_;
@@ -621,7 +624,9 @@ Status UcxTransportImpl::setup() {
   if (getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) (void)ucp_config_modify(config, "KEEPALIVE_INTERVAL", "1s");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
-  params.features = UCP_FEATURE_TAG;
+  // WAKEUP: the worker's event fd (waitFd), so that an idle rank blocks until UCX has work
+  // instead of sleeping through it.
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   params.name = "c4comm";
   s = ucp_init(&params, config, &context_);
   ucp_config_release(config);
@@ -637,6 +642,7 @@ Status UcxTransportImpl::setup() {
     worker_ = nullptr;
     return makeError(Code::kSystemError, "ucx: rank %d: cannot create a UCX worker: %s", ctx_.rank, ucsText(s));
   }
+  if (ucp_worker_get_efd(worker_, &efd_) != UCS_OK) efd_ = -1;  // polled only, as before
   ucp_address_t* addr = nullptr;
   size_t len = 0;
   s = ucp_worker_get_address(worker_, &addr, &len);
