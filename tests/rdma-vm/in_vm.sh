@@ -95,13 +95,17 @@ case "$WHAT" in
     # own, two spines between the leaves, steered by RoCE source ports 50000-50999 (spine0) and
     # 51000-51999 (spine1); each lane asks for its planned port through its flow label. Lanes no
     # plan covers (connections that carry no AllReduce traffic) leave from C4_IB_SOURCE_PORT_BASE +
-    # lane (60000, 60001). Host 0 records the RoCE packets on its NIC meanwhile.
+    # lane (60000, 60001). Host 0 records the RoCE packets on its NIC meanwhile. Before its 40th
+    # collective rank 0 breaks its lane 0 to rank 2 (C4_FAULT=drop: the queue pair errs, as a NIC
+    # fault would): both ends retire it, and C4P replaces it on a path that avoids spine0's links
+    # (addLane: a queue pair exchanged over the live lane), so lane 2 runs through spine1.
     [ "$H" = 0 ] && { /c4/c4-udp-sports eth0 100000 > /tmp/sports 2>&1 & cap=$!; }
     pids=""
     for l in 0 1; do
       r=$((2 * H + l))
       env RANK=$r LOCAL_RANK=$l WORLD_SIZE=4 MASTER_ADDR=10.78.0.1 MASTER_PORT=29500 C4_SOCKET_IFNAME=eth0 \
         C4_TRANSPORT=auto C4_IB_HCA==rxn C4_IB_SOURCE_PORT_BASE=60000 C4_TOPO_FILE=/c4/twovm_topo.json \
+        C4_FAULT=drop:rank=0,peer=2,lane=0,op=40 \
         C4_DEBUG=INFO C4_DEBUG_SUBSYS=INIT,NET,PLAN \
         C4_TRACE=0 C4_TIMEOUT=300 /c4/c4-matrix --quick > /tmp/twovm.$r 2>&1 &
       pids="$pids $!"
@@ -126,6 +130,12 @@ case "$WHAT" in
     sed 's/^/[vm]   lane (rank, lane, peer, source port, spine): /' /tmp/lanes
     bad=$(awk '($5 == "spine0" && ($4 < 50000 || $4 > 50999)) || ($5 == "spine1" && ($4 < 51000 || $4 > 51999)) ||
                ($5 == "none" && $4 != 60000 + $2) || $5 == "other"' /tmp/lanes)
+    # The replacement of rank 0's lane 0 to rank 2, at both ends, through spine1.
+    if [ "$H" = 0 ]; then added=$(awk '$1 == 0 && $2 == 2 && $3 == 2 && $5 == "spine1"' /tmp/lanes); else
+      added=$(awk '$1 == 2 && $2 == 2 && $3 == 0 && $5 == "spine1"' /tmp/lanes); fi
+    grep -h -E "retired|adding lane" /tmp/twovm.* | sed 's/^.* c4 [A-Z]* /[vm]   /'
+    if [ -z "$added" ]; then echo "[vm] failover: FAILED (no lane 2 between ranks 0 and 2 through spine1)"; rc=1; else
+      echo "[vm] failover: ok (lane 0 between ranks 0 and 2 retired, lane 2 added through spine1: $added)"; fi
     if [ -z "$bad" ] && grep -q " spine0$" /tmp/lanes && grep -q " spine1$" /tmp/lanes; then
       echo "[vm] planned lanes: ok (each planned lane asked for a source port of its spine's range; both spines used)"
     else

@@ -9,7 +9,8 @@
 //  - bounded memory under back-pressure: a receiver that posts late holds a bounded amount;
 //  - peers that die before any traffic, in the middle of a message, and after sending;
 //  - abort: the peer's pending requests fail fast naming the rank and the reason;
-//  - lane retirement (Caps::lanes) in the middle of a message loses nothing.
+//  - lane retirement (Caps::lanes) in the middle of a message loses nothing;
+//  - a lane added by the lower rank (C4P's replacement) carries data both ways, with its plan.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -495,6 +496,83 @@ TEST_P(Conformance, LaneRetiredMidMessageLosesNothing) {
     REQUIRE(c->lane(1)->state() == LaneState::kRetired, "lane 1 is %s at rank %d", laneStateName(c->lane(1)->state()),
             r);
     // The peer may still need acknowledgements of re-sent pieces from this rank.
+    REQUIRE_OK(settle(t.get()));
+    REQUIRE_OK(oob.barrier());
+    return "";
+  });
+}
+
+// Caps::lanes: a lane added after a retirement (C4P's replacement, opened by the lower rank with
+// its plan) comes up at both ends and carries data both ways; the higher rank cannot add one.
+TEST_P(Conformance, AddedLaneCarriesDataBothWays) {
+  ScopedEnv lanes("C4_LANES", "2");
+  ScopedEnv piece("C4_TCP_PIECE_BYTES", "65536");
+  const std::string tag = testing::freshTag();
+  runRanks(2, [&](int r, Oob& oob) -> std::string {
+    Status st;
+    auto t = make(entry(), r, 2, tag, oob, &st);
+    REQUIRE_OK(st);
+    Connection* c = nullptr;
+    REQUIRE_OK(t->connect(1 - r, &c));
+    int idx = -1;
+    if (!t->caps().lanes) {
+      REQUIRE(!c->addLane(LanePlan{}, &idx).isOk(), "a connection without lanes added one");
+      return "";
+    }
+    const size_t n = 2u << 20;
+    std::vector<char> out(n), in(n);
+    uint64_t seq = 0;
+    auto exchange = [&]() -> std::string {
+      fillPattern(out.data(), n, static_cast<uint32_t>(r * 1000 + seq));
+      Request s, q;
+      REQUIRE_OK(c->isend(out.data(), n, testSig(seq, n), &s));
+      REQUIRE_OK(c->irecv(in.data(), n, testSig(seq, n), nullptr, &q));
+      Status w = waitAll(t.get(), {&s, &q}, 20000);
+      REQUIRE(w.isOk(), "message %llu: %s; %s", static_cast<unsigned long long>(seq), w.toString().c_str(),
+              c->describeState().c_str());
+      REQUIRE(checkPattern(in.data(), n, static_cast<uint32_t>((1 - r) * 1000 + seq)), "message %llu differs",
+              static_cast<unsigned long long>(seq));
+      ++seq;
+      return "";
+    };
+    std::string e = exchange();
+    if (!e.empty()) return e;
+    const int before = c->numLanes();
+    REQUIRE(before >= 2, "%d lanes", before);
+    if (r == 1) REQUIRE(c->addLane(LanePlan{}, &idx).code() == Code::kInvalidUsage, "the higher rank added a lane");
+    if (r == 0) {
+      REQUIRE_OK(c->retireLane(0, "conformance: replaced"));
+      LanePlan plan;
+      plan.sourcePort = 50123;  // RoCE: through the flow label; tcp: a port to bind (or the next free)
+      plan.sourcePortLo = 50100;
+      plan.sourcePortHi = 50199;
+      plan.label = "conformance path";
+      REQUIRE_OK(c->addLane(plan, &idx));
+      REQUIRE(idx == before, "new lane index %d, expected %d", idx, before);
+    }
+    // The new lane joins as soon as both ends have it: messages keep flowing meanwhile.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (;;) {
+      e = exchange();
+      if (!e.empty()) return e;
+      const LaneSnapshot added = c->numLanes() > before ? c->lane(before)->snapshot() : LaneSnapshot{};
+      if (added.state == LaneState::kUp && added.bytesSent > n / 4 && added.bytesRecv > n / 4) break;
+      REQUIRE(std::chrono::steady_clock::now() < deadline,
+              "rank %d: lane %d carried nothing both ways after %llu messages (%d lanes; %s, %llu sent, %llu received)",
+              r, before, static_cast<unsigned long long>(seq), c->numLanes(), laneStateName(added.state),
+              static_cast<unsigned long long>(added.bytesSent), static_cast<unsigned long long>(added.bytesRecv));
+    }
+    REQUIRE(c->numLanes() == before + 1, "%d lanes at rank %d", c->numLanes(), r);
+    // It leaves from the source port its plan asked for (RoCE: both directions; tcp: the opener's).
+    const std::string local = c->lane(before)->snapshot().localAddr;
+    if (GetParam() == "ibverbs") {
+      REQUIRE(local.find("udp 50123") != std::string::npos, "rank %d: the added lane is %s", r, local.c_str());
+    } else if (r == 0) {
+      const int port = atoi(local.c_str() + local.rfind(':') + 1);
+      REQUIRE(port >= 50100 && port <= 50199, "the added lane left from %s", local.c_str());
+    }
+    REQUIRE(c->lane(0)->state() == LaneState::kRetired, "lane 0 is %s at rank %d", laneStateName(c->lane(0)->state()),
+            r);
     REQUIRE_OK(settle(t.get()));
     REQUIRE_OK(oob.barrier());
     return "";

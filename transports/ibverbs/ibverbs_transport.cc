@@ -45,7 +45,7 @@ static_assert(sizeof(ChunkHdr) == 64, "wire layout");
 // Immediate data: [31:30] kind | [29:0] value.
 constexpr uint32_t kImmData = 0u << 30;    // value: the slot written
 constexpr uint32_t kImmCredit = 1u << 30;  // value: slots freed
-constexpr uint32_t kImmAbort = 2u << 30;   // the reason is in the control area
+constexpr uint32_t kImmAbort = 2u << 30;   // value 0: the reason is in the control area; 1: a LaneControl there
 constexpr uint32_t kImmPing = 3u << 30;    // a liveness probe (value 0); or, value 1 + i: lane i is retired
 constexpr uint32_t kImmKind = 3u << 30;
 constexpr size_t kCtrlBytes = 1024;     // per lane: the peer's abort reason lands here
@@ -74,6 +74,23 @@ struct QpInfo {
 };
 static_assert(sizeof(QpInfo) == 48, "wire layout");
 
+/// A lane added after init (Connection::addLane), written into the peer's control area of a live
+/// lane: the opener's request, then the peer's answer on the same lane.
+struct LaneControl {
+  uint32_t magic;  // kLaneMagic
+  uint32_t kind;   // kAddRequest, kAddAccept, kAddRefuse
+  int32_t lane;    // the new lane's index (the same at both ends)
+  int32_t port;    // request: the receiver's port for it (-1: lane mod ports)
+  uint16_t sourcePort;
+  uint16_t pad[3];
+  QpInfo qp;       // the sender's end of the new lane
+  char why[160];   // a refusal's reason
+  char path[192];  // request: C4P's path of the lane, for the peer's messages
+};
+constexpr uint32_t kLaneMagic = 0x6c346963u;
+enum : uint32_t { kAddRequest = 1, kAddAccept = 2, kAddRefuse = 3 };
+static_assert(sizeof(LaneControl) < 1023, "fits a control area");
+
 /// First allGather: whether the rank is ready, and the lower rank's plan of each lane's ports.
 struct SetupHdr {
   int32_t ok;
@@ -93,7 +110,8 @@ struct Device {
   ibv_context* ctx = nullptr;
   ibv_pd* pd = nullptr;
   ibv_cq* cq = nullptr;
-  int cqe = 0;
+  int cqe = 0;     // completion entries the lanes on it need
+  int cqeCap = 0;  // the queue's size
 };
 
 class IbConnection;
@@ -182,6 +200,7 @@ struct IbLane {
   uint32_t maxInline = 0;  // bytes a work request may carry inline (the provider copies them at post)
   uint32_t psn = 0;        // the first packet sequence number this end sends (random)
   bool pinging = false;
+  bool up = false;  // connected (a lane added later is not, until the peer accepted it)
   bool failed = false;
 };
 
@@ -200,10 +219,7 @@ class IbConnection : public Connection {
   }
   Status setLaneWeights(const std::vector<double>& w) override;
   Status retireLane(int i, const std::string& why) override;
-  Status addLane(const LanePlan&, int*) override {
-    return Status(Code::kInvalidUsage,
-                  "ibverbs: queue pairs are made at init (C4_IB_QPS_PER_CONNECTION per connection); none can be added");
-  }
+  Status addLane(const LanePlan& plan, int* index) override;
   std::string describeState() const override;
 
   void fail(const Status& st);
@@ -227,6 +243,7 @@ class IbConnection : public Connection {
   Status standing;
   int64_t lastHeardMs = 0;
   bool inActiveList = false;
+  int adding = -1;  // the lane this (opening) end added and the peer has not answered yet
 
  private:
   bool pumpRecv();
@@ -247,7 +264,7 @@ class IbverbsTransport : public Transport {
     c.latencyUs = 5;
     c.bwGBps = 10;
     c.reduceOnRecv = true;
-    c.lanes = true;  // retireLane and setLaneWeights; addLane is refused (queue pairs are made at init)
+    c.lanes = true;  // retireLane, setLaneWeights, addLane (a queue pair exchanged over a live lane)
     // RoCE v2 lanes are steered by the flow label, which sets a UDP source port of 49152 and up.
     bool roce = !ports_.empty();
     for (const IbPort& p : ports_) roce &= p.ethernet;
@@ -303,6 +320,9 @@ class IbverbsTransport : public Transport {
   /// chunks go again on the connection's other lanes, and the peer is told (`tellPeer`); the
   /// connection fails only with its last lane.
   void laneFailed(IbLane* l, const std::string& why, bool tellPeer = true);
+  /// Connection::addLane of c (the lower rank's end): the lane's queue pair is made on the planned
+  /// port and its address sent over a live lane; the lane joins once the peer answered.
+  Status addLane(IbConnection* c, const LanePlan& plan, int* index);
   Status faultDrill(int peer, int lane, LaneFault fault) override;
   Status registerMemory(const void* base, size_t bytes, MemSpace space, std::unique_ptr<MemRegion>* out) override;
   Status deregisterMemory(MemRegion* region) override;
@@ -321,7 +341,16 @@ class IbverbsTransport : public Transport {
  private:
   Status openDevice(const std::string& name, Device** out);
   Status makeLane(IbConnection* c, int index, int port);
+  Status makeCq(Device* d);
+  /// The lane's queue pair, in INIT with its receives posted; *q: what the peer needs to connect.
+  Status createQp(IbLane* l, QpInfo* q);
+  /// What the peer needs to connect to lane l's queue pair.
+  QpInfo laneInfo(const IbLane* l) const;
+  /// A lane after startLanes (addLane, or the peer's request): made, its queue pair in INIT.
+  Status makeLaterLane(IbConnection* c, int index, int port, IbLane** out);
   Status connectLane(IbLane* l);
+  /// A lane-control message (addLane's request, the answer) arrived in l's control area.
+  void onLaneControl(IbLane* l);
   Status postRecv(IbLane* l);
   void onCompletion(const ibv_wc& wc);
 
@@ -334,6 +363,7 @@ class IbverbsTransport : public Transport {
   std::vector<std::unique_ptr<IbLane>> lanes_;
   std::vector<std::unique_ptr<IbConnection>> conns_;
   std::vector<IbConnection*> active_;
+  std::mt19937 rng_{std::random_device{}() ^ static_cast<uint32_t>(getpid()) ^ static_cast<uint32_t>(detail::nowNs())};
 };
 
 // ---- setup -------------------------------------------------------------------------------------------
@@ -412,6 +442,86 @@ Status IbverbsTransport::postRecv(IbLane* l) {
   return Status::ok();
 }
 
+Status IbverbsTransport::makeCq(Device* d) {
+  // Room for twice the lanes made so far: replacement lanes (addLane) join without a resize.
+  d->cqeCap = std::max(2 * d->cqe, 16);
+  d->cq = v->createCq(d->ctx, d->cqeCap, nullptr, nullptr, 0);
+  if (d->cq == nullptr)
+    return makeError(Code::kSystemError, "ibverbs: ibv_create_cq(%d) on %s: %s", d->cqeCap, d->name.c_str(),
+                     strerror(errno));
+  return Status::ok();
+}
+
+Status IbverbsTransport::createQp(IbLane* l, QpInfo* q) {
+  ibv_qp_init_attr qa{};
+  qa.send_cq = qa.recv_cq = l->dev->cq;
+  qa.qp_type = IBV_QPT_RC;
+  qa.cap.max_send_wr = static_cast<uint32_t>(l->sqFree);
+  qa.cap.max_recv_wr = static_cast<uint32_t>(l->sqFree);
+  qa.cap.max_send_sge = 2;  // a chunk's header from the staging slot, its payload from a registration
+  qa.cap.max_inline_data = kInlineBytes;
+  qa.cap.max_recv_sge = 1;
+  l->qp = v->createQp(l->dev->pd, &qa);
+  if (l->qp == nullptr) {  // a provider without inline data refuses the request
+    qa.cap.max_inline_data = 0;
+    l->qp = v->createQp(l->dev->pd, &qa);
+  }
+  l->maxInline = l->qp ? qa.cap.max_inline_data : 0;
+  if (l->qp == nullptr)
+    return makeError(Code::kSystemError, "ibverbs: ibv_create_qp on %s: %s", l->ip->name().c_str(), strerror(errno));
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.pkey_index = 0;
+  a.port_num = static_cast<uint8_t>(l->ip->port);
+  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  int rc = v->modifyQp(l->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  if (rc != 0)
+    return makeError(Code::kSystemError, "ibverbs: queue pair on %s to INIT: %s", l->ip->name().c_str(), strerror(rc));
+  for (int k = 0; k < l->sqFree; ++k) C4_CHECK(postRecv(l));
+  // Random: rxe (and hardware) reuse the numbers of destroyed queue pairs, and a packet a peer
+  // retries towards an old one would be taken by its successor if both started from the same PSN
+  // (a stray credit there overwrote slots still unread: seen as a message out of sequence).
+  l->psn = static_cast<uint32_t>(rng_()) & 0xffffff;
+  *q = laneInfo(l);
+  return Status::ok();
+}
+
+QpInfo IbverbsTransport::laneInfo(const IbLane* l) const {
+  QpInfo q{};
+  q.qpn = l->qp->qp_num;
+  q.psn = l->psn;
+  q.ringAddr = reinterpret_cast<uint64_t>(l->mem);
+  q.rkey = l->mr->rkey;
+  q.lid = l->ip->lid;
+  q.mtu = static_cast<uint8_t>(l->ip->mtu);
+  q.ethernet = l->ip->ethernet;
+  memcpy(q.gid, l->ip->gid.raw, 16);
+  q.port = l->port;
+  return q;
+}
+
+Status IbverbsTransport::makeLaterLane(IbConnection* c, int index, int port, IbLane** out) {
+  C4_CHECK(makeLane(c, index, port));
+  IbLane* l = c->lanes.back();
+  Device* d = l->dev;
+  if (d->cq == nullptr) {
+    C4_CHECK(makeCq(d));
+  } else if (d->cqe > d->cqeCap) {
+    d->cqe -= 2 * l->sqFree;
+    l->failed = true;  // never connected: no completion of it can come
+    l->stats.setRetiredWhy("no room for its completions");
+    l->stats.setState(LaneState::kRetired);
+    return makeError(Code::kInvalidUsage,
+                     "ibverbs: rank %d: no room for another lane's completions on %s (%d of %d entries; lanes are "
+                     "replaced, not added without end)",
+                     ctx_.rank, d->name.c_str(), d->cqe, d->cqeCap);
+  }
+  QpInfo mine;
+  C4_CHECK(createQp(l, &mine));
+  *out = l;
+  return Status::ok();
+}
+
 Status IbverbsTransport::connectLane(IbLane* l) {
   const QpInfo& r = l->remote;
   const std::string what = strFormat("lane %d to rank %d (%s qp %s -> qp %s)", l->stats.index(), l->conn->peer(),
@@ -451,6 +561,7 @@ Status IbverbsTransport::connectLane(IbLane* l) {
       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
   if (rc != 0) return makeError(Code::kSystemError, "ibverbs: %s: to RTS: %s", what.c_str(), strerror(rc));
   l->credits = slots;
+  l->up = true;
   l->stats.setEndpoints(l->port,
                         l->ip->name() + " " + l->ip->gidText + " qp " + hexQp(l->qp->qp_num) +
                             (l->sourcePort >= kRoceSportMin ? " udp " + std::to_string(l->sourcePort) : std::string()),
@@ -551,58 +662,8 @@ Status IbverbsTransport::startLanes() {
         if (ctx_.lanePlan) c->lanes.back()->path = ctx_.lanePlan(p, l).label;
       }
     }
-    for (auto& d : devices_) {
-      d->cq = v->createCq(d->ctx, std::max(d->cqe, 16), nullptr, nullptr, 0);
-      if (d->cq == nullptr)
-        return makeError(Code::kSystemError, "ibverbs: ibv_create_cq(%d) on %s: %s", d->cqe, d->name.c_str(),
-                         strerror(errno));
-    }
-    std::random_device seed;
-    std::mt19937 rng(seed() ^ static_cast<uint32_t>(getpid()) ^ static_cast<uint32_t>(detail::nowNs()));
-    for (auto& lp : lanes_) {
-      IbLane* l = lp.get();
-      ibv_qp_init_attr qa{};
-      qa.send_cq = qa.recv_cq = l->dev->cq;
-      qa.qp_type = IBV_QPT_RC;
-      qa.cap.max_send_wr = static_cast<uint32_t>(l->sqFree);
-      qa.cap.max_recv_wr = static_cast<uint32_t>(l->sqFree);
-      qa.cap.max_send_sge = 2;  // a chunk's header from the staging slot, its payload from a registration
-      qa.cap.max_inline_data = kInlineBytes;
-      qa.cap.max_recv_sge = 1;
-      l->qp = v->createQp(l->dev->pd, &qa);
-      if (l->qp == nullptr) {  // a provider without inline data refuses the request
-        qa.cap.max_inline_data = 0;
-        l->qp = v->createQp(l->dev->pd, &qa);
-      }
-      l->maxInline = l->qp ? qa.cap.max_inline_data : 0;
-      if (l->qp == nullptr)
-        return makeError(Code::kSystemError, "ibverbs: ibv_create_qp on %s: %s", l->ip->name().c_str(),
-                         strerror(errno));
-      ibv_qp_attr a{};
-      a.qp_state = IBV_QPS_INIT;
-      a.pkey_index = 0;
-      a.port_num = static_cast<uint8_t>(l->ip->port);
-      a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-      int rc = v->modifyQp(l->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-      if (rc != 0)
-        return makeError(Code::kSystemError, "ibverbs: queue pair on %s to INIT: %s", l->ip->name().c_str(),
-                         strerror(rc));
-      for (int k = 0; k < l->sqFree; ++k) C4_CHECK(postRecv(l));
-      QpInfo* q = info(me, l->conn->peer(), l->stats.index());
-      q->qpn = l->qp->qp_num;
-      // Random: rxe (and hardware) reuse the numbers of destroyed queue pairs, and a packet a peer
-      // retries towards an old one would be taken by its successor if both started from the same PSN
-      // (a stray credit there overwrote slots still unread: seen as a message out of sequence).
-      l->psn = static_cast<uint32_t>(rng()) & 0xffffff;
-      q->psn = l->psn;
-      q->ringAddr = reinterpret_cast<uint64_t>(l->mem);
-      q->rkey = l->mr->rkey;
-      q->lid = l->ip->lid;
-      q->mtu = static_cast<uint8_t>(l->ip->mtu);
-      q->ethernet = l->ip->ethernet;
-      memcpy(q->gid, l->ip->gid.raw, 16);
-      q->port = l->port;
-    }
+    for (auto& d : devices_) C4_CHECK(makeCq(d.get()));
+    for (auto& lp : lanes_) C4_CHECK(createQp(lp.get(), info(me, lp->conn->peer(), lp->stats.index())));
     return Status::ok();
   };
   // Every rank's outcome, told to every rank (an exchange that is also a barrier).
@@ -750,9 +811,10 @@ void IbverbsTransport::laneFailed(IbLane* l, const std::string& why, bool tellPe
   const size_t again = l->inflight.size();
   l->inflight.clear();
   l->credits = 0;
+  if (c->adding == l->stats.index()) c->adding = -1;
   IbLane* live = nullptr;
   for (IbLane* x : c->lanes)
-    if (!x->failed && live == nullptr) live = x;
+    if (!x->failed && x->up && live == nullptr) live = x;
   if (live == nullptr) {
     c->fail(makeError(Code::kRemoteError,
                       "ibverbs: rank %d: lane %d to rank %d (%s), its last, failed: %s; C4_IB_TIMEOUT=%lld, "
@@ -863,6 +925,10 @@ void IbverbsTransport::onCompletion(const ibv_wc& wc) {
       break;
     }
     case kImmAbort: {
+      if ((imm & ~kImmKind) == 1) {
+        onLaneControl(l);
+        break;
+      }
       const char* text = l->mem + slots * slotBytes;
       c->fail(makeError(Code::kRemoteError, "ibverbs: rank %d aborted: %.*s", c->peer(), static_cast<int>(kCtrlBytes),
                         text));
@@ -911,7 +977,8 @@ Status IbverbsTransport::progress() {
       C4_INFO(kLogNet, "ibverbs: rank %d: probing rank %d (receives wait, nothing heard for %lld ms)", ctx_.rank,
               c->peer(), static_cast<long long>(now - c->lastHeardMs));
       for (IbLane* l : c->lanes)
-        if (!l->failed && !l->pinging && l->sqFree > 0 && postCtrl(l, kImmPing, kWrCtrl).isOk()) l->pinging = true;
+        if (!l->failed && l->up && !l->pinging && l->sqFree > 0 && postCtrl(l, kImmPing, kWrCtrl).isOk())
+          l->pinging = true;
       c->lastHeardMs = now;
     }
     if (c->standing.isOk() && c->busy() && ctx_.timeoutMs > 0 && now - c->lastHeardMs > ctx_.timeoutMs)
@@ -1187,12 +1254,126 @@ Status IbConnection::retireLane(int i, const std::string& why) {
   IbLane* l = lanes[static_cast<size_t>(i)];
   if (l->failed) return makeError(Code::kInvalidUsage, "ibverbs: lane %d to rank %d is retired already", i, peer_);
   int live = 0;
-  for (const IbLane* x : lanes) live += !x->failed;
-  if (live <= 1)
+  for (const IbLane* x : lanes) live += !x->failed && x->up;
+  if (live <= 1 && l->up)
     return makeError(Code::kInvalidUsage, "ibverbs: lane %d is the last live lane to rank %d (the connection would go)",
                      i, peer_);
   t_->laneFailed(l, why, true);
   return Status::ok();
+}
+
+Status IbConnection::addLane(const LanePlan& plan, int* index) { return t_->addLane(this, plan, index); }
+
+Status IbverbsTransport::addLane(IbConnection* c, const LanePlan& plan, int* index) {
+  if (!c->standing.isOk()) return c->standing;
+  if (c->peer() < ctx_.rank)
+    return makeError(Code::kInvalidUsage,
+                     "ibverbs: rank %d: lanes to rank %d are added by rank %d, the lower rank, which plans them",
+                     ctx_.rank, c->peer(), c->peer());
+  if (c->adding >= 0)
+    return makeError(Code::kInvalidUsage, "ibverbs: rank %d: lane %d to rank %d is still being added", ctx_.rank,
+                     c->adding, c->peer());
+  IbLane* ctl = nullptr;
+  for (IbLane* x : c->lanes)
+    if (!x->failed && x->up && x->sqFree > 2 && ctl == nullptr) ctl = x;
+  if (ctl == nullptr)
+    return makeError(Code::kRemoteError, "ibverbs: rank %d: no live lane to rank %d to add one through", ctx_.rank,
+                     c->peer());
+  const int np = static_cast<int>(ports_.size());
+  const int idx = c->numLanes();
+  const int port = plan.localPort >= 0 ? plan.localPort % np : idx % np;
+  IbLane* l = nullptr;
+  C4_CHECK(makeLaterLane(c, idx, port, &l));
+  if (plan.sourcePort >= kRoceSportMin)
+    l->sourcePort = plan.sourcePort;
+  else if (paramIbSourcePortBase() > 0)
+    l->sourcePort = static_cast<uint16_t>(std::min<int64_t>(paramIbSourcePortBase() + idx, 65535));
+  l->path = plan.label;
+  LaneControl m{};
+  m.magic = kLaneMagic;
+  m.kind = kAddRequest;
+  m.lane = idx;
+  m.port = plan.remotePort;
+  m.sourcePort = l->sourcePort;
+  m.qp = laneInfo(l);
+  snprintf(m.path, sizeof(m.path), "%s", l->path.c_str());
+  Status st = postCtrl(ctl, kImmAbort | 1, kWrCtrl, std::string(reinterpret_cast<const char*>(&m), sizeof(m)));
+  if (!st.isOk()) {
+    laneFailed(l, "its request could not be sent: " + st.message(), false);
+    return st;
+  }
+  c->adding = idx;
+  *index = idx;
+  C4_INFO(kLogNet, "ibverbs: rank %d: adding lane %d to rank %d on %s (asked through lane %d)", ctx_.rank, idx,
+          c->peer(), l->ip->name().c_str(), ctl->stats.index());
+  return Status::ok();
+}
+
+void IbverbsTransport::onLaneControl(IbLane* via) {
+  IbConnection* c = via->conn;
+  LaneControl m;
+  memcpy(&m, via->mem + slots * slotBytes, sizeof(m));
+  if (m.magic != kLaneMagic) {
+    c->fail(makeError(Code::kRemoteError, "ibverbs: rank %d: rank %d sent a malformed lane-control message", ctx_.rank,
+                      c->peer()));
+    return;
+  }
+  m.why[sizeof(m.why) - 1] = 0;
+  m.path[sizeof(m.path) - 1] = 0;
+  if (m.kind == kAddRequest) {
+    // The peer (the lower rank) adds a lane: make this end, connect it, and answer with its address.
+    // It sends nothing on the lane until the peer grants its credits (the peer's end is not ready
+    // to receive before it has the answer).
+    LaneControl a{};
+    a.magic = kLaneMagic;
+    a.lane = m.lane;
+    IbLane* l = nullptr;
+    Status st;
+    const int np = static_cast<int>(ports_.size());
+    if (c->peer() > ctx_.rank)
+      st = makeError(Code::kInvalidUsage, "rank %d is not the lower rank of the pair", c->peer());
+    else if (m.lane != c->numLanes())
+      st = makeError(Code::kInvalidUsage, "lane %d asked for, lane %d expected", m.lane, c->numLanes());
+    if (st.isOk()) st = makeLaterLane(c, m.lane, m.port >= 0 ? m.port % np : m.lane % np, &l);
+    if (st.isOk()) {
+      l->sourcePort = m.sourcePort;
+      l->path = m.path;
+      l->remote = m.qp;
+      st = connectLane(l);
+    }
+    if (st.isOk()) {
+      l->credits = 0;
+      a.kind = kAddAccept;
+      a.qp = laneInfo(l);
+    } else {
+      a.kind = kAddRefuse;
+      snprintf(a.why, sizeof(a.why), "%s", st.message().c_str());
+      if (l != nullptr) laneFailed(l, "could not be added: " + st.message(), false);
+      C4_WARN(kLogNet, "ibverbs: rank %d: refused lane %d from rank %d: %s", ctx_.rank, m.lane, c->peer(),
+              st.message().c_str());
+    }
+    Status sent = postCtrl(via, kImmAbort | 1, kWrCtrl, std::string(reinterpret_cast<const char*>(&a), sizeof(a)));
+    if (!sent.isOk()) laneFailed(via, "the answer to a lane request could not be sent: " + sent.message());
+    return;
+  }
+  // The answer to this end's request.
+  if (m.lane != c->adding || m.lane < 0 || m.lane >= c->numLanes()) {
+    C4_WARN(kLogNet, "ibverbs: rank %d: rank %d answered for lane %d, which is not being added", ctx_.rank, c->peer(),
+            m.lane);
+    return;
+  }
+  IbLane* l = c->lanes[static_cast<size_t>(m.lane)];
+  c->adding = -1;
+  if (m.kind != kAddAccept) {
+    laneFailed(l, strFormat("rank %d refused it: %s", c->peer(), m.why), false);
+    return;
+  }
+  l->remote = m.qp;
+  Status st = connectLane(l);
+  // Both ends are ready to receive now: the peer may send on the lane (its credits: every slot here).
+  if (st.isOk()) st = postCtrl(l, kImmCredit | slots, kWrCredit);
+  if (!st.isOk()) laneFailed(l, "could not be connected: " + st.message());
+  markActive(c);
 }
 
 void IbConnection::pump() {
