@@ -50,7 +50,8 @@ C4_PARAM_INT(Timeout, "C4_TIMEOUT", nullptr, 300, 1, 31536000, kParamNone,
              "error naming whom it waited for")
 C4_PARAM_STR(Transport, "C4_TRANSPORT", nullptr, "auto", checkTransportSpec, kParamSameOnAllRanks,
              "Which transports carry messages: auto (every transport of this build where it helps: shm between ranks "
-             "of one host, tcp between hosts), or a comma list of transport names in order of preference, each peer "
+             "of one host; between hosts ibverbs where RDMA works, else ucx where UCX reaches RDMA, else tcp), or a "
+             "comma list of transport names in order of preference, each peer "
              "going over the first that reaches it (shm: ranks on other hosts are unreachable; tcp: tcp for every "
              "peer, also on one host)")
 C4_PARAM_INT(ScheduleCache, "C4_SCHEDULE_CACHE", nullptr, 64, 1, 65536, kParamNone,
@@ -362,6 +363,23 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   std::vector<const transport::TransportEntry*> chosen;
   C4_CHECK(chooseTransports(paramTransport(), &chosen));
   const bool listed = paramTransport() != "auto";
+  if (!listed && n > 1 && hosts.size() > 1) {
+    // An automatic candidate whose answer depends on the host (ucx: whether UCX reaches an RDMA
+    // device here) is tried only where every rank would try it, or ranks would set up different
+    // transports: one bit per registry entry, ANDed over the ranks.
+    const std::vector<transport::TransportEntry>& reg = transport::transportRegistry();
+    std::vector<uint64_t> bits(static_cast<size_t>(n), 0);
+    for (const transport::TransportEntry* e : chosen)
+      if (e->autoFirst) bits[static_cast<size_t>(r)] |= uint64_t{1} << (e - reg.data());
+    C4_CHECK(bootstrap->allGather(bits.data(), sizeof(uint64_t)));
+    uint64_t everywhere = ~uint64_t{0};
+    for (uint64_t b : bits) everywhere &= b;
+    chosen.erase(std::remove_if(chosen.begin(), chosen.end(),
+                                [&](const transport::TransportEntry* e) {
+                                  return e->autoFirst && !((everywhere >> (e - reg.data())) & 1);
+                                }),
+                 chosen.end());
+  }
   bool haveNetwork = false;
   for (const transport::TransportEntry* e : chosen) {
     // Automatically, a network transport is only worth its setup when some rank is elsewhere, and

@@ -1,6 +1,7 @@
 #include "transports/ucx/ucx_transport.hpp"
 
 #include <ucp/api/ucp.h>
+#include <uct/api/uct.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -169,6 +170,8 @@ class UcxTransportImpl : public Transport {
 
   Status setup();
   const char* name() const override { return "ucx"; }
+  /// UCX's context and worker, and the worker's address (local: no exchange).
+  Status startWorker(std::vector<char>* address);
   Caps caps() const override {
     Caps c;
     c.latencyUs = 6.0;
@@ -615,7 +618,7 @@ std::string UcxConnection::describeState() const {
 
 // ---- transport -------------------------------------------------------------------------------------
 
-Status UcxTransportImpl::setup() {
+Status UcxTransportImpl::startWorker(std::vector<char>* address) {
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return makeError(Code::kSystemError, "ucx: cannot read UCX's configuration: %s", ucsText(s));
@@ -647,13 +650,27 @@ Status UcxTransportImpl::setup() {
   size_t len = 0;
   s = ucp_worker_get_address(worker_, &addr, &len);
   if (s != UCS_OK) return makeError(Code::kSystemError, "ucx: rank %d: no worker address: %s", ctx_.rank, ucsText(s));
-  std::vector<char> mine(reinterpret_cast<const char*>(addr), reinterpret_cast<const char*>(addr) + len);
+  address->assign(reinterpret_cast<const char*>(addr), reinterpret_cast<const char*>(addr) + len);
   ucp_worker_release_address(worker_, addr);
-  // The addresses, over the bootstrap (authenticated): their lengths, then the padded addresses.
+  return Status::ok();
+}
+
+Status UcxTransportImpl::setup() {
+  // Every rank takes part in the exchanges whatever happens here: a rank whose UCX cannot start
+  // tells the others (a length of kFailed), so all fail together instead of waiting for it (under
+  // C4_TRANSPORT=auto they then fall back to the next transport together).
+  std::vector<char> mine;
+  Status local = startWorker(&mine);
+  constexpr uint64_t kFailed = ~uint64_t{0};
   const size_t n = static_cast<size_t>(ctx_.nranks);
   std::vector<uint64_t> lens(n, 0);
-  lens[static_cast<size_t>(ctx_.rank)] = len;
+  lens[static_cast<size_t>(ctx_.rank)] = local.isOk() ? mine.size() : kFailed;
   C4_CHECK(ctx_.oob->allGather(lens.data(), sizeof(uint64_t)));
+  if (!local.isOk()) return local;
+  for (size_t r = 0; r < n; ++r)
+    if (lens[r] == kFailed) return makeError(Code::kRemoteError, "ucx: rank %zu could not start UCX (see its log)", r);
+  const size_t len = mine.size();
+  // The addresses, over the bootstrap (authenticated): their lengths (above), then the padded addresses.
   const uint64_t most = *std::max_element(lens.begin(), lens.end());
   if (most > (1u << 20))
     return makeError(Code::kRemoteError, "ucx: rank %d: a worker address of %llu bytes", ctx_.rank,
@@ -848,6 +865,33 @@ Status UcxTransportImpl::deregisterMemory(MemRegion* region) {
 }
 
 }  // namespace
+
+bool ucxComponentsReachRdma(const std::vector<std::pair<std::string, unsigned>>& components) {
+  for (const auto& [name, mds] : components)
+    if (name == "ib" && mds > 0) return true;
+  return false;
+}
+
+bool ucxAutoEnabled() {
+  if (paramUcxAuto() == 0) return false;
+  static const bool rdma = [] {
+    std::vector<std::pair<std::string, unsigned>> found;
+    uct_component_h* list = nullptr;
+    unsigned n = 0;
+    if (uct_query_components(&list, &n) != UCS_OK) return false;
+    for (unsigned i = 0; i < n; ++i) {
+      uct_component_attr_t a{};
+      a.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME | UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT;
+      if (uct_component_query(list[i], &a) == UCS_OK) found.emplace_back(a.name, a.md_resource_count);
+    }
+    uct_release_component_list(list);
+    const bool yes = ucxComponentsReachRdma(found);
+    C4_INFO(kLogNet, "ucx: UCX %s an RDMA device%s", yes ? "reaches" : "reaches no",
+            yes ? ": a candidate between hosts under C4_TRANSPORT=auto (after ibverbs)" : "");
+    return yes;
+  }();
+  return rdma;
+}
 
 Status createUcxTransport(const Context& ctx, std::unique_ptr<Transport>* out) {
   if (ctx.nranks > (1 << kRankBits))

@@ -1,6 +1,7 @@
 // UCX transport (issue 18): every peer over UCP tagged messages, on whatever UCX chooses between the
 // two ranks (shared memory, tcp, RDMA verbs on a cluster). Built when Debian's libucx-dev is found;
-// selected with C4_TRANSPORT=ucx (docs/ucx-transport.md).
+// selected with C4_TRANSPORT=ucx, or under auto between hosts where UCX reaches an RDMA device and
+// the ibverbs transport is not used (docs/ucx-transport.md).
 //
 // One UCP context and worker per communicator and rank, in single-thread mode: the thread that
 // drives the communicator drives the worker (progress()). Worker addresses travel over the
@@ -13,6 +14,9 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "c4comm/status.hpp"
 #include "common/params.hpp"
@@ -28,6 +32,17 @@ C4_PARAM_INT(UcxPeerFailure, "C4_UCX_PEER_FAILURE", nullptr, 1, 0, 1, kParamSame
              "ucx: 1 = endpoints handle peer failure (UCP_ERR_HANDLING_MODE_PEER): a dead peer fails the "
              "requests with it at once, but UCX 1.13 then uses tcp even between ranks of one host; 0 = UCX's fastest "
              "transports (shared memory within a host), and a dead peer is found by C4D and C4_TIMEOUT instead")
+
+C4_PARAM_INT(UcxAuto, "C4_UCX_AUTO", nullptr, 1, 0, 1, kParamSameOnAllRanks,
+             "ucx: under C4_TRANSPORT=auto, between hosts, after ibverbs and before tcp where UCX reaches an RDMA "
+             "device (its ib component has one); 0 = only when C4_TRANSPORT names it")
+
+/// Under C4_TRANSPORT=auto: whether ucx is a candidate between hosts (tried after ibverbs, before
+/// tcp): C4_UCX_AUTO is 1 and UCX reaches an RDMA device. Asked of UCX once per process.
+bool ucxAutoEnabled();
+/// The decision on UCX's transport components (name, memory domains found): an "ib" component
+/// with a memory domain, i.e. a verbs device UCX can use (rc, ud, dc).
+bool ucxComponentsReachRdma(const std::vector<std::pair<std::string, unsigned>>& components);
 
 /// Creates the ucx transport for ctx.rank. Collective: one allGather of the worker addresses over
 /// ctx.oob. Blocking (setup only). Fails with a clear error if UCX cannot be initialized.
