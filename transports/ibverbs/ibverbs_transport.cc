@@ -91,7 +91,7 @@ constexpr uint32_t kLaneMagic = 0x6c346963u;
 enum : uint32_t { kAddRequest = 1, kAddAccept = 2, kAddRefuse = 3 };
 static_assert(sizeof(LaneControl) < 1023, "fits a control area");
 
-/// First allGather: whether the rank is ready, and the lower rank's plan of each lane's ports.
+/// setup's allGather: whether the rank can use RDMA (else why), and its ports.
 struct SetupHdr {
   int32_t ok;
   int32_t nports;
@@ -99,6 +99,7 @@ struct SetupHdr {
   int32_t pad;
   char why[240];
 };
+/// startLanes' allGather: the lower rank's plan of each lane (ports, RoCE source port).
 struct PortPair {
   int16_t local, remote;
   uint16_t sourcePort;  // RoCE v2 UDP source port asked for (0: the device's choice)
@@ -593,12 +594,12 @@ Status IbverbsTransport::setup() {
   snprintf(h.why, sizeof(h.why), "%s", mine.message().c_str());
   C4_CHECK(ctx_.oob->allGather(g0.data(), sizeof(SetupHdr)));
   if (!mine.isOk()) return mine;
-  for (int r = 0; r < n; ++r)
-    if (!g0[static_cast<size_t>(r)].ok)
+  for (int r = 0; r < n; ++r) {
+    const SetupHdr& g = g0[static_cast<size_t>(r)];
+    if (!g.ok)
       return makeError(Code::kRemoteError, "ibverbs: rank %d cannot use RDMA: %s", r,
-                       std::string(g0[static_cast<size_t>(r)].why,
-                                   strnlen(g0[static_cast<size_t>(r)].why, sizeof(g0[static_cast<size_t>(r)].why)))
-                           .c_str());
+                       std::string(g.why, strnlen(g.why, sizeof(g.why))).c_str());
+  }
   for (const SetupHdr& r : g0) peerPorts_.push_back(r.nports);
   return Status::ok();
 }
