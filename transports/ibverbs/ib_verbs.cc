@@ -60,6 +60,10 @@ Status loadVerbs(const Verbs** out) {
       sym(&verbs.modifyQp, "ibv_modify_qp");
       sym(&verbs.destroyQp, "ibv_destroy_qp");
       sym(&verbs.wcStatusStr, "ibv_wc_status_str");
+      sym(&verbs.createCompChannel, "ibv_create_comp_channel");
+      sym(&verbs.destroyCompChannel, "ibv_destroy_comp_channel");
+      sym(&verbs.getCqEvent, "ibv_get_cq_event");
+      sym(&verbs.ackCqEvents, "ibv_ack_cq_events");
       if (!missing.empty()) {
         loaded = makeError(Code::kSystemError, "ibverbs: %s (C4_IB_LIBRARY) lacks %s: not a usable libibverbs",
                            lib.c_str(), missing.c_str());

@@ -47,6 +47,11 @@ struct Verbs {
   int (*modifyQp)(ibv_qp*, ibv_qp_attr*, int) = nullptr;
   int (*destroyQp)(ibv_qp*) = nullptr;
   const char* (*wcStatusStr)(ibv_wc_status) = nullptr;
+  // Completion channels (Transport::waitFd); ibv_req_notify_cq is inline (the context's ops).
+  ibv_comp_channel* (*createCompChannel)(ibv_context*) = nullptr;
+  int (*destroyCompChannel)(ibv_comp_channel*) = nullptr;
+  int (*getCqEvent)(ibv_comp_channel*, ibv_cq**, void**) = nullptr;
+  void (*ackCqEvents)(ibv_cq*, unsigned int) = nullptr;
 
   /// ibv_query_port through the context's op where the provider has one, else the compat export.
   int queryPort(ibv_context* ctx, uint8_t port, ibv_port_attr* out) const;

@@ -1,6 +1,8 @@
 #include "transports/ibverbs/ibverbs_transport.hpp"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -111,8 +113,10 @@ struct Device {
   ibv_context* ctx = nullptr;
   ibv_pd* pd = nullptr;
   ibv_cq* cq = nullptr;
-  int cqe = 0;     // completion entries the lanes on it need
-  int cqeCap = 0;  // the queue's size
+  ibv_comp_channel* channel = nullptr;  // the cq's events (waitFd); null: polled only
+  unsigned unacked = 0;                 // events taken and not acknowledged yet
+  int cqe = 0;                          // completion entries the lanes on it need
+  int cqeCap = 0;                       // the queue's size
 };
 
 class IbConnection;
@@ -293,6 +297,8 @@ class IbverbsTransport : public Transport {
   }
   void abort(const std::string& reason) override;
   int lanesPerConnection() const override { return lanesPer_; }
+  int waitFd() const override { return epfd_; }
+  bool armWait() override;
   /// RoCE: each port's IP address (its GID's), as a topology file lists host ports; without a port
   /// number, since every RoCE v2 connection goes to UDP port 4791. InfiniBand: the port's name.
   std::vector<std::string> portAddresses() const override {
@@ -364,6 +370,7 @@ class IbverbsTransport : public Transport {
   std::vector<std::unique_ptr<IbLane>> lanes_;
   std::vector<std::unique_ptr<IbConnection>> conns_;
   std::vector<IbConnection*> active_;
+  int epfd_ = -1;  // the devices' completion channels (waitFd)
   std::mt19937 rng_{std::random_device{}() ^ static_cast<uint32_t>(getpid()) ^ static_cast<uint32_t>(detail::nowNs())};
 };
 
@@ -377,10 +384,14 @@ IbverbsTransport::~IbverbsTransport() {
     free(l->mem);
   }
   for (auto& d : devices_) {
+    // ibv_destroy_cq waits until every event taken from the channel was acknowledged.
+    if (d->cq && d->unacked) v->ackCqEvents(d->cq, d->unacked);
     if (d->cq) v->destroyCq(d->cq);
+    if (d->channel) v->destroyCompChannel(d->channel);
     if (d->pd) v->deallocPd(d->pd);
     if (d->ctx) v->closeDevice(d->ctx);
   }
+  if (epfd_ >= 0) close(epfd_);
 }
 
 Status IbverbsTransport::openDevice(const std::string& name, Device** out) {
@@ -446,11 +457,48 @@ Status IbverbsTransport::postRecv(IbLane* l) {
 Status IbverbsTransport::makeCq(Device* d) {
   // Room for twice the lanes made so far: replacement lanes (addLane) join without a resize.
   d->cqeCap = std::max(2 * d->cqe, 16);
-  d->cq = v->createCq(d->ctx, d->cqeCap, nullptr, nullptr, 0);
+  // A completion channel, so that an idle rank blocks until a completion instead of sleeping
+  // through it (waitFd, armWait); without one the queue is only polled.
+  d->channel = v->createCompChannel(d->ctx);
+  if (d->channel != nullptr) {
+    const int fl = fcntl(d->channel->fd, F_GETFL);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    if (fl < 0 || fcntl(d->channel->fd, F_SETFL, fl | O_NONBLOCK) != 0 || epfd_ < 0 ||
+        epoll_ctl(epfd_, EPOLL_CTL_ADD, d->channel->fd, &ev) != 0) {
+      v->destroyCompChannel(d->channel);
+      d->channel = nullptr;
+    }
+  }
+  d->cq = v->createCq(d->ctx, d->cqeCap, nullptr, d->channel, 0);
   if (d->cq == nullptr)
     return makeError(Code::kSystemError, "ibverbs: ibv_create_cq(%d) on %s: %s", d->cqeCap, d->name.c_str(),
                      strerror(errno));
   return Status::ok();
+}
+
+bool IbverbsTransport::armWait() {
+  if (epfd_ < 0 || !aborted_.isOk()) return true;
+  bool idle = true;
+  for (auto& d : devices_) {
+    if (d->channel == nullptr || d->cq == nullptr) continue;
+    // Take the events of earlier wake-ups (the channel stays readable until they are read), then
+    // ask for the next one and look once more: a completion that came before the request raises
+    // no event, so one found now means "do not block".
+    ibv_cq* cq = nullptr;
+    void* ctx = nullptr;
+    while (v->getCqEvent(d->channel, &cq, &ctx) == 0) ++d->unacked;
+    if (d->unacked >= 64) {
+      v->ackCqEvents(d->cq, d->unacked);
+      d->unacked = 0;
+    }
+    if (ibv_req_notify_cq(d->cq, 0) != 0) continue;  // blocking stays bounded by the caller's timeout
+    ibv_wc wcs[kPollBatch];
+    const int k = ibv_poll_cq(d->cq, kPollBatch, wcs);
+    for (int i = 0; i < k; ++i) onCompletion(wcs[i]);
+    if (k != 0) idle = false;
+  }
+  return idle;
 }
 
 Status IbverbsTransport::createQp(IbLane* l, QpInfo* q) {
@@ -601,6 +649,9 @@ Status IbverbsTransport::setup() {
                        std::string(g.why, strnlen(g.why, sizeof(g.why))).c_str());
   }
   for (const SetupHdr& r : g0) peerPorts_.push_back(r.nports);
+  // The devices' completion channels join it as their queues are made (startLanes); core reads
+  // waitFd() before that.
+  epfd_ = epoll_create1(EPOLL_CLOEXEC);
   return Status::ok();
 }
 
