@@ -553,20 +553,24 @@ Status IbverbsTransport::makeLaterLane(IbConnection* c, int index, int port, IbL
   C4_CHECK(makeLane(c, index, port));
   IbLane* l = c->lanes.back();
   Device* d = l->dev;
-  if (d->cq == nullptr) {
-    C4_CHECK(makeCq(d));
-  } else if (d->cqe > d->cqeCap) {
-    d->cqe -= 2 * l->sqFree;
-    l->failed = true;  // never connected: no completion of it can come
-    l->stats.setRetiredWhy("no room for its completions");
-    l->stats.setState(LaneState::kRetired);
-    return makeError(Code::kInvalidUsage,
-                     "ibverbs: rank %d: no room for another lane's completions on %s (%d of %d entries; lanes are "
-                     "replaced, not added without end)",
-                     ctx_.rank, d->name.c_str(), d->cqe, d->cqeCap);
-  }
+  Status st;
+  if (d->cq == nullptr)
+    st = makeCq(d);
+  else if (d->cqe > d->cqeCap)
+    st = makeError(Code::kInvalidUsage,
+                   "ibverbs: rank %d: no room for another lane's completions on %s (%d of %d entries; lanes are "
+                   "replaced, not added without end)",
+                   ctx_.rank, d->name.c_str(), d->cqe, d->cqeCap);
   QpInfo mine;
-  C4_CHECK(createQp(l, &mine));
+  if (st.isOk()) st = createQp(l, &mine);
+  if (!st.isOk()) {
+    // Never connected, so no completion of it can come: retired at once, its index kept taken.
+    if (l->qp == nullptr) d->cqe -= 2 * l->sqFree;
+    l->failed = true;
+    l->stats.setRetiredWhy(st.message());
+    l->stats.setState(LaneState::kRetired);
+    return st;
+  }
   *out = l;
   return Status::ok();
 }
@@ -851,9 +855,11 @@ void IbverbsTransport::laneFailed(IbLane* l, const std::string& why, bool tellPe
   l->stats.setBusy(false, detail::nowNs());
   // Its outstanding work requests flush; whatever the peer still writes there is lost (and sent
   // again by the peer, whom we tell).
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_ERR;
-  (void)v->modifyQp(l->qp, &a, IBV_QP_STATE);
+  if (l->qp != nullptr) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_ERR;
+    (void)v->modifyQp(l->qp, &a, IBV_QP_STATE);
+  }
   c->reordered = true;
   // A chunk sent from a registration was not staged: it goes again from the caller's buffer, which
   // stays valid until its send completes (after every chunk is credited).
@@ -926,6 +932,8 @@ Status IbverbsTransport::faultDrill(int peer, int lane, LaneFault fault) {
     return makeError(Code::kInvalidUsage, "ibverbs: only the reset drill (the queue pair to the error state) exists");
   // As a NIC fault would: the queue pair errs, its work requests flush, and the flush retires it.
   IbLane* l = conns_[static_cast<size_t>(peer)]->lanes[static_cast<size_t>(lane)];
+  if (l->failed || l->qp == nullptr)
+    return makeError(Code::kInvalidUsage, "ibverbs: lane %d to rank %d is retired already", lane, peer);
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_ERR;
   const int rc = v->modifyQp(l->qp, &a, IBV_QP_STATE);
