@@ -50,7 +50,8 @@ enum class PlanEvent : uint8_t {
   kLaneSample = 3,
 };
 
-/// Algorithm codes in Event::algo: sched::Algo values (0 ring, 1 tree, 2 rhd, 3 direct, 4 hier), or:
+/// Algorithm codes in Event::algo: sched::Algo values (0 ring, 1 tree, 2 rhd, 3 direct, 4 hier; 5..0xfb
+/// schedules loaded from files, in the order the process registered them), or:
 constexpr uint8_t kAlgoZeroCopy = 0xfc;  ///< the zero-copy path (shareable buffers, one host)
 constexpr uint8_t kAlgoOneShot = 0xfd;   ///< the shared-memory one-shot path (small messages, one host)
 constexpr uint8_t kAlgoP2p = 0xfe;       ///< a point-to-point batch

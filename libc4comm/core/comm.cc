@@ -24,6 +24,7 @@
 #include "core/progress.hpp"
 #include "core/settings.hpp"
 #include "kernels/host/reduce.hpp"
+#include "planner/topology.hpp"
 #include "transports/idle.hpp"
 #include "transports/registry.hpp"
 
@@ -491,6 +492,40 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   // Several hosts: the hierarchical schedules become candidates, priced with both cost models.
   if (hosts.size() > 1 && interT != nullptr)
     tuner.setHosts(hostOf, intraT != nullptr ? intraT->caps() : interT->caps(), interT->caps());
+  // Schedule files (C4_SCHEDULE_FILE) before C4P plans: its flows follow the schedules in use.
+  {
+    bool haveTopo = false;
+    uint64_t topoHash = 0;
+    if (!paramTopoFile().empty()) {
+      plan::Topology topo;
+      if (plan::Topology::load(paramTopoFile(), &topo).isOk()) {
+        haveTopo = true;
+        topoHash = topo.hash();
+      }
+    }
+    // Every rank takes part in the comparison, a rank whose files did not load too (as a record
+    // no rank accepts), so that none waits for it.
+    Status local = tuner.loadSchedules(haveTopo, topoHash);
+    struct {
+      uint64_t hash;
+      int32_t ok;
+      int32_t pad;
+    } mineS{local.isOk() ? tuner.schedulesHash() : 0, local.isOk() ? 1 : 0, 0};
+    std::vector<decltype(mineS)> allS(static_cast<size_t>(n));
+    allS[static_cast<size_t>(r)] = mineS;
+    C4_CHECK(bootstrap->allGather(allS.data(), sizeof(mineS)));
+    C4_CHECK(local);
+    for (int q = 0; q < n; ++q) {
+      if (!allS[static_cast<size_t>(q)].ok)
+        return makeError(Code::kInvalidUsage,
+                         "C4_SCHEDULE_FILE: rank %d could not load its schedule files (see its log)", q);
+      if (allS[static_cast<size_t>(q)].hash != mineS.hash)
+        return makeError(Code::kInvalidUsage,
+                         "C4_SCHEDULE_FILE: ranks %d and %d use different schedules (different files, contents or "
+                         "topologies); give every rank the same files",
+                         r, q);
+    }
+  }
   trace::RecorderInfo ti;
   ti.rank = r;
   ti.nranks = n;
@@ -504,6 +539,7 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   for (transport::Transport* t : peerTransport)
     if (t != nullptr && laneT == nullptr && t->caps().lanes) laneT = t;
   C4_CHECK(lanePlanner.init(r, n, bootstrap.get(), hostOf, laneT, tuner, &recorder));
+  tuner.checkScheduleHosts(lanePlanner.rankHosts());
   // Transports that open their lanes at init (ibverbs' queue pairs) do it now, on the plan.
   for (auto& t : transports) C4_CHECK(t->startLanes());
   traceClockSync(0, timeoutMs);
@@ -684,7 +720,13 @@ void* Comm::scratch(size_t bytes) {
 }
 
 Result<CachedPlan*> Comm::cachedPlan(const sched::CollArgs& args, size_t nominalBytes) {
-  CacheKey key{static_cast<int>(args.coll), static_cast<int>(args.dtype), args.root, args.count, args.aliased};
+  const ScheduleChoice* sc = tuner.scheduleFor(args.coll);
+  CacheKey key{static_cast<int>(args.coll),
+               static_cast<int>(args.dtype),
+               args.root,
+               args.count,
+               args.aliased,
+               sc != nullptr ? static_cast<int>(sc->algo) : -1};
   auto it = cache_.find(key);
   if (it != cache_.end()) {
     if (it->second.second != lru_.begin()) lru_.splice(lru_.begin(), lru_, it->second.second);

@@ -234,8 +234,10 @@ struct Comm final : public ExecContext {
     int coll, dtype, root;
     size_t count;
     bool aliased;
+    int sched;  // the registered schedule (C4_SCHEDULE_FILE) the tuner takes for coll, else -1
     bool operator<(const CacheKey& o) const {
-      return std::tie(coll, dtype, root, count, aliased) < std::tie(o.coll, o.dtype, o.root, o.count, o.aliased);
+      return std::tie(coll, dtype, root, count, aliased, sched) <
+             std::tie(o.coll, o.dtype, o.root, o.count, o.aliased, o.sched);
     }
   };
   /// The cached plan for `args`, built (tuned, generated, bound) on a miss.

@@ -72,10 +72,13 @@ struct LanePlanner::State {
   plan::PlanInput input;
   plan::Plan plan;
   bool planned = false;
+  std::vector<std::string> rankHosts;  // on a C4_TOPO_FILE fabric: each rank's host
 };
 
 LanePlanner::LanePlanner() : s_(std::make_shared<State>()) {}
 LanePlanner::~LanePlanner() = default;
+
+std::vector<std::string> LanePlanner::rankHosts() const { return s_->rankHosts; }
 
 std::function<transport::LanePlan(int, int)> LanePlanner::hook() {
   // The hook shares the state, so that it stays valid whichever of transport and planner goes first.
@@ -232,6 +235,7 @@ Status LanePlanner::init(int rank, int nranks, transport::Oob* oob, const std::v
       rp.ports.push_back(p.ports[i]);
       rp.listenPorts.push_back(p.listen[i]);
     }
+    if (!file.empty()) s_->rankHosts.push_back(s_->topo.host(rp.host).name);
     in.ranks.push_back(std::move(rp));
   }
   // Different communicators of one job take different steering ports.

@@ -52,6 +52,9 @@ class LanePlanner {
   /// over `oob`: every rank calls it. `hostOf[r]` numbers the ranks' hosts.
   Status init(int rank, int nranks, transport::Oob* oob, const std::vector<int32_t>& hostOf, transport::Transport* net,
               const Tuner& tuner, trace::Recorder* recorder);
+  /// The topology host name of every rank where init placed the ranks on a C4_TOPO_FILE fabric;
+  /// empty otherwise.
+  std::vector<std::string> rankHosts() const;
   /// Whether there is a plan to keep (init planned lanes and C4_REBALANCE_MS > 0).
   bool active() const { return active_; }
   /// Between operations, on the driving thread: at most every C4_REBALANCE_MS, sets each planned

@@ -9,6 +9,7 @@
 #include "common/logging.hpp"
 #include "common/params.hpp"
 #include "common/status.hpp"
+#include "sched/schedule_file.hpp"
 
 namespace c4 {
 
@@ -77,6 +78,85 @@ C4_PARAM_STR(Algo, "C4_ALGO", "NCCL_ALGO", "", checkAlgoSpec, kParamSameOnAllRan
 C4_PARAM_INT(ChunkSize, "C4_CHUNK_SIZE", nullptr, 0, 4096, int64_t{1} << 30, kParamSameOnAllRanks | kParamZeroToo,
              "Pipelining chunk size in bytes (0: chosen by the tuner)")
 
+C4_PARAM_STR(ScheduleFile, "C4_SCHEDULE_FILE", nullptr, "", {}, kParamSameOnAllRanks,
+             "Schedule files to use (comma separated; docs/schedules.md): each replaces the tuner's algorithm for "
+             "its collective on communicators of its rank count (and topology, if it names one)")
+
+Status Tuner::loadSchedules(bool haveTopo, uint64_t topoHash) {
+  schedules_.clear();
+  const std::string list = paramScheduleFile();
+  size_t pos = 0;
+  while (pos < list.size()) {
+    size_t end = list.find(',', pos);
+    if (end == std::string::npos) end = list.size();
+    const std::string path = trim(list.substr(pos, end - pos));
+    pos = end + 1;
+    if (path.empty()) continue;
+    Result<sched::Algo> id = sched::loadAndRegister(path);
+    if (!id.isOk()) return makeError(id.status().code(), "C4_SCHEDULE_FILE: %s", id.status().message().c_str());
+    std::shared_ptr<const sched::ScheduleFile> f = sched::registeredSchedule(id.value());
+    if (f->nranks != nranks_) {
+      C4_INFO(kLogTuning, "schedule file %s (%s of %d ranks) not used: this communicator has %d ranks", path.c_str(),
+              collName(f->coll), f->nranks, nranks_);
+      continue;
+    }
+    if (f->hasTopology && (!haveTopo || f->topologyHash != topoHash)) {
+      C4_WARN(
+          kLogTuning,
+          "schedule file %s not used: it was made for the topology with hash 0x%016llx, and this communicator %s",
+          path.c_str(), static_cast<unsigned long long>(f->topologyHash),
+          haveTopo
+              ? strFormat("runs on C4_TOPO_FILE with hash 0x%016llx", static_cast<unsigned long long>(topoHash)).c_str()
+              : "has no C4_TOPO_FILE");
+      continue;
+    }
+    bool dup = false;
+    for (const ScheduleChoice& c : schedules_) {
+      std::shared_ptr<const sched::ScheduleFile> g = sched::registeredSchedule(c.algo);
+      if (g->coll == f->coll) {
+        C4_WARN(kLogTuning, "schedule file %s not used: %s already uses %s for %s", path.c_str(), "C4_SCHEDULE_FILE",
+                c.path.c_str(), collName(f->coll));
+        dup = true;
+      }
+    }
+    if (dup) continue;
+    schedules_.push_back(ScheduleChoice{id.value(), path});
+  }
+  return Status::ok();
+}
+
+void Tuner::checkScheduleHosts(const std::vector<std::string>& rankHosts) {
+  if (rankHosts.empty()) return;
+  for (size_t i = 0; i < schedules_.size();) {
+    std::shared_ptr<const sched::ScheduleFile> f = sched::registeredSchedule(schedules_[i].algo);
+    size_t bad = f->hosts.size();
+    for (size_t r = 0; r < f->hosts.size() && r < rankHosts.size(); ++r)
+      if (f->hosts[r] != rankHosts[r]) {
+        bad = r;
+        break;
+      }
+    if (bad < f->hosts.size()) {
+      C4_WARN(kLogTuning, "schedule file %s not used: it puts rank %zu on host %s, and C4P found it on %s",
+              schedules_[i].path.c_str(), bad, f->hosts[bad].c_str(), rankHosts[bad].c_str());
+      schedules_.erase(schedules_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+}
+
+uint64_t Tuner::schedulesHash() const {
+  uint64_t h = 0;
+  for (const ScheduleChoice& c : schedules_) h = h * 1099511628211ull + sched::registeredSchedule(c.algo)->hash;
+  return h;
+}
+
+const ScheduleChoice* Tuner::scheduleFor(Coll coll) const {
+  for (const ScheduleChoice& c : schedules_)
+    if (sched::supports(c.algo, coll, nranks_)) return &c;
+  return nullptr;
+}
+
 Status Tuner::init(int nranks, int nhosts, const transport::Caps& caps) {
   nranks_ = nranks;
   nhosts_ = nhosts;
@@ -137,6 +217,13 @@ double Tuner::estimateUs(sched::Algo algo, Coll coll, size_t bytes) const {
   const double lg = std::ceil(std::log2(std::max(2.0, n)));
   const bool pow2 = (nranks_ & (nranks_ - 1)) == 0;
   const double part = (n - 1) / n * b;  // what a rank sends (or reduces) in one reduce-scatter
+  if (static_cast<int>(algo) >= sched::kNumAlgos) {
+    // A schedule file: its critical path in messages, and the most one rank sends and reduces
+    // (measured when it was loaded).
+    std::shared_ptr<const sched::ScheduleFile> f = sched::registeredSchedule(algo);
+    if (!f || !sched::supports(algo, coll, nranks_)) return 1e30;
+    return static_cast<double>(f->depth) * lat + f->sendFraction * b / net + f->reduceFraction * b / red;
+  }
   switch (coll) {
     case Coll::kAllReduce:
       switch (algo) {
@@ -227,9 +314,13 @@ TuneResult Tuner::choose(Coll coll, size_t bytes) const {
   if (forced >= 0 && sched::supports(static_cast<sched::Algo>(forced), coll, nranks_)) {
     r.algo = static_cast<sched::Algo>(forced);
     r.why = "forced by C4_ALGO";
+  } else if (const ScheduleChoice* sc = forced < 0 ? scheduleFor(coll) : nullptr) {
+    r.algo = sc->algo;
+    r.why = "schedule file " + sc->path + " (C4_SCHEDULE_FILE)";
   } else {
     double best = 1e300;
     bool any = false;
+    // The built-in generators; a loaded schedule is taken above, where it fits.
     for (int a = 0; a < sched::kNumAlgos; ++a) {
       auto algo = static_cast<sched::Algo>(a);
       if (!sched::supports(algo, coll, nranks_)) continue;

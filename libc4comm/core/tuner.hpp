@@ -29,6 +29,12 @@ struct PathOptions {
   bool zeroCopyOffered = false;  // every buffer of this rank is shareable and the path is on
 };
 
+/// A schedule file kept for one collective.
+struct ScheduleChoice {
+  sched::Algo algo = sched::Algo::kRing;
+  std::string path;
+};
+
 struct TuneResult {
   sched::Algo algo = sched::Algo::kRing;
   size_t chunkBytes = 0;
@@ -55,6 +61,17 @@ class Tuner {
   PathKind choosePath(const PathOptions& o) const;
   /// Estimated time in microseconds of `algo` for this size (the cost model the choice uses).
   double estimateUs(sched::Algo algo, Coll coll, size_t bytes) const;
+  /// Loads and registers the schedule files of C4_SCHEDULE_FILE (docs/schedules.md) and keeps those
+  /// for this communicator: same rank count, and no topology or `topoHash` (the hash of
+  /// C4_TOPO_FILE; `haveTopo` false without one). A file that fails to load is an error.
+  Status loadSchedules(bool haveTopo, uint64_t topoHash);
+  /// Drops kept schedules whose file places rank r on another topology host than `rankHosts[r]`
+  /// (C4P's placement; empty: unknown, nothing dropped).
+  void checkScheduleHosts(const std::vector<std::string>& rankHosts);
+  /// A hash of the kept schedules' contents (0: none), which ranks compare.
+  uint64_t schedulesHash() const;
+  /// The kept schedule of a collective (nullptr if none).
+  const ScheduleChoice* scheduleFor(Coll coll) const;
 
  private:
   double hierAllReduceUs(size_t bytes) const;
@@ -65,8 +82,9 @@ class Tuner {
   transport::Caps caps_;
   std::vector<int32_t> hostOf_;
   transport::Caps intra_, inter_;
-  int ranksPerHost_ = 0;                 // when every host has the same number of ranks, else 0
-  std::array<int, kNumColls> forced_{};  // -1: no override, else an Algo
+  int ranksPerHost_ = 0;                   // when every host has the same number of ranks, else 0
+  std::array<int, kNumColls> forced_{};    // -1: no override, else an Algo
+  std::vector<ScheduleChoice> schedules_;  // C4_SCHEDULE_FILE, one per collective at most
   size_t chunkOverride_ = 0;
 };
 

@@ -190,6 +190,14 @@ int Builder::reduce(Span src, Span src2, Span dst) {
   return add(std::move(s), reads, 2, &dst);
 }
 
+void Builder::addDeps(int step, const std::vector<int32_t>& deps) {
+  std::vector<int32_t>& d = sched_.steps[static_cast<size_t>(step)].deps;
+  for (int32_t x : deps)
+    if (x < step) d.push_back(x);
+  std::sort(d.begin(), d.end());
+  d.erase(std::unique(d.begin(), d.end()), d.end());
+}
+
 Schedule Builder::finish(Algo algo) {
   sched_.algo = algo;
   Schedule out = std::move(sched_);

@@ -76,6 +76,9 @@ class Builder {
   int copy(Span src, Span dst);
   int reduce(Span src, Span src2, Span dst);
 
+  /// Adds dependencies to step `step` (each lower than `step`; a schedule file's explicit deps).
+  void addDeps(int step, const std::vector<int32_t>& deps);
+
   Schedule finish(Algo algo);
 
  private:

@@ -6,6 +6,7 @@
 #include "common/logging.hpp"
 #include "common/status.hpp"
 #include "sched/generators.hpp"
+#include "sched/schedule_file.hpp"
 
 namespace c4::sched {
 namespace {
@@ -40,7 +41,13 @@ bool isRooted(Coll c) {
 
 }  // namespace
 
+int numAlgos() { return kNumAlgos + numRegisteredSchedules(); }
+
 const char* algoName(Algo a) {
+  if (static_cast<int>(a) >= kNumAlgos) {
+    std::shared_ptr<const ScheduleFile> f = registeredSchedule(a);
+    return f ? f->label.c_str() : "unknown-algo";  // registered files live as long as the process
+  }
   switch (a) {
     case Algo::kRing:
       return "ring";
@@ -77,7 +84,13 @@ bool parseAlgo(const std::string& name, Algo* out) {
   return true;
 }
 
-bool supports(Algo algo, Coll coll, int nranks) { return nranks >= 1 && generatorFor(algo, coll) != nullptr; }
+bool supports(Algo algo, Coll coll, int nranks) {
+  if (static_cast<int>(algo) >= kNumAlgos) {
+    std::shared_ptr<const ScheduleFile> f = registeredSchedule(algo);
+    return f && f->coll == coll && f->nranks == nranks;
+  }
+  return nranks >= 1 && generatorFor(algo, coll) != nullptr;
+}
 
 Result<Schedule> generate(Algo algo, const CollArgs& args) {
   const int n = args.nranks;
@@ -91,7 +104,8 @@ Result<Schedule> generate(Algo algo, const CollArgs& args) {
     return makeError(Code::kInvalidArgument, "schedule: root %d out of range for %d ranks", args.root, n);
   }
   Generator gen = generatorFor(algo, args.coll);
-  if (gen == nullptr) {
+  std::shared_ptr<const ScheduleFile> file = registeredSchedule(algo);
+  if (gen == nullptr && file == nullptr) {
     return makeError(Code::kInvalidArgument, "schedule: no %s algorithm for %s", algoName(algo), collName(args.coll));
   }
   if (!args.hostOf.empty() && args.hostOf.size() != static_cast<size_t>(n)) {
@@ -100,6 +114,14 @@ Result<Schedule> generate(Algo algo, const CollArgs& args) {
   if (args.count > SIZE_MAX / esz / static_cast<size_t>(n)) {
     return makeError(Code::kInvalidArgument, "schedule: count %zu of %zu-byte elements overflows for %d ranks",
                      args.count, esz, n);
+  }
+  if (file != nullptr) {
+    C4_ASSIGN_OR_RETURN(Schedule fs, buildFromFile(*file, args));
+    fs.algo = algo;
+    C4_TRACE(kLogSched, "schedule %s/%s rank %d/%d count %zu chunk %zu: %zu steps, %zu scratch bytes",
+             collName(args.coll), algoName(algo), args.rank, n, args.count, args.chunkBytes, fs.steps.size(),
+             fs.scratchBytes);
+    return fs;
   }
   detail::Builder b(args);
   if (args.count > 0) {

@@ -62,12 +62,17 @@ struct Step {
   bool peerReduces = false;
 };
 
+/// An algorithm: an id in the algorithm registry. The built-in generators have the ids below; ids
+/// from kNumAlgos on are schedules loaded from files (sched/schedule_file.hpp, registerSchedule),
+/// so the set is open: the tuner, the plan cache and the tracer take any registered id.
 enum class Algo : uint8_t { kRing = 0, kTree = 1, kRhd = 2, kDirect = 3, kHier = 4 };
-constexpr int kNumAlgos = 5;
-/// "ring", "tree", "rhd", "direct", "hier".
+constexpr int kNumAlgos = 5;  // built-in
+/// Built-in and registered algorithms (ids 0 .. numAlgos() - 1).
+int numAlgos();
+/// "ring", "tree", "rhd", "direct", "hier"; "file:NAME" for a loaded schedule.
 const char* algoName(Algo a);
-/// Parses a name (case-insensitive; "RING", "Tree", "rhd"/"halvingdoubling", "direct"/"pat",
-/// "hier"/"hierarchical").
+/// Parses a built-in algorithm's name (case-insensitive; "RING", "Tree", "rhd"/"halvingdoubling",
+/// "direct"/"pat", "hier"/"hierarchical").
 bool parseAlgo(const std::string& name, Algo* out);
 
 /// Everything a generator needs. Counts are elements.

@@ -15,6 +15,7 @@
 
 #include "c4comm/trace.hpp"
 #include "tests/coll/coll_matrix.hpp"
+#include "tests/sched/schedule_file_gen.hpp"
 
 namespace c4test {
 namespace {
@@ -1526,6 +1527,44 @@ TEST(Hardening, RanksThatDisagreeOnASettingFailInitNamingIt) {
         60);
     EXPECT_EQ(summarize(outs), "") << c.env << " " << c.a << " vs " << c.b;
   }
+}
+
+// A schedule file (C4_SCHEDULE_FILE) that fails the loader's checks fails init on every rank, with
+// the file, rank and step in the error; a missing file names the file.
+TEST(ScheduleFiles, BadFileFailsInitOnEveryRankNamingTheStep) {
+  namespace gen = c4::sched::test;
+  std::string text = gen::ringFile("allgather", 3, 1, "bad-ag");
+  // Rank 1's third step forwards block 2 before it has it.
+  const std::string from = "{\"op\": \"send\", \"peer\": 2, \"chunk\": 0}";
+  const size_t at = text.find(from, text.find("{\"steps\"", text.find("{\"steps\"") + 1));
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, from.size(), "{\"op\": \"send\", \"peer\": 2, \"chunk\": 2}");
+  const std::string bad = gen::writeTemp(text, "c4-api-badsched");
+  const std::string missing = bad + ".missing";
+  const struct {
+    std::string path, want;
+  } cases[] = {{bad, "C4_SCHEDULE_FILE: schedule file " + bad +
+                         ": rank 1 step 2 (send chunk 2 (block 2 part 0), peer 2): sends data the rank does not have"},
+               {missing, "C4_SCHEDULE_FILE: schedule file " + missing + ": cannot open it"}};
+  for (const auto& c : cases) {
+    auto outs = runForked(
+        3,
+        [&](int rank, int n, const c4::UniqueId& id) -> Failures {
+          setenv("C4_SCHEDULE_FILE", c.path.c_str(), 1);
+          c4::Comm* comm = nullptr;
+          c4::Status st = c4::commInitRank(&comm, n, id, rank);
+          if (st.isOk()) {
+            (void)c4::commDestroy(comm);
+            return {"init succeeded with C4_SCHEDULE_FILE=" + c.path};
+          }
+          if (st.message().find(c.want) == std::string::npos)
+            return {"unclear error: " + st.toString() + " (expected '" + c.want + "')"};
+          return {};
+        },
+        60);
+    EXPECT_EQ(summarize(outs), "") << c.path;
+  }
+  unlink(bad.c_str());
 }
 
 // Issue 22, "one rule for settings": a value a setting does not accept used to be ignored or clamped

@@ -5,9 +5,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <sstream>
 #include <tuple>
 
 #include "tests/coll/coll_matrix.hpp"
+#include "tests/sched/schedule_file_gen.hpp"
 
 namespace c4test {
 namespace {
@@ -301,6 +304,92 @@ INSTANTIATE_TEST_SUITE_P(ZeroCopy, ZeroCopyMatrix,
                          [](const ::testing::TestParamInfo<std::tuple<int, ZeroCopyConfig>>& i) {
                            return std::string(std::get<1>(i.param).name) + "_np" + std::to_string(std::get<0>(i.param));
                          });
+
+/// Loaded schedules (C4_SCHEDULE_FILE, docs/schedules.md) in the matrix over real processes:
+/// AllGather relayed through rank 0 (explicit deps), ReduceScatter and AllReduce as ring files with
+/// two chunks per block; they replace the tuner's choice for their collectives (the TUNING log of
+/// every rank must say so), every other collective runs as before.
+struct FileConfig {
+  const char* name;
+  const char* transport;
+  int nranks;
+};
+void PrintTo(const FileConfig& c, std::ostream* os) { *os << c.name; }
+class ScheduleFileMatrix : public ::testing::TestWithParam<FileConfig> {};
+
+TEST_P(ScheduleFileMatrix, AllCollectivesTypesOpsCounts) {
+  const FileConfig& cfg = GetParam();
+  const int n = cfg.nranks;
+  if (getenv("C4_SCHEDMATRIX_CHILD") != nullptr) {
+    // The child process (below): the settings are in its environment from the start.
+    MatrixOptions opt;
+    opt.counts = {1, 1009, 70001};
+    opt.bigBytes = 1u << 20;
+    opt.allTypesForMovement = false;
+    opt.trimmedIfQuick();
+    auto outs = runForked(n, [&](int r, int nr, const c4::UniqueId& id) { return matrixBody(r, nr, id, opt); });
+    std::string s = summarize(outs);
+    EXPECT_TRUE(s.empty()) << s;
+    return;
+  }
+  namespace gen = c4::sched::test;
+  const std::string stem = std::string("c4-schedmatrix-") + cfg.name;
+  const std::string files[] = {gen::writeTemp(gen::starAllGatherFile(n, 2), stem + "-ag"),
+                               gen::writeTemp(gen::ringFile("reducescatter", n, 2), stem + "-rs"),
+                               gen::writeTemp(gen::ringFile("allreduce", n, 2), stem + "-ar"),
+                               // Another rank count: skipped, not an error.
+                               gen::writeTemp(gen::ringFile("allreduce", n + 1, 1), stem + "-ar-other")};
+  std::string list;
+  for (const std::string& f : files) {
+    ASSERT_FALSE(f.empty());
+    list += (list.empty() ? "" : ",") + f;
+  }
+  char logDir[] = "/tmp/c4-schedlog-XXXXXX";
+  ASSERT_NE(mkdtemp(logDir), nullptr);
+  const ::testing::TestInfo* ti = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string filter = std::string("--gtest_filter=") + ti->test_suite_name() + "." + ti->name();
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setenv("C4_SCHEDMATRIX_CHILD", "1", 1);
+    setenv("C4_SCHEDULE_FILE", list.c_str(), 1);
+    setenv("C4_ONESHOT_BYTES", "0", 1);
+    setenv("C4_TRANSPORT", cfg.transport, 1);
+    setenv("C4_DEBUG", "INFO", 1);
+    setenv("C4_DEBUG_SUBSYS", "TUNING", 1);
+    setenv("C4_DEBUG_FILE", (std::string(logDir) + "/rank-%p.log").c_str(), 1);
+    execl("/proc/self/exe", "coll_test", filter.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  ASSERT_EQ(pid, waitpid(pid, &status, 0));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the matrix over schedule files failed (above)";
+  // Every rank ran each file's collective with its schedule, and skipped the file of another size.
+  std::string logs;
+  FILE* cat = popen((std::string("cat ") + logDir + "/rank-*.log 2>/dev/null").c_str(), "r");
+  ASSERT_NE(cat, nullptr);
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, cat)) > 0) logs.append(buf, got);
+  pclose(cat);
+  auto countOf = [&](const std::string& needle) {
+    size_t k = 0;
+    for (size_t p = logs.find(needle); p != std::string::npos; p = logs.find(needle, p + 1)) ++k;
+    return k;
+  };
+  const std::string nn = std::to_string(n);
+  EXPECT_GE(countOf("algorithm file:star-allgather-" + nn), static_cast<size_t>(n)) << logs.substr(0, 4000);
+  EXPECT_GE(countOf("algorithm file:ring-reducescatter-" + nn + "x2"), static_cast<size_t>(n)) << logs.substr(0, 4000);
+  EXPECT_GE(countOf("algorithm file:ring-allreduce-" + nn + "x2"), static_cast<size_t>(n)) << logs.substr(0, 4000);
+  EXPECT_GE(countOf("not used: this communicator has " + nn + " ranks"), static_cast<size_t>(n))
+      << logs.substr(0, 4000);
+  if (!::testing::Test::HasFailure()) (void)system((std::string("rm -rf ") + logDir).c_str());
+  for (const std::string& f : files) unlink(f.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, ScheduleFileMatrix,
+                         ::testing::Values(FileConfig{"shm_np3", "shm", 3}, FileConfig{"tcp_np4", "tcp", 4}),
+                         [](const ::testing::TestParamInfo<FileConfig>& i) { return std::string(i.param.name); });
 
 class ThreadMatrix : public ::testing::TestWithParam<int> {};
 
