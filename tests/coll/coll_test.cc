@@ -333,12 +333,21 @@ TEST_P(ScheduleFileMatrix, AllCollectivesTypesOpsCounts) {
     return;
   }
   namespace gen = c4::sched::test;
+  auto ringSteps = [](int nr) {
+    std::vector<std::vector<gen::GenStep>> steps(static_cast<size_t>(nr));
+    gen::ringAllGatherSteps(nr, 1, &steps);
+    return steps;
+  };
   const std::string stem = std::string("c4-schedmatrix-") + cfg.name;
   const std::string files[] = {gen::writeTemp(gen::starAllGatherFile(n, 2), stem + "-ag"),
                                gen::writeTemp(gen::ringFile("reducescatter", n, 2), stem + "-rs"),
                                gen::writeTemp(gen::ringFile("allreduce", n, 2), stem + "-ar"),
                                // Another rank count: skipped, not an error.
-                               gen::writeTemp(gen::ringFile("allreduce", n + 1, 1), stem + "-ar-other")};
+                               gen::writeTemp(gen::ringFile("allreduce", n + 1, 1), stem + "-ar-other"),
+                               // Made for a fabric this job does not run on (no C4_TOPO_FILE): skipped.
+                               gen::writeTemp(gen::scheduleJson("ag-elsewhere", "allgather", n, 1, ringSteps(n),
+                                                                ", \"topology\": {\"hash\": \"0x00000000000000a1\"}"),
+                                              stem + "-ag-topo")};
   std::string list;
   for (const std::string& f : files) {
     ASSERT_FALSE(f.empty());
