@@ -10,6 +10,7 @@ pkgs=(build-essential cmake pkg-config python3 libgtest-dev libgmock-dev libbenc
       chromium  # the c4-trace report's screenshot test (tests/trace)
       clang libclang-rt-dev python3-venv  # the fuzz targets (scripts/fuzz.sh): libFuzzer; atheris's venv
       libucx-dev ucx-utils  # the ucx transport (transports/ucx) and ucx_perftest beside it (bench/ucx)
+      coinor-cbc glpk-utils  # the MILP solvers c4-synth's solver comparison runs beside HiGHS (bench/synth)
       libibverbs-dev ibverbs-providers  # the ibverbs transport (transports/ibverbs; libibverbs is dlopen'ed)
       # its Soft-RoCE VM (tests/rdma-vm): Debian's kernel under qemu, rxe, perftest's ib_write_bw
       qemu-system-x86 busybox-static rdma-core ibverbs-utils perftest kmod cpio)
@@ -30,3 +31,5 @@ fi
 python3 "$(dirname "$0")/../tools/fetch_nccl_header.py" >/dev/null
 # PyPI's PyTorch 2.x in a virtual environment (.venv-torch/, ignored by git), beside Debian's 1.13.
 "$(dirname "$0")/torch-venv.sh"
+# HiGHS (highspy), numpy and pytest for the schedule synthesizer tools/c4-synth (.venv-synth/, ignored by git).
+"$(dirname "$0")/synth-venv.sh"

@@ -35,6 +35,9 @@ EXPECTED = {
     "ucx transport (conformance, collective matrix)": (["*Conformance*ucx*", "Net/NetMatrix*ucx*"], 15),
     "ibverbs transport setup (no RDMA device here)": (["IbVerbs.*"], 5),
     "ibverbs over real verbs (Soft-RoCE VMs: conformance, collective matrix, two hosts)": (["rdma_vm_*"], 2),
+    "schedule files, c4-sim, c4-synth (issue 21)":
+        (["ScheduleFile.*", "Files/ScheduleFileMatrix.*", "ScheduleFiles.*", "Sim.*", "synth_pytest",
+          "netlab_synth_*"], 20),
     "CUDA without a GPU (kernel arithmetic on the host, the library without a driver, NVIDIA's exports)":
         (["Isa/CudaVectorPacks.*", "CudaRuntime.*", "abi_nvidia_exports"], 4),
     "CUDA device tests (registered; they skip without a GPU: scripts/gpu-check.sh)":

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# A synthesized schedule against the generated algorithms on a fabric with mixed link rates, in one
+# run (docs/performance.md, issue 21): 4 hosts on 2 leaves and 2 spines, host links 4x the
+# leaf-spine links (--host-rate / --uplink-rate), one rank per host over tcp. c4-synth writes the
+# AllGather and AllReduce schedules for the fabric's topology file; then c4-perf runs each
+# collective with the file and with every generated algorithm (C4_ALGO), the modes interleaved
+# ROUNDS times, and the median algbw of each mode at each size is printed with the file's ratio to
+# the best generated one.
+#   bench/synth/netlab.sh [BUILD_DIR] [ROUNDS] [SIZES...]   (defaults: build 3 4M 16M)
+# Needs root (network namespaces); about 2 minutes per round.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+if [ -z "${NETLAB_NAME:-}" ]; then
+  build=$(cd "${1:-$root/build}" && pwd)
+  shift || true
+  exec "$root/tools/netlab/netlab" session --hosts 4 --ports 1 --leaves 2 --spines 2 --host-rate 400mbit \
+    --uplink-rate 100mbit -- "$0" "$build" "$@"
+fi
+. "$root/tests/netlab/netlab_lib.sh"
+build=$1 rounds=${2:-3}
+shift 2 || shift $#
+sizes=("$@")
+[ ${#sizes[@]} -gt 0 ] || sizes=(4M 16M)
+perf=$build/bin/c4-perf
+synth=$root/tools/c4-synth/c4-synth
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for coll in allgather allreduce; do
+  echo "[bench] c4-synth --coll $coll --chunks 2 on $NETLAB_TOPO" >&2
+  "$synth" --topo "$NETLAB_TOPO" --coll $coll --chunks 2 --time-limit 120 --out "$tmp/$coll.json" >&2
+done
+export C4_TIMEOUT=300 C4_TOPO_FILE="$NETLAB_TOPO"
+declare -A res
+for coll in allgather allreduce; do
+  modes=(file ring rhd direct)
+  [ $coll = allreduce ] && modes=(file ring rhd tree direct)
+  for ((round = 1; round <= rounds; round++)); do
+    for mode in "${modes[@]}"; do
+      for size in "${sizes[@]}"; do
+        out="$tmp/$coll-$mode-$size-$round"
+        mkdir -p "$out"
+        if [ $mode = file ]; then env=(C4_SCHEDULE_FILE="$tmp/$coll.json"); else env=(C4_ALGO=$mode); fi
+        echo "[bench] round $round/$rounds: $coll $size $mode" >&2
+        netlab_run_ranks 4 1 "$out" "${env[@]}" "$perf" -C $coll -b $size -e $size -c 1 -n 5 -w 1 >&2 ||
+          { echo "FAIL: $coll $mode $size" >&2; exit 1; }
+        grep -q "Out of bounds values : 0 OK" "$out/out.0" || { echo "FAIL: wrong results" >&2; exit 1; }
+        # algbw in MB/s from the out-of-place time (c4-perf prints GB/s with two decimals).
+        res[$coll,$mode,$size]+="$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ {printf "%.2f", $1 / $6; exit}' "$out/out.0") "
+      done
+    done
+  done
+  echo "## $coll: algbw MB/s (median of $rounds), out of place"
+  printf "| size |"; for m in "${modes[@]}"; do printf " %s |" "$m"; done; echo " file / best generated |"
+  printf "|---|"; for m in "${modes[@]}"; do printf -- "---|"; done; echo "---|"
+  for size in "${sizes[@]}"; do
+    line="| $size |"
+    best=0 file=0
+    for m in "${modes[@]}"; do
+      med=$(echo ${res[$coll,$m,$size]} | tr ' ' '\n' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+      line+=" $med |"
+      if [ $m = file ]; then file=$med; elif awk -v a="$med" -v b="$best" 'BEGIN {exit !(a > b)}'; then best=$med; fi
+    done
+    echo "$line $(awk -v a="$file" -v b="$best" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}') |"
+  done
+done
