@@ -7,6 +7,7 @@
 # ROUNDS times, and the median algbw of each mode at each size is printed with the file's ratio to
 # the best generated one.
 #   bench/synth/netlab.sh [BUILD_DIR] [ROUNDS] [SIZES...]   (defaults: build 3 4M 16M)
+#   CHUNKS=K (c4-synth --chunks, default 2), COLLS="allgather allreduce" (the default) choose what runs.
 # Needs root (network namespaces); about 2 minutes per round.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -25,13 +26,14 @@ perf=$build/bin/c4-perf
 synth=$root/tools/c4-synth/c4-synth
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for coll in allgather allreduce; do
-  echo "[bench] c4-synth --coll $coll --chunks 2 on $NETLAB_TOPO" >&2
-  "$synth" --topo "$NETLAB_TOPO" --coll $coll --chunks 2 --time-limit 120 --out "$tmp/$coll.json" >&2
+colls=(${COLLS:-allgather allreduce})
+for coll in "${colls[@]}"; do
+  echo "[bench] c4-synth --coll $coll --chunks ${CHUNKS:-2} on $NETLAB_TOPO" >&2
+  "$synth" --topo "$NETLAB_TOPO" --coll $coll --chunks "${CHUNKS:-2}" --time-limit 120 --out "$tmp/$coll.json" >&2
 done
 export C4_TIMEOUT=300 C4_TOPO_FILE="$NETLAB_TOPO"
 declare -A res
-for coll in allgather allreduce; do
+for coll in "${colls[@]}"; do
   modes=(file ring rhd direct)
   [ $coll = allreduce ] && modes=(file ring rhd tree direct)
   for ((round = 1; round <= rounds; round++)); do

@@ -112,15 +112,14 @@ Status Tuner::loadSchedules(bool haveTopo, uint64_t topoHash) {
     }
     bool dup = false;
     for (const ScheduleChoice& c : schedules_) {
-      std::shared_ptr<const sched::ScheduleFile> g = sched::registeredSchedule(c.algo);
-      if (g->coll == f->coll) {
+      if (c.coll == f->coll) {
         C4_WARN(kLogTuning, "schedule file %s not used: %s already uses %s for %s", path.c_str(), "C4_SCHEDULE_FILE",
                 c.path.c_str(), collName(f->coll));
         dup = true;
       }
     }
     if (dup) continue;
-    schedules_.push_back(ScheduleChoice{id.value(), path});
+    schedules_.push_back(ScheduleChoice{id.value(), f->coll, path});
   }
   return Status::ok();
 }
@@ -152,8 +151,9 @@ uint64_t Tuner::schedulesHash() const {
 }
 
 const ScheduleChoice* Tuner::scheduleFor(Coll coll) const {
+  // On every call's plan lookup: no registry lock.
   for (const ScheduleChoice& c : schedules_)
-    if (sched::supports(c.algo, coll, nranks_)) return &c;
+    if (c.coll == coll) return &c;
   return nullptr;
 }
 

@@ -32,6 +32,7 @@ struct PathOptions {
 /// A schedule file kept for one collective.
 struct ScheduleChoice {
   sched::Algo algo = sched::Algo::kRing;
+  Coll coll = Coll::kAllReduce;  // the file's (its rank count is the communicator's)
   std::string path;
 };
 
