@@ -28,5 +28,8 @@ echo "[synth-venv] making $VENV with highspy $HIGHSPY from PyPI ($PYTHON)"
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
 "$VENV/bin/pip" install -q --disable-pip-version-check "highspy==$HIGHSPY" "numpy==$NUMPY" "pytest==$PYTEST"
-imports || { echo "[synth-venv] FAIL: highspy $HIGHSPY / numpy $NUMPY / pytest $PYTEST do not import in $VENV" >&2; exit 1; }
+if ! imports; then
+  echo "[synth-venv] FAIL: highspy $HIGHSPY / numpy $NUMPY / pytest $PYTEST do not import in $VENV" >&2
+  exit 1
+fi
 echo "[synth-venv] $VENV ready: $(du -sh "$VENV" | cut -f1), $(($(date +%s) - t0)) s"

@@ -12,7 +12,8 @@ what=solvers
 if [ "${1:-}" = quality ] || [ "${1:-}" = solvers ]; then what=$1; shift; fi
 if [ "$what" = solvers ]; then
   for tool in cbc glpsol; do
-    command -v "$tool" >/dev/null || echo "solvers.sh: $tool is missing (apt-get install coinor-cbc glpk-utils): its column says so" >&2
+    command -v "$tool" >/dev/null ||
+      echo "solvers.sh: $tool is missing (apt-get install coinor-cbc glpk-utils): its column says so" >&2
   done
 fi
 exec .venv-synth/bin/python bench/synth/synth_bench.py "$what" "$@"

@@ -264,7 +264,8 @@ def quality(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=("solvers", "quality"))
-    p.add_argument("--time-limit", type=float, default=None, help="seconds per solve (solvers: 60) or run (quality: 240)")
+    p.add_argument("--time-limit", type=float, default=None,
+                   help="seconds per solve (solvers: 60) or per run (quality: 240)")
     p.add_argument("--out", default=os.path.join(ROOT, "bench-results", "synth"))
     p.add_argument("--only", type=lambda s: s.split(","), default=None, help="instance names")
     args = p.parse_args()

@@ -84,6 +84,13 @@ def nonneg_float(text):
     return v
 
 
+def positive_float(text):
+    v = nonneg_float(text)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"{v} must be > 0")
+    return v
+
+
 def round_epochs(text):
     if text == "auto":
         return None
@@ -105,7 +112,7 @@ def build_parser():
     src.add_argument("--rate", type=parse_rate, action="append", default=[], metavar="CABLE=GBPS",
                      help="set the rate of the cables matching a glob pattern, e.g. 'leaf*-spine*=400' "
                           "(repeatable, applied in order)")
-    src.add_argument("--default-gbps", type=float, default=None, metavar="G",
+    src.add_argument("--default-gbps", type=positive_float, default=None, metavar="G",
                      help="rate of links with rate_bps 0 (unshaped) and of generated ones (100; DGX-1: 200)")
     src.add_argument("--alpha", type=positive_int(0, 1000), default=0, metavar="EPOCHS",
                      help="latency per link hop in epochs, added to every link's transfer time (0)")

@@ -115,8 +115,9 @@ class Topology:
                     l.bps = gbps * 1e9
                     hit = True
             if not hit:
-                raise TopologyError(f"--rate {pattern}={gbps:g}: no cable of {self.source} matches "
-                                    f"(cables: {', '.join(self.cables()[:12])}{' ...' if len(self.cables()) > 12 else ''})")
+                names = self.cables()
+                some = ", ".join(names[:12]) + (" ..." if len(names) > 12 else "")
+                raise TopologyError(f"--rate {pattern}={gbps:g}: no cable of {self.source} matches (cables: {some})")
 
     # -- epoch model ---------------------------------------------------------------------------------
     def set_epochs(self, alpha: int = 0) -> None:
