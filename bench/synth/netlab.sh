@@ -7,7 +7,7 @@
 # ROUNDS times, and the median algbw of each mode at each size is printed with the file's ratio to
 # the best generated one.
 #   bench/synth/netlab.sh [BUILD_DIR] [ROUNDS] [SIZES...]   (defaults: build 3 4M 16M)
-#   CHUNKS=K (c4-synth --chunks, default 2), COLLS="allgather allreduce" (the default) choose what runs.
+#   CHUNKS=K (c4-synth --chunks, default 1), COLLS="allgather allreduce" (the default) choose what runs.
 # Needs root (network namespaces); about 2 minutes per round.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -28,8 +28,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 colls=(${COLLS:-allgather allreduce})
 for coll in "${colls[@]}"; do
-  echo "[bench] c4-synth --coll $coll --chunks ${CHUNKS:-2} on $NETLAB_TOPO" >&2
-  "$synth" --topo "$NETLAB_TOPO" --coll $coll --chunks "${CHUNKS:-2}" --time-limit 120 --out "$tmp/$coll.json" >&2
+  echo "[bench] c4-synth --coll $coll --chunks ${CHUNKS:-1} on $NETLAB_TOPO" >&2
+  "$synth" --topo "$NETLAB_TOPO" --coll $coll --chunks "${CHUNKS:-1}" --time-limit 120 --out "$tmp/$coll.json" >&2
 done
 export C4_TIMEOUT=300 C4_TOPO_FILE="$NETLAB_TOPO"
 declare -A res
