@@ -341,6 +341,16 @@ Status simulateFile(ScheduleFile& f) {
   return Status::ok();
 }
 
+// The bytes of a schedule file.
+Result<std::string> readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return makeError(Code::kInvalidUsage, "schedule file %s: cannot open it: %s", path.c_str(), strerror(errno));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return makeError(Code::kInvalidUsage, "schedule file %s: read error", path.c_str());
+  return ss.str();
+}
+
 struct Registry {
   std::mutex mu;
   std::vector<std::shared_ptr<const ScheduleFile>> files;   // id kNumAlgos + i
@@ -482,12 +492,8 @@ Status parseScheduleFile(const std::string& text, const std::string& source, Sch
 }
 
 Status loadScheduleFile(const std::string& path, ScheduleFile* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return makeError(Code::kInvalidUsage, "schedule file %s: cannot open it: %s", path.c_str(), strerror(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return makeError(Code::kInvalidUsage, "schedule file %s: read error", path.c_str());
-  return parseScheduleFile(ss.str(), path, out);
+  C4_ASSIGN_OR_RETURN(std::string text, readFile(path));
+  return parseScheduleFile(text, path, out);
 }
 
 Result<Schedule> buildFromFile(const ScheduleFile& f, const CollArgs& args) {
@@ -597,11 +603,7 @@ int numRegisteredSchedules() {
 }
 
 Result<Algo> loadAndRegister(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return makeError(Code::kInvalidUsage, "schedule file %s: cannot open it: %s", path.c_str(), strerror(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  C4_ASSIGN_OR_RETURN(std::string text, readFile(path));
   const uint64_t h = fnv1a(text);
   {
     Registry& reg = registry();
