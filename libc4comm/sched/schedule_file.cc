@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -90,8 +91,16 @@ bool onlyKeys(const json& j, std::initializer_list<const char*> keys, std::strin
   return true;
 }
 
+// Blocks of a file's collective: nranks, or nranks * nranks for alltoall (block s * nranks + d:
+// what rank s sends to rank d).
+int numBlocks(const ScheduleFile& f) { return f.coll == Coll::kAlltoAll ? f.nranks * f.nranks : f.nranks; }
+
 std::string chunkName(const ScheduleFile& f, int c) {
-  return strFormat("chunk %d (block %d part %d)", c, c / f.chunks, c % f.chunks);
+  const int blk = c / f.chunks;
+  if (f.coll == Coll::kAlltoAll)
+    return strFormat("chunk %d (block %d: rank %d to rank %d, part %d)", c, blk, blk / f.nranks, blk % f.nranks,
+                     c % f.chunks);
+  return strFormat("chunk %d (block %d part %d)", c, blk, c % f.chunks);
 }
 
 // Orders one rank's steps so that every explicit dependency comes first (stable: the file's order
@@ -159,25 +168,33 @@ Status orderSteps(const ScheduleFile& f, int rank, std::vector<FileStep>& steps,
 // The data-availability rules of docs/schedules.md, walking each rank's steps in order.
 // `fileIndex[r][i]` maps a sorted step back to its index in the file, for messages.
 Status checkAvailability(const ScheduleFile& f, const std::vector<std::vector<int>>& fileIndex) {
-  const int nc = f.nranks * f.chunks;
-  for (int r = 0; r < f.nranks; ++r) {
+  const int n = f.nranks, nc = numBlocks(f) * f.chunks;
+  const bool a2a = f.coll == Coll::kAlltoAll;
+  for (int r = 0; r < n; ++r) {
     const auto& steps = f.ranks[static_cast<size_t>(r)];
     std::vector<char> held(static_cast<size_t>(nc), 0), partialSent(static_cast<size_t>(nc), 0),
         finalSent(static_cast<size_t>(nc), 0);
     if (f.coll == Coll::kAllGather)
       for (int p = 0; p < f.chunks; ++p) held[static_cast<size_t>(r * f.chunks + p)] = 1;
+    // AllToAll: rank r starts with its blocks to every other rank (its block to itself is copied
+    // locally and never travels).
+    if (a2a)
+      for (int d = 0; d < n; ++d)
+        for (int p = 0; p < f.chunks && d != r; ++p) held[static_cast<size_t>((r * n + d) * f.chunks + p)] = 1;
     for (size_t i = 0; i < steps.size(); ++i) {
       const FileStep& s = steps[i];
-      const int c = s.chunk, owner = c / f.chunks;
+      const int c = s.chunk, owner = a2a ? -1 : c / f.chunks;
       const bool mine = owner == r;
       const int at = fileIndex[static_cast<size_t>(r)][i];
       auto fail = [&](const char* what) {
         return makeError(Code::kInvalidUsage, "schedule file %s: rank %d step %d (%s %s, peer %d): %s",
                          f.source.c_str(), r, at, fileOpName(s.op), chunkName(f, c).c_str(), s.peer, what);
       };
+      if (a2a && c / f.chunks / n == c / f.chunks % n)
+        return fail("names a block a rank sends itself, which the executor copies locally and never sends");
       switch (s.op) {
         case FileStep::Op::kSend:
-          if (f.coll == Coll::kAllGather && !held[static_cast<size_t>(c)])
+          if ((f.coll == Coll::kAllGather || a2a) && !held[static_cast<size_t>(c)])
             return fail("sends data the rank does not have at that point (never received before this step)");
           if (f.coll == Coll::kAllReduce) {
             if (!mine && !held[static_cast<size_t>(c)])
@@ -187,6 +204,7 @@ Status checkAvailability(const ScheduleFile& f, const std::vector<std::vector<in
           break;
         case FileStep::Op::kRecv:
           if (mine && f.coll == Coll::kAllReduce) return fail("receives the final value of a block the rank owns");
+          if (a2a && c / f.chunks / n == r) return fail("receives a chunk of the rank's own input");
           if (held[static_cast<size_t>(c)]) return fail("receives a chunk the rank already has");
           if (f.coll == Coll::kAllReduce && !partialSent[static_cast<size_t>(c)])
             return fail("receives the final value before sending its own partial, which then never counts");
@@ -204,6 +222,16 @@ Status checkAvailability(const ScheduleFile& f, const std::vector<std::vector<in
             return fail("reduces into the chunk after its final value was sent");
           break;
       }
+    }
+    if (a2a) {
+      for (int s2 = 0; s2 < n; ++s2)
+        for (int p = 0; p < f.chunks && s2 != r; ++p) {
+          const int c = (s2 * n + r) * f.chunks + p;
+          if (!held[static_cast<size_t>(c)])
+            return makeError(Code::kInvalidUsage, "schedule file %s: rank %d ends without %s", f.source.c_str(), r,
+                             chunkName(f, c).c_str());
+        }
+      continue;
     }
     for (int c = 0; c < nc; ++c) {
       const bool mine = c / f.chunks == r;
@@ -223,7 +251,8 @@ Status checkAvailability(const ScheduleFile& f, const std::vector<std::vector<in
 // collective's definition. Fills the file's cost-model figures (depth from the first run).
 Status simulateFile(ScheduleFile& f) {
   const int n = f.nranks;
-  const size_t nc = static_cast<size_t>(n) * static_cast<size_t>(f.chunks);
+  const size_t nc = static_cast<size_t>(numBlocks(f)) * static_cast<size_t>(f.chunks);
+  const bool a2a = f.coll == Coll::kAlltoAll;
   // Uneven parts (every chunk at least two elements): the split is exercised.
   const size_t count = f.coll == Coll::kAllReduce ? 2 * nc + 3 : 2 * static_cast<size_t>(f.chunks) + 1;
   const ReduceFn sum = [](void* dst, const void* a, const void* b, size_t bytes) {
@@ -241,7 +270,7 @@ Status simulateFile(ScheduleFile& f) {
   a.nranks = n;
   a.count = count;
   a.dtype = DataType::kInt32;
-  a.reduces = f.coll != Coll::kAllGather;
+  a.reduces = f.coll == Coll::kAllReduce || f.coll == Coll::kReduceScatter;
   const size_t inElems = inputBytes(a) / 4, outElems = outputBytes(a) / 4;
   auto value = [](int r, size_t i) { return static_cast<uint32_t>(r) * 1000003u + static_cast<uint32_t>(i) * 7u + 1u; };
   // Fine pieces on small files exercise pipelining; big ones run whole chunks (the hazard check
@@ -254,6 +283,8 @@ Status simulateFile(ScheduleFile& f) {
   } runs[] = {
       {false, 0, 1}, {true, 0, 2}, {false, small ? size_t{4} : size_t{0}, 3}, {true, small ? size_t{4} : size_t{0}, 4}};
   for (const auto& run : runs) {
+    // AllToAll has no in-place form (the communicator works from a copy of an aliased input).
+    if (a2a && run.inPlace) continue;
     a.aliased = run.inPlace;
     a.chunkBytes = run.chunkBytes;
     std::vector<Schedule> scheds;
@@ -300,6 +331,8 @@ Status simulateFile(ScheduleFile& f) {
         uint32_t want = 0;
         if (f.coll == Coll::kAllGather) {
           want = value(static_cast<int>(i / count), i % count);
+        } else if (a2a) {
+          want = value(static_cast<int>(i / count), static_cast<size_t>(r) * count + i % count);
         } else {
           const size_t src = f.coll == Coll::kReduceScatter ? static_cast<size_t>(r) * count + i : i;
           for (int q = 0; q < n; ++q) want += value(q, src);
@@ -313,7 +346,9 @@ Status simulateFile(ScheduleFile& f) {
               if (i >= br.off && i < br.end()) blk = q;
             }
           } else {
-            blk = f.coll == Coll::kAllGather ? static_cast<int>(i / blockLen) : r;
+            blk = f.coll == Coll::kAllGather ? static_cast<int>(i / blockLen)
+                  : a2a                      ? static_cast<int>(i / blockLen) * n + r
+                                             : r;
           }
           return makeError(Code::kInvalidUsage,
                            "schedule file %s: wrong result (%s): rank %d ends with element %zu (block %d) = %u, the "
@@ -325,8 +360,8 @@ Status simulateFile(ScheduleFile& f) {
     if (!run.inPlace && run.chunkBytes == 0) {
       f.depth = stats.hops;
       // Every chunk is 1 / (nranks * chunks) of the collective's nominal size (nccl-tests': the
-      // output of allgather, the input of reducescatter, the vector of allreduce).
-      const double per = 1.0 / static_cast<double>(nc);
+      // output of allgather, the input of reducescatter and alltoall, the vector of allreduce).
+      const double per = 1.0 / (static_cast<double>(n) * f.chunks);
       for (const auto& steps : f.ranks) {
         double sent = 0, red = 0;
         for (const FileStep& fs : steps) {
@@ -410,15 +445,18 @@ Status parseScheduleFile(const std::string& text, const std::string& source, Sch
     f.coll = Coll::kReduceScatter;
   } else if (coll == "allreduce") {
     f.coll = Coll::kAllReduce;
+  } else if (coll == "alltoall") {
+    f.coll = Coll::kAlltoAll;
   } else {
-    return bad("\"collective\" must be \"allgather\", \"reducescatter\" or \"allreduce\"");
+    return bad("\"collective\" must be \"allgather\", \"reducescatter\", \"allreduce\" or \"alltoall\"");
   }
   if (!intField(j, "nranks", 1, kMaxRanks, &v, &why)) return bad(why);
   f.nranks = static_cast<int>(v);
   if (!intField(j, "chunks", 1, kMaxChunks, &v, &why)) return bad(why);
   f.chunks = static_cast<int>(v);
-  if (static_cast<int64_t>(f.nranks) * f.chunks > (int64_t{1} << 22))
-    return bad(strFormat("%d ranks x %d chunks is more chunks than a schedule may have (4194304)", f.nranks, f.chunks));
+  if (static_cast<int64_t>(numBlocks(f)) * f.chunks > (int64_t{1} << 22))
+    return bad(
+        strFormat("%d blocks x %d chunks is more chunks than a schedule may have (4194304)", numBlocks(f), f.chunks));
   if (j.contains("topology")) {
     const json& t = j["topology"];
     if (!t.is_object() || !onlyKeys(t, {"hash", "hosts"}, &why))
@@ -444,7 +482,7 @@ Status parseScheduleFile(const std::string& text, const std::string& source, Sch
   if (!j.contains("ranks") || !j["ranks"].is_array()) return bad("\"ranks\" must be an array with one entry per rank");
   if (j["ranks"].size() != static_cast<size_t>(f.nranks))
     return bad(strFormat("\"ranks\" has %zu entries for \"nranks\" %d", j["ranks"].size(), f.nranks));
-  const int nc = f.nranks * f.chunks;
+  const int nc = numBlocks(f) * f.chunks;
   for (int r = 0; r < f.nranks; ++r) {
     const json& jr = j["ranks"][static_cast<size_t>(r)];
     if (!jr.is_object() || !onlyKeys(jr, {"steps"}, &why) || !jr.contains("steps") || !jr["steps"].is_array())
@@ -461,7 +499,8 @@ Status parseScheduleFile(const std::string& text, const std::string& source, Sch
       if (!s.contains("op") || !s["op"].is_string() || !parseOp(s["op"].get<std::string>(), &fs.op))
         return stepBad("\"op\" must be \"send\", \"recv\", \"send-partial\" or \"recv-reduce\"");
       const bool partial = fs.op == FileStep::Op::kSendPartial || fs.op == FileStep::Op::kRecvReduce;
-      if ((f.coll == Coll::kAllGather && partial) || (f.coll == Coll::kReduceScatter && !partial))
+      if (((f.coll == Coll::kAllGather || f.coll == Coll::kAlltoAll) && partial) ||
+          (f.coll == Coll::kReduceScatter && !partial))
         return stepBad(strFormat("%s schedules have no \"%s\" steps", coll.c_str(), fileOpName(fs.op)));
       if (!intField(s, "peer", 0, f.nranks - 1, &v, &why)) return stepBad(why);
       fs.peer = static_cast<int32_t>(v);
@@ -496,10 +535,66 @@ Status loadScheduleFile(const std::string& path, ScheduleFile* out) {
   return parseScheduleFile(text, path, out);
 }
 
+namespace {
+
+// Explicit deps of a file's step onto the steps emitted for it.
+void addFileDeps(detail::Builder& b, const FileStep& s, const std::vector<std::vector<int>>& emitted,
+                 const std::vector<int>& mine) {
+  std::vector<int32_t> extra;
+  for (int32_t d : s.deps)
+    extra.insert(extra.end(), emitted[static_cast<size_t>(d)].begin(), emitted[static_cast<size_t>(d)].end());
+  if (!extra.empty())
+    for (int idx : mine) b.addDeps(idx, extra);
+}
+
+// AllToAll: block s * n + d lives at rank s's input offset d * count and rank d's output offset
+// s * count; a chunk a rank relays (a block neither from nor to it) waits in scratch, one slot per
+// relayed chunk.
+Schedule buildAlltoAll(const ScheduleFile& f, const CollArgs& args) {
+  detail::Builder b(args);
+  const int r = args.rank, n = f.nranks;
+  const size_t count = args.count;
+  std::map<int, size_t> slot;  // relayed chunk -> scratch element offset
+  size_t scratchEnd = 0;
+  const auto& steps = f.ranks[static_cast<size_t>(r)];
+  std::vector<std::vector<int>> emitted(steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const FileStep& s = steps[i];
+    const int blk = s.chunk / f.chunks, from = blk / n, to = blk % n;
+    const Range part = detail::splitRange(count, f.chunks, s.chunk % f.chunks);
+    // Where this rank keeps the chunk, as a function of an element range inside it.
+    std::function<Span(Range)> at;
+    if (from == r) {
+      at = [&, to](Range x) { return b.in(Range{static_cast<size_t>(to) * count + x.off, x.len}); };
+    } else if (to == r) {
+      at = [&, from](Range x) { return b.out(Range{static_cast<size_t>(from) * count + x.off, x.len}); };
+    } else {
+      auto it = slot.find(s.chunk);
+      if (it == slot.end()) {
+        it = slot.emplace(s.chunk, scratchEnd).first;
+        scratchEnd += part.len;
+      }
+      const size_t base = it->second;
+      at = [&, base, part](Range x) { return b.scratch(Range{base + (x.off - part.off), x.len}); };
+    }
+    for (Range p : b.piecesOf(part)) {
+      const int idx = s.op == FileStep::Op::kSend ? b.send(s.peer, at(p)) : b.recv(s.peer, at(p));
+      if (idx >= 0) emitted[i].push_back(idx);
+    }
+    addFileDeps(b, s, emitted, emitted[i]);
+  }
+  const Range own{static_cast<size_t>(r) * count, count};
+  b.copy(b.in(own), b.out(own));
+  return b.finish(static_cast<Algo>(kNumAlgos));
+}
+
+}  // namespace
+
 Result<Schedule> buildFromFile(const ScheduleFile& f, const CollArgs& args) {
   if (args.coll != f.coll || args.nranks != f.nranks)
     return makeError(Code::kInvalidArgument, "schedule file %s is a %s of %d ranks, not a %s of %d", f.source.c_str(),
                      collName(f.coll), f.nranks, collName(args.coll), args.nranks);
+  if (f.coll == Coll::kAlltoAll) return buildAlltoAll(f, args);
   detail::Builder b(args);
   const int r = args.rank, n = f.nranks;
   const size_t count = args.count;
@@ -551,11 +646,7 @@ Result<Schedule> buildFromFile(const ScheduleFile& f, const CollArgs& args) {
       if (idx >= 0) emitted[i].push_back(idx);
     }
     if (s.op == FileStep::Op::kRecvReduce) acc[static_cast<size_t>(s.chunk)] = 1;
-    std::vector<int32_t> extra;
-    for (int32_t d : s.deps)
-      extra.insert(extra.end(), emitted[static_cast<size_t>(d)].begin(), emitted[static_cast<size_t>(d)].end());
-    if (!extra.empty())
-      for (int idx : emitted[i]) b.addDeps(idx, extra);
+    addFileDeps(b, s, emitted, emitted[i]);
   }
   // The rank's own data: allgather copies its block into place; an owner whose chunk got no
   // partial (one rank) copies its input.

@@ -306,9 +306,9 @@ INSTANTIATE_TEST_SUITE_P(ZeroCopy, ZeroCopyMatrix,
                          });
 
 /// Loaded schedules (C4_SCHEDULE_FILE, docs/schedules.md) in the matrix over real processes:
-/// AllGather relayed through rank 0 (explicit deps), ReduceScatter and AllReduce as ring files with
-/// two chunks per block; they replace the tuner's choice for their collectives (the TUNING log of
-/// every rank must say so), every other collective runs as before.
+/// AllGather and AlltoAll relayed through rank 0 (explicit deps; AlltoAll's relayed blocks wait in
+/// scratch), ReduceScatter and AllReduce as ring files with two chunks per block; they replace the tuner's choice for
+/// their collectives (the TUNING log of every rank must say so), every other collective runs as before.
 struct FileConfig {
   const char* name;
   const char* transport;
@@ -342,6 +342,7 @@ TEST_P(ScheduleFileMatrix, AllCollectivesTypesOpsCounts) {
   const std::string files[] = {gen::writeTemp(gen::starAllGatherFile(n, 2), stem + "-ag"),
                                gen::writeTemp(gen::ringFile("reducescatter", n, 2), stem + "-rs"),
                                gen::writeTemp(gen::ringFile("allreduce", n, 2), stem + "-ar"),
+                               gen::writeTemp(gen::alltoallFile(n, 2, true), stem + "-a2a"),
                                // Another rank count: skipped, not an error.
                                gen::writeTemp(gen::ringFile("allreduce", n + 1, 1), stem + "-ar-other"),
                                // Made for a fabric this job does not run on (no C4_TOPO_FILE): skipped.
@@ -390,6 +391,7 @@ TEST_P(ScheduleFileMatrix, AllCollectivesTypesOpsCounts) {
   EXPECT_GE(countOf("algorithm file:star-allgather-" + nn), static_cast<size_t>(n)) << logs.substr(0, 4000);
   EXPECT_GE(countOf("algorithm file:ring-reducescatter-" + nn + "x2"), static_cast<size_t>(n)) << logs.substr(0, 4000);
   EXPECT_GE(countOf("algorithm file:ring-allreduce-" + nn + "x2"), static_cast<size_t>(n)) << logs.substr(0, 4000);
+  EXPECT_GE(countOf("algorithm file:relay-alltoall-" + nn + "x2"), static_cast<size_t>(n)) << logs.substr(0, 4000);
   EXPECT_GE(countOf("not used: this communicator has " + nn + " ranks"), static_cast<size_t>(n))
       << logs.substr(0, 4000);
   if (!::testing::Test::HasFailure()) (void)system((std::string("rm -rf ") + logDir).c_str());

@@ -100,6 +100,51 @@ inline std::string starAllGatherFile(int n, int chunks) {
   return scheduleJson("star-allgather-" + std::to_string(n), "allgather", n, chunks, steps);
 }
 
+/// An alltoall file (chunk c: part c % chunks of block c / chunks = from * n + to). `relay` false:
+/// the pairwise exchange of the built-in direct algorithm (at step k send to r+k, receive from
+/// r-k). `relay` true: every block between two ranks other than 0 goes through rank 0, which
+/// keeps it in scratch and forwards it (explicit deps on the receive that brought it).
+inline std::string alltoallFile(int n, int chunks, bool relay, const std::string& name = "") {
+  std::vector<std::vector<GenStep>> steps(static_cast<size_t>(n));
+  auto chunk = [&](int from, int to, int p) { return (from * n + to) * chunks + p; };
+  if (!relay) {
+    for (int r = 0; r < n; ++r)
+      for (int k = 1; k < n; ++k)
+        for (int p = 0; p < chunks; ++p) {
+          steps[static_cast<size_t>(r)].push_back({"send", (r + k) % n, chunk(r, (r + k) % n, p), {}});
+          steps[static_cast<size_t>(r)].push_back({"recv", gmod(r - k, n), chunk(gmod(r - k, n), r, p), {}});
+        }
+  } else {
+    std::vector<std::vector<int>> recvAt(static_cast<size_t>(n * n * chunks), std::vector<int>());
+    // Rank 0 receives everything each rank sends it (its own blocks and the ones it relays), in
+    // the order the sender lists them.
+    for (int s = 1; s < n; ++s)
+      for (int d = 0; d < n; ++d)
+        for (int p = 0; p < chunks && d != s; ++p) {
+          recvAt[static_cast<size_t>(chunk(s, d, p))].push_back(static_cast<int>(steps[0].size()));
+          steps[0].push_back({"recv", s, chunk(s, d, p), {}});
+        }
+    for (int d = 1; d < n; ++d)
+      for (int s = 0; s < n; ++s)
+        for (int p = 0; p < chunks && s != d; ++p) {
+          std::vector<int> deps = s == 0 ? std::vector<int>() : recvAt[static_cast<size_t>(chunk(s, d, p))];
+          steps[0].push_back({"send", d, chunk(s, d, p), deps});
+        }
+    for (int r = 1; r < n; ++r) {
+      for (int d = 0; d < n; ++d)
+        for (int p = 0; p < chunks && d != r; ++p)
+          steps[static_cast<size_t>(r)].push_back({"send", 0, chunk(r, d, p), {}});
+      for (int s = 0; s < n; ++s)
+        for (int p = 0; p < chunks && s != r; ++p)
+          steps[static_cast<size_t>(r)].push_back({"recv", 0, chunk(s, r, p), {}});
+    }
+  }
+  return scheduleJson(name.empty() ? std::string(relay ? "relay" : "pairwise") + "-alltoall-" + std::to_string(n) +
+                                         "x" + std::to_string(chunks)
+                                   : name,
+                      "alltoall", n, chunks, steps);
+}
+
 /// Writes `text` to a fresh file under TMPDIR and returns its path.
 inline std::string writeTemp(const std::string& text, const std::string& stem) {
   const char* dir = getenv("TMPDIR");

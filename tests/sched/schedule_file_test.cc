@@ -92,6 +92,108 @@ TEST(ScheduleFile, RelayWithExplicitDepsAndMaxReduction) {
   EXPECT_TRUE(runCase(cs));
 }
 
+TEST(ScheduleFile, AlltoAllFilesRunEveryCaseThroughTheSimulator) {
+  for (bool relay : {false, true}) {
+    for (int n : {1, 2, 3, 5}) {
+      for (int chunks : {1, 3}) {
+        const Algo id = mustRegister(alltoallFile(n, chunks, relay), "a2a");
+        ASSERT_GE(static_cast<int>(id), kNumAlgos);
+        EXPECT_TRUE(supports(id, Coll::kAlltoAll, n));
+        EXPECT_FALSE(supports(id, Coll::kAllGather, n));
+        for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}}) {
+          for (size_t chunkBytes : {size_t{0}, size_t{8}, size_t{1024}}) {
+            for (DataType dt : {DataType::kInt32, DataType::kInt8, DataType::kFloat64}) {
+              CaseSpec cs;
+              cs.coll = Coll::kAlltoAll;
+              cs.algo = id;
+              cs.nranks = n;
+              cs.count = count;
+              cs.chunkBytes = chunkBytes;
+              cs.dtype = dt;
+              cs.seed = count * 17 + chunkBytes + static_cast<size_t>(relay);
+              EXPECT_TRUE(runCase(cs)) << (relay ? "relay" : "pairwise") << " n=" << n << " chunks=" << chunks
+                                       << " count=" << count;
+            }
+          }
+        }
+      }
+    }
+  }
+  // Relayed chunks wait in scratch: rank 0 of the relay keeps every chunk between two other ranks.
+  ScheduleFile f;
+  ASSERT_TRUE(parseScheduleFile(alltoallFile(4, 2, true), "relay.json", &f).isOk());
+  CollArgs a;
+  a.coll = Coll::kAlltoAll;
+  a.nranks = 4;
+  a.count = 10;
+  a.dtype = DataType::kInt32;
+  a.aliased = false;
+  Result<Schedule> s0 = buildFromFile(f, a);
+  ASSERT_TRUE(s0.isOk()) << s0.status().toString();
+  EXPECT_EQ(s0.value().scratchBytes, size_t{3 * 2 * 10 * 4});  // 3 x 2 blocks relayed, 10 int32 each
+  a.rank = 1;
+  Result<Schedule> s1 = buildFromFile(f, a);
+  ASSERT_TRUE(s1.isOk());
+  EXPECT_EQ(s1.value().scratchBytes, size_t{0});
+  // Cost model: pairwise sends (n-1)/n of the nominal bytes from every rank in one message depth;
+  // the relay's rank 0 sends its own 3 blocks and 6 relayed ones: 9/4.
+  std::shared_ptr<const ScheduleFile> pw = registeredSchedule(mustRegister(alltoallFile(4, 1, false), "pw"));
+  EXPECT_NEAR(pw->sendFraction, 0.75, 1e-9);
+  EXPECT_NEAR(f.sendFraction, 2.25, 1e-9);
+  // Two hops per relayed block, queued behind each other on rank 0's links: deeper than pairwise.
+  EXPECT_GT(f.depth, pw->depth) << "pairwise " << pw->depth << ", relay " << f.depth;
+  EXPECT_GE(pw->depth, 1);
+}
+
+TEST(ScheduleFile, AlltoAllRulesNameTheStep) {
+  const json good = json::parse(alltoallFile(3, 1, true, "a2a-good"));
+  ASSERT_EQ(loadError(good.dump()), "");
+  {
+    json j = good;  // rank 1's first step sends block 1->0; make rank 2 receive it instead of 0's
+    j["ranks"][1]["steps"][2] = {{"op", "recv"}, {"peer", 0}, {"chunk", 5}};  // block 5 = 1 -> 2: its own input
+    const std::string err = loadError(j.dump());
+    EXPECT_NE(err.find("rank 1 step 2 (recv chunk 5 (block 5: rank 1 to rank 2, part 0), peer 0): receives a chunk "
+                       "of the rank's own input"),
+              std::string::npos)
+        << err;
+  }
+  {
+    json j = good;  // rank 1 sends block 2 -> 0 (chunk 6), which only rank 2 has
+    j["ranks"][1]["steps"][0]["chunk"] = 6;
+    const std::string err = loadError(j.dump());
+    EXPECT_NE(err.find("rank 1 step 0 (send chunk 6 (block 6: rank 2 to rank 0, part 0), peer 0): sends data the "
+                       "rank does not have at that point"),
+              std::string::npos)
+        << err;
+  }
+  {
+    json j = good;  // rank 0 receives block 2 -> 2 (chunk 8) in place of block 2 -> 1
+    j["ranks"][0]["steps"][3]["chunk"] = 8;
+    const std::string err = loadError(j.dump());
+    EXPECT_NE(err.find("rank 0 step 3 (recv chunk 8 (block 8: rank 2 to rank 2, part 0), peer 2): names a block a "
+                       "rank sends itself"),
+              std::string::npos)
+        << err;
+  }
+  {
+    json j = good;
+    j["ranks"][0]["steps"][0]["op"] = "recv-reduce";
+    EXPECT_NE(loadError(j.dump()).find("alltoall schedules have no \"recv-reduce\" steps"), std::string::npos)
+        << loadError(j.dump());
+  }
+  {
+    json j = good;  // rank 2 never receives block 1 -> 2 (its last receive)
+    j["ranks"][2]["steps"].erase(j["ranks"][2]["steps"].size() - 1);
+    const std::string err = loadError(j.dump());
+    EXPECT_NE(err.find("rank 2 ends without chunk 5 (block 5: rank 1 to rank 2"), std::string::npos) << err;
+  }
+  {
+    json j = good;
+    j["ranks"][0]["steps"][0]["chunk"] = 9;  // 3 x 3 blocks x 1 chunk: 0..8
+    EXPECT_NE(loadError(j.dump()).find("\"chunk\" is 9, outside 0..8"), std::string::npos) << loadError(j.dump());
+  }
+}
+
 TEST(ScheduleFile, SameContentRegistersOnceAndTheCostModelIsFilled) {
   const std::string text = ringFile("allreduce", 4, 1, "cost-ar");
   const Algo a = mustRegister(text, "a");

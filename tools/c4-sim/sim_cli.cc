@@ -438,8 +438,8 @@ Status parseOptions(const std::vector<std::string>& args, Options* out) {
                                     : "give either --topo or --gen, not both");
     if (o.algos.empty() && !o.allAlgos && o.scheduleFile.empty()) return bad("--algo: no algorithm given");
     if (o.coll != Coll::kAllReduce && o.coll != Coll::kAllGather && o.coll != Coll::kReduceScatter &&
-        !o.scheduleFile.empty() && o.collGiven)
-      return bad("--schedule: schedule files hold allgather, reducescatter or allreduce, not --coll %s",
+        o.coll != Coll::kAlltoAll && !o.scheduleFile.empty() && o.collGiven)
+      return bad("--schedule: schedule files hold allgather, reducescatter, allreduce or alltoall, not --coll %s",
                  collLabel(o.coll));
   }
   *out = std::move(o);
