@@ -5,9 +5,11 @@
 # AllGather and AllReduce schedules for the fabric's topology file; then c4-perf runs each
 # collective with the file and with every generated algorithm (C4_ALGO), the modes interleaved
 # ROUNDS times, and the median algbw of each mode at each size is printed with the file's ratio to
-# the best generated one.
+# the best generated one. Then c4-sim predicts every mode on the fabric's topology file and the
+# predicted time is printed against the measured one (time = size / algbw).
 #   bench/synth/netlab.sh [BUILD_DIR] [ROUNDS] [SIZES...]   (defaults: build 3 4M 16M)
 #   CHUNKS=K (c4-synth --chunks, default 1), COLLS="allgather allreduce" (the default) choose what runs.
+#   SIM_ARGS="--link-efficiency ..." adds c4-sim options (bench/sim/calibrate.sh prints the calibrated ones).
 # Needs root (network namespaces); about 2 minutes per round.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -63,5 +65,23 @@ for coll in "${colls[@]}"; do
       if [ $m = file ]; then file=$med; elif awk -v a="$med" -v b="$best" 'BEGIN {exit !(a > b)}'; then best=$med; fi
     done
     echo "$line $(awk -v a="$file" -v b="$best" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}') |"
+  done
+  echo
+  echo "## $coll: c4-sim predicted against measured (ms; SIM_ARGS: ${SIM_ARGS:-none})"
+  echo "| mode | size | predicted | measured | predicted / measured |"
+  echo "|---|---|---|---|---|"
+  for m in "${modes[@]}"; do
+    for size in "${sizes[@]}"; do
+      if [ $m = file ]; then what=(--schedule "$tmp/$coll.json"); else what=(--coll $coll --algo $m); fi
+      # shellcheck disable=SC2086
+      "$build/bin/c4-sim" --topo "$NETLAB_TOPO" "${what[@]}" --bytes $size --quiet ${SIM_ARGS:-} \
+        --json "$tmp/sim.json" > /dev/null || { echo "FAIL: c4-sim $coll $m $size" >&2; exit 1; }
+      pred=$(python3 -c 'import json, sys; print("%.1f" % (json.load(open(sys.argv[1]))["results"][0]["seconds"] * 1e3))' \
+        "$tmp/sim.json")
+      med=$(echo ${res[$coll,$m,$size]} | tr ' ' '\n' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+      meas=$(awk -v s="$size" -v bw="$med" 'BEGIN {u = substr(s, length(s)); v = s + 0;
+        m = (u == "K" ? 1024 : u == "M" ? 1048576 : u == "G" ? 1073741824 : 1); printf "%.1f", v * m / bw / 1e3}')
+      echo "| $m | $size | $pred | $meas | $(awk -v a="$pred" -v b="$meas" 'BEGIN {printf "%.2f", a / b}') |"
+    done
   done
 done

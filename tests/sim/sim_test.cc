@@ -3,6 +3,7 @@
 // and the command line's errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -142,6 +143,59 @@ TEST(Sim, TwoFlowsSharingALinkTakeTwiceAsLongAndDisjointOnesDoNotInterfere) {
           {program({send(1, bytes)}), program({recv(0, bytes)}), program({send(3, bytes)}), program({recv(2, bytes)})},
           model(alpha));
   EXPECT_NEAR(disjoint.seconds, alpha + beta, 1e-12);
+}
+
+TEST(Sim, LinkEfficiencyScalesTheRateBySharesAndByLinkRate) {
+  // Hosts 0, 1 on leaf0 and 2, 3 on leaf1, one spine; host links 100 Gbit/s, uplinks 25.
+  const plan::Topology t = plan::Topology::leafSpine(4, 1, 2, 1, 100 * kGbit, 25 * kGbit);
+  const size_t bytes = 8 << 20;
+  const double up = bytes / (25 * kGbit / 8), host = bytes / (100 * kGbit / 8);
+  const std::vector<int> hosts = oneRankPerHost(4);
+  const std::vector<Program> one = {program({send(2, bytes)}), program({}), program({recv(0, bytes)}), program({})};
+  const std::vector<Program> two = {program({send(2, bytes)}), program({send(3, bytes)}), program({recv(0, bytes)}),
+                                    program({recv(1, bytes)})};
+  const std::vector<Program> local = {program({send(1, bytes)}), program({recv(0, bytes)}), program({}), program({})};
+  CostModel m = model(0);
+  LinkEfficiency uplinks;
+  uplinks.bps = 25 * kGbit;
+  uplinks.byShares = {0.8, 0.5};  // one transfer 80%, two 50% together
+  m.efficiency = {uplinks};
+  EXPECT_NEAR(run(t, hosts, one, m).seconds, up / 0.8, 1e-12);
+  EXPECT_NEAR(run(t, hosts, two, m).seconds, 2 * up / 0.5, 1e-12);
+  EXPECT_NEAR(run(t, hosts, local, m).seconds, host, 1e-12);  // host links have no entry: nominal
+  LinkEfficiency others;
+  others.byShares = {0.9};
+  m.efficiency.push_back(others);  // every other link: 90% (the host links bind only in `local`)
+  EXPECT_NEAR(run(t, hosts, local, m).seconds, host / 0.9, 1e-12);
+  EXPECT_NEAR(run(t, hosts, one, m).seconds, up / 0.8, 1e-12);
+  // Between the measured share counts the curve is geometric in log2(shares); past the last, flat.
+  LinkEfficiency e;
+  e.byShares = {0.9, 0.8, 0.6};
+  EXPECT_DOUBLE_EQ(e.at(1), 0.9);
+  EXPECT_DOUBLE_EQ(e.at(2), 0.8);
+  EXPECT_NEAR(e.at(3), std::pow(0.8, 1 - std::log2(1.5)) * std::pow(0.6, std::log2(1.5)), 1e-12);
+  EXPECT_DOUBLE_EQ(e.at(4), 0.6);
+  EXPECT_DOUBLE_EQ(e.at(64), 0.6);
+  EXPECT_DOUBLE_EQ(LinkEfficiency().at(3), 1.0);
+  // The option: rates with units, fractions in (0, 1], one entry per rate.
+  Options o;
+  ASSERT_TRUE(
+      parseOptions({"--gen", "flat:2", "--link-efficiency", "100mbit:0.86,0.81,0.76", "--link-efficiency", "0.95"}, &o)
+          .isOk());
+  ASSERT_EQ(o.model.efficiency.size(), 2u);
+  EXPECT_EQ(o.model.efficiency[0].bps, 100e6);
+  EXPECT_EQ(o.model.efficiency[0].byShares, (std::vector<double>{0.86, 0.81, 0.76}));
+  EXPECT_EQ(o.model.efficiency[1].bps, 0);
+  EXPECT_EQ(rateLabel(100e6), "100mbit");
+  EXPECT_EQ(rateLabel(25e9), "25gbit");
+  for (const char* bad : {"100:0.9", "100mbit:", "0", "1.5", "fastgbit:0.9", "0.9,x"}) {
+    const Status st = parseOptions({"--gen", "flat:2", "--link-efficiency", bad}, &o);
+    EXPECT_FALSE(st.isOk()) << bad;
+    EXPECT_NE(st.message().find("--link-efficiency"), std::string::npos) << st.message();
+  }
+  const Status dup =
+      parseOptions({"--gen", "flat:2", "--link-efficiency", "1gbit:0.9", "--link-efficiency", "1gbit:0.8"}, &o);
+  EXPECT_NE(dup.message().find("repeats a rate"), std::string::npos) << dup.message();
 }
 
 TEST(Sim, MaxMinFairSharingGivesUnusedCapacityToTheUnconstrainedFlow) {

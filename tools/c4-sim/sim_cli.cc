@@ -253,6 +253,9 @@ std::string usageText() {
          "  --alpha-intra-us A        per message within a host (default 1)\n"
          "  --intra-gbps G            each rank's intra-host send and receive rate, Gbit/s (default 200)\n"
          "  --mem-gbps G              local copy and reduce rate, Gbit/s (default 400)\n"
+         "  --link-efficiency [R:]E1[,E2,E4..]  fraction of a link's rate its transfers get with 1, 2, 4, ...\n"
+         "                            sharing it (geometric in between), for links of rate R (100mbit, 25gbit) or\n"
+         "                            every other link; repeatable (default 1: bench/sim/calibrate.sh measures it)\n"
          "  --piece-bytes B           striping piece over lanes (default 512K, C4_TCP_PIECE_BYTES; 0: equal shares)\n"
          "  --planner c4p|ecmp|off    lane placement (default c4p)\n"
          "  --lanes N                 lanes per connection (default 2, C4_LANES's, or the ports of a host if more)\n"
@@ -271,6 +274,49 @@ std::string usageText() {
          "\n"
          "check FILE.json: load a schedule file with every check of the loader; exit 0, or print the error\n"
          "and exit 1.\n";
+}
+
+std::string rateLabel(double bps) {
+  if (bps >= 1e9 && std::fmod(bps, 1e9) == 0) return strFormat("%ggbit", bps / 1e9);
+  if (bps >= 1e6 && std::fmod(bps, 1e6) == 0) return strFormat("%gmbit", bps / 1e6);
+  return strFormat("%gbit", bps);
+}
+
+Status parseLinkEfficiency(const std::string& spec, LinkEfficiency* out) {
+  auto bad = [&](const char* why) {
+    return makeError(Code::kInvalidArgument,
+                     "--link-efficiency: '%s': %s ([RATE:]E1[,E2,E4...], e.g. 100mbit:0.86,0.81)", spec.c_str(), why);
+  };
+  LinkEfficiency e;
+  std::string list = spec;
+  const size_t colon = spec.find(':');
+  if (colon != std::string::npos) {
+    const std::string rate = spec.substr(0, colon);
+    list = spec.substr(colon + 1);
+    static const struct {
+      const char* unit;
+      double mult;
+    } kUnits[] = {{"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}, {"bit", 1}};
+    bool ok = false;
+    for (const auto& u : kUnits) {
+      const size_t ul = strlen(u.unit);
+      if (rate.size() > ul && rate.compare(rate.size() - ul, ul, u.unit) == 0) {
+        double v;
+        ok = parseDouble(rate.substr(0, rate.size() - ul), &v) && v > 0;
+        e.bps = v * u.mult;
+        break;
+      }
+    }
+    if (!ok) return bad("the rate must be a number with a unit (bit, kbit, mbit, gbit)");
+  }
+  for (const std::string& f : split(list, ',')) {
+    double v;
+    if (!parseDouble(f, &v) || !(v > 0) || v > 1) return bad("each efficiency must be a number in (0, 1]");
+    e.byShares.push_back(v);
+  }
+  if (e.byShares.empty()) return bad("no efficiency given");
+  *out = std::move(e);
+  return Status::ok();
 }
 
 Status parseOptions(const std::vector<std::string>& args, Options* out) {
@@ -390,6 +436,14 @@ Status parseOptions(const std::vector<std::string>& args, Options* out) {
       double v;
       C4_CHECK(posArg(&v));
       o.model.memBytesPerSec = v * 1e9 / 8;
+    } else if (a == "--link-efficiency") {
+      std::string s;
+      C4_CHECK(value(&s));
+      LinkEfficiency e;
+      C4_CHECK(parseLinkEfficiency(s, &e));
+      for (const LinkEfficiency& q : o.model.efficiency)
+        if (q.bps == e.bps) return bad("--link-efficiency: '%s' repeats a rate given before", s.c_str());
+      o.model.efficiency.push_back(std::move(e));
     } else if (a == "--piece-bytes") {
       C4_CHECK(sizeArg(&o.model.pieceBytes));
     } else if (a == "--slack") {
@@ -658,6 +712,12 @@ std::string formatTable(const Options& o, const Study& s) {
                  o.model.memBytesPerSec * 8 / 1e9,
                  o.model.pieceBytes > 0 ? human(static_cast<double>(o.model.pieceBytes)).c_str() : "off (equal shares)",
                  o.inPlace ? ", in place" : "");
+  for (const LinkEfficiency& e : o.model.efficiency) {
+    std::string v;
+    for (double x : e.byShares) v += (v.empty() ? "" : ",") + strFormat("%g", x);
+    t += strFormat("# link efficiency %s: %s (1, 2, 4, ... transfers sharing a link)\n",
+                   e.bps > 0 ? strFormat("at %s", rateLabel(e.bps).c_str()).c_str() : "of the other links", v.c_str());
+  }
   t += strFormat("%14s  %-14s %10s %14s %11s %11s  %-24s %6s %10s\n", "size(B)", "algorithm", "chunk(B)", "time(us)",
                  "algbw(GB/s)", "busbw(GB/s)", "busiest link", "util", "messages");
   for (size_t i = 0; i < s.rows.size(); ++i) {
@@ -696,6 +756,8 @@ std::string formatJson(const Options& o, const Study& s) {
                 {"piece_bytes", o.model.pieceBytes},
                 {"slack", o.model.slack},
                 {"exact_limit", o.model.exactLimit}};
+  for (const LinkEfficiency& e : o.model.efficiency)
+    j["model"]["link_efficiency"].push_back({{"rate_bps", e.bps}, {"by_shares", e.byShares}});
   nlohmann::json rows = nlohmann::json::array();
   for (const Row& r : s.rows) {
     nlohmann::json x;

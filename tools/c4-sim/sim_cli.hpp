@@ -52,6 +52,10 @@ std::string usageText();
 /// wrong: unknown options, bad numbers or sizes, an unknown collective, algorithm or planner mode,
 /// a malformed --gen, ranks-per-host < 1, neither or both of --topo and --gen.
 Status parseOptions(const std::vector<std::string>& args, Options* out);
+/// Parses `--link-efficiency`'s value: [RATE:]E1[,E2,E4...] (RATE with a unit: 100mbit, 25gbit).
+Status parseLinkEfficiency(const std::string& spec, LinkEfficiency* out);
+/// "100mbit", "25gbit": a rate as --link-efficiency and netlab write it.
+std::string rateLabel(double bps);
 /// Loads or generates the fabric (a missing or bad topology file fails with its error).
 Status makeTopology(const Options& o, plan::Topology* out);
 

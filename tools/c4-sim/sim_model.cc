@@ -37,6 +37,15 @@ std::string describe(const SimStep& s) {
 
 }  // namespace
 
+double LinkEfficiency::at(size_t k) const {
+  if (byShares.empty() || k == 0) return 1;
+  const double x = std::log2(static_cast<double>(k));
+  const size_t i = static_cast<size_t>(x);
+  if (i + 1 >= byShares.size()) return byShares.back();
+  const double f = x - static_cast<double>(i);
+  return std::pow(byShares[i], 1 - f) * std::pow(byShares[i + 1], f);
+}
+
 size_t Program::bytesSent() const {
   size_t b = 0;
   for (const SimStep& s : steps)
@@ -402,6 +411,18 @@ class Engine {
     cap_.resize(nl);
     for (int l = 0; l < numTopoLinks_; ++l) cap_[static_cast<size_t>(l)] = t.link(l).bps / 8;
     for (size_t l = static_cast<size_t>(numTopoLinks_); l < nl; ++l) cap_[l] = m_.intraBytesPerSec;
+    // Each topology link's efficiency curve: the entry for its rate, else the default one.
+    eff_.assign(nl, nullptr);
+    for (int l = 0; l < numTopoLinks_; ++l) {
+      const double bps = t.link(l).bps;
+      for (const LinkEfficiency& e : m_.efficiency) {
+        if (e.bps > 0 && std::fabs(e.bps - bps) <= 0.01 * e.bps) {
+          eff_[static_cast<size_t>(l)] = &e;
+          break;
+        }
+        if (e.bps == 0 && eff_[static_cast<size_t>(l)] == nullptr) eff_[static_cast<size_t>(l)] = &e;
+      }
+    }
     flows_.assign(nl, {});
     used_.assign(nl, 0);
     rem_.assign(nl, 0);
@@ -695,6 +716,12 @@ class Engine {
     }
   }
 
+  // What a link gives its transfers together now: its rate at the efficiency of its share count.
+  double capNow(size_t l) const {
+    const LinkEfficiency* e = eff_[l];
+    return e == nullptr ? cap_[l] : cap_[l] * e->at(flows_[l].size());
+  }
+
   // A link whose transfers change: a transfer started on it (its rate must be set) or left it.
   void dirty(int l, bool started) {
     char& d = isDirty_[static_cast<size_t>(l)];
@@ -718,7 +745,7 @@ class Engine {
         used_[li] = 0;
         continue;
       }
-      if (d == kLeft && cap_[li] - used_[li] <= m_.slack * cap_[li]) continue;
+      if (d == kLeft && capNow(li) - used_[li] <= m_.slack * capNow(li)) continue;
       active_.push_back(l);
       direct += flows_[li].size();
     }
@@ -773,7 +800,7 @@ class Engine {
         }
       }
       for (int l : setLinks_) {
-        rem_[static_cast<size_t>(l)] = cap_[static_cast<size_t>(l)] - used_[static_cast<size_t>(l)];
+        rem_[static_cast<size_t>(l)] = capNow(static_cast<size_t>(l)) - used_[static_cast<size_t>(l)];
         cnt_[static_cast<size_t>(l)] = 0;
       }
       for (int32_t x : setFlows_) {
@@ -785,7 +812,7 @@ class Engine {
       }
     } else {
       for (int l : setLinks_) {
-        rem_[static_cast<size_t>(l)] = cap_[static_cast<size_t>(l)];
+        rem_[static_cast<size_t>(l)] = capNow(static_cast<size_t>(l));
         cnt_[static_cast<size_t>(l)] = static_cast<int32_t>(flows_[static_cast<size_t>(l)].size());
       }
     }
@@ -933,6 +960,7 @@ class Engine {
   // Links: the topology's, then each rank's intra-host egress and ingress.
   int numTopoLinks_ = 0;
   std::vector<double> cap_, used_, rem_;
+  std::vector<const LinkEfficiency*> eff_;  // per link; null: nominal rate
   std::vector<int32_t> cnt_;
   std::vector<std::vector<int32_t>> flows_;  // active transfers per link
   std::vector<uint32_t> linkMark_;

@@ -36,6 +36,17 @@
 
 namespace c4::sim {
 
+/// What fraction of a link's nominal rate its transfers get together, by how many share it: tcp
+/// streams through a shaped (or real) link lose some to headers, acknowledgements, losses and
+/// retransmissions, more when several streams compete. Measured per link rate by
+/// bench/sim/calibrate.sh (docs/c4-sim.md, "Calibration").
+struct LinkEfficiency {
+  double bps = 0;                // links of this nominal rate (within 1%); 0: every link without its own entry
+  std::vector<double> byShares;  // with 1, 2, 4, 8, ... transfers on the link; geometric in between, the last beyond
+  /// The efficiency with `k` >= 1 transfers on the link.
+  double at(size_t k) const;
+};
+
 /// The model's parameters: seconds and bytes per second.
 struct CostModel {
   double alpha = 5e-6;             // per message between hosts: from the match to its first byte entering a lane
@@ -51,6 +62,9 @@ struct CostModel {
   /// changed links, only the transfers on the changed links are re-filled (the others keep their
   /// rates; docs/c4-sim.md). 0: always exact.
   size_t exactLimit = 4096;
+  /// Link efficiencies (empty: every link at its nominal rate). Intra-host transfers are not
+  /// affected.
+  std::vector<LinkEfficiency> efficiency;
 };
 
 /// One step, as much of it as timing needs.
