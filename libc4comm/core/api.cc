@@ -16,6 +16,7 @@
 
 #include "c4comm/c4comm.hpp"
 #include "c4comm/trace.hpp"
+#include "common/hash.hpp"
 #include "common/logging.hpp"
 #include "common/params.hpp"
 #include "common/status.hpp"
@@ -765,9 +766,8 @@ Status commShrink(Comm* comm, const int* exclude, int nexclude, Comm** newcomm, 
     uint64_t excludeHash;
     int32_t members;
   };
-  uint64_t hash = 1469598103934665603ull;  // FNV-1a over the exclude bitmap
-  for (char e : excluded) hash = (hash ^ static_cast<uint8_t>(e)) * 1099511628211ull;
-  const uint32_t tag = 0x5348524Bu + comm->shrinks++;  // "SHRK" + the n-th shrink of this communicator
+  const uint64_t hash = fnv1a(excluded.data(), excluded.size());  // over the exclude bitmap
+  const uint32_t tag = 0x5348524Bu + comm->shrinks++;             // "SHRK" + the n-th shrink of this communicator
   const int leader = members[0];
   Offer offer;
   memset(&offer, 0, sizeof(offer));  // padding included: it goes on the wire

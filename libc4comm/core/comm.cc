@@ -24,7 +24,6 @@
 #include "core/progress.hpp"
 #include "core/settings.hpp"
 #include "kernels/host/reduce.hpp"
-#include "planner/topology.hpp"
 #include "transports/idle.hpp"
 #include "transports/registry.hpp"
 
@@ -494,15 +493,8 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
     tuner.setHosts(hostOf, intraT != nullptr ? intraT->caps() : interT->caps(), interT->caps());
   // Schedule files (C4_SCHEDULE_FILE) before C4P plans: its flows follow the schedules in use.
   {
-    bool haveTopo = false;
     uint64_t topoHash = 0;
-    if (!paramTopoFile().empty()) {
-      plan::Topology topo;
-      if (plan::Topology::load(paramTopoFile(), &topo).isOk()) {
-        haveTopo = true;
-        topoHash = topo.hash();
-      }
-    }
+    const bool haveTopo = lanePlanner.readTopology(&topoHash);
     // Every rank takes part in the comparison, a rank whose files did not load too (as a record
     // no rank accepts), so that none waits for it.
     Status local = tuner.loadSchedules(haveTopo, topoHash);
@@ -539,7 +531,6 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   for (transport::Transport* t : peerTransport)
     if (t != nullptr && laneT == nullptr && t->caps().lanes) laneT = t;
   C4_CHECK(lanePlanner.init(r, n, bootstrap.get(), hostOf, laneT, tuner, &recorder));
-  tuner.checkScheduleHosts(lanePlanner.rankHosts());
   // Transports that open their lanes at init (ibverbs' queue pairs) do it now, on the plan.
   for (auto& t : transports) C4_CHECK(t->startLanes());
   traceClockSync(0, timeoutMs);

@@ -69,6 +69,8 @@ struct LanePlanner::State {
   std::map<std::pair<int, int>, LaneSeen> seen;  // (peer, lane)
   std::vector<char> failed;                      // links a retired lane may have failed on
   plan::Topology topo;
+  bool topoRead = false;  // readTopology() ran: topoStatus is the file's load result
+  Status topoStatus;
   plan::PlanInput input;
   plan::Plan plan;
   bool planned = false;
@@ -78,7 +80,14 @@ struct LanePlanner::State {
 LanePlanner::LanePlanner() : s_(std::make_shared<State>()) {}
 LanePlanner::~LanePlanner() = default;
 
-std::vector<std::string> LanePlanner::rankHosts() const { return s_->rankHosts; }
+bool LanePlanner::readTopology(uint64_t* hash) {
+  const std::string file = paramTopoFile();
+  s_->topoRead = true;
+  s_->topoStatus = file.empty() ? Status::ok() : plan::Topology::load(file, &s_->topo);
+  if (file.empty() || !s_->topoStatus.isOk()) return false;
+  *hash = s_->topo.hash();
+  return true;
+}
 
 std::function<transport::LanePlan(int, int)> LanePlanner::hook() {
   // The hook shares the state, so that it stays valid whichever of transport and planner goes first.
@@ -123,7 +132,7 @@ std::string reversePath(const std::string& p) {
 }  // namespace
 
 Status LanePlanner::init(int rank, int nranks, transport::Oob* oob, const std::vector<int32_t>& hostOf,
-                         transport::Transport* net, const Tuner& tuner, trace::Recorder* recorder) {
+                         transport::Transport* net, Tuner& tuner, trace::Recorder* recorder) {
   s_->recorder = recorder;
   s_->rank = rank;
   // One host: no fabric to plan, and no exchange (every rank sees the same host list).
@@ -149,7 +158,7 @@ Status LanePlanner::init(int rank, int nranks, transport::Oob* oob, const std::v
     if (addrs.empty() || addrs.size() > static_cast<size_t>(kMaxPlanPorts))
       local = makeError(Code::kInvalidArgument, "C4P: rank %d has %zu NIC ports (1 to %d can be planned)", rank,
                         addrs.size(), kMaxPlanPorts);
-    if (local.isOk() && !file.empty()) local = plan::Topology::load(file, &s_->topo);
+    if (local.isOk() && !file.empty()) local = s_->topoRead ? s_->topoStatus : plan::Topology::load(file, &s_->topo);
     if (local.isOk()) {
       mine.topoHash = file.empty() ? 0 : s_->topo.hash();
       mine.nports = static_cast<int32_t>(addrs.size());
@@ -243,6 +252,8 @@ Status LanePlanner::init(int rank, int nranks, transport::Oob* oob, const std::v
   for (const PlaceRecord& p : all) salt = salt * 31 + p.listen[0];
   in.portSalt = salt;
 
+  // Schedule files made for other hosts are dropped before their flows are planned.
+  tuner.checkScheduleHosts(s_->rankHosts);
   // Flows: the schedules of a large AllReduce, as the tuner would run it.
   const size_t bytes = static_cast<size_t>(std::max<int64_t>(paramPlanBytes(), 4 * nranks));
   sched::Algo algo = tuner.choose(Coll::kAllReduce, bytes).algo;

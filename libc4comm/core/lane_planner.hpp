@@ -48,13 +48,16 @@ class LanePlanner {
   /// The hook to put in transport::Context::lanePlan before the transports are created; answers
   /// defaults until init() has planned.
   std::function<transport::LanePlan(int peer, int lane)> hook();
+  /// Reads C4_TOPO_FILE once for the communicator (schedule files match its hash before init
+  /// plans on it). Sets `hash` and returns true where a file is set and loads; false otherwise (an
+  /// unreadable file fails init() where C4P plans).
+  bool readTopology(uint64_t* hash);
   /// Plans the lanes of `net` (the network transport, may be null: nothing to plan). Collective
-  /// over `oob`: every rank calls it. `hostOf[r]` numbers the ranks' hosts.
+  /// over `oob`: every rank calls it. `hostOf[r]` numbers the ranks' hosts. Once C4P has placed the
+  /// ranks on a C4_TOPO_FILE fabric, the tuner drops schedule files made for other hosts
+  /// (Tuner::checkScheduleHosts) before the flows to plan are taken from its choice.
   Status init(int rank, int nranks, transport::Oob* oob, const std::vector<int32_t>& hostOf, transport::Transport* net,
-              const Tuner& tuner, trace::Recorder* recorder);
-  /// The topology host name of every rank where init placed the ranks on a C4_TOPO_FILE fabric;
-  /// empty otherwise.
-  std::vector<std::string> rankHosts() const;
+              Tuner& tuner, trace::Recorder* recorder);
   /// Whether there is a plan to keep (init planned lanes and C4_REBALANCE_MS > 0).
   bool active() const { return active_; }
   /// Between operations, on the driving thread: at most every C4_REBALANCE_MS, sets each planned

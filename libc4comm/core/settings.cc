@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/hash.hpp"
 #include "common/params.hpp"
 #include "common/status.hpp"
 
@@ -21,10 +22,7 @@ std::vector<const ParamInfo*> mustAgree() {
   return out;
 }
 
-uint64_t fnv(uint64_t h, const std::string& s) {
-  for (char ch : s) h = (h ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
-  return (h ^ 0xff) * 1099511628211ull;
-}
+uint64_t fnv(uint64_t h, const std::string& s) { return (fnv1a(s, h) ^ 0xff) * kFnvPrime; }
 
 struct Summary {
   uint64_t hash;     // of the values that must agree
@@ -59,7 +57,7 @@ Status checkSettings(transport::Oob& oob, int rank, int nranks) {
   }
   const std::vector<const ParamInfo*> agree = mustAgree();
   std::vector<std::string> mine;
-  Summary s{1469598103934665603ull, problem.empty() ? 0u : 1u};
+  Summary s{kFnvOffset, problem.empty() ? 0u : 1u};
   for (const ParamInfo* p : agree) {
     mine.push_back(paramEffective(*p));
     s.hash = fnv(s.hash, mine.back());

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 
+#include "common/hash.hpp"
 #include "common/logging.hpp"
 #include "common/params.hpp"
 #include "common/status.hpp"
@@ -146,7 +147,7 @@ void Tuner::checkScheduleHosts(const std::vector<std::string>& rankHosts) {
 
 uint64_t Tuner::schedulesHash() const {
   uint64_t h = 0;
-  for (const ScheduleChoice& c : schedules_) h = h * 1099511628211ull + sched::registeredSchedule(c.algo)->hash;
+  for (const ScheduleChoice& c : schedules_) h = h * kFnvPrime + sched::registeredSchedule(c.algo)->hash;
   return h;
 }
 

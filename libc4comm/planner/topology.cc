@@ -10,17 +10,13 @@
 #include <set>
 #include <sstream>
 
+#include "common/hash.hpp"
+
 namespace c4::plan {
 
 namespace {
 
 using json = nlohmann::json;
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (char c : s) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
-  return h;
-}
 
 std::string stripPort(const std::string& addr) {
   // "10.1.0.2:4000" -> "10.1.0.2"; "[fe80::1]:4000" -> "fe80::1"; a bare IPv6 address stays.

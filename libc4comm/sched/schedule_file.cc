@@ -13,6 +13,7 @@
 #include <sstream>
 #include <utility>
 
+#include "common/hash.hpp"
 #include "common/logging.hpp"
 #include "common/status.hpp"
 #include "sched/builder.hpp"
@@ -28,12 +29,6 @@ constexpr int kFormatVersion = 1;
 constexpr int kMaxRanks = 65536;
 constexpr int kMaxChunks = 1024;
 constexpr size_t kMaxRegistered = 0xfb - kNumAlgos + 1;  // ids up to 0xfb: the tracer codes 0xfc.. (trace.hpp)
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (char c : s) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
-  return h;
-}
 
 bool validName(const std::string& s) {
   if (s.empty() || s.size() > 48) return false;

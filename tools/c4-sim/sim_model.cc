@@ -751,18 +751,19 @@ class Engine {
     }
     dirty_.clear();
     if (active_.empty()) return;
-    ++epoch_;
-    setLinks_.clear();
-    setFlows_.clear();
-    for (int l : active_) {
-      linkMark_[static_cast<size_t>(l)] = epoch_;
-      setLinks_.push_back(l);
-    }
-    // The connected set, unless it grows past exactLimit transfers beyond those on the links.
-    const size_t limit = m_.exactLimit == 0 ? SIZE_MAX : m_.exactLimit + direct;
-    bool exact = true;
-    for (size_t i = 0; i < setLinks_.size() && exact; ++i) {
-      for (int32_t x : flows_[static_cast<size_t>(setLinks_[i])]) {
+    // The set starts with the active links; takeTransfersOn(l) adds l's transfers not in it yet and
+    // the links they cross.
+    auto startSet = [&] {
+      ++epoch_;
+      setLinks_.clear();
+      setFlows_.clear();
+      for (int l : active_) {
+        linkMark_[static_cast<size_t>(l)] = epoch_;
+        setLinks_.push_back(l);
+      }
+    };
+    auto takeTransfersOn = [&](int l0) {
+      for (int32_t x : flows_[static_cast<size_t>(l0)]) {
         Transfer& T = xfers_[static_cast<size_t>(x)];
         if (T.mark == epoch_) continue;
         T.mark = epoch_;
@@ -774,31 +775,19 @@ class Engine {
           setLinks_.push_back(l);
         }
       }
+    };
+    startSet();
+    // The connected set, unless it grows past exactLimit transfers beyond those on the links.
+    const size_t limit = m_.exactLimit == 0 ? SIZE_MAX : m_.exactLimit + direct;
+    bool exact = true;
+    for (size_t i = 0; i < setLinks_.size() && exact; ++i) {
+      takeTransfersOn(setLinks_[i]);
       if (setFlows_.size() > limit) exact = false;
     }
     if (!exact) {
       // Only the transfers on the links, over what the others leave.
-      ++epoch_;
-      setLinks_.clear();
-      setFlows_.clear();
-      for (int l : active_) {
-        linkMark_[static_cast<size_t>(l)] = epoch_;
-        setLinks_.push_back(l);
-      }
-      for (int l0 : active_) {
-        for (int32_t x : flows_[static_cast<size_t>(l0)]) {
-          Transfer& T = xfers_[static_cast<size_t>(x)];
-          if (T.mark == epoch_) continue;
-          T.mark = epoch_;
-          setFlows_.push_back(x);
-          for (int k = 0; k < T.nlinks; ++k) {
-            const int l = T.links[k];
-            if (linkMark_[static_cast<size_t>(l)] == epoch_) continue;
-            linkMark_[static_cast<size_t>(l)] = epoch_;
-            setLinks_.push_back(l);
-          }
-        }
-      }
+      startSet();
+      for (int l0 : active_) takeTransfersOn(l0);
       for (int l : setLinks_) {
         rem_[static_cast<size_t>(l)] = capNow(static_cast<size_t>(l)) - used_[static_cast<size_t>(l)];
         cnt_[static_cast<size_t>(l)] = 0;
