@@ -9,6 +9,9 @@
   synth_bench.py quality [--time-limit S] [--out DIR] [--only NAME,...]
       Runs c4-synth (AllGather, HiGHS) on DGX-1 and 2-tier leaf-spine fabrics of 8-64 hosts and
       reports solver time, epochs, predicted time and the gap to the lower bound.
+  synth_bench.py alltoall [--time-limit S] [--out DIR] [--only NAME,...]
+      Runs c4-synth --coll alltoall (the LP, whole chunks list-scheduled) on DGX-1 and 8-32 host
+      leaf-spines, and the direct schedule (--solver greedy), against the lower bound.
 Prints a markdown table and writes DIR/*.json (default bench-results/synth).
 """
 
@@ -53,6 +56,17 @@ QUALITY_INSTANCES = [
     ("ls32-k1", ["--gen", "leafspine:32,4,4"]),
     ("ls64-k1", ["--gen", "leafspine:64,8,4"]),
     ("ls64-k1-fastup", ["--gen", "leafspine:64,8,4,100,400"]),
+]
+
+
+A2A_INSTANCES = [
+    ("dgx1-k1", ["--gen", "dgx1", "--chunks", "1"]),
+    ("dgx1-k4", ["--gen", "dgx1", "--chunks", "4"]),
+    ("ls8-k1", ["--gen", "leafspine:8,2,2"]),
+    ("ls8-k4", ["--gen", "leafspine:8,2,2", "--chunks", "4"]),
+    ("ls16-k1", ["--gen", "leafspine:16,4,2"]),
+    ("ls32-k1", ["--gen", "leafspine:32,4,4"]),
+    ("ls8-k1-slowup", ["--gen", "leafspine:8,2,2,100,25"]),
 ]
 
 
@@ -261,9 +275,51 @@ def quality(args):
               f"{i['predicted_time_s'] * 1e3:.3f} ms | {i['algbw_GBps']:.2f} GB/s |")
 
 
+def alltoall(args):
+    os.makedirs(args.out, exist_ok=True)
+    rows = []
+    for name, opts in A2A_INSTANCES:
+        if args.only and name not in args.only:
+            continue
+        out = os.path.join(args.out, f"a2a-{name}.json")
+        cmd = [python(), TOOL, "--coll", "alltoall", *opts, "--always-solve", "--time-limit", str(args.time_limit),
+               "--out", out]
+        print(f"[{name}] {' '.join(cmd[2:])}", file=sys.stderr, flush=True)
+        t = time.monotonic()
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.monotonic() - t
+        sys.stderr.write(p.stdout[-2500:] + p.stderr[-1500:])
+        if p.returncode != 0:
+            rows.append({"name": name, "error": f"exit {p.returncode}", "wall_s": wall})
+            continue
+        with open(out) as f:
+            info = json.load(f)["info"]
+        subprocess.run([python(), TOOL, "--coll", "alltoall", *opts, "--solver", "greedy", "--quiet", "--out",
+                        out + ".direct"], check=True)
+        with open(out + ".direct") as f:
+            direct = json.load(f)["info"]["epochs"]
+        rows.append({"name": name, "options": opts, "info": info, "direct_epochs": direct, "wall_s": wall})
+        with open(os.path.join(args.out, "alltoall.json"), "w") as f:
+            json.dump({"time_limit": args.time_limit, "rows": rows}, f, indent=1)
+    print("\n| instance | mode | LP solver time | wall | LP epochs | epochs (direct) | lower bound | above LB | "
+          "predicted (1 MiB chunks) | algbw | relayed |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['name']} | {r['error']} | | {r['wall_s']:.0f} s | | | | | | | |")
+            continue
+        i = r["info"]
+        lbs = i.get("lower_bounds", {})
+        which = max(lbs, key=lambda k: lbs[k]) if lbs else ""
+        above = (i["epochs"] - i["lower_bound_epochs"]) / i["lower_bound_epochs"] * 100
+        print(f"| {r['name']} | {i['mode']} | {i['solver_time_s']:.1f} s | {r['wall_s']:.0f} s | {i.get('lp_epochs')} | "
+              f"{i['epochs']} ({r['direct_epochs']}) | {i['lower_bound_epochs']} ({which}) | {above:.1f}% | "
+              f"{i['predicted_time_s'] * 1e3:.3f} ms | {i['algbw_GBps']:.2f} GB/s | {i['relayed']} |")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("solvers", "quality"))
+    p.add_argument("what", choices=("solvers", "quality", "alltoall"))
     p.add_argument("--time-limit", type=float, default=None,
                    help="seconds per solve (solvers: 60) or per run (quality: 240)")
     p.add_argument("--out", default=os.path.join(ROOT, "bench-results", "synth"))
@@ -271,7 +327,7 @@ def main():
     args = p.parse_args()
     if args.time_limit is None:
         args.time_limit = 60.0 if args.what == "solvers" else 240.0
-    (solvers if args.what == "solvers" else quality)(args)
+    {"solvers": solvers, "quality": quality, "alltoall": alltoall}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 Reads a C4P topology file (or generates a fabric), solves the AllGather over epochs with HiGHS
 (one solve over the whole horizon, or consecutive rounds of a few epochs: time partitioning),
-derives ReduceScatter (the AllGather reversed) and AllReduce (ReduceScatter then AllGather), checks
-the result and writes a schedule file (docs/schedules.md) that C4_SCHEDULE_FILE loads. See
+derives ReduceScatter (the AllGather reversed) and AllReduce (ReduceScatter then AllGather), or
+solves an AllToAll as an LP (synth_a2a.py; switches cut through in every model), checks the result
+and writes a schedule file (docs/schedules.md) that C4_SCHEDULE_FILE loads. See
 docs/c4-synth.md for the formulation, the options and measured numbers.
 
 Exit codes: 0 written (or --check passed); 1 --check found a bad schedule, or a synthesized
@@ -24,6 +25,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 
+import synth_a2a  # noqa: E402
 import synth_check  # noqa: E402
 import synth_core  # noqa: E402
 import synth_schedule  # noqa: E402
@@ -100,8 +102,8 @@ def round_epochs(text):
 def build_parser():
     p = argparse.ArgumentParser(
         prog="c4-synth",
-        description="Synthesizes an AllGather / ReduceScatter / AllReduce schedule file for a fabric "
-                    "(traffic-engineering MILP over epochs, solved with HiGHS). docs/c4-synth.md.",
+        description="Synthesizes an AllGather / ReduceScatter / AllReduce / AllToAll schedule file for a "
+                    "fabric (traffic-engineering MILP or LP over epochs, solved with HiGHS). docs/c4-synth.md.",
         epilog="exit codes: 0 ok; 1 bad schedule (--check) or failed self-check; 2 bad usage/input; "
                "3 no schedule found (time limit, infeasible, solver missing): fall back to generated algorithms")
     src = p.add_argument_group("fabric")
@@ -117,7 +119,7 @@ def build_parser():
     src.add_argument("--alpha", type=positive_int(0, 1000), default=0, metavar="EPOCHS",
                      help="latency per link hop in epochs, added to every link's transfer time (0)")
     coll = p.add_argument_group("collective")
-    coll.add_argument("--coll", help="allgather, reducescatter or allreduce")
+    coll.add_argument("--coll", help="allgather, reducescatter, allreduce or alltoall")
     coll.add_argument("--chunks", type=positive_int(1, 1024), default=1, metavar="K",
                       help="chunks per block (the file's \"chunks\"; 1)")
     coll.add_argument("--chunk-bytes", type=positive_int(1, 1 << 40), default=DEFAULT_CHUNK_BYTES, metavar="B",
@@ -149,6 +151,9 @@ def build_parser():
                      help="solve the MILP also when the greedy schedule already meets the lower bound "
                           "(by default that schedule is optimal and kept)")
     sol.add_argument("--seed", type=positive_int(0, 1 << 30), default=0, help="HiGHS random seed (0)")
+    sol.add_argument("--extra-hops", type=positive_int(0, 16), default=1, metavar="H",
+                     help="alltoall: routes of at most H links more than the fewest (relays through hosts "
+                          "included) in the LP (1)")
     sol.add_argument("--write-mps", metavar="FILE",
                      help="write the single solve's model (with rounds: the first round's) as MPS, and "
                           "FILE.json with its objective weight, lower bound and horizon")
@@ -180,7 +185,7 @@ def load_topology(args):
 
 
 def default_name(args, topo):
-    short = {"allgather": "ag", "reducescatter": "rs", "allreduce": "ar"}[args.coll]
+    short = {"allgather": "ag", "reducescatter": "rs", "allreduce": "ar", "alltoall": "a2a"}[args.coll]
     if args.topo:
         base = os.path.splitext(os.path.basename(args.topo))[0]
     else:
@@ -336,8 +341,7 @@ def run_synthesis(args):
     with the transfers, lower bound, report) or None after --mps-only. Raises Fail."""
     t_begin = time.monotonic()
     if args.coll not in synth_schedule.COLLECTIVES:
-        raise Fail(EXIT_USAGE, f"--coll {args.coll!r}: one of {', '.join(synth_schedule.COLLECTIVES)}"
-                               + (" (alltoall is not supported)" if args.coll == "alltoall" else ""))
+        raise Fail(EXIT_USAGE, f"--coll {args.coll!r}: one of {', '.join(synth_schedule.COLLECTIVES)}")
     if not args.out and not args.mps_only:
         raise Fail(EXIT_USAGE, "--out FILE is required")
     if args.mps_only and not args.write_mps:
@@ -404,11 +408,18 @@ def synthesize(args):
     tau = topo.tau(args.chunk_bytes)
     E = state.makespan()
     transfers = sorted(state.transfers, key=lambda t: t.key())
-    # Self-check in the model (occupancy, holding, receive once) by booking into a fresh state.
+    # Self-check in the model (cut-through paths and timing, link capacity, holding, receive once) by
+    # booking into a fresh state; the reversed transfers (ReduceScatter) are replayed for paths and
+    # capacity too.
     chk = synth_core.State(topo, K)
     try:
         for tr in sorted(transfers, key=lambda t: (t.start, t.arrive)):
             chk.book(tr)
+        if args.coll != "allgather":
+            cap = synth_core.Links(topo)
+            for tr in synth_schedule.reverse(transfers, E, topo):
+                synth_core.check_transfer(topo, tr)
+                cap.take(tr)
     except AssertionError as e:
         raise Fail(EXIT_BAD_SCHEDULE, f"internal error: the solution breaks the model: {e}") from None
     if chk.missing():
@@ -449,12 +460,185 @@ def synthesize(args):
     if topo.file_hash is not None:
         topology = {"hash": f"0x{topo.file_hash:016x}", "hosts": topo.host_names()}
     name = args.name or default_name(args, topo)
-    doc = synth_schedule.schedule_doc(name, args.coll, n, K, transfers, E, topology, info)
+    doc = synth_schedule.schedule_doc(name, args.coll, n, K, transfers, E, topology, info, topo)
     text = synth_schedule.dumps(doc)
     try:
         st = synth_check.check(json.loads(text), args.out)
     except synth_check.ScheduleError as e:
         raise Fail(EXIT_BAD_SCHEDULE, f"internal error: the synthesized schedule fails the checks: {e}") from None
+    write_text(args, text)
+    log(args, f"  schedule: {epochs} epochs = {fmt_time(t_pred)} predicted for {fmt_bytes(total_bytes)}, "
+              f"algbw {algbw:.3g} GB/s (busbw {busbw:.3g}); lower bound {lbp} epochs "
+              f"({above:.1f}% above); solver {report.get('solve_s', 0.0):.2f} s ({report.get('mode')})")
+    log(args, f"  wrote {args.out}: {args.coll}, {st['messages']} messages, depth {st['depth']} (checked), "
+              f"{time.monotonic() - t_begin:.1f} s in all")
+    return EXIT_OK
+
+
+def run_alltoall(args):
+    """Validates the options, reads the fabric and schedules the AllToAll (docs/c4-synth.md,
+    "AllToAll"). Returns (topology, transfers, lower bound dict, report) or None after --mps-only."""
+    t_begin = time.monotonic()
+    if not args.out and not args.mps_only:
+        raise Fail(EXIT_USAGE, "--out FILE is required")
+    if args.mps_only and not args.write_mps:
+        raise Fail(EXIT_USAGE, "--mps-only needs --write-mps FILE")
+    if args.name is not None and not synth_schedule.NAME_RE.fullmatch(args.name):
+        raise Fail(EXIT_USAGE, f"--name {args.name!r}: 1-48 of [A-Za-z0-9_.+-]")
+    if args.round_epochs:
+        raise Fail(EXIT_USAGE, "--round-epochs applies to allgather, reducescatter and allreduce")
+    topo = load_topology(args)
+    n, K = topo.nranks, args.chunks
+    if n * n * K > 1 << 20:
+        raise Fail(EXIT_USAGE, f"{n} ranks: {n} x {n} blocks x {K} chunks: at most 2^20 chunks")
+    tau = topo.tau(args.chunk_bytes)
+    log(args, f"c4-synth: {topo.describe()}")
+    log(args, f"  alltoall, {n} ranks, {n} x {n} blocks x {K} chunk(s) of {fmt_bytes(args.chunk_bytes)}; epoch = "
+              f"{fmt_time(tau)} (a chunk at {topo.rate_max / 1e9:g} Gbit/s)")
+    report = {"t_begin": t_begin}
+    if n == 1:
+        report.update(status="nothing to send", solve_s=0.0, mode="direct", method="direct", proven=True)
+        return topo, [], {"epochs": 0}, report
+    bound = synth_a2a.lower_bound(topo, K)
+    lb = bound["epochs"]
+    direct = synth_a2a.direct_schedule(topo, K)
+    ub = synth_a2a.makespan(direct)
+    log(args, f"  lower bound {lb} epochs (egress {bound['egress']}, ingress {bound['ingress']}, cut {bound['cut']}, "
+              f"volume {bound['volume']}, latency {bound['latency']}); direct schedule {ub} epochs")
+    if args.write_mps and args.solver == "greedy":
+        raise Fail(EXIT_USAGE, "--write-mps needs --solver highs")
+    if args.solver == "greedy" or (ub <= lb and args.epochs is None and not args.always_solve and not args.write_mps):
+        if args.solver == "highs":
+            log(args, "  the direct schedule meets the lower bound: it is optimal, no LP to solve")
+        report.update(status="direct", solve_s=0.0, mode="direct", method="direct", lp_epochs=None)
+        if ub <= lb:
+            report.update(proven=True)
+        return topo, direct, bound, report
+    milp = import_milp()
+    if args.epochs is not None and args.epochs < lb:
+        raise Fail(EXIT_NO_SCHEDULE, f"--epochs {args.epochs} is below the lower bound of {lb} epochs: no schedule")
+    # The smallest horizon whose LP is feasible: binary search in [lb, ub] (feasible at ub: the direct
+    # schedule is an LP solution), or --epochs alone.
+    lo, hi = (args.epochs, args.epochs) if args.epochs is not None else (lb, ub)
+    best = None  # (T, lp, x)
+    solve_s = 0.0
+    solves = []
+    while lo <= hi:
+        T = (lo + hi) // 2
+        left = args.time_limit - (time.monotonic() - t_begin)
+        if left <= 0:
+            log(args, "  time limit reached")
+            break
+        tb = time.monotonic()
+        try:
+            lp = synth_a2a.LP(topo, K, T, args.extra_hops)
+        except synth_a2a.Infeasible as e:
+            log(args, f"  horizon {T}: infeasible by construction ({e})")
+            lo = T + 1
+            continue
+        build_s = time.monotonic() - tb
+        if args.write_mps and not solves:
+            write_mps(milp, lp.model, args.write_mps)
+            log(args, f"  wrote {args.write_mps} (+ .json): horizon {T}, {lp.model.stats()}")
+            if args.mps_only:
+                return None
+        left = args.time_limit - (time.monotonic() - t_begin)
+        status, ok, secs, x = lp.solve(left, args.verbose, args.seed)
+        solve_s += secs
+        solves.append((T, status))
+        log(args, f"  LP horizon {T}: {status}, {secs:.2f} s ({lp.model.stats()}, {build_s:.1f} s to build)"
+                  f" [{time.monotonic() - t_begin:.0f} s]")
+        if ok:
+            best = (T, lp, x)
+            hi = T - 1
+        elif status == "Infeasible":
+            lo = T + 1
+        else:  # time limit or a solver failure: no answer for this horizon
+            break
+    report.update(solve_s=solve_s, status=", ".join(f"T={T} {st}" for T, st in solves) or "none")
+    if best is None:
+        raise Fail(EXIT_NO_SCHEDULE, f"HiGHS found no AllToAll LP solution "
+                                     f"({report['status']}, {solve_s:.1f} s): fall back to the generated algorithms")
+    T, lp, x = best
+    proven_lp = T == lo or T == lb  # every shorter horizon was proven infeasible (or T is the bound)
+    items = synth_a2a.lp_items(topo, K, lp, x)
+    transfers, order = synth_a2a.best_schedule(topo, K, items)
+    E = synth_a2a.makespan(transfers)
+    log(args, f"  LP makespan {T} epochs{' (smallest feasible)' if proven_lp else ''}; whole chunks "
+              f"list-scheduled on the LP's routes: {E} epochs (order {order})")
+    report.update(mode="LP", method="lp", lp_epochs=T, lp_min_proven=proven_lp)
+    if E > ub:
+        log(args, f"  the direct schedule is shorter ({ub} epochs): kept instead")
+        transfers = direct
+        report.update(mode="LP, direct kept (shorter)", method="direct")
+    if synth_a2a.makespan(transfers) <= lb:
+        report.update(proven=True)
+    return topo, transfers, bound, report
+
+
+def synthesize_alltoall(args):
+    """Synthesizes, checks and writes an AllToAll schedule file; returns the exit code."""
+    got = run_alltoall(args)
+    if got is None:
+        return EXIT_OK
+    topo, transfers, bound, report = got
+    t_begin = report["t_begin"]
+    n, K = topo.nranks, args.chunks
+    tau = topo.tau(args.chunk_bytes)
+    try:
+        synth_a2a.check_alltoall(topo, K, transfers)
+    except AssertionError as e:
+        raise Fail(EXIT_BAD_SCHEDULE, f"internal error: the AllToAll breaks the model: {e}") from None
+    E = synth_a2a.makespan(transfers)
+    lb = bound["epochs"]
+    t_pred = E * tau
+    per_rank = n * K * args.chunk_bytes  # nccl-tests: algbw = bytes each rank sends (n x count) / time
+    algbw = per_rank / t_pred / 1e9 if t_pred > 0 else 0.0
+    busbw = algbw * (n - 1) / n
+    above = (E - lb) / lb * 100 if lb else 0.0
+    info = {
+        "tool": "c4-synth",
+        "method": report.get("method"),
+        "solver": "direct" if report.get("method") == "direct" and not report.get("lp_epochs") else highs_version(),
+        "solver_status": report.get("status"),
+        "solver_time_s": round(report.get("solve_s", 0.0), 3),
+        "mode": report.get("mode"),
+        "epochs": E,
+        "lp_epochs": report.get("lp_epochs"),
+        "lower_bound_epochs": lb,
+        "lower_bounds": {k: v for k, v in bound.items() if k != "epochs"},
+        "tau_s": tau,
+        "chunk_bytes": args.chunk_bytes,
+        "predicted_time_s": t_pred,
+        "algbw_GBps": round(algbw, 4),
+        "busbw_GBps": round(busbw, 4),
+        "topology_source": topo.source,
+        "transfers": len(transfers),
+        "relayed": sum(1 for tr in transfers if (tr.chunk // K) % n != tr.dst),
+    }
+    if "proven" in report:
+        info["makespan_proven_optimal"] = bool(report["proven"])
+    topology = None
+    if topo.file_hash is not None:
+        topology = {"hash": f"0x{topo.file_hash:016x}", "hosts": topo.host_names()}
+    name = args.name or default_name(args, topo)
+    transfers = sorted(transfers, key=lambda t: t.key())
+    doc = synth_schedule.schedule_doc(name, "alltoall", n, K, transfers, E, topology, info)
+    text = synth_schedule.dumps(doc)
+    try:
+        st = synth_check.check(json.loads(text), args.out)
+    except synth_check.ScheduleError as e:
+        raise Fail(EXIT_BAD_SCHEDULE, f"internal error: the synthesized schedule fails the checks: {e}") from None
+    write_text(args, text)
+    log(args, f"  schedule: {E} epochs = {fmt_time(t_pred)} predicted for {fmt_bytes(per_rank)} per rank, "
+              f"algbw {algbw:.3g} GB/s (busbw {busbw:.3g}); lower bound {lb} epochs ({above:.1f}% above); "
+              f"solver {report.get('solve_s', 0.0):.2f} s ({report.get('mode')})")
+    log(args, f"  wrote {args.out}: alltoall, {st['messages']} messages ({info['relayed']} relayed), depth "
+              f"{st['depth']} (checked), {time.monotonic() - t_begin:.1f} s in all")
+    return EXIT_OK
+
+
+def write_text(args, text):
     try:
         if os.path.exists(args.out) and not os.path.isfile(args.out):
             with open(args.out, "w") as f:  # /dev/stdout, a pipe: never rename over those
@@ -466,12 +650,6 @@ def synthesize(args):
             os.replace(tmp, args.out)  # readers never see a partial file
     except OSError as e:
         raise Fail(EXIT_USAGE, f"cannot write {args.out}: {e.strerror}") from None
-    log(args, f"  schedule: {epochs} epochs = {fmt_time(t_pred)} predicted for {fmt_bytes(total_bytes)}, "
-              f"algbw {algbw:.3g} GB/s (busbw {busbw:.3g}); lower bound {lbp} epochs "
-              f"({above:.1f}% above); solver {report.get('solve_s', 0.0):.2f} s ({report.get('mode')})")
-    log(args, f"  wrote {args.out}: {args.coll}, {st['messages']} messages, depth {st['depth']} (checked), "
-              f"{time.monotonic() - t_begin:.1f} s in all")
-    return EXIT_OK
 
 
 def main(argv=None):
@@ -490,7 +668,9 @@ def main(argv=None):
             return rc
         if args.coll is None:
             parser.print_usage(sys.stderr)
-            raise Fail(EXIT_USAGE, "--coll is required (allgather, reducescatter or allreduce)")
+            raise Fail(EXIT_USAGE, "--coll is required (allgather, reducescatter, allreduce or alltoall)")
+        if args.coll == "alltoall":
+            return synthesize_alltoall(args)
         return synthesize(args)
     except Fail as e:
         print(f"c4-synth: {e}", file=sys.stderr)

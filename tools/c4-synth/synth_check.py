@@ -15,6 +15,12 @@ check(doc) raises ScheduleError naming the rank and step on:
     of ranks whose input it contains: a contribution reduced twice, a final value sent incomplete,
     an owner ending without all nranks contributions exactly once, a rank ending without every
     chunk's final value are errors.
+AllToAll files (collective "alltoall"): nranks * nranks blocks, block b = s * nranks + d is what
+rank s sends to rank d, chunk c is part c % chunks of block c // chunks; only send and recv; rank r
+starts with every chunk of its blocks r * nranks + d (d != r), the block r * nranks + r is copied
+locally and never appears; a rank may receive a chunk for another rank and send it on (relay); it
+sends only chunks it holds (its input, or received before in list order), never receives a chunk it
+holds or one of its own input, and ends with every chunk of every block s * nranks + r (s != r).
 Command line: synth_check.py FILE... (exit 0 when all pass, 1 otherwise; c4-synth --check does
 the same).
 """
@@ -27,7 +33,7 @@ import sys
 
 NAME_RE = re.compile(r"[A-Za-z0-9_.+-]{1,48}")
 OPS = {"allgather": ("send", "recv"), "reducescatter": ("send-partial", "recv-reduce"),
-       "allreduce": ("send", "recv", "send-partial", "recv-reduce")}
+       "allreduce": ("send", "recv", "send-partial", "recv-reduce"), "alltoall": ("send", "recv")}
 SEND_OPS = ("send", "send-partial")
 MATCH = {"send": "recv", "send-partial": "recv-reduce"}
 TOP_KEYS = {"format", "version", "name", "collective", "nranks", "chunks", "topology", "info", "ranks"}
@@ -62,7 +68,7 @@ def check(doc, source: str = "schedule") -> dict:
         fail(f"name {name!r}: 1-48 of [A-Za-z0-9_.+-]")
     coll = doc.get("collective")
     if coll not in OPS:
-        fail(f"collective {coll!r}: allgather, reducescatter or allreduce")
+        fail(f"collective {coll!r}: allgather, reducescatter, allreduce or alltoall")
     n = doc.get("nranks")
     if not _int(n) or not 1 <= n <= 65536:
         fail(f"nranks {n!r} (1-65536)")
@@ -85,7 +91,7 @@ def check(doc, source: str = "schedule") -> dict:
     ranks = doc.get("ranks")
     if not isinstance(ranks, list) or len(ranks) != n:
         fail(f"ranks: an array of nranks = {n} entries expected")
-    C = n * K
+    C = n * n * K if coll == "alltoall" else n * K
     ops_ok = OPS[coll]
     steps = []
     for r, rk in enumerate(ranks):
@@ -106,6 +112,9 @@ def check(doc, source: str = "schedule") -> dict:
             c = s.get("chunk")
             if not _int(c) or not 0 <= c < C:
                 fail(f"{where}: chunk {c!r} out of range (0-{C - 1})")
+            if coll == "alltoall" and (c // K) // n == (c // K) % n:
+                fail(f"{where}: chunk {c} of block {c // K} = {(c // K) // n} * nranks + {(c // K) % n}, which is "
+                     f"copied locally and never sent")
             deps = s.get("deps", [])
             if not isinstance(deps, list) or not all(_int(d) and 0 <= d < len(lst) and d != i for d in deps):
                 fail(f"{where}: deps {deps!r} name steps that do not exist (or the step itself)")
@@ -114,6 +123,9 @@ def check(doc, source: str = "schedule") -> dict:
 
     # Per rank, in list order: the data each step reads must be there.
     for r, lst in enumerate(steps):
+        if coll == "alltoall":
+            _check_alltoall_rank(r, lst, n, K, fail)
+            continue
         held = set()  # final values held
         sent_partial = set()
         reduced_after_final = set()
@@ -178,6 +190,35 @@ def check(doc, source: str = "schedule") -> dict:
     return _simulate(steps, coll, n, K, fail)
 
 
+def a2a_input(r, n, K):
+    """The chunks rank r starts with in an AllToAll: its blocks r * n + d, d != r."""
+    return {(r * n + d) * K + j for d in range(n) if d != r for j in range(K)}
+
+
+def a2a_output(r, n, K):
+    """The chunks rank r must end with in an AllToAll: the blocks s * n + r, s != r."""
+    return {(s * n + r) * K + j for s in range(n) if s != r for j in range(K)}
+
+
+def _check_alltoall_rank(r, lst, n, K, fail):
+    own = a2a_input(r, n, K)
+    held = set(own)
+    for i, s in enumerate(lst):
+        op, c, where = s["op"], s["chunk"], f"rank {r} step {i}"
+        if op == "send":
+            if c not in held:
+                fail(f"{where}: sends chunk {c}, which it does not hold at that point")
+        else:
+            if c in own:
+                fail(f"{where}: receives chunk {c}, a chunk of its own input")
+            if c in held:
+                fail(f"{where}: receives chunk {c}, which it already holds")
+            held.add(c)
+    lacking = a2a_output(r, n, K) - held
+    if lacking:
+        fail(f"rank {r} ends without chunk(s) {_ranges(lacking)}")
+
+
 def _check_cycles(lst, r, fail):
     state = [0] * len(lst)
     for i0 in range(len(lst)):
@@ -219,7 +260,7 @@ def _ranges(xs):
 def _simulate(steps, coll, n, K, fail) -> dict:
     """Runs every rank's steps symbolically (see the module docstring); returns statistics."""
     full = (1 << n) - 1
-    C = n * K
+    C = n * n * K if coll == "alltoall" else n * K
     # Derived data dependencies: the earlier steps (same rank) whose completion a step waits for.
     waits = []
     for r, lst in enumerate(steps):
@@ -252,15 +293,22 @@ def _simulate(steps, coll, n, K, fail) -> dict:
     # Values: allgather: the chunk is there (1); reduction: bitmask of contributing ranks.
     value = [dict() for _ in range(n)]
     for r in range(n):
+        if coll == "alltoall":
+            own = a2a_input(r, n, K)
         for c in range(C):
             if coll == "allgather":
                 value[r][c] = full if c // K == r else 0
+            elif coll == "alltoall":
+                value[r][c] = full if c in own else 0
             else:
                 value[r][c] = 1 << r
     final = [set() for _ in range(n)]  # chunks whose final value rank r holds
     if coll == "allgather":
         for r in range(n):
             final[r] = set(range(r * K, (r + 1) * K))
+    elif coll == "alltoall":
+        for r in range(n):
+            final[r] = a2a_input(r, n, K)
     done = [bytearray(len(lst)) for lst in steps]
     posted = [bytearray(len(lst)) for lst in steps]
     hops = [[0] * len(lst) for lst in steps]  # message depth at completion
@@ -336,6 +384,11 @@ def _simulate(steps, coll, n, K, fail) -> dict:
                     break
         fail(f"deadlock: {remaining} step(s) never complete; first waiting: " + "; ".join(stuck[:6]))
     for r in range(n):
+        if coll == "alltoall":
+            lacking = a2a_output(r, n, K) - final[r]
+            if lacking:
+                fail(f"rank {r} ends without chunk(s) {_ranges(lacking)}")
+            continue
         for c in range(C):
             owner = c // K
             if coll == "reducescatter" and owner == r and value[r][c] != full:

@@ -2,10 +2,11 @@
 
 Model (docs/c4-synth.md, "Formulation"): chunk c (0 <= c < nranks * K) starts at rank c // K. A
 *transfer* moves one chunk from a host that holds it to a host that lacks it along a path whose
-inner nodes are switches: it starts on the path's first link at epoch `start` and crosses link i at
-start + (sum of the delays of the links before i) (switches forward at once: no buffers, no copies).
-A link carries at most one chunk per period. A host may send a chunk from the epoch it arrives on,
-to several links at once (copies), and receives every chunk at most once.
+inner nodes are switches, at a rate class q (a period >= the path's bottleneck period). Switches cut
+through (no buffers, no copies): link i of the path is occupied during [start + i*alpha, start +
+i*alpha + q) at a share period_i / q of its capacity, and the chunk arrives at start + q + hops*alpha.
+A link's shares at an epoch add up to at most 1. A host may send a chunk from the epoch it arrives
+on, to several links at once (copies), and receives every chunk at most once.
 """
 
 from __future__ import annotations
@@ -18,24 +19,71 @@ INF = math.inf
 
 @dataclass(frozen=True)
 class Transfer:
-    """One chunk from rank src to rank dst along `links` [(link id, start epoch on it), ...]."""
+    """One chunk from rank src to rank dst along `links` [(link id, start epoch on it), ...] at rate
+    class `rate` (epochs the transfer occupies each link)."""
     src: int
     dst: int
     chunk: int
     start: int
     arrive: int
     links: tuple
+    rate: int = 1
 
     def key(self):
         """Order of the transfer among a rank's steps: identical on both ends (docs/schedules.md)."""
         return (self.start, self.arrive, self.chunk, self.src, self.dst, self.links)
 
 
-class State:
-    """What every rank holds (or will hold, from a booked transfer) and which link cells are taken."""
+class Links:
+    """Link capacity per epoch in integer units (topo.cap_units per epoch and link)."""
+
+    def __init__(self, topo):
+        self.topo = topo
+        self.busy = [[] for _ in topo.links]  # per link: units taken at each epoch
+
+    def copy_from(self, other):
+        self.busy = [list(b) for b in other.busy]
+        return self
+
+    def used(self, li: int, t: int) -> int:
+        b = self.busy[li]
+        return b[t] if t < len(b) else 0
+
+    def fits(self, li: int, start: int, q: int) -> bool:
+        """A class-q transfer fits on link li from `start` (q epochs)."""
+        b = self.busy[li]
+        room = self.topo.cap_units - self.topo.units(li, q)
+        end = min(len(b), start + q)
+        for x in range(start, end):
+            if b[x] > room:
+                return False
+        return True
+
+    def path_fits(self, path, start: int, q: int) -> bool:
+        a = self.topo.alpha
+        for i, li in enumerate(path):
+            if not self.fits(li, start + i * a, q):
+                return False
+        return True
+
+    def take(self, tr: Transfer) -> None:
+        cap = self.topo.cap_units
+        for li, t in tr.links:
+            u = self.topo.units(li, tr.rate)
+            b = self.busy[li]
+            if len(b) < t + tr.rate:
+                b.extend([0] * (t + tr.rate - len(b)))
+            for x in range(t, t + tr.rate):
+                if b[x] + u > cap:
+                    raise AssertionError(f"link {self.topo.links[li].cable} over capacity at epoch {x}")
+                b[x] += u
+
+
+class State(Links):
+    """What every rank holds (or will hold, from a booked transfer) and which link capacity is taken."""
 
     def __init__(self, topo, chunks_per_block: int):
-        self.topo = topo
+        super().__init__(topo)
         self.K = chunks_per_block
         self.n = topo.nranks
         self.C = self.n * self.K
@@ -44,34 +92,20 @@ class State:
         for r in range(self.n):
             for c in range(r * self.K, (r + 1) * self.K):
                 self.avail[r][c] = 0
-        self.busy = [bytearray() for _ in topo.links]  # per link: 1 where an epoch is taken
         self.transfers = []
 
     def copy(self):
         s = State.__new__(State)
         s.topo, s.K, s.n, s.C = self.topo, self.K, self.n, self.C
         s.avail = [row[:] for row in self.avail]
-        s.busy = [bytearray(b) for b in self.busy]
+        s.busy = [list(b) for b in self.busy]
         s.transfers = list(self.transfers)
         return s
 
-    def is_free(self, link: int, start: int) -> bool:
-        b = self.busy[link]
-        p = self.topo.links[link].period
-        end = min(len(b), start + p)
-        return not any(b[start:end]) if start < end else True
-
     def book(self, tr: Transfer) -> None:
-        """Records a transfer: its link cells and the destination's arrival."""
-        for li, t in tr.links:
-            b = self.busy[li]
-            p = self.topo.links[li].period
-            if len(b) < t + p:
-                b.extend(bytes(t + p - len(b)))
-            for x in range(t, t + p):
-                if b[x]:
-                    raise AssertionError(f"link {self.topo.links[li].cable} booked twice at epoch {x}")
-                b[x] = 1
+        """Records a transfer: its link capacity and the destination's arrival."""
+        check_transfer(self.topo, tr)
+        self.take(tr)
         if self.avail[tr.dst][tr.chunk] != INF:
             raise AssertionError(f"rank {tr.dst} receives chunk {tr.chunk} twice")
         if not self.avail[tr.src][tr.chunk] <= tr.start:
@@ -87,13 +121,27 @@ class State:
         return int(max((a for row in self.avail for a in row), default=0))
 
 
-def make_transfer(topo, src_rank, dst_rank, chunk, start, path) -> Transfer:
-    t = start
-    links = []
-    for li in path:
-        links.append((li, t))
-        t += topo.links[li].delay
-    return Transfer(src_rank, dst_rank, chunk, start, t, tuple(links))
+def check_transfer(topo, tr: Transfer) -> None:
+    """A transfer's path and timing follow the cut-through model: a path from src to dst through
+    switches, link i starting at start + i*alpha, class >= every period on it, arrival start + q +
+    hops*alpha."""
+    links, a = topo.links, topo.alpha
+    v = topo.hosts[tr.src]
+    for i, (li, t) in enumerate(tr.links):
+        l = links[li]
+        if l.src != v or (i and topo.is_host[v]):
+            raise AssertionError(f"transfer of chunk {tr.chunk} from rank {tr.src}: link {l.cable} is not a path")
+        if t != tr.start + i * a or tr.rate not in topo.link_classes(li):
+            raise AssertionError(f"transfer of chunk {tr.chunk}: link {l.cable} at epoch {t} class {tr.rate}")
+        v = l.dst
+    if v != topo.hosts[tr.dst] or tr.arrive != tr.start + tr.rate + a * len(tr.links):
+        raise AssertionError(f"transfer of chunk {tr.chunk} from rank {tr.src} to {tr.dst}: bad end or arrival")
+
+
+def make_transfer(topo, src_rank, dst_rank, chunk, start, path, q) -> Transfer:
+    a = topo.alpha
+    links = tuple((li, start + i * a) for i, li in enumerate(path))
+    return Transfer(src_rank, dst_rank, chunk, start, start + q + a * len(path), links, q)
 
 
 def greedy(state: State, paths: list, t0: int = 0, t1: float = INF) -> list:
@@ -102,12 +150,13 @@ def greedy(state: State, paths: list, t0: int = 0, t1: float = INF) -> list:
     (shortest first, destinations rotating) a chunk the destination lacks, the one fewest ranks
     hold first. Returns the transfers booked. Stops when every rank holds or awaits every chunk."""
     topo, n, C = state.topo, state.n, state.C
-    # Path groups per source rank: [(latency, [(dst, path, first link)])], destinations by (dst - src) mod n.
+    # Path groups per source rank: [(latency, [(dst, path, first link, class)])], destinations by
+    # (dst - src) mod n.
     groups = []
     for r in range(n):
         g = {}
-        for lat, d, p in paths[r]:
-            g.setdefault(lat, []).append((d, p, p[0]))
+        for lat, d, p, q in paths[r]:
+            g.setdefault(lat, []).append((d, p, p[0], q))
         groups.append([(lat, sorted(v, key=lambda x: ((x[0] - r) % n, x[1]))) for lat, v in sorted(g.items())])
     out_links = [topo.out_links[h] for h in topo.hosts]
     have = [0] * n
@@ -126,7 +175,8 @@ def greedy(state: State, paths: list, t0: int = 0, t1: float = INF) -> list:
     full = (1 << C) - 1
     # Epochs without a new transfer after which the fabric cannot be connected: the longest path,
     # plus the longest an arrival can still be on its way.
-    idle_limit = 2 * max((lat for p in paths for lat, _, _ in p), default=1) + 16
+    idle_limit = 2 * max((x[0] for p in paths for x in p), default=1) + 16
+    cap = topo.cap_units
     booked = []
     t = t0
     idle = 0
@@ -138,28 +188,21 @@ def greedy(state: State, paths: list, t0: int = 0, t1: float = INF) -> list:
             r = (i + t) % n
             if not have[r]:
                 continue
-            free_out = [li for li in out_links[r] if state.is_free(li, t)]
+            free_out = [li for li in out_links[r] if state.used(li, t) < cap]
             if not free_out:
                 continue
             for lat, members in groups[r]:
                 m = len(members)
                 off = t % m
                 for j in range(m):
-                    d, p, first = members[(j + off) % m]
+                    d, p, first, q = members[(j + off) % m]
                     if first not in free_out:
                         continue
                     need = have[r] & ~pending[d]
                     if not need:
                         continue
-                    # Every link of the path free at its epoch.
-                    tt = t
-                    ok = True
-                    for li in p:
-                        if not state.is_free(li, tt):
-                            ok = False
-                            break
-                        tt += topo.links[li].delay
-                    if not ok:
+                    # Every link of the path has room for the class-q share at its epochs.
+                    if not state.path_fits(p, t, q):
                         continue
                     best, bestc = None, -1
                     x = need
@@ -169,13 +212,14 @@ def greedy(state: State, paths: list, t0: int = 0, t1: float = INF) -> list:
                         x ^= b
                         if best is None or count[c] < best:
                             best, bestc = count[c], c
-                    tr = make_transfer(topo, r, d, bestc, t, p)
+                    tr = make_transfer(topo, r, d, bestc, t, p, q)
                     state.book(tr)
                     booked.append(tr)
                     pending[d] |= 1 << bestc
                     count[bestc] += 1
                     arrivals.setdefault(tr.arrive, []).append((d, bestc))
-                    free_out.remove(first)
+                    if state.used(first, t) >= cap:
+                        free_out.remove(first)
                     progress = True
                     if not free_out:
                         break
@@ -190,8 +234,37 @@ def greedy(state: State, paths: list, t0: int = 0, t1: float = INF) -> list:
 
 # -- lower bounds ------------------------------------------------------------------------------------
 def host_distances(topo) -> list:
-    """dist[s][v]: earliest epoch a chunk that rank s holds at 0 can be at node v."""
-    return [topo.dist_from({h: 0}) for h in topo.hosts]
+    """dist[s][d]: earliest epoch rank d can hold a chunk that rank s holds at 0 (cut-through
+    segments, relays through hosts)."""
+    return [topo.host_dist({s: 0}) for s in range(topo.nranks)]
+
+
+def first_arrivals(topo, dist, d) -> list:
+    """[(earliest arrival epoch over l, largest class on l, period of l)] for the in-links l of
+    rank d's host, for chunks d does not start with."""
+    n, a = topo.nranks, topo.alpha
+    h = topo.hosts[d]
+    rank_of = {x: r for r, x in enumerate(topo.hosts)}
+    out = []
+    for li in topo.in_links[h]:
+        l = topo.links[li]
+        qs = topo.link_classes(li)
+        first = math.inf
+        if topo.is_host[l.src]:
+            u = rank_of[l.src]
+            first = min((dist[s][u] for s in range(n) if s != d), default=math.inf) + l.period + a
+        else:
+            # min over sources s != d of the class-q head time at l.src = one search from every
+            # host at the earliest epoch it can hold some such chunk.
+            src = {}
+            for r in range(n):
+                t = min((dist[s][r] for s in range(n) if s != d), default=math.inf)
+                if r != d and t < math.inf:
+                    src[topo.hosts[r]] = t
+            for q in qs:
+                first = min(first, topo.ct_reach(q, src)[l.src] + q + a)
+        out.append((first, max(qs), l.period))
+    return out
 
 
 def lower_bound(topo, K: int) -> dict:
@@ -199,27 +272,24 @@ def lower_bound(topo, K: int) -> dict:
 
     - ingress (per receiving host d, with release times): a chunk of source s cannot arrive before
       dist(s, d); for every threshold t, the chunks released at t or later must arrive in [t, E]
-      over d's in-links, of which link l delivers at most floor((E - max(t, first_l)) / p_l) + 1
-      (first_l: its earliest possible arrival). Includes the latency (diameter) bound.
-    - egress (per source s): its K chunks leave on distinct (link, start) slots, the K-th at the
-      K-th smallest start slot t_K of its out-links, and then still need the farthest host:
-      E >= t_K + max_d dist(s, d).
+      over d's in-links. A chunk arriving over in-link l (period p) at a >= x = max(t, first_l) used
+      p epochs' worth of l's capacity within [x - alpha - q_l, E - alpha) (q_l: the largest class on
+      l), so l delivers at most floor((E - x + q_l) / p) of them (q_l = p: floor((E - x) / p) + 1).
+      Includes the latency (diameter) bound.
+    - egress (per source s): its K chunks each leave s once at least, each taking p epochs' worth of
+      an out-link's capacity: the last first departure ends at >= T_K, the least T with
+      sum over out-links of floor(T / p) >= K, and arrives alpha later: E >= T_K + alpha.
     Returns {"epochs": max, "ingress": ..., "egress": ..., "diameter": ...}.
     """
     n = topo.nranks
     dist = host_distances(topo)
-    diameter = max((dist[s][topo.hosts[d]] for s in range(n) for d in range(n)), default=0)
+    diameter = max((dist[s][d] for s in range(n) for d in range(n)), default=0)
     ingress = 0
     for d in range(n):
-        h = topo.hosts[d]
-        rel = sorted(dist[s][h] for s in range(n) if s != d for _ in range(K))
+        rel = sorted(dist[s][d] for s in range(n) if s != d for _ in range(K))
         if not rel:
             continue
-        ins = []
-        for li in topo.in_links[h]:
-            l = topo.links[li]
-            first = min(dist[s][l.src] + l.delay for s in range(n) if s != d)
-            ins.append((first, l.period))
+        ins = first_arrivals(topo, dist, d)
 
         def ok(E):
             for i, t in enumerate(rel):
@@ -227,10 +297,10 @@ def lower_bound(topo, K: int) -> dict:
                     continue
                 m = len(rel) - i
                 cap = 0
-                for first, p in ins:
+                for first, ql, p in ins:
                     x = max(t, first)
                     if E >= x:
-                        cap += (E - x) // p + 1
+                        cap += (E - x + ql) // p
                 if cap < m:
                     return False
             return True
@@ -242,8 +312,10 @@ def lower_bound(topo, K: int) -> dict:
     egress = 0
     for s in range(n):
         h = topo.hosts[s]
-        slots = sorted(k * topo.links[li].period for li in topo.out_links[h] for k in range(K))
         if n > 1:
-            egress = max(egress, int(slots[K - 1] + max(dist[s][topo.hosts[d]] for d in range(n) if d != s)))
+            T = 0
+            while sum(T // topo.links[li].period for li in topo.out_links[h]) < K:
+                T += 1
+            egress = max(egress, T + topo.alpha)
     return {"epochs": int(max(ingress, egress, diameter)), "ingress": int(ingress), "egress": int(egress),
             "diameter": int(diameter)}

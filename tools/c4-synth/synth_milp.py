@@ -1,16 +1,19 @@
-"""The AllGather time-expanded MILP (TE-CCL style) and its solution with HiGHS (highspy).
+"""The AllGather time-expanded MILP (TE-CCL style, cut-through switches) and its solution with HiGHS.
 
 Variables (docs/c4-synth.md, "Formulation"):
-  f[l,c,k] in {0,1}   chunk c starts crossing directed link l at epoch k
+  f[l,c,k,q] in {0,1} chunk c starts crossing directed link l at epoch k in rate class q (a period
+                      >= l's; direct host-to-host cables: q = l's period): it occupies l during
+                      [k, k+q) at a share p_l / q of its capacity
   h[d,c,t] in [0,1]   rank d holds chunk c at epoch t (cumulative arrivals; integral through f)
   z[t]     in {0,1}   (full solve) not every rank holds every chunk at epoch t, LB <= t < E
 Constraints:
-  link occupancy    sum over chunks and k in (t - p_l, t] of f[l,c,k] <= 1 (minus taken cells)
-  switches          for every switch s, chunk c, epoch t: sum_{l out of s} f[l,c,t]
-                    = sum_{l into s} f[l,c,t - delay_l]          (no buffers, no copies)
-  hosts             f[l,c,k] <= h[tail(l),c,k] for a chunk the tail did not start with (sends only
-                    what it holds; copies to several links allowed); h counts arrivals up to t
-                    (arrival = start + delay); every rank receives a chunk at most once (h <= 1)
+  link occupancy    sum over (c, q, k in (t - q, t]) of (p_l / q) f[l,c,k,q] <= 1 (minus taken
+                    capacity), in integer units (cap_units per epoch)
+  switches          cut-through, no buffers, no copies: for every switch s, chunk c, epoch t and
+                    class q: sum_{l out of s} f[l,c,t + alpha,q] = sum_{l into s} f[l,c,t,q]
+  hosts             f[l,c,k,q] <= h[tail(l),c,k] for a chunk the tail did not start with (sends only
+                    what it holds; copies to several links allowed); a chunk entering a host's in-link
+                    at k in class q arrives at k + q + alpha; every rank receives a chunk at most once
   completion (full) h[d,c,E] = 1, and h[d,c,t] + z[t] >= 1, z[t] >= z[t+1]
 Objective:
   full   minimize W * sum z + sum of arrival epochs  (W > twice the second sum: the makespan
@@ -18,8 +21,9 @@ Objective:
   round  maximize sum of (H - arrival epoch) over the arrivals in the window (time partitioning:
          hosts start transfers in [t0, t1); paths started there are completed through switches).
 Variables are pruned to those that can be part of a schedule: a chunk only where it can be by then
-(Dijkstra from its holders), only toward hosts that lack it, only on free link cells; then switch
-flow conservation is propagated until every switch variable has a partner.
+(earliest holding per host, then cut-through head times per class), only toward hosts that lack it,
+only where the link has room; then switch flow conservation is propagated until every switch
+variable has a partner.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ class Model:
     integer: list = field(default_factory=list)
     # rows: (lower, upper, [(col, coef), ...])
     rows: list = field(default_factory=list)
-    fvars: list = field(default_factory=list)  # col -> (link, chunk, k) for f columns, else None
+    fvars: list = field(default_factory=list)  # col -> (link, chunk, k, class) for f columns, else None
     hvars: dict = field(default_factory=dict)  # (rank, chunk, t) -> col
     zvars: dict = field(default_factory=dict)  # t -> col
     full: bool = False
@@ -62,7 +66,7 @@ class Model:
     smax: float = 0.0  # largest possible sum of arrival epochs (full)
     lb: int = 0
     horizon: int = 0
-    fcol: dict = field(default_factory=dict)  # (link, chunk, k) -> col
+    fcol: dict = field(default_factory=dict)  # (link, chunk, k, class) -> col
 
     def col(self, cost=0.0, upper=1.0, integer=True, f=None):
         self.cost.append(cost)
@@ -83,18 +87,15 @@ class Model:
 
 def build(topo, state, t0: int, t1: int, amax: int, full: bool, lb: int = 0, lookahead: float = 0.0) -> Model:
     """The model over host send epochs [t0, t1) with arrivals no later than amax, from `state`
-    (held chunks, booked link cells). full: every rank must hold every chunk by amax = t1 (makespan
+    (held chunks, taken link capacity). full: every rank must hold every chunk by amax = t1 (makespan
     objective); else a round of time partitioning (arrival reward)."""
     links = topo.links
+    a = topo.alpha
+    cap = topo.cap_units
     n, C = state.n, state.C
     m = Model(full=full, lb=lb, horizon=amax)
     rank_of = {h: r for r, h in enumerate(topo.hosts)}
-    busy = state.busy
-
-    def cells_free(li, k, p):
-        b = busy[li]
-        end = min(len(b), k + p)
-        return k >= end or not any(b[k:end])
+    lclasses = [topo.link_classes(l.id) for l in links]
 
     hz = amax + 1  # round reward: hz - arrival > 0
     smax = 0.0
@@ -103,69 +104,75 @@ def build(topo, state, t0: int, t1: int, amax: int, full: bool, lb: int = 0, loo
         lacking = [r for r in range(n) if state.avail[r][c] == INF]
         if not lacking:
             continue
-        holders = {topo.hosts[r]: max(int(state.avail[r][c]), t0) for r in range(n) if state.avail[r][c] != INF}
-        e = topo.dist_from(holders)
-        for h, a in holders.items():
-            e[h] = a  # a holder cannot get it earlier from anyone: it receives a chunk at most once
+        holders = {r: max(int(state.avail[r][c]), t0) for r in range(n) if state.avail[r][c] != INF}
+        hd = topo.host_dist(holders)  # earliest epoch each rank can hold c (holders: their own)
+        host_t = {topo.hosts[r]: hd[r] for r in range(n) if hd[r] < INF}
         lack_nodes = {topo.hosts[r] for r in lacking}
-        dl = topo.dist_to(lack_nodes, switch_only=True)
         cand = set()
-        for l in links:
-            u, w = l.src, l.dst
-            if e[u] == INF:
-                continue
-            if topo.is_host[w]:
-                if w not in lack_nodes:
+        for q in topo.classes:
+            e = topo.ct_reach(q, host_t)
+            rest_to = topo.ct_reach(q, {w: 0 for w in lack_nodes}, reverse=True)
+            for l in links:
+                if q not in lclasses[l.id]:
                     continue
-                rest = 0
-            else:
-                rest = dl[w]
-                if rest == INF:
-                    continue
-            hi = amax - l.delay - rest
-            if topo.is_host[u]:
-                hi = min(hi, t1 - 1)
-                lo = max(t0, int(e[u]))
-            else:
-                lo = int(e[u])
-            for k in range(lo, hi + 1):
-                if cells_free(l.id, k, l.period):
-                    cand.add((l.id, k))
+                u, w = l.src, l.dst
+                if topo.is_host[u]:
+                    if u not in host_t:
+                        continue
+                    lo = max(t0, int(host_t[u]))
+                else:
+                    if e[u] == INF:
+                        continue
+                    lo = int(e[u])
+                if topo.is_host[w]:
+                    if w not in lack_nodes:
+                        continue
+                    rest = 0
+                else:
+                    rest = rest_to[w]
+                    if rest == INF:
+                        continue
+                hi = amax - q - a - int(rest)
+                if topo.is_host[u]:
+                    hi = min(hi, t1 - 1)
+                for k in range(lo, hi + 1):
+                    if state.fits(l.id, k, q):
+                        cand.add((l.id, k, q))
         # Switch flow conservation: drop variables without a partner until none is left.
         changed = True
         while changed:
             changed = False
-            into = {}
-            outof = {}
-            for li, k in cand:
+            into = set()
+            outof = set()
+            for li, k, q in cand:
                 l = links[li]
                 if not topo.is_host[l.dst]:
-                    into[(l.dst, k + l.delay)] = into.get((l.dst, k + l.delay), 0) + 1
+                    into.add((l.dst, k + a, q))
                 if not topo.is_host[l.src]:
-                    outof[(l.src, k)] = outof.get((l.src, k), 0) + 1
+                    outof.add((l.src, k, q))
             drop = set()
-            for li, k in cand:
+            for li, k, q in cand:
                 l = links[li]
-                if not topo.is_host[l.dst] and (l.dst, k + l.delay) not in outof:
-                    drop.add((li, k))
-                if not topo.is_host[l.src] and (l.src, k) not in into:
-                    drop.add((li, k))
+                if not topo.is_host[l.dst] and (l.dst, k + a, q) not in outof:
+                    drop.add((li, k, q))
+                if not topo.is_host[l.src] and (l.src, k, q) not in into:
+                    drop.add((li, k, q))
             if drop:
                 cand -= drop
                 changed = True
-        per_chunk.append((c, lacking, sorted(cand), e))
+        per_chunk.append((c, lacking, sorted(cand), hd))
 
     # f columns.
-    for c, lacking, cand, e in per_chunk:
-        for li, k in cand:
+    for c, lacking, cand, hd in per_chunk:
+        for li, k, q in cand:
             l = links[li]
-            a = k + l.delay
+            arr = k + q + a
             if topo.is_host[l.dst]:
-                cost = float(a) if full else float(a - hz) - lookahead * (e[l.dst] - t0)
+                cost = float(arr) if full else float(arr - hz) - lookahead * (hd[rank_of[l.dst]] - t0)
             else:
                 cost = 0.0
-            col = m.col(cost, 1.0, True, (li, c, k))
-            m.fcol[(li, c, k)] = col
+            col = m.col(cost, 1.0, True, (li, c, k, q))
+            m.fcol[(li, c, k, q)] = col
     # Per (rank, chunk): arrivals, sends, holdings.
     need_epochs = range(lb, amax) if full else range(0)
     if full:
@@ -177,12 +184,12 @@ def build(topo, state, t0: int, t1: int, amax: int, full: bool, lb: int = 0, loo
     for c, lacking, cand, _ in per_chunk:
         arr = {}
         sends = {}
-        for li, k in cand:
+        for li, k, q in cand:
             l = links[li]
             if topo.is_host[l.dst]:
-                arr.setdefault(rank_of[l.dst], []).append((k + l.delay, m.fcol[(li, c, k)]))
+                arr.setdefault(rank_of[l.dst], []).append((k + q + a, m.fcol[(li, c, k, q)]))
             if topo.is_host[l.src]:
-                sends.setdefault(rank_of[l.src], []).append((k, m.fcol[(li, c, k)]))
+                sends.setdefault(rank_of[l.src], []).append((k, m.fcol[(li, c, k, q)]))
         for r in lacking:
             ar = sorted(arr.get(r, []))
             if full:
@@ -209,28 +216,29 @@ def build(topo, state, t0: int, t1: int, amax: int, full: bool, lb: int = 0, loo
             if full:
                 for t in need_epochs:
                     m.row(1.0, INF, [(m.hvars[(r, c, t)], 1.0), (m.zvars[t], 1.0)])
-    # Switch conservation.
+    # Switch conservation (cut-through: what enters at t leaves at t + alpha, in the same class).
     flows = {}
     for c, lacking, cand, _ in per_chunk:
-        for li, k in cand:
+        for li, k, q in cand:
             l = links[li]
-            col = m.fcol[(li, c, k)]
+            col = m.fcol[(li, c, k, q)]
             if not topo.is_host[l.src]:
-                flows.setdefault((l.src, c, k), []).append((col, 1.0))
+                flows.setdefault((l.src, c, k, q), []).append((col, 1.0))
             if not topo.is_host[l.dst]:
-                flows.setdefault((l.dst, c, k + l.delay), []).append((col, -1.0))
+                flows.setdefault((l.dst, c, k + a, q), []).append((col, -1.0))
     for key in sorted(flows):
         m.row(0.0, 0.0, flows[key])
-    # Link occupancy: every epoch covered by two or more variables.
+    # Link capacity per epoch, in units: a class-q column takes cap * p_l / q for q epochs.
     cover = {}
-    for (li, c, k), col in m.fcol.items():
-        p = links[li].period
-        for t in range(k, k + p):
-            cover.setdefault((li, t), []).append(col)
+    for (li, c, k, q), col in m.fcol.items():
+        u = topo.units(li, q)
+        for t in range(k, k + q):
+            cover.setdefault((li, t), []).append((col, float(u)))
     for key in sorted(cover):
-        cols = cover[key]
-        if len(cols) > 1:
-            m.row(-INF, 1.0, [(col, 1.0) for col in cols])
+        terms = cover[key]
+        room = cap - state.used(*key)
+        if sum(u for _, u in terms) > room:
+            m.row(-INF, float(room), terms)
     if full:
         m.smax = smax
         m.weight = 2.0 * smax + 1.0
@@ -320,7 +328,7 @@ def start_values(model: Model, topo, state, transfers) -> list:
     arrivals = {}
     for tr in transfers:
         for li, k in tr.links:
-            col = model.fcol.get((li, tr.chunk, k))
+            col = model.fcol.get((li, tr.chunk, k, tr.rate))
             if col is None:
                 return None
             x[col] = 1.0
@@ -385,35 +393,45 @@ def solve(model: Model, topo, state, time_limit: float, mip_gap=None, start=None
 
 def decompose(model: Model, topo, x) -> list:
     """Splits the flow of a solution into host-to-host transfers: every unit leaving a host is
-    followed through switches (at every switch and epoch, some unit of the same chunk leaves at the
-    epoch it arrives, by flow conservation) to the host it reaches."""
+    followed through switches (at every switch, epoch and class, some unit of the same chunk leaves
+    alpha epochs after one arrives, by flow conservation) to the host it reaches. With alpha = 0 a
+    walk that comes back to a switch it passed (a cycle of flow at one epoch) is cut short."""
     links = topo.links
+    a = topo.alpha
     rank_of = {h: r for r, h in enumerate(topo.hosts)}
     starts = []
     out = {}
     for col, fv in enumerate(model.fvars):
         if fv is None or x[col] < 0.5:
             continue
-        li, c, k = fv
+        li, c, k, q = fv
         l = links[li]
         if topo.is_host[l.src]:
-            starts.append((k, c, li))
+            starts.append((k, c, li, q))
         else:
-            out.setdefault((l.src, c, k), []).append(li)
+            out.setdefault((l.src, c, k, q), []).append(li)
     for v in out.values():
         v.sort(reverse=True)
     transfers = []
-    for k, c, li in sorted(starts):
+    for k, c, li, q in sorted(starts):
         path = [(li, k)]
-        t = k + links[li].delay
+        seen = {links[li].src: 0, links[li].dst: 1}
+        t = k + a
         v = links[li].dst
         while not topo.is_host[v]:
-            nxt = out.get((v, c, t))
+            nxt = out.get((v, c, t, q))
             if not nxt:
                 raise AssertionError(f"flow of chunk {c} ends in switch {topo.nodes[v]} at epoch {t}")
             lj = nxt.pop()
             path.append((lj, t))
-            t += links[lj].delay
+            t += a
             v = links[lj].dst
-        transfers.append(Transfer(rank_of[links[li].src], rank_of[v], c, k, t, tuple(path)))
+            if a == 0 and v in seen:
+                del path[seen[v]:]
+                seen = {links[x].src: i for i, (x, _) in enumerate(path)}
+                seen[v] = len(path)
+            else:
+                seen[v] = len(path)
+        transfers.append(Transfer(rank_of[links[li].src], rank_of[v], c, k, k + q + a * len(path),
+                                  tuple(path), q))
     return transfers

@@ -10,26 +10,32 @@ import re
 from synth_core import Transfer
 
 NAME_RE = re.compile(r"[A-Za-z0-9_.+-]{1,48}")
-COLLECTIVES = ("allgather", "reducescatter", "allreduce")
+COLLECTIVES = ("allgather", "reducescatter", "allreduce", "alltoall")
 
 
-def reverse(transfers, makespan: int) -> list:
-    """The ReduceScatter of an AllGather: transfer (a -> b, start s, arrival e) becomes b -> a from
-    makespan - e to makespan - s on the same links reversed. Every chunk's broadcast tree becomes a
-    reduction tree: a rank sends its partial up once, after the partials of its children arrived."""
+def reverse(transfers, makespan: int, topo=None) -> list:
+    """The ReduceScatter of an AllGather: transfer (a -> b, start s, arrival e, class q) becomes
+    b -> a from makespan - e to makespan - s, over the reverse links of its path in reverse order
+    (same cables, same rates, same class), link j of the reversed path starting at makespan - e +
+    j*alpha. Each link's occupancy is the forward one mirrored in time and shifted by -alpha, so the
+    reversed transfers fit wherever the forward ones did. Every chunk's broadcast tree becomes a
+    reduction tree: a rank sends its partial up once, after the partials of its children arrived.
+    Without `topo` the link ids stay the forward ones (only used as a tie-break)."""
     out = []
     for tr in transfers:
-        links = []
-        for li, k in reversed(tr.links):
-            links.append((li, k))
-        # Link ids stay those of the forward direction (only used as a tie-break).
-        out.append(Transfer(tr.dst, tr.src, tr.chunk, makespan - tr.arrive, makespan - tr.start, tuple(links)))
+        start = makespan - tr.arrive
+        if topo is None:
+            links = tuple(reversed(tr.links))
+        else:
+            a = topo.alpha
+            links = tuple((topo.links[li].reverse, start + j * a) for j, (li, _) in enumerate(reversed(tr.links)))
+        out.append(Transfer(tr.dst, tr.src, tr.chunk, start, makespan - tr.start, links, tr.rate))
     return out
 
 
 def shift(transfers, epochs: int) -> list:
     return [Transfer(t.src, t.dst, t.chunk, t.start + epochs, t.arrive + epochs,
-                     tuple((li, k + epochs) for li, k in t.links)) for t in transfers]
+                     tuple((li, k + epochs) for li, k in t.links), t.rate) for t in transfers]
 
 
 def rank_steps(nranks: int, phases) -> list:
@@ -45,16 +51,17 @@ def rank_steps(nranks: int, phases) -> list:
 
 
 def schedule_doc(name: str, coll: str, nranks: int, chunks: int, transfers, makespan: int,
-                 topology=None, info=None) -> dict:
-    """The schedule file object for `coll` from an AllGather's transfers."""
+                 topology=None, info=None, topo=None) -> dict:
+    """The schedule file object for `coll` from an AllGather's transfers (alltoall: from the
+    AllToAll's transfers, relays included)."""
     if not NAME_RE.fullmatch(name):
         raise ValueError(f"schedule name \"{name}\": 1-48 of [A-Za-z0-9_.+-]")
-    if coll == "allgather":
+    if coll in ("allgather", "alltoall"):  # alltoall: its own transfers (synth_a2a), chunk ids per block
         phases = [(transfers, "send", "recv")]
     elif coll == "reducescatter":
-        phases = [(reverse(transfers, makespan), "send-partial", "recv-reduce")]
+        phases = [(reverse(transfers, makespan, topo), "send-partial", "recv-reduce")]
     elif coll == "allreduce":
-        phases = [(reverse(transfers, makespan), "send-partial", "recv-reduce"),
+        phases = [(reverse(transfers, makespan, topo), "send-partial", "recv-reduce"),
                   (shift(transfers, makespan), "send", "recv")]
     else:
         raise ValueError(f"collective {coll}: one of {', '.join(COLLECTIVES)}")

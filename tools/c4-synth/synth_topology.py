@@ -6,8 +6,10 @@ cable's rate. A host with several ports has one cable per port to its leaf. Gene
 also have direct host-to-host cables (line, ring, DGX-1 NVLink), parallel ones included.
 
 The epoch model (docs/c4-synth.md) is derived here too: the epoch length tau is the time one chunk
-takes on the fastest link; a link of rate r has period ceil(r_max / r) epochs per chunk and a delay
-(start to arrival) of its period plus a fixed per-hop latency in epochs.
+takes on the fastest link; a link of rate r has period ceil(r_max / r) epochs per chunk. Switches cut
+through: a transfer over a host-to-host path runs at the path's bottleneck period q, occupies every
+link of the path for q epochs (at a share period / q of the faster ones) and arrives q + alpha x hops
+epochs after it starts (alpha: a fixed per-hop latency in epochs).
 
 Pure Python standard library (no numpy/highspy), so the checker and tests can use it anywhere.
 """
@@ -121,7 +123,14 @@ class Topology:
 
     # -- epoch model ---------------------------------------------------------------------------------
     def set_epochs(self, alpha: int = 0) -> None:
-        """Periods and delays from the rates: period = ceil(rate_max / rate), delay = period + alpha."""
+        """Periods from the rates: period = ceil(rate_max / rate) epochs per chunk. Cut-through model
+        (docs/c4-synth.md, "Formulation"): a transfer over a host-to-host path of h links whose inner
+        nodes are switches runs at a rate class q (a period, at least the largest period on the path:
+        the bottleneck); it occupies link i of the path during [start + i*alpha, start + i*alpha + q)
+        at a share period_i / q of its capacity and arrives at start + q + h*alpha. `delay` (period +
+        alpha) is the latency of a single link at its own rate. Capacities are counted in integer units:
+        a link has `cap_units` (the lcm of all periods) per epoch, a class-q transfer takes
+        cap_units * period / q of them."""
         if not self.links:
             raise TopologyError(f"{self.source}: no links")
         self.rate_max = max(l.bps for l in self.links)
@@ -131,6 +140,25 @@ class Topology:
                 raise TopologyError(f"{self.source}: cable {l.cable} has rate {l.bps} bit/s")
             l.period = max(1, math.ceil(self.rate_max / l.bps - 1e-9))
             l.delay = l.period + alpha
+        self.classes = sorted({l.period for l in self.links})
+        q = 1
+        for p in self.classes:
+            q = q * p // math.gcd(q, p)
+        self.cap_units = q
+        self._seg = None
+        self._paths = None
+
+    def link_classes(self, li: int) -> list:
+        """Rate classes a transfer may use on link li: its own period on a direct host-to-host cable
+        (a one-link path), else every period of the fabric at least as long as the link's."""
+        l = self.links[li]
+        if self.is_host[l.src] and self.is_host[l.dst]:
+            return [l.period]
+        return [q for q in self.classes if q >= l.period]
+
+    def units(self, li: int, q: int) -> int:
+        """Capacity units (of cap_units per epoch) a class-q transfer takes on link li."""
+        return self.cap_units * self.links[li].period // q
 
     def tau(self, chunk_bytes: float) -> float:
         """Seconds per epoch: one chunk on the fastest link."""
@@ -145,8 +173,7 @@ class Topology:
 
     # -- distances and paths -------------------------------------------------------------------------
     def dist_from(self, sources: dict, switch_only: bool = False) -> list:
-        """Earliest arrival epoch at every node from `sources` {node: start epoch} (Dijkstra over
-        link delays). With switch_only, paths may not pass through hosts other than their ends."""
+        """Store-and-forward distances (Dijkstra over link delays); only used for connectivity."""
         inf = math.inf
         d = [inf] * len(self.nodes)
         heap = []
@@ -169,29 +196,105 @@ class Topology:
                     heapq.heappush(heap, (d[l.dst], l.dst))
         return d
 
-    def dist_to(self, targets, switch_only: bool = True) -> list:
-        """Epochs from every node to the nearest of `targets` (node ids), over paths whose inner
-        nodes are switches (switch_only) or anything: at node v at epoch x, a target can be reached
-        at x + result[v]."""
+    def ct_reach(self, q: int, sources: dict, reverse: bool = False) -> list:
+        """Cut-through head times in rate class q: from `sources` {node: epoch} over the links with a
+        switch end and period <= q (a path's inner nodes are switches: hosts other than the sources
+        are reached but not passed), alpha epochs per link. Forward: result[v] is the earliest epoch a
+        class-q path's link out of switch v can start (a host reached at x receives at x + q).
+        reverse: result[v] is alpha x the fewest links from v to one of the sources (targets)."""
         inf = math.inf
         d = [inf] * len(self.nodes)
         heap = []
-        for v in targets:
-            d[v] = 0
-            heap.append((0, v))
+        for v, t in sources.items():
+            if t < d[v]:
+                d[v] = t
+                heap.append((t, v))
         heapq.heapify(heap)
-        tgt = set(targets)
+        src = set(sources)
+        a = self.alpha
         while heap:
             t, v = heapq.heappop(heap)
             if t > d[v]:
                 continue
-            if switch_only and self.is_host[v] and v not in tgt:
-                continue  # a host starts a switch-only path; it is not passed through
-            for li in self.in_links[v]:
+            if self.is_host[v] and v not in src:
+                continue
+            for li in (self.in_links[v] if reverse else self.out_links[v]):
                 l = self.links[li]
-                if t + l.delay < d[l.src]:
-                    d[l.src] = t + l.delay
-                    heapq.heappush(heap, (d[l.src], l.src))
+                if l.period > q or (self.is_host[l.src] and self.is_host[l.dst]):
+                    continue
+                w = l.src if reverse else l.dst
+                if t + a < d[w]:
+                    d[w] = t + a
+                    heapq.heappush(heap, (d[w], w))
+        return d
+
+    def _switch_hops(self, src: int, q: int) -> list:
+        """Fewest links from host src to every node over class-q links through switches only."""
+        d = [math.inf] * len(self.nodes)
+        d[src] = 0
+        frontier = [src]
+        while frontier:
+            nxt = []
+            for v in frontier:
+                if self.is_host[v] and v != src:
+                    continue
+                for li in self.out_links[v]:
+                    l = self.links[li]
+                    if l.period > q or (self.is_host[l.src] and self.is_host[l.dst]):
+                        continue
+                    if d[l.dst] == math.inf:
+                        d[l.dst] = d[v] + 1
+                        nxt.append(l.dst)
+            frontier = nxt
+        return d
+
+    def segment_latency(self) -> list:
+        """seg[a][b]: the fewest epochs from rank a starting a transfer to rank b receiving it over
+        one host-to-host path (min over classes q of q + alpha x hops, direct cables p + alpha)."""
+        if self._seg is not None:
+            return self._seg
+        n = self.nranks
+        inf = math.inf
+        seg = [[inf] * n for _ in range(n)]
+        rank_of = {h: r for r, h in enumerate(self.hosts)}
+        for a, h in enumerate(self.hosts):
+            seg[a][a] = 0
+            for li in self.out_links[h]:
+                l = self.links[li]
+                if self.is_host[l.dst]:
+                    b = rank_of[l.dst]
+                    seg[a][b] = min(seg[a][b], l.period + self.alpha)
+            for q in self.classes:
+                hops = self._switch_hops(h, q)
+                for b, w in enumerate(self.hosts):
+                    if b != a and hops[w] < inf:
+                        seg[a][b] = min(seg[a][b], q + self.alpha * hops[w])
+        self._seg = seg
+        return seg
+
+    def host_dist(self, sources: dict) -> list:
+        """Per rank: the earliest epoch it can hold a chunk that ranks `sources` {rank: epoch} hold
+        (relays through hosts allowed: a host forwards from the epoch a chunk arrives). A source keeps
+        its own epoch (it receives a chunk at most once)."""
+        seg = self.segment_latency()
+        n = self.nranks
+        d = [math.inf] * n
+        for r, t in sources.items():
+            d[r] = min(d[r], t)
+        done = [False] * n
+        fixed = set(sources)
+        while True:
+            best, v = math.inf, -1
+            for r in range(n):
+                if not done[r] and d[r] < best:
+                    best, v = d[r], r
+            if v < 0:
+                break
+            done[v] = True
+            row = seg[v]
+            for w in range(n):
+                if not done[w] and w not in fixed and best + row[w] < d[w]:
+                    d[w] = best + row[w]
         return d
 
     def check_connected(self) -> None:
@@ -202,44 +305,53 @@ class Topology:
                                     f"{self.nodes[self.hosts[0]]}")
 
     def host_paths(self, slack: Optional[int] = None, max_per_pair: int = 16) -> list:
-        """Per rank: [(latency, dst rank, [link ids])] of the switch-only paths (direct links included)
-        from it to other hosts, simple, no longer than the shortest to that host plus `slack` epochs
-        (default: the largest link period), at most max_per_pair per destination, sorted."""
+        """Per rank: [(latency, dst rank, [link ids], class q)] of the host-to-host paths whose inner
+        nodes are switches (direct cables included), simple, with q the path's bottleneck period and
+        latency q + alpha x hops: a path is kept when it has the fewest hops among the paths to that
+        host in its class and its latency is within `slack` epochs (default: the largest link period)
+        of the shortest; at most max_per_pair per destination, sorted."""
         if slack is None:
             slack = max(l.period for l in self.links)
+        if self._paths is not None and self._paths[0] == (slack, max_per_pair):
+            return self._paths[1]
         rank_of = {h: r for r, h in enumerate(self.hosts)}
-        # near[v]: epochs from node v to the nearest host (through switches only).
-        near = [0 if self.is_host[v] else min(
-            (d for w, d in enumerate(self.dist_from({v: 0}, switch_only=True)) if self.is_host[w]),
-            default=math.inf) for v in range(len(self.nodes))]
+        seg = self.segment_latency()
         out = []
         for r, h in enumerate(self.hosts):
-            best = self.dist_from({h: 0}, switch_only=True)
-            bound = max((best[w] for w in self.hosts if w != h and best[w] < math.inf), default=0) + slack
+            hops_q = {q: self._switch_hops(h, q) for q in self.classes}
+            hmax = max((x for hq in hops_q.values() for w, x in enumerate(hq)
+                        if self.is_host[w] and w != h and x < math.inf), default=1)
             found = {}
-            stack = [(h, 0, [], {h})]
+            stack = [(h, [], 0, {h})]
             while stack:
-                v, t, path, seen = stack.pop()
+                v, path, pm, seen = stack.pop()
                 for li in self.out_links[v]:
                     l = self.links[li]
-                    w, tw = l.dst, t + l.delay
+                    w = l.dst
                     if w in seen:
                         continue
+                    q = max(pm, l.period)
+                    hops = len(path) + 1
                     if self.is_host[w]:
-                        if tw <= best[w] + slack:
-                            found.setdefault(w, []).append((tw, path + [li]))
+                        if self.is_host[v] or hops == hops_q[q][w]:
+                            lat = q + self.alpha * hops
+                            if lat <= seg[r][rank_of[w]] + slack:
+                                found.setdefault(w, []).append((lat, hops, path + [li], q))
                         continue
-                    if tw + near[w] <= bound:  # some host is still reachable within the bound
-                        stack.append((w, tw, path + [li], seen | {w}))
+                    if self.is_host[v] and v != h:
+                        continue
+                    if hops < hmax:
+                        stack.append((w, path + [li], q, seen | {w}))
                 if len(stack) > 200000:
                     raise TopologyError(f"{self.source}: too many switch paths from {self.nodes[h]}")
             lst = []
             for w, ps in found.items():
-                ps.sort(key=lambda p: (p[0], p[1]))
-                for t, p in ps[:max_per_pair]:
-                    lst.append((t, rank_of[w], p))
+                ps.sort(key=lambda p: (p[0], p[1], p[2]))
+                for lat, _, p, q in ps[:max_per_pair]:
+                    lst.append((lat, rank_of[w], p, q))
             lst.sort(key=lambda x: (x[0], x[1], x[2]))
             out.append(lst)
+        self._paths = ((slack, max_per_pair), out)
         return out
 
     def describe(self) -> str:
