@@ -8,7 +8,8 @@
 # the best generated one. Then c4-sim predicts every mode on the fabric's topology file and the
 # predicted time is printed against the measured one (time = size / algbw).
 #   bench/synth/netlab.sh [BUILD_DIR] [ROUNDS] [SIZES...]   (defaults: build 3 4M 16M)
-#   CHUNKS=K (c4-synth --chunks, default 1), COLLS="allgather allreduce" (the default) choose what runs.
+#   CHUNKS=K (c4-synth --chunks, default 1), COLLS="allgather allreduce" (the default; alltoall too)
+#   choose what runs.
 #   SIM_ARGS="--link-efficiency ..." adds c4-sim options (bench/sim/calibrate.sh prints the calibrated ones).
 # Needs root (network namespaces); about 2 minutes per round.
 set -euo pipefail
@@ -38,6 +39,7 @@ declare -A res
 for coll in "${colls[@]}"; do
   modes=(file ring rhd direct)
   [ $coll = allreduce ] && modes=(file ring rhd tree direct)
+  [ $coll = alltoall ] && modes=(file direct)  # the only generated alltoall
   for ((round = 1; round <= rounds; round++)); do
     for mode in "${modes[@]}"; do
       for size in "${sizes[@]}"; do

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Synthesized schedules on an emulated fabric with mixed link rates (docs/schedules.md, issue 21):
 # 4 hosts on 2 leaves, 2 spines, host links 4x the leaf-spine links. c4-synth reads the fabric's
-# topology file and writes AllGather and AllReduce schedules for it; c4-perf runs them over tcp with
+# topology file and writes AllGather, AllReduce and AllToAll schedules for it; c4-perf runs them over tcp with
 # C4_TOPO_FILE and C4_SCHEDULE_FILE on every rank. Results must be right, every rank's log must show
 # the synthesized schedule in use, and a ring run beside it gives the ratio (printed, not asserted:
-# the performance figures are bench/synth/netlab.sh's).
+# the performance figures are bench/synth/netlab.sh's; AllToAll's is against direct, the only generated one).
 #   run_synth.sh C4PERF C4SYNTH
 # Exit 77 (skipped) without root or network namespaces.
 set -euo pipefail
@@ -18,19 +18,22 @@ fi
 perf=$1 synth=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for coll in allgather allreduce; do
+for coll in allgather allreduce alltoall; do
   "$synth" --topo "$NETLAB_TOPO" --coll $coll --chunks 2 --time-limit 60 --out "$tmp/$coll.json" ||
     { echo "FAIL: c4-synth --coll $coll"; exit 1; }
 done
 export C4_TIMEOUT=${C4_TIMEOUT:-90} C4_TOPO_FILE="$NETLAB_TOPO"
-for coll in allgather allreduce; do
-  for mode in file ring; do
+for coll in allgather allreduce alltoall; do
+  gen=ring
+  [ $coll = alltoall ] && gen=direct
+  for mode in file $gen; do
     out="$tmp/$coll-$mode"
     mkdir -p "$out"
     if [ $mode = file ]; then
-      set -- C4_SCHEDULE_FILE="$tmp/allgather.json,$tmp/allreduce.json" C4_DEBUG=INFO C4_DEBUG_SUBSYS=TUNING
+      set -- C4_SCHEDULE_FILE="$tmp/allgather.json,$tmp/allreduce.json,$tmp/alltoall.json" C4_DEBUG=INFO \
+        C4_DEBUG_SUBSYS=TUNING
     else
-      set -- C4_ALGO=ring
+      set -- C4_ALGO=$gen
     fi
     netlab_run_ranks 4 1 "$out" "$@" "$perf" -C $coll -b 64K -e 4M -f 8 -c 1 -n 2 -w 1 ||
       { echo "FAIL: $coll with $mode"; exit 1; }
@@ -45,4 +48,4 @@ for coll in allgather allreduce; do
     echo "$coll $mode: results right; 4 MiB algbw $(awk '$1 == 4194304 {print $7 " GB/s"}' "$out/out.0")"
   done
 done
-echo "PASS: synthesized AllGather and AllReduce ran right on the fabric"
+echo "PASS: synthesized AllGather, AllReduce and AllToAll ran right on the fabric"

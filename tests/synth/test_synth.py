@@ -164,13 +164,14 @@ def test_cut_through_slow_uplink(tmp_path):
     spine (without switch copies): the second ends at >= 8 at one host of leaf1 and must still
     reach the other one, by a relay (+1: 9) or a third crossing (>= 12): E >= 9, and E = 9 is met
     (c0 -> h2 and c2 -> h0 over [0, 4), c1 -> h3 and c3 -> h1 over [4, 8), relays next door).
-    The AllGather lower bound (ingress) is only 4 here; HiGHS proves 9. The derived ReduceScatter
-    and AllReduce take 9 and 18."""
+    The ingress bound is only 4 here; the cut bound (both chunks of leaf0 must enter leaf1 over its
+    one uplink of period 4) gives 8; HiGHS proves 9. The derived ReduceScatter and AllReduce take 9
+    and 18."""
     args = ["--gen", "leafspine:4,2,1", "--rate", "leaf*-spine*=25", *MILP]
     e, doc = allgather_epochs(tmp_path, *args)
     assert e == 9 and doc["info"]["makespan_proven_optimal"] is True
     topo, state, lb, _ = in_process(*args, "--coll", "allgather")
-    assert lb == 4
+    assert lb == 8
     for tr in state.transfers:
         if len(tr.links) == 4:  # cross-leaf: the bottleneck's period on every link, not their sum
             assert tr.rate == 4 and tr.arrive == tr.start + 4

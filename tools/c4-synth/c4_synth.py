@@ -357,12 +357,13 @@ def run_synthesis(args):
     log(args, f"  {args.coll}, {n} ranks x {K} chunk(s) of {fmt_bytes(args.chunk_bytes)}; epoch = "
               f"{fmt_time(tau)} (a chunk at {topo.rate_max / 1e9:g} Gbit/s)")
     paths = topo.host_paths()
-    bound = synth_core.lower_bound(topo, K) if n > 1 else {"epochs": 0, "ingress": 0, "egress": 0, "diameter": 0}
+    bound = (synth_core.lower_bound(topo, K) if n > 1 else
+             {"epochs": 0, "ingress": 0, "egress": 0, "diameter": 0, "cut": 0})
     lb = bound["epochs"]
     greedy_state = synth_core.State(topo, K)
     synth_core.greedy(greedy_state, paths)
     log(args, f"  lower bound {lb} epochs (ingress {bound['ingress']}, egress {bound['egress']}, diameter "
-              f"{bound['diameter']}); greedy schedule {greedy_state.makespan()} epochs")
+              f"{bound['diameter']}, cut {bound['cut']}); greedy schedule {greedy_state.makespan()} epochs")
     report = {}
     if args.write_mps and (args.solver == "greedy" or n == 1):
         raise Fail(EXIT_USAGE, "--write-mps needs --solver highs and 2 or more ranks")

@@ -35,7 +35,7 @@ import heapq
 import math
 import time
 
-from synth_core import INF, Links, Transfer, make_transfer
+from synth_core import INF, Links, Transfer, finish_epochs, make_transfer, switch_cuts
 
 COST_PER_LINK = 0.01
 IPM_COLUMNS = 50000  # LPs with more columns are solved by HiGHS's interior point method
@@ -101,19 +101,6 @@ def fluid_dist(n, segs, alpha, reverse=False):
 
 
 # -- lower bound -------------------------------------------------------------------------------------
-def _finish(periods, volume):
-    """Least T such that links of these periods can carry `volume` chunks within [0, T)."""
-    if volume <= 0:
-        return 0
-    if not periods:
-        return INF
-    rate = sum(1.0 / p for p in periods)
-    T = max(0, int(volume / rate) - 1)
-    while sum(T // p for p in periods) < volume:
-        T += 1
-    return T
-
-
 def lower_bound(topo, K: int) -> dict:
     """Lower bounds on the AllToAll makespan in epochs (every rank receives K chunks from every other
     one). A chunk takes `period` epochs' worth of capacity on every link it crosses and arrives at
@@ -132,29 +119,16 @@ def lower_bound(topo, K: int) -> dict:
     V = K * (n - 1)
     egress = ingress = 0
     for h in topo.hosts:
-        egress = max(egress, _finish([links[li].period for li in topo.out_links[h]], V) + a)
-        ingress = max(ingress, _finish([links[li].period for li in topo.in_links[h]], V) + a)
+        egress = max(egress, finish_epochs([links[li].period for li in topo.out_links[h]], V) + a)
+        ingress = max(ingress, finish_epochs([links[li].period for li in topo.in_links[h]], V) + a)
     cut = 0
-    host_ids = set(topo.hosts)
-    for w in range(len(topo.nodes)):
-        if topo.is_host[w]:
-            continue
-        S = {w}
-        for h in topo.hosts:
-            ends = {links[li].dst for li in topo.out_links[h]}
-            if ends == {w}:
-                S.add(h)
-        inside = len(S & host_ids)
-        if inside == 0 or inside == n:
-            continue
+    for inside, outp, inp in switch_cuts(topo):
         vol = inside * (n - inside) * K
-        outp = [l.period for l in links if l.src in S and l.dst not in S]
-        inp = [l.period for l in links if l.dst in S and l.src not in S]
-        cut = max(cut, _finish(outp, vol) + a, _finish(inp, vol) + a)
+        cut = max(cut, finish_epochs(outp, vol) + a, finish_epochs(inp, vol) + a)
     segs = segments(topo)
     H = hop_dist(n, segs)
     hops = sum(H[s][d] for s in range(n) for d in range(n) if s != d) * K
-    volume = _finish([l.period for l in links], hops) + a if n > 1 else 0
+    volume = finish_epochs([l.period for l in links], hops) + a if n > 1 else 0
     lat = 0
     if n > 1:
         ld = [topo.host_dist({s: 0}) for s in range(n)]

@@ -267,6 +267,41 @@ def first_arrivals(topo, dist, d) -> list:
     return out
 
 
+def finish_epochs(periods, volume) -> int:
+    """Least T such that links of these periods can carry `volume` chunks within [0, T) (a chunk takes
+    p epochs' worth of a link of period p): the least T with sum floor(T / p) >= volume."""
+    if volume <= 0:
+        return 0
+    if not periods:
+        return INF
+    rate = sum(1.0 / p for p in periods)
+    T = max(0, int(volume / rate) - 1)
+    while sum(T // p for p in periods) < volume:
+        T += 1
+    return T
+
+
+def switch_cuts(topo):
+    """For every switch w that splits the hosts: (hosts inside, periods of the links leaving, periods of
+    the links entering) the set {w and the hosts whose every cable ends at w} (leaf-spine: a leaf and
+    its hosts, whose links out and in are the leaf's uplinks)."""
+    links, n = topo.links, topo.nranks
+    out = []
+    for w in range(len(topo.nodes)):
+        if topo.is_host[w]:
+            continue
+        S = {w}
+        for h in topo.hosts:
+            if {links[li].dst for li in topo.out_links[h]} == {w}:
+                S.add(h)
+        inside = len(S) - 1
+        if inside == 0 or inside == n:
+            continue
+        out.append((inside, [l.period for l in links if l.src in S and l.dst not in S],
+                    [l.period for l in links if l.dst in S and l.src not in S]))
+    return out
+
+
 def lower_bound(topo, K: int) -> dict:
     """Lower bounds on the AllGather makespan in epochs (every rank holds all nranks*K chunks).
 
@@ -279,7 +314,11 @@ def lower_bound(topo, K: int) -> dict:
     - egress (per source s): its K chunks each leave s once at least, each taking p epochs' worth of
       an out-link's capacity: the last first departure ends at >= T_K, the least T with
       sum over out-links of floor(T / p) >= K, and arrives alpha later: E >= T_K + alpha.
-    Returns {"epochs": max, "ingress": ..., "egress": ..., "diameter": ...}.
+    - cut (per switch w splitting the hosts, switch_cuts): every chunk from a host outside the set S
+      of w and its hosts must enter S at least once, over the links into S, and every chunk from
+      inside must leave it: E >= finish_epochs(periods in, (n - |S|) K) + alpha, and the same out
+      with |S| K (a leaf-spine's uplinks, which the ingress bound does not see).
+    Returns {"epochs": max, "ingress": ..., "egress": ..., "diameter": ..., "cut": ...}.
     """
     n = topo.nranks
     dist = host_distances(topo)
@@ -317,5 +356,8 @@ def lower_bound(topo, K: int) -> dict:
             while sum(T // topo.links[li].period for li in topo.out_links[h]) < K:
                 T += 1
             egress = max(egress, T + topo.alpha)
-    return {"epochs": int(max(ingress, egress, diameter)), "ingress": int(ingress), "egress": int(egress),
-            "diameter": int(diameter)}
+    cut = 0
+    for inside, outp, inp in switch_cuts(topo):
+        cut = max(cut, finish_epochs(inp, (n - inside) * K) + topo.alpha, finish_epochs(outp, inside * K) + topo.alpha)
+    return {"epochs": int(max(ingress, egress, diameter, cut)), "ingress": int(ingress), "egress": int(egress),
+            "diameter": int(diameter), "cut": int(cut)}
