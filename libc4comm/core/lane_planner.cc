@@ -254,11 +254,23 @@ Status LanePlanner::init(int rank, int nranks, transport::Oob* oob, const std::v
 
   // Schedule files made for other hosts are dropped before their flows are planned.
   tuner.checkScheduleHosts(s_->rankHosts);
-  // Flows: the schedules of a large AllReduce, as the tuner would run it.
+  // Flows: the schedules of a large AllReduce, as the tuner would run it, plus those of every
+  // schedule file in use for another collective, at the same nominal size (a file's schedule may use
+  // connections the AllReduce does not, which would otherwise run on unplanned lanes).
   const size_t bytes = static_cast<size_t>(std::max<int64_t>(paramPlanBytes(), 4 * nranks));
   sched::Algo algo = tuner.choose(Coll::kAllReduce, bytes).algo;
   st = plan::scheduleFlows(algo, Coll::kAllReduce, nranks, bytes, hostOf, &in.flows, &algo);
   if (!st.isOk()) return st;
+  int files = 0;
+  for (const ScheduleChoice& c : tuner.schedules()) {
+    if (c.coll == Coll::kAllReduce) continue;  // planned above
+    std::vector<plan::Flow> more;
+    // scheduleFlows takes the per-rank count's bytes: the nominal size over the ranks for these.
+    st = plan::scheduleFlows(c.algo, c.coll, nranks, bytes / static_cast<size_t>(nranks), hostOf, &more);
+    if (!st.isOk()) return st;
+    plan::addFlows(more, &in.flows);
+    ++files;
+  }
   st = plan::makePlan(in, &s_->plan);
   if (!st.isOk()) return st;
   s_->planned = true;
@@ -270,9 +282,10 @@ Status LanePlanner::init(int rank, int nranks, transport::Oob* oob, const std::v
   const int b = s_->plan.bottleneck(t);
   char buf[512];
   snprintf(buf, sizeof(buf),
-           "%s over %s: %zu connection(s) x %d lane(s) for %s AllReduce of %zu B; most loaded link %s",
+           "%s over %s: %zu connection(s) x %d lane(s) for %s AllReduce of %zu B%s; most loaded link %s",
            plan::modeName(mode), file.empty() ? "a flat model" : file.c_str(), s_->plan.conns.size(), in.lanes,
-           sched::algoName(algo), bytes, b < 0 ? "none" : t.link(b).name.c_str());
+           sched::algoName(algo), bytes, files > 0 ? strFormat(" and %d schedule file(s)", files).c_str() : "",
+           b < 0 ? "none" : t.link(b).name.c_str());
   C4_INFO(kLogPlan, "rank %d: C4P %s", rank, buf);
   if (recorder != nullptr) recorder->plan(trace::PlanEvent::kPlan, std::string("C4P ") + buf);
   s_->lastTicks = trace::ticks();

@@ -73,6 +73,8 @@ class Tuner {
   uint64_t schedulesHash() const;
   /// The kept schedule of a collective (nullptr if none).
   const ScheduleChoice* scheduleFor(Coll coll) const;
+  /// Every kept schedule (C4P plans the connections they use).
+  const std::vector<ScheduleChoice>& schedules() const { return schedules_; }
 
  private:
   double hierAllReduceUs(size_t bytes) const;

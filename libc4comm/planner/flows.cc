@@ -32,4 +32,18 @@ Status scheduleFlows(sched::Algo algo, Coll coll, int nranks, size_t bytes, cons
   return Status::ok();
 }
 
+void addFlows(const std::vector<Flow>& more, std::vector<Flow>* flows) {
+  std::map<std::pair<int, int>, size_t> at;
+  for (size_t i = 0; i < flows->size(); ++i) at[{(*flows)[i].src, (*flows)[i].dst}] = i;
+  for (const Flow& f : more) {
+    auto it = at.find({f.src, f.dst});
+    if (it != at.end()) {
+      (*flows)[it->second].bytes += f.bytes;
+    } else {
+      at[{f.src, f.dst}] = flows->size();
+      flows->push_back(f);
+    }
+  }
+}
+
 }  // namespace c4::plan

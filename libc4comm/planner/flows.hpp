@@ -19,4 +19,8 @@ namespace c4::plan {
 Status scheduleFlows(sched::Algo algo, Coll coll, int nranks, size_t bytes, const std::vector<int32_t>& hostOf,
                      std::vector<Flow>* out, sched::Algo* used = nullptr);
 
+/// Adds `more` to `flows`: a pair in both gets the sum of its bytes (the order of `flows` is kept,
+/// new pairs follow in `more`'s order).
+void addFlows(const std::vector<Flow>& more, std::vector<Flow>* flows);
+
 }  // namespace c4::plan

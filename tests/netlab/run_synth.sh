@@ -31,7 +31,7 @@ for coll in allgather allreduce alltoall; do
     mkdir -p "$out"
     if [ $mode = file ]; then
       set -- C4_SCHEDULE_FILE="$tmp/allgather.json,$tmp/allreduce.json,$tmp/alltoall.json" C4_DEBUG=INFO \
-        C4_DEBUG_SUBSYS=TUNING
+        C4_DEBUG_SUBSYS=TUNING,PLAN
     else
       set -- C4_ALGO=$gen
     fi
@@ -44,6 +44,19 @@ for coll in allgather allreduce alltoall; do
         grep -q "algorithm file:$name" "$out/out.$r" ||
           { cat "$out/out.$r"; echo "FAIL: rank $r did not run the synthesized $coll ($name)"; exit 1; }
       done
+      # C4P plans every connection the three files use (not only the AllReduce's): the rank pairs
+      # that exchange messages in any of them.
+      want=$("$py" - "$tmp"/allgather.json "$tmp"/allreduce.json "$tmp"/alltoall.json <<'PYEOF'
+import json, sys
+pairs = set()
+for f in sys.argv[1:]:
+    for r, rank in enumerate(json.load(open(f))["ranks"]):
+        pairs.update(frozenset((r, s["peer"])) for s in rank["steps"])
+print(len(pairs))
+PYEOF
+)
+      grep -q "C4P c4p over .*: $want connection(s) x .* and 2 schedule file(s)" "$out/out.0" ||
+        { grep "C4P" "$out/out.0"; echo "FAIL: C4P did not plan the $want connections the schedule files use"; exit 1; }
     fi
     echo "$coll $mode: results right; 4 MiB algbw $(awk '$1 == 4194304 {print $7 " GB/s"}' "$out/out.0")"
   done
