@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "lp_bound.hpp"
+#include "planner/flows.hpp"
 #include "planner/topology.hpp"
 #include "planner_fixtures.hpp"
 
@@ -97,6 +98,24 @@ double c4pOverOptimum(const char* name, const PlanInput& in) {
 
 // ---------------------------------------------------------------------------------------------
 // 3. c4p against the exhaustive optimum.
+
+// Flows of several schedules are summed per rank pair (C4P plans the AllReduce's and every schedule
+// file's together): a pair in both gets both byte counts, new pairs are added in order.
+TEST(PlannerTest, AddFlowsSumsPairsAndAppendsNewOnes) {
+  std::vector<Flow> flows = {Flow{0, 1, 10}, Flow{1, 2, 20}};
+  c4::plan::addFlows({Flow{1, 2, 5}, Flow{2, 0, 7}, Flow{1, 0, 1}, Flow{2, 0, 3}}, &flows);
+  ASSERT_EQ(flows.size(), 4u);
+  EXPECT_EQ(flows[0].src, 0);
+  EXPECT_EQ(flows[0].bytes, 10);
+  EXPECT_EQ(flows[1].bytes, 25);  // 1 -> 2 in both
+  EXPECT_EQ(flows[2].src, 2);
+  EXPECT_EQ(flows[2].dst, 0);
+  EXPECT_EQ(flows[2].bytes, 10);  // 2 -> 0 twice in `more`
+  EXPECT_EQ(flows[3].src, 1);     // 1 -> 0 is not 0 -> 1: directions are separate flows
+  EXPECT_EQ(flows[3].dst, 0);
+  c4::plan::addFlows({}, &flows);
+  EXPECT_EQ(flows.size(), 4u);
+}
 
 TEST(PlannerTest, OptimalOnLeafSpineRing) {
   // 4 hosts x 2 ports, 2 leaves, 2 spines, all links 1 Gbit/s; ring 0->1->2->3->0 of 64 MiB.
