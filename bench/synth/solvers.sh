@@ -5,11 +5,12 @@
 # (scripts/deps.sh). Prints a markdown table; MPS files and JSON results go to bench-results/synth/.
 #   bench/synth/solvers.sh [--time-limit S (60)] [--only dgx1-k4,ls8-k1,...]
 #   bench/synth/solvers.sh quality [--time-limit S (240)]   c4-synth itself on DGX-1 and 8-64 host leaf-spines
+#   bench/synth/solvers.sh alltoall [--time-limit S (180)]  c4-synth --coll alltoall (LP) against direct
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ -x .venv-synth/bin/python ] || { echo "solvers.sh: .venv-synth is missing: run scripts/synth-venv.sh" >&2; exit 1; }
 what=solvers
-if [ "${1:-}" = quality ] || [ "${1:-}" = solvers ]; then what=$1; shift; fi
+case "${1:-}" in quality | solvers | alltoall) what=$1; shift ;; esac
 if [ "$what" = solvers ]; then
   for tool in cbc glpsol; do
     command -v "$tool" >/dev/null ||
