@@ -449,9 +449,11 @@ Status parseScheduleFile(const std::string& text, const std::string& source, Sch
   f.nranks = static_cast<int>(v);
   if (!intField(j, "chunks", 1, kMaxChunks, &v, &why)) return bad(why);
   f.chunks = static_cast<int>(v);
-  if (static_cast<int64_t>(numBlocks(f)) * f.chunks > (int64_t{1} << 22))
-    return bad(
-        strFormat("%d blocks x %d chunks is more chunks than a schedule may have (4194304)", numBlocks(f), f.chunks));
+  // In 64 bits: an alltoall of 65536 ranks has 2^32 blocks (numBlocks is an int once this passed).
+  const int64_t blocks = f.coll == Coll::kAlltoAll ? int64_t{f.nranks} * f.nranks : int64_t{f.nranks};
+  if (blocks * f.chunks > (int64_t{1} << 22))
+    return bad(strFormat("%lld blocks x %d chunks is more chunks than a schedule may have (4194304)",
+                         static_cast<long long>(blocks), f.chunks));
   if (j.contains("topology")) {
     const json& t = j["topology"];
     if (!t.is_object() || !onlyKeys(t, {"hash", "hosts"}, &why))

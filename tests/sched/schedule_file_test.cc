@@ -188,6 +188,13 @@ TEST(ScheduleFile, AlltoAllRulesNameTheStep) {
     EXPECT_NE(err.find("rank 2 ends without chunk 5 (block 5: rank 1 to rank 2"), std::string::npos) << err;
   }
   {
+    json j = good;  // 65536 ranks: 2^32 blocks, counted without overflow
+    j["nranks"] = 65536;
+    EXPECT_NE(loadError(j.dump()).find("4294967296 blocks x 1 chunks is more chunks than a schedule may have"),
+              std::string::npos)
+        << loadError(j.dump());
+  }
+  {
     json j = good;
     j["ranks"][0]["steps"][0]["chunk"] = 9;  // 3 x 3 blocks x 1 chunk: 0..8
     EXPECT_NE(loadError(j.dump()).find("\"chunk\" is 9, outside 0..8"), std::string::npos) << loadError(j.dump());
