@@ -96,6 +96,22 @@ def proven_of(meta, bound):
     return meta["lower_bound"] + max(0, math.ceil((bound - meta["smax"]) / meta["weight"] - 1e-9))
 
 
+def run_killable(cmd, limit):
+    """subprocess.run with a hard timeout of 3x the solver's limit + 2 min (a solver that ignores its
+    limit, e.g. while presolving a large model on a busy machine, is killed): (process or None, seconds)."""
+    t = time.monotonic()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=limit * 3 + 120)
+    except subprocess.TimeoutExpired:
+        return None, time.monotonic() - t
+    return p, time.monotonic() - t
+
+
+def killed(dt):
+    return {"status": f"killed after {dt:.0f} s (ignored its time limit)", "seconds": dt, "objective": None,
+            "bound": None, "optimal": False}
+
+
 def run_highs(mps, limit, abs_gap=None):
     code = f"""
 import json, sys, time, highspy
@@ -116,7 +132,9 @@ print(json.dumps({{"status": h.modelStatusToString(h.getModelStatus()), "seconds
                   "objective": i.objective_function_value if has else None,
                   "bound": i.mip_dual_bound}}))
 """
-    p = subprocess.run([python(), "-c", code], capture_output=True, text=True, timeout=limit * 3 + 120)
+    p, dt = run_killable([python(), "-c", code], limit)
+    if p is None:
+        return killed(dt)
     if p.returncode != 0:
         return {"status": f"error: {p.stderr.strip()[-200:]}", "seconds": None, "objective": None, "bound": None}
     r = json.loads(p.stdout.strip().splitlines()[-1])
@@ -129,9 +147,9 @@ def run_cbc(mps, limit, abs_gap=None):
     if abs_gap is not None:
         cmd += ["-allowableGap", str(abs_gap)]
     cmd += ["-solve", "-quit"]
-    t = time.monotonic()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=limit * 3 + 120)
-    dt = time.monotonic() - t
+    p, dt = run_killable(cmd, limit)
+    if p is None:
+        return killed(dt)
     out = p.stdout
     m = re.search(r"Result - (.*)", out)
     status = m.group(1).strip() if m else f"exit {p.returncode}"
@@ -149,9 +167,9 @@ def run_glpk(mps, limit):
     # The solution report goes to a file of its own: glpsol unlinks its -o file (never /dev/null).
     cmd = ["glpsol", "--mps", mps, "--tmlim", str(int(math.ceil(limit))), "--mipgap", str(REL_GAP),
            "-o", mps + ".glpk.txt"]
-    t = time.monotonic()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=limit * 3 + 120)
-    dt = time.monotonic() - t
+    p, dt = run_killable(cmd, limit)
+    if p is None:
+        return killed(dt)
     out = p.stdout
     status = "?"
     for key in ("INTEGER OPTIMAL SOLUTION FOUND", "TIME LIMIT EXCEEDED", "PROBLEM HAS NO INTEGER FEASIBLE SOLUTION",
