@@ -457,23 +457,32 @@ def synthesize(args):
         info["makespan_proven_optimal"] = bool(report["proven"])
     if report.get("rest_greedy"):
         info["rest_by_greedy"] = True
-    topology = None
-    if topo.file_hash is not None:
-        topology = {"hash": f"0x{topo.file_hash:016x}", "hosts": topo.host_names()}
-    name = args.name or default_name(args, topo)
-    doc = synth_schedule.schedule_doc(name, args.coll, n, K, transfers, E, topology, info, topo)
-    text = synth_schedule.dumps(doc)
-    try:
-        st = synth_check.check(json.loads(text), args.out)
-    except synth_check.ScheduleError as e:
-        raise Fail(EXIT_BAD_SCHEDULE, f"internal error: the synthesized schedule fails the checks: {e}") from None
-    write_text(args, text)
+    st = write_schedule(args, topo, args.coll, n, K, transfers, E, info, topo)
     log(args, f"  schedule: {epochs} epochs = {fmt_time(t_pred)} predicted for {fmt_bytes(total_bytes)}, "
               f"algbw {algbw:.3g} GB/s (busbw {busbw:.3g}); lower bound {lbp} epochs "
               f"({above:.1f}% above); solver {report.get('solve_s', 0.0):.2f} s ({report.get('mode')})")
     log(args, f"  wrote {args.out}: {args.coll}, {st['messages']} messages, depth {st['depth']} (checked), "
               f"{time.monotonic() - t_begin:.1f} s in all")
     return EXIT_OK
+
+
+def write_schedule(args, topo, coll, n, K, transfers, E, info, replay_topo=None):
+    """The schedule file of `transfers` (with the fabric's topology hash and hosts when it came from a
+    file), checked by synth_check before it is written to args.out; returns the checker's statistics.
+    `replay_topo`: the fabric schedule_doc reverses the AllGather's transfers on (ReduceScatter,
+    AllReduce)."""
+    topology = None
+    if topo.file_hash is not None:
+        topology = {"hash": f"0x{topo.file_hash:016x}", "hosts": topo.host_names()}
+    name = args.name or default_name(args, topo)
+    doc = synth_schedule.schedule_doc(name, coll, n, K, transfers, E, topology, info, replay_topo)
+    text = synth_schedule.dumps(doc)
+    try:
+        st = synth_check.check(json.loads(text), args.out)
+    except synth_check.ScheduleError as e:
+        raise Fail(EXIT_BAD_SCHEDULE, f"internal error: the synthesized schedule fails the checks: {e}") from None
+    write_text(args, text)
+    return st
 
 
 def run_alltoall(args):
@@ -619,18 +628,7 @@ def synthesize_alltoall(args):
     }
     if "proven" in report:
         info["makespan_proven_optimal"] = bool(report["proven"])
-    topology = None
-    if topo.file_hash is not None:
-        topology = {"hash": f"0x{topo.file_hash:016x}", "hosts": topo.host_names()}
-    name = args.name or default_name(args, topo)
-    transfers = sorted(transfers, key=lambda t: t.key())
-    doc = synth_schedule.schedule_doc(name, "alltoall", n, K, transfers, E, topology, info)
-    text = synth_schedule.dumps(doc)
-    try:
-        st = synth_check.check(json.loads(text), args.out)
-    except synth_check.ScheduleError as e:
-        raise Fail(EXIT_BAD_SCHEDULE, f"internal error: the synthesized schedule fails the checks: {e}") from None
-    write_text(args, text)
+    st = write_schedule(args, topo, "alltoall", n, K, sorted(transfers, key=lambda t: t.key()), E, info)
     log(args, f"  schedule: {E} epochs = {fmt_time(t_pred)} predicted for {fmt_bytes(per_rank)} per rank, "
               f"algbw {algbw:.3g} GB/s (busbw {busbw:.3g}); lower bound {lb} epochs ({above:.1f}% above); "
               f"solver {report.get('solve_s', 0.0):.2f} s ({report.get('mode')})")

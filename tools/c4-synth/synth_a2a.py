@@ -51,12 +51,9 @@ def segments(topo):
     return out
 
 
-def hop_dist(n, segs):
-    """H[a][b]: fewest links from rank a to rank b over segments (relays through hosts)."""
-    adj = [[] for _ in range(n)]
-    for a, b, p, _ in segs:
-        adj[a].append((b, len(p)))
-    H = []
+def _shortest(n, adj):
+    """All-pairs shortest distances over adj[v] = [(w, cost)] (Dijkstra from every node)."""
+    D = []
     for s in range(n):
         d = [INF] * n
         d[s] = 0
@@ -69,8 +66,16 @@ def hop_dist(n, segs):
                 if t + c < d[w]:
                     d[w] = t + c
                     heapq.heappush(heap, (d[w], w))
-        H.append(d)
-    return H
+        D.append(d)
+    return D
+
+
+def hop_dist(n, segs):
+    """H[a][b]: fewest links from rank a to rank b over segments (relays through hosts)."""
+    adj = [[] for _ in range(n)]
+    for a, b, p, _ in segs:
+        adj[a].append((b, len(p)))
+    return _shortest(n, adj)
 
 
 def fluid_dist(n, segs, alpha, reverse=False):
@@ -83,21 +88,7 @@ def fluid_dist(n, segs, alpha, reverse=False):
             adj[b].append((a, c))
         else:
             adj[a].append((b, c))
-    F = []
-    for s in range(n):
-        d = [INF] * n
-        d[s] = 0
-        heap = [(0, s)]
-        while heap:
-            t, v = heapq.heappop(heap)
-            if t > d[v]:
-                continue
-            for w, c in adj[v]:
-                if t + c < d[w]:
-                    d[w] = t + c
-                    heapq.heappush(heap, (d[w], w))
-        F.append(d)
-    return F
+    return _shortest(n, adj)
 
 
 # -- lower bound -------------------------------------------------------------------------------------
