@@ -91,7 +91,7 @@ Diagnosis classifyHang(const HangInput& in) {
   const std::vector<RankView>& R = in.ranks;
   auto valid = [&](int r) { return r >= 0 && static_cast<size_t>(r) < R.size() && r != in.self; };
   // 1. Dead ranks explain everything.
-  std::vector<int> dead, silentIn, missing;
+  std::vector<int> dead, silentIn, missing, behind;
   for (const RankView& v : R) {
     if (v.rank == in.self) continue;
     if (v.gone && v.failed.empty()) dead.push_back(v.rank);
@@ -102,6 +102,14 @@ Diagnosis classifyHang(const HangInput& in) {
     bool notThere;
     if (in.seq >= 0) {
       notThere = v.entered < static_cast<uint64_t>(in.seq) + 1;  // never entered seq
+      // Still inside an earlier collective that this rank has left (its last data to the rank was
+      // lost, say), and answering: it is stuck in communication, not busy outside c4comm. (A silent
+      // one's last heartbeat may predate its leaving that collective: it stays a non-communication
+      // hang, as before.)
+      if (notThere && v.entered > v.left && !v.unresponsive) {
+        behind.push_back(v.rank);
+        notThere = false;
+      }
     } else {
       // Point-to-point: a rank this one waits on that is in no operation at all.
       const bool waited = std::find(in.waitingOn.begin(), in.waitingOn.end(), v.rank) != in.waitingOn.end();
@@ -196,7 +204,15 @@ Diagnosis classifyHang(const HangInput& in) {
     s += (s.empty() ? "" : "; ") + strFormat("the link between rank %d (host %s) and rank %d (host %s)", p.first,
                                              hostOf(R, p.first).c_str(), p.second, hostOf(R, p.second).c_str());
   }
-  d.summary = "every rank entered " + in.what + ", and no data moves on " + (s.empty() ? "some link" : s);
+  std::string where = "every rank entered " + in.what;
+  if (!behind.empty()) {
+    where = "every rank is inside a collective (";
+    for (size_t i = 0; i < behind.size(); ++i)
+      where += strFormat("%s%s still in seq %llu", i ? ", " : "", rankName(R, behind[i]).c_str(),
+                         static_cast<unsigned long long>(R[static_cast<size_t>(behind[i])].entered - 1));
+    where += ", which this rank left; the others in " + in.what + ")";
+  }
+  d.summary = where + ", and no data moves on " + (s.empty() ? "some link" : s);
   std::string e = evidenceOf(in.waitingOn);
   for (size_t i = 0; i < in.waitingOn.size() && i < in.states.size(); ++i)
     if (!in.states[i].empty()) e += "; connection to rank " + std::to_string(in.waitingOn[i]) + ": " + in.states[i];

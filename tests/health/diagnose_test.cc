@@ -49,6 +49,28 @@ TEST(Diagnose, RankThatNeverEnteredIsANonCommunicationHang) {
   EXPECT_NE(d.summary.find("alive"), std::string::npos) << d.summary;
 }
 
+// Two ranks, a cut link: rank 1's last send of seq 4 went out and it moved on to seq 5, but the data
+// never reached rank 0, which is still inside seq 4 waiting on rank 1 with a send that does not
+// move. That is the link, not rank 0 "busy outside c4comm" (netlab_c4d_cut saw this race).
+TEST(Diagnose, RankStillInsideAnEarlierCollectiveIsACommunicationHang) {
+  HangInput in = hang(2, 1, {0});
+  in.ranks[0].entered = 5;  // in collective seq 4, which rank 1 left
+  in.ranks[0].left = 4;
+  in.ranks[0].waitingOn = {1};
+  in.ranks[0].stuckTo = {1};
+  Diagnosis d = classifyHang(in);
+  EXPECT_EQ(d.kind, "comm_hang") << d.summary;
+  ASSERT_EQ(d.links.size(), 1u);
+  EXPECT_EQ(d.links[0], std::make_pair(0, 1));
+  EXPECT_NE(d.summary.find("still in seq 4, which this rank left"), std::string::npos) << d.summary;
+  EXPECT_NE(d.summary.find("no data moves on the link between rank 0"), std::string::npos) << d.summary;
+  // Silent, its last heartbeat from inside that earlier collective: that heartbeat may predate its
+  // leaving it (a rank stopped between collectives), so it stays a non-communication hang.
+  in.ranks[0].unresponsive = true;
+  in.ranks[0].silentMs = 5000;
+  EXPECT_EQ(classifyHang(in).kind, "noncomm_hang");
+}
+
 TEST(Diagnose, SilentRankOutsideTheOperationIsStillANonCommunicationHang) {
   HangInput in = hang(3, 0, {1});
   in.ranks[1].entered = 5;

@@ -69,7 +69,7 @@ case "$WHAT" in
     grep -h "^c4-matrix" /tmp/hosts.* | sed 's/^/[vm]   /'
     if [ $hrc -ne 0 ] || [ "$(grep -l 'not using RDMA between hosts' /tmp/hosts.* | wc -l)" -ne 4 ] ||
        [ "$(grep -l 'transports: shm+tcp' /tmp/hosts.* | wc -l)" -ne 4 ]; then
-      echo "[vm] hosts: FAILED"; grep -h -E "RDMA|transports:" /tmp/hosts.* | head; rc=1
+      echo "[vm] hosts: FAILED"; grep -h -E "RDMA|transports:|error|FAIL" /tmp/hosts.* | head -20 | sed 's/^/[vm]   /'; rc=1
     else
       echo "[vm] hosts: ok (2 hosts x 2 ranks without a device in their namespaces: all fell back to shm+tcp, results right)"
     fi
@@ -118,7 +118,9 @@ case "$WHAT" in
     grep -h "^c4-matrix" /tmp/twovm.* | sed 's/^/[vm]   /'
     grep -h "transports:" /tmp/twovm.* | sed 's/^.* pid [0-9]*: /[vm]   /'
     if [ $trc -ne 0 ] || [ "$(grep -l 'transports: shm+ibverbs' /tmp/twovm.* | wc -l)" -ne 2 ]; then
-      echo "[vm] twovm: FAILED"; grep -h -E "RDMA|ibverbs|error|failed" /tmp/twovm.* | head -20; rc=1
+      # The host shows only [vm] lines of the console: prefix what explains the failure.
+      echo "[vm] twovm: FAILED"; grep -h -E "RDMA|ibverbs|error|failed|FAIL|wrong" /tmp/twovm.* | head -40 |
+        sed 's/^/[vm]   /'; rc=1
     else
       echo "[vm] twovm: ok (host $H: shm within, ibverbs to the other VM, every result right)"
     fi
