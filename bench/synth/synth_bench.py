@@ -253,31 +253,39 @@ def solvers(args):
               f"{cell(res['glpk'], m)} | {extra[0]} | {extra[1]} |")
 
 
-def quality(args):
+def run_instances(args, coll, instances, extra, stem, results, baseline_key):
+    """Runs c4-synth --coll COLL on each instance (args.only filters; `extra` options added), and once
+    more with --solver greedy for the baseline makespan (greedy for allgather, direct for alltoall);
+    writes results/rows as they come to args.out/`results` and returns the rows."""
     os.makedirs(args.out, exist_ok=True)
     rows = []
-    for name, opts in QUALITY_INSTANCES:
+    for name, opts in instances:
         if args.only and name not in args.only:
             continue
-        out = os.path.join(args.out, f"{name}.json")
-        cmd = [python(), TOOL, "--coll", "allgather", *opts, "--time-limit", str(args.time_limit), "--out", out]
+        out = os.path.join(args.out, f"{stem}{name}.json")
+        cmd = [python(), TOOL, "--coll", coll, *opts, *extra, "--time-limit", str(args.time_limit), "--out", out]
         print(f"[{name}] {' '.join(cmd[2:])}", file=sys.stderr, flush=True)
         t = time.monotonic()
         p = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.monotonic() - t
-        sys.stderr.write(p.stdout[-1500:] + p.stderr[-1500:])
+        sys.stderr.write(p.stdout[-2500:] + p.stderr[-1500:])
         if p.returncode != 0:
             rows.append({"name": name, "error": f"exit {p.returncode}", "wall_s": wall})
             continue
         with open(out) as f:
             info = json.load(f)["info"]
-        gcmd = [python(), TOOL, "--coll", "allgather", *opts, "--solver", "greedy", "--quiet", "--out", out + ".greedy"]
-        subprocess.run(gcmd, check=True)
-        with open(out + ".greedy") as f:
-            greedy = json.load(f)["info"]["epochs"]
-        rows.append({"name": name, "options": opts, "info": info, "greedy_epochs": greedy, "wall_s": wall})
-        with open(os.path.join(args.out, "quality.json"), "w") as f:
+        subprocess.run([python(), TOOL, "--coll", coll, *opts, "--solver", "greedy", "--quiet", "--out",
+                        out + ".baseline"], check=True)
+        with open(out + ".baseline") as f:
+            base = json.load(f)["info"]["epochs"]
+        rows.append({"name": name, "options": opts, "info": info, baseline_key: base, "wall_s": wall})
+        with open(os.path.join(args.out, results), "w") as f:
             json.dump({"time_limit": args.time_limit, "rows": rows}, f, indent=1)
+    return rows
+
+
+def quality(args):
+    rows = run_instances(args, "allgather", QUALITY_INSTANCES, [], "", "quality.json", "greedy_epochs")
     print("\n| instance | mode | solver time | wall | epochs (greedy) | lower bound | above LB | predicted "
           "(1 MiB chunks) | algbw |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -294,31 +302,8 @@ def quality(args):
 
 
 def alltoall(args):
-    os.makedirs(args.out, exist_ok=True)
-    rows = []
-    for name, opts in A2A_INSTANCES:
-        if args.only and name not in args.only:
-            continue
-        out = os.path.join(args.out, f"a2a-{name}.json")
-        cmd = [python(), TOOL, "--coll", "alltoall", *opts, "--always-solve", "--time-limit", str(args.time_limit),
-               "--out", out]
-        print(f"[{name}] {' '.join(cmd[2:])}", file=sys.stderr, flush=True)
-        t = time.monotonic()
-        p = subprocess.run(cmd, capture_output=True, text=True)
-        wall = time.monotonic() - t
-        sys.stderr.write(p.stdout[-2500:] + p.stderr[-1500:])
-        if p.returncode != 0:
-            rows.append({"name": name, "error": f"exit {p.returncode}", "wall_s": wall})
-            continue
-        with open(out) as f:
-            info = json.load(f)["info"]
-        subprocess.run([python(), TOOL, "--coll", "alltoall", *opts, "--solver", "greedy", "--quiet", "--out",
-                        out + ".direct"], check=True)
-        with open(out + ".direct") as f:
-            direct = json.load(f)["info"]["epochs"]
-        rows.append({"name": name, "options": opts, "info": info, "direct_epochs": direct, "wall_s": wall})
-        with open(os.path.join(args.out, "alltoall.json"), "w") as f:
-            json.dump({"time_limit": args.time_limit, "rows": rows}, f, indent=1)
+    rows = run_instances(args, "alltoall", A2A_INSTANCES, ["--always-solve"], "a2a-", "alltoall.json",
+                         "direct_epochs")
     print("\n| instance | mode | LP solver time | wall | LP epochs | epochs (direct) | lower bound | above LB | "
           "predicted (1 MiB chunks) | algbw | relayed |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
