@@ -3,7 +3,8 @@
 #  1. the gpu-labelled tests (kernels bit for bit against the host; every collective x dtype x op on
 #     device buffers with 1, 2 and 4 ranks on one GPU; stream order; non-blocking; errors);
 #  2. the kernel benchmark beside torch.add and the card's device-to-device copy;
-#  3. c4-perf on device buffers (nccl-tests table), 2 ranks on one GPU;
+#  3. c4-perf on device buffers (nccl-tests table), 2 ranks on one GPU: the device zero-copy path
+#     (CUDA IPC) and the staged path;
 #  4. PyTorch's own nccl backend on c4comm's libnccl.so.2 (LD_PRELOAD): DDP, losses compared with
 #     NVIDIA's NCCL.
 # Works from a build made on a machine without a GPU and copied over (the GPU host may have no
@@ -94,9 +95,14 @@ if step perf; then
     echo
     echo '```'
   } >>"$SUMMARY"
-  for coll in allreduce allgather; do
-    timeout 300 "$BUILD/bin/c4-perf" --device 1 -np 2 -C $coll -b 8 -e "${C4_GPU_PERF_MAX:-256M}" -f 4 -n 10 -w 2 2>&1 |
-      tee "$REPORT/c4-perf-$coll.txt" | grep -v "^#  Rank" | tee -a "$SUMMARY"
+  # The device zero-copy path (CUDA IPC, mapped per call and cached), and staged through host
+  # memory (C4_CUDA_IPC=0), in the same run.
+  for run in "allreduce ipc" "allreduce ipc-cached C4_CUDA_IPC_CACHE=16" "allreduce staged C4_CUDA_IPC=0" \
+    "allgather ipc"; do
+    read -r coll name envs <<<"$run"
+    echo "# $coll, $name ${envs:-}" | tee -a "$SUMMARY"
+    env ${envs:-} timeout 300 "$BUILD/bin/c4-perf" --device 1 -np 2 -C $coll -b 8 -e "${C4_GPU_PERF_MAX:-256M}" \
+      -f 4 -n 10 -w 2 2>&1 | tee "$REPORT/c4-perf-$coll-$name.txt" | grep -v "^#  Rank" | tee -a "$SUMMARY"
     [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
   done
   echo '```' >>"$SUMMARY"

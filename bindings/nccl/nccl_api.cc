@@ -387,9 +387,9 @@ void pncclResetDebugInit() try { c4::reloadLogConfig(); } catch (...) {
 ncclResult_t pncclMemAlloc(void** ptr, size_t size) try {
   C4_NCCL_CHECK(checkPtr("ncclMemAlloc", "ptr", ptr));
   if (size == 0) return fail(ncclInvalidArgument, "ncclMemAlloc: size is 0");
-  // Host-only build: page-aligned host memory that the ranks of a host can map (collectives on it
-  // run zero-copy, docs/shm-transport.md).
-  C4_NCCL_CHECK(fromStatus(c4::memAlloc(ptr, size)));
+  // Device memory where the process has a GPU (as NCCL's); elsewhere page-aligned host memory that
+  // the ranks of a host can map (collectives on it run zero-copy, docs/shm-transport.md).
+  C4_NCCL_CHECK(fromStatus(c4::memAllocPreferDevice(ptr, size)));
   return ncclSuccess;
 } catch (...) {
   return fromException(__func__);

@@ -66,7 +66,11 @@ C4_API int version();
 /// zero-copy path when all ranks share one host: each rank reads and writes the peers' buffers in
 /// place (docs/shm-transport.md, "Zero-copy path"). Usable like any other memory.
 C4_API Status memAlloc(void** ptr, size_t size);
-/// Frees what memAlloc returned (kInvalidArgument for anything else).
+/// ncclMemAlloc: in a process that has a GPU (and C4_CUDA is not 0), `size` bytes of device memory
+/// (cudaMalloc on the current GPU; collectives on it run on the device zero-copy path where all
+/// ranks share one host, docs/cuda.md); elsewhere memAlloc's shareable host memory.
+C4_API Status memAllocPreferDevice(void** ptr, size_t size);
+/// Frees what memAlloc or memAllocPreferDevice returned (kInvalidArgument for anything else).
 C4_API Status memFree(void* ptr);
 /// True if [ptr, ptr + size) lies inside one live memAlloc allocation of this process.
 C4_API bool memShareable(const void* ptr, size_t size);

@@ -12,6 +12,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "c4comm/c4comm.hpp"
@@ -255,7 +256,13 @@ Status stageDeviceCall(Comm* comm, const char* fn, OpDesc* op) {
   size_t bytes = 0, inOff = 0, outOff = 0;
   const bool inDev = in.bytes && ii.mem == gpu::Mem::kDevice, outDev = out.bytes && oi.mem == gpu::Mem::kDevice;
   const auto ib = reinterpret_cast<uintptr_t>(in.p), ob = reinterpret_cast<uintptr_t>(out.p);
-  if (inDev && outDev && ib < ob + out.bytes && ob < ib + in.bytes) {
+  const bool overlap = inDev && outDev && ib < ob + out.bytes && ob < ib + in.bytes;
+  // Where every rank is on this host, a call on device memory alone is deferred: the progress thread
+  // runs it on the device buffers themselves (CUDA IPC), or copies them to the staging itself if
+  // some rank cannot (gpu.hpp, "Deferred calls"; core/zerocopy.hpp). Groups are staged.
+  const bool defer =
+      tGroup.depth == 0 && (inDev || !in.bytes) && (outDev || !out.bytes) && comm->zeroCopy.mayDefer(*op, overlap);
+  if (overlap) {
     const uintptr_t base = std::min(ib, ob);
     inOff = ib - base;
     outOff = ob - base;
@@ -270,7 +277,12 @@ Status stageDeviceCall(Comm* comm, const char* fn, OpDesc* op) {
   if (inDev) copiesIn.push_back({const_cast<void*>(in.p), inOff, in.bytes});
   if (outDev) copiesOut.push_back({const_cast<void*>(out.p), outOff, out.bytes});
   void* host = nullptr;
-  C4_CHECK(comm->gpuGate->stageInputs(op->stream, bytes, copiesIn, copiesOut, &host, &op->staged));
+  C4_CHECK(comm->gpuGate->stageInputs(op->stream, bytes, copiesIn, copiesOut, &host, &op->staged, defer));
+  if (defer) {
+    op->deferred = true;
+    op->deviceSend = in.bytes ? in.p : nullptr;
+    op->deviceRecv = out.bytes ? const_cast<void*>(out.p) : nullptr;
+  }
   char* h = static_cast<char*>(host);
   if (inDev) op->sendbuff = h + inOff;
   if (outDev) op->recvbuff = h + outOff;
@@ -535,7 +547,36 @@ Status getDiagnoses(const Comm* comm, std::vector<Diagnosis>* out) {
 }
 
 Status memAlloc(void** ptr, size_t size) { return record(memAllocShared(ptr, size)); }
-Status memFree(void* ptr) { return record(memFreeShared(ptr)); }
+
+namespace {
+// memAllocPreferDevice's device allocations, so that memFree frees only those.
+std::mutex gDeviceAllocMu;
+std::unordered_set<void*>& deviceAllocs() {
+  static auto* s = new std::unordered_set<void*>;  // never destroyed: frees may run during exit
+  return *s;
+}
+}  // namespace
+
+Status memAllocPreferDevice(void** ptr, size_t size) {
+  if (gpu::deviceCount() == 0) return memAlloc(ptr, size);
+  if (!ptr) return record(makeError(Code::kInvalidArgument, "memAlloc: ptr is NULL"));
+  if (size == 0) return record(makeError(Code::kInvalidArgument, "memAlloc: size is 0"));
+  C4_CHECK(record(gpu::deviceAlloc(ptr, size)));
+  std::lock_guard<std::mutex> g(gDeviceAllocMu);
+  deviceAllocs().insert(*ptr);
+  return Status::ok();
+}
+
+Status memFree(void* ptr) {
+  if (ptr != nullptr && gpu::deviceCount() > 0) {
+    std::unique_lock<std::mutex> g(gDeviceAllocMu);
+    if (deviceAllocs().erase(ptr) > 0) {
+      g.unlock();
+      return record(gpu::deviceFree(ptr));
+    }
+  }
+  return record(memFreeShared(ptr));
+}
 bool memShareable(const void* ptr, size_t size) {
   MemRef ref;
   return memLookup(ptr, size, &ref);

@@ -478,7 +478,7 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   oneShot.init(this, localRanks, arenaT);
   std::vector<int32_t> pids;
   for (const RankInfo& p : peers) pids.push_back(p.pid);
-  C4_CHECK(zeroCopy.init(this, pids, timeoutMs, &oneShot, arenaT));
+  C4_CHECK(zeroCopy.init(this, pids, timeoutMs, &oneShot, arenaT, &gpuGate));
   const double tZeroCopy = msNow();
   shmTransport = localRanks > 1 ? arenaT : nullptr;
   p2pSendSeq.assign(static_cast<size_t>(n), 0);
@@ -806,11 +806,14 @@ Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
   p->collective = true;
   // A rank whose buffers are shareable offers the zero-copy path; the message plan below stays the
   // fallback in case a peer does not (ZeroCopy decides at start).
+  // A deferred call on device buffers that does not offer has its inputs staged by then.
   if (!viaArena) C4_CHECK(zeroCopy.offer(op, sig, &po.zeroCopyOffered));
+  if (viaArena) C4_CHECK(zeroCopy.stageLate(op));
   p->kind = tuner.choosePath(po);
   oneShot.announce(sig, p->kind == PathKind::kOneShot    ? CallMode::kOneShot
-                        : p->kind == PathKind::kZeroCopy ? CallMode::kZeroCopy
-                                                         : CallMode::kMessages);
+                        : p->kind != PathKind::kZeroCopy ? CallMode::kMessages
+                        : op.deferred                    ? CallMode::kZeroCopyDevice
+                                                         : CallMode::kZeroCopy);
   if (op.count == 0) {
     p->noop = true;
     p->path = nullptr;

@@ -49,11 +49,13 @@ struct OneShot::DataHdr {
 static_assert(sizeof(OneShot::DataHdr) == 48, "header then payload in the first line");
 constexpr size_t kPayloadOff = sizeof(OneShot::DataHdr);
 
-// Arena layout (offsets): done line, two announce lines, two zero-copy records, then two data slots.
+// Arena layout (offsets): done line, two announce lines, two zero-copy records, two device
+// zero-copy records, then two data slots.
 namespace {
 constexpr size_t kAnnounceOff = kLine;
 constexpr size_t kZeroCopyOff = 3 * kLine;
-constexpr size_t kDataOff = 5 * kLine;
+constexpr size_t kDeviceRecordOff = 5 * kLine;
+constexpr size_t kDataOff = kDeviceRecordOff + 2 * OneShot::kDeviceRecordBytes;
 }  // namespace
 
 void OneShot::init(ExecContext* ctx, int localRanks, transport::Transport* t) {
@@ -97,6 +99,10 @@ uint64_t* OneShot::doneOf(int rank) const { return reinterpret_cast<uint64_t*>(a
 
 char* OneShot::zeroCopyRecord(int rank, uint64_t seq) const {
   return arenas_[static_cast<size_t>(rank)] + kZeroCopyOff + (seq % 2) * kLine;
+}
+
+char* OneShot::deviceRecord(int rank, uint64_t seq) const {
+  return arenas_[static_cast<size_t>(rank)] + kDeviceRecordOff + (seq % 2) * kDeviceRecordBytes;
 }
 
 char* OneShot::zeroCopyState(int rank) const { return reinterpret_cast<char*>(doneOf(rank) + 1); }

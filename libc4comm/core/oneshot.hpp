@@ -36,11 +36,12 @@ namespace c4 {
 
 /// How a rank announced a call (OneShot::peerMode).
 enum class CallMode : uint32_t {
-  kNotYet = 0,    // the peer has not announced this call yet
-  kOneShot = 1,   // through the arena (small calls)
-  kMessages = 2,  // through the transports
-  kZeroCopy = 3,  // offers the zero-copy path (core/zerocopy.hpp), else through the transports
-  kPassed = 4,    // the peer is already past this call (so it did not wait for this rank)
+  kNotYet = 0,          // the peer has not announced this call yet
+  kOneShot = 1,         // through the arena (small calls)
+  kMessages = 2,        // through the transports
+  kZeroCopy = 3,        // offers the zero-copy path (core/zerocopy.hpp), else through the transports
+  kPassed = 4,          // the peer is already past this call (so it did not wait for this rank)
+  kZeroCopyDevice = 5,  // offers the zero-copy path on device buffers (CUDA IPC), else through the transports
 };
 
 /// Peer-liveness checks for a rank that polls shared memory for its peers, and a timeout for
@@ -78,6 +79,9 @@ class OneShot {
   /// The zero-copy record of `rank` for call seq (slot seq % 2; 64 bytes), and the 56 bytes of
   /// zero-copy state after its doneSeq.
   char* zeroCopyRecord(int rank, uint64_t seq) const;
+  /// Rank `rank`'s record of a call on device buffers (kDeviceRecordBytes).
+  char* deviceRecord(int rank, uint64_t seq) const;
+  static constexpr size_t kDeviceRecordBytes = 4 * 64;
   char* zeroCopyState(int rank) const;
   /// Starts a one-shot collective: `input` is what this rank publishes (already scaled for
   /// PreMulSum/Avg), `output` its recvbuff. `traceEvent` (null: not traced) is the call's op

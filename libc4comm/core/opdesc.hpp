@@ -26,6 +26,11 @@ struct OpDesc {
   /// A call on device buffers, staged (libc4comm/gpu/gpu.hpp): the buffers above are the pinned host
   /// staging, and the caller's stream waits for this ticket. No slot: an ordinary host call.
   gpu::StreamGate::Ticket staged{};
+  /// A deferred staged call (gpu.hpp): its device buffers (null where this rank uses none), which
+  /// the device zero-copy path reads and writes in place of the staging above.
+  bool deferred = false;
+  const void* deviceSend = nullptr;
+  void* deviceRecv = nullptr;
 };
 
 }  // namespace c4

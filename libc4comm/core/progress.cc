@@ -160,6 +160,13 @@ void ProgressEngine::run(Job& job) {
       items[0].comm = comm_;
       items[0].ops = std::move(job.ops);
       job.result = runGroupItems(items);
+      // Deferred calls that ran on their staging after all: their outputs back to the device
+      // before the tickets let the streams go on.
+      for (const gpu::StreamGate::Ticket& t : job.tickets) {
+        if (!job.result.isOk()) break;
+        Status st = comm_->gpuGate->finishDeferred(t);
+        if (!st.isOk()) job.result = comm_->fail(st);
+      }
       break;
     }
     case Job::Kind::kProbe:

@@ -12,6 +12,7 @@
 #include "common/params.hpp"
 #include "common/status.hpp"
 #include "core/comm.hpp"
+#include "gpu/gpu.hpp"
 
 namespace c4 {
 
@@ -101,6 +102,12 @@ Status Rma::registerWindow(Comm* c, void* buff, size_t size, Window** out) {
   for (int r = 0; r < c->nranks; ++r)
     if (!all[static_cast<size_t>(r)].ok) bad.push_back(r);
   if (!bad.empty()) {
+    if (!mine.ok && gpu::pointerInfo(buff).mem != gpu::Mem::kHost)
+      return makeError(
+          Code::kInvalidUsage,
+          "rank %d: window [%p, +%zu) is CUDA memory (%s); windows and one-sided calls work on host memory "
+          "from memAlloc only, not yet on device memory (docs/cuda.md)",
+          c->rank, buff, size, gpu::memName(gpu::pointerInfo(buff).mem));
     if (!mine.ok)
       return makeError(Code::kInvalidArgument,
                        "rank %d: window [%p, +%zu) does not lie in one buffer from memAlloc (ncclMemAlloc): the other "

@@ -15,6 +15,10 @@ C4_PARAM_INT(ZeroCopy, "C4_ZEROCOPY", nullptr, 1, 0, 1, kParamNone,
              "1 = collectives whose buffers all ranks of one host allocated with ncclMemAlloc / c4::memAlloc read "
              "and write the peers' buffers in place (the zero-copy path); 0 = never (0 on any rank turns the path off "
              "for the whole communicator)")
+C4_PARAM_INT(CudaIpc, "C4_CUDA_IPC", nullptr, 1, 0, 1, kParamNone,
+             "1 = collectives on device buffers (cudaMalloc memory) of ranks that all share one host run as kernels "
+             "reading and writing the peers' buffers through CUDA IPC; 0 = always staged through host memory (0 on "
+             "any rank stages the calls of every rank)")
 
 struct ZeroCopy::Record {
   uint64_t seq;  // written last (release)
@@ -29,8 +33,20 @@ struct ZeroCopy::State {
   uint64_t probeState;  // 0: not yet; kProbePublished: `probe` is valid; kProbeNone: no probe
   uint64_t capable;     // 0: not yet; kCapable: this rank mapped the next rank's probe; kIncapable
   MemRef probe;
+  uint64_t deviceOpened;  // (seq + 1) << 1 | 1 if this rank opened every peer's device buffers of call seq
 };
 static_assert(sizeof(ZeroCopy::State) <= 56, "fits after doneSeq");
+
+/// Where a rank's device buffers of one call lie (OneShot::deviceRecord).
+struct DeviceRecord {
+  uint64_t seq;    // written last (release)
+  int32_t device;  // the buffers' GPU
+  int32_t pad;
+  gpu::IpcRef send;
+  gpu::IpcRef recv;
+  uint64_t sendAddr, recvAddr;  // for ranks of the same process, which use them as they are
+};
+static_assert(sizeof(DeviceRecord) <= OneShot::kDeviceRecordBytes, "fits its arena slot");
 
 namespace {
 uint64_t loadAcq(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
@@ -88,8 +104,9 @@ ZeroCopy::~ZeroCopy() {
 }
 
 Status ZeroCopy::init(ExecContext* ctx, const std::vector<int32_t>& pids, int64_t timeoutMs, OneShot* os,
-                      transport::Transport* t) {
+                      transport::Transport* t, const std::unique_ptr<gpu::StreamGate>* gate) {
   ctx_ = ctx;
+  gate_ = gate;
   pids_ = pids;
   timeoutMs_ = timeoutMs;
   os_ = os;
@@ -101,6 +118,7 @@ Status ZeroCopy::init(ExecContext* ctx, const std::vector<int32_t>& pids, int64_
   enabled_ = true;
   in_.assign(static_cast<size_t>(nranks_), nullptr);
   out_.assign(static_cast<size_t>(nranks_), nullptr);
+  deviceUnreachable_.assign(static_cast<size_t>(nranks_), 0);
   seen_.assign(static_cast<size_t>(nranks_), 0);
 
   // Probe: can this rank map the next rank's memory? (Opening /proc/<pid>/fd/<fd> needs the same
@@ -156,8 +174,55 @@ Status ZeroCopy::awaitProbes() {
   return Status::ok();
 }
 
+bool ZeroCopy::mayDefer(const OpDesc& op, bool inPlace) const {
+  if (!enabled_ || paramCudaIpc() == 0 || op.count == 0) return false;
+  switch (op.coll) {
+    case Coll::kAllReduce:
+    case Coll::kReduceScatter:
+    case Coll::kReduce:
+      // Sum, product, min and max (Avg and PreMulSum scale, and the kernels run no scaling here).
+      return static_cast<int>(op.op) >= 0 && static_cast<int>(op.op) < static_cast<int>(RedOp::kAvg);
+    case Coll::kAllGather:
+    case Coll::kBroadcast:
+    case Coll::kGather:
+    case Coll::kScatter:
+      return true;
+    case Coll::kAlltoAll:
+      return !inPlace;
+    default:
+      return false;
+  }
+}
+
+Status ZeroCopy::stageLate(const OpDesc& op) {
+  if (!op.deferred) return Status::ok();
+  if (!gate_ || !*gate_)
+    return makeError(Code::kInternalError, "rank %d: a deferred device call without its gate", rank_);
+  return (*gate_)->copyInputsNow(op.staged);
+}
+
+Status ZeroCopy::offerDevice(const OpDesc& op, const OpSig& sig, bool* offered) {
+  const Bytes need = bytesOf(op, rank_, nranks_);
+  DeviceRecord rec{};
+  const bool ok = (!need.send || gpu::ipcExport(op.deviceSend, need.send, &rec.send)) &&
+                  (!need.recv || gpu::ipcExport(op.deviceRecv, need.recv, &rec.recv));
+  if (!ok) return stageLate(op);  // not CUDA IPC memory (VMM, managed): staged like any other call
+  auto* r = reinterpret_cast<DeviceRecord*>(os_->deviceRecord(rank_, sig.seq + 1));
+  storeRel(&r->seq, 0);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  r->device = (*gate_)->device();
+  r->send = rec.send;
+  r->recv = rec.recv;
+  r->sendAddr = reinterpret_cast<uintptr_t>(op.deviceSend);
+  r->recvAddr = reinterpret_cast<uintptr_t>(op.deviceRecv);
+  storeRel(&r->seq, sig.seq + 1);
+  *offered = true;
+  return Status::ok();
+}
+
 Status ZeroCopy::offer(const OpDesc& op, const OpSig& sig, bool* offered) {
   *offered = false;
+  if (op.deferred) return offerDevice(op, sig, offered);
   if (!enabled_ || op.count == 0 || !memUserAllocations()) return Status::ok();
   switch (op.coll) {
     case Coll::kAllReduce:
@@ -198,11 +263,14 @@ void ZeroCopy::start(const OpDesc& op, const OpSig& sig, kernels::KOp kop) {
   sig_ = sig;
   op_ = op;
   kop_ = kop;
+  device_ = op.deferred;
   std::fill(seen_.begin(), seen_.end(), 0);
   seen_[static_cast<size_t>(rank_)] = 1;
   const Bytes need = bytesOf(op, rank_, nranks_);
-  in_[static_cast<size_t>(rank_)] = need.send ? static_cast<const char*>(op.sendbuff) : nullptr;
-  out_[static_cast<size_t>(rank_)] = need.recv ? static_cast<char*>(op.recvbuff) : nullptr;
+  const void* send = device_ ? op.deviceSend : op.sendbuff;
+  void* recv = device_ ? op.deviceRecv : op.recvbuff;
+  in_[static_cast<size_t>(rank_)] = need.send ? static_cast<const char*>(send) : nullptr;
+  out_[static_cast<size_t>(rank_)] = need.recv ? static_cast<char*>(recv) : nullptr;
   phase_ = Phase::kDecide;
   watch_.reset();
 }
@@ -215,7 +283,7 @@ Status ZeroCopy::decide(bool* decided, bool* fallback) {
     C4_CHECK(os_->peerMode(r, sig_, &mode));
     waitingFor_ = r;
     if (mode == CallMode::kNotYet) return watch_.check(rank_, 0, t_, r, sig_);
-    if (mode != CallMode::kZeroCopy) {
+    if (mode != (device_ ? CallMode::kZeroCopyDevice : CallMode::kZeroCopy)) {
       // This peer runs the call through messages (or already did, without waiting for us).
       *decided = *fallback = true;
       return Status::ok();
@@ -255,16 +323,42 @@ Status ZeroCopy::poll(bool* done, bool* fallback) {
     C4_CHECK(decide(&decided, fallback));
     if (!decided) return Status::ok();
     if (*fallback) {
+      if (device_) C4_CHECK(stageLate(op_));
       phase_ = Phase::kDone;
       progressed_ = true;
       return Status::ok();
     }
-    C4_CHECK(resolvePeers());
-    compute();
-    storeRel(&stateOf(rank_)->seq, sig_.seq + 1);
-    phase_ = Phase::kWaitPeers;
     progressed_ = true;
     watch_.reset();
+    if (device_) {
+      bool opened = false;
+      resolveDevicePeers(&opened);
+      storeRel(&stateOf(rank_)->deviceOpened, ((sig_.seq + 1) << 1) | (opened ? 1 : 0));
+      phase_ = Phase::kAgreeDevice;
+    } else {
+      C4_CHECK(resolvePeers());
+      compute();
+      storeRel(&stateOf(rank_)->seq, sig_.seq + 1);
+      phase_ = Phase::kWaitPeers;
+    }
+  }
+  if (phase_ == Phase::kAgreeDevice) {
+    bool decided = false, allOpened = false;
+    C4_CHECK(agreeDevice(&decided, &allOpened));
+    if (!decided) return Status::ok();
+    progressed_ = true;
+    watch_.reset();
+    if (!allOpened) {
+      // Some rank cannot reach a peer's GPU memory: every rank runs the call on its staging.
+      (*gate_)->ipcTrim();
+      C4_CHECK(stageLate(op_));
+      phase_ = Phase::kDone;
+      *fallback = true;
+      return Status::ok();
+    }
+    C4_CHECK(computeDevice());
+    storeRel(&stateOf(rank_)->seq, sig_.seq + 1);
+    phase_ = Phase::kWaitPeers;
   }
   if (phase_ == Phase::kWaitPeers) {
     // Every rank has written its share into our output and read what it needed of our input.
@@ -282,8 +376,9 @@ Status ZeroCopy::poll(bool* done, bool* fallback) {
 
 std::string ZeroCopy::waitingOn() const {
   if (waitingFor_ < 0) return "ranks of the zero-copy path";
-  return strFormat(phase_ == Phase::kDecide ? "rank %d (to announce the call, zero-copy path)"
-                                            : "rank %d (to finish its share, zero-copy path)",
+  return strFormat(phase_ == Phase::kDecide        ? "rank %d (to announce the call, zero-copy path)"
+                   : phase_ == Phase::kAgreeDevice ? "rank %d (to open its peers' device buffers, zero-copy path)"
+                                                   : "rank %d (to finish its share, zero-copy path)",
                    waitingFor_);
 }
 
@@ -407,6 +502,82 @@ void ZeroCopy::compute() {
     default:
       return;
   }
+}
+
+// ---- device buffers ----
+
+void ZeroCopy::resolveDevicePeers(bool* ok) {
+  *ok = false;
+  const uint64_t seq = sig_.seq + 1;
+  for (int r = 0; r < nranks_; ++r) {
+    if (r == rank_) continue;
+    auto* rec = reinterpret_cast<const DeviceRecord*>(os_->deviceRecord(r, seq));
+    if (loadAcq(&rec->seq) != seq) {
+      C4_WARN(kLogColl, "rank %d: rank %d offered %s on device buffers without its record; the call is staged", rank_,
+              r, describeSig(sig_).c_str());
+      return;
+    }
+    const Bytes need = bytesOf(op_, r, nranks_);
+    if (deviceUnreachable_[static_cast<size_t>(r)]) return;  // said once (below)
+    char* p = nullptr;
+    Status st;
+    if (pids_[static_cast<size_t>(r)] == pids_[static_cast<size_t>(rank_)]) {
+      // A rank of this process: its buffers are addresses here already.
+      st = (*gate_)->peerAccess(rec->device);
+      in_[static_cast<size_t>(r)] = need.send ? reinterpret_cast<const char*>(rec->sendAddr) : nullptr;
+      out_[static_cast<size_t>(r)] = need.recv ? reinterpret_cast<char*>(rec->recvAddr) : nullptr;
+    } else {
+      if (need.send) st = (*gate_)->ipcOpen(r, rec->send, need.send, &p);
+      in_[static_cast<size_t>(r)] = need.send ? p : nullptr;
+      p = nullptr;
+      if (st.isOk() && need.recv) st = (*gate_)->ipcOpen(r, rec->recv, need.recv, &p);
+      out_[static_cast<size_t>(r)] = need.recv ? p : nullptr;
+    }
+    if (!st.isOk()) {
+      // Not again for this peer: every later call on device buffers is staged at once.
+      deviceUnreachable_[static_cast<size_t>(r)] = 1;
+      C4_WARN(kLogColl, "rank %d: %s; calls on device buffers with rank %d are staged through host memory", rank_,
+              st.message().c_str(), r);
+      return;
+    }
+  }
+  *ok = true;
+}
+
+Status ZeroCopy::agreeDevice(bool* decided, bool* allOk) {
+  *decided = false;
+  *allOk = true;
+  const uint64_t seq = sig_.seq + 1;
+  for (int r = 0; r < nranks_; ++r) {
+    const uint64_t v = loadAcq(&stateOf(r)->deviceOpened);
+    if ((v >> 1) < seq) {
+      waitingFor_ = r;
+      return watch_.check(rank_, 0, t_, r, sig_);
+    }
+    // No rank gets to a later call before every rank has read this one's (its decide waits for
+    // our announcement of the next call).
+    if ((v >> 1) == seq && (v & 1) == 0) *allOk = false;
+  }
+  *decided = true;
+  return Status::ok();
+}
+
+Status ZeroCopy::computeDevice() {
+  gpu::DeviceWork w;
+  w.coll = static_cast<int>(op_.coll);
+  w.dtype = static_cast<int>(op_.dtype);
+  w.op = static_cast<int>(kop_);
+  w.count = op_.count;
+  w.root = op_.root;
+  w.rank = rank_;
+  w.nranks = nranks_;
+  if (op_.coll == Coll::kAllReduce || op_.coll == Coll::kReduce)
+    sliceOf(rank_, nranks_, op_.count, dataTypeSize(op_.dtype), &w.sliceBegin, &w.sliceEnd);
+  w.in = in_.data();
+  w.out = out_.data();
+  Status st = (*gate_)->runZeroCopy(w);
+  (*gate_)->ipcTrim();
+  return st;
 }
 
 }  // namespace c4

@@ -12,9 +12,17 @@
 // (AllReduce: one slice of the vector, reduced from every input and written to every output),
 // publishes zeroCopySeq, and returns once every peer has: after that nobody reads or writes its
 // buffers. See docs/shm-transport.md, "Zero-copy path".
+//
+// Device buffers (docs/cuda.md, "CUDA IPC"): a deferred call (gpu.hpp) offers its CUDA IPC handles
+// instead (CallMode::kZeroCopyDevice, its record in OneShot::deviceRecord). Once every rank offered,
+// each opens its peers' buffers and publishes whether it could; only if all could does the call
+// run, as kernels of each rank's share (StreamGate::runZeroCopy), else every rank copies its inputs
+// to its staging and runs the message path. A deferred call that is not offered, or falls back,
+// has its inputs copied to staging before anything reads them.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "c4comm/status.hpp"
@@ -22,6 +30,7 @@
 #include "core/memory.hpp"
 #include "core/oneshot.hpp"
 #include "core/opdesc.hpp"
+#include "gpu/gpu.hpp"
 #include "kernels/host/reduce.hpp"
 
 namespace c4 {
@@ -32,9 +41,14 @@ class ZeroCopy {
   /// next rank's, maps it and publishes whether that worked (no collective: each rank waits only
   /// for its neighbour, which publishes before it waits). Otherwise a no-op.
   Status init(ExecContext* ctx, const std::vector<int32_t>& pids, int64_t timeoutMs, OneShot* oneShot,
-              transport::Transport* t);
+              transport::Transport* t, const std::unique_ptr<gpu::StreamGate>* gate);
   ~ZeroCopy();
   bool enabled() const { return enabled_; }
+  /// Whether a call on device buffers may be deferred (gpu.hpp) to offer the device zero-copy path:
+  /// every rank is on this host, C4_CUDA_IPC=1, and the path has a form for the call (not
+  /// Send/Recv, Avg or PreMulSum, in-place AlltoAll). Depends on this rank's settings only: the
+  /// offer decides with the peers.
+  bool mayDefer(const OpDesc& op, bool inPlace) const;
 
   /// At prepare: *offered if this rank offers call `sig` (its buffers for `op` are shareable, the
   /// op runs here, and every rank can map its neighbour's memory: the first such call waits for
@@ -42,7 +56,11 @@ class ZeroCopy {
   Status offer(const OpDesc& op, const OpSig& sig, bool* offered);
   /// Starts an offered call. `kop`: the reduction (Avg only on integers, divided afterwards).
   void start(const OpDesc& op, const OpSig& sig, kernels::KOp kop);
-  /// Advances. *fallback: a peer did not offer, run the call on the message path instead.
+  /// A deferred call (gpu.hpp) that will not run on the device zero-copy path (not offered, or on
+  /// the one-shot path): its inputs go to its staging now, before anything reads them. Others: no-op.
+  Status stageLate(const OpDesc& op);
+  /// Advances. *fallback: a peer did not offer, run the call on the message path instead (a
+  /// deferred call's inputs are in its staging by then).
   Status poll(bool* done, bool* fallback);
   bool madeProgress() const { return progressed_; }
   /// Whom the running call waits for (the watchdog's error).
@@ -62,19 +80,29 @@ class ZeroCopy {
   Status decide(bool* decided, bool* fallback);
   Status resolvePeers();
   void compute();
+  // Device buffers.
+  Status offerDevice(const OpDesc& op, const OpSig& sig, bool* offered);
+  /// Opens the peers' device buffers; *ok false where one cannot be (nothing fails: the ranks agree
+  /// to fall back).
+  void resolveDevicePeers(bool* ok);
+  /// Whether every rank could open its peers' buffers (*decided false while some has not said).
+  Status agreeDevice(bool* decided, bool* allOk);
+  Status computeDevice();
 
   ExecContext* ctx_ = nullptr;
   std::vector<int32_t> pids_;
   int64_t timeoutMs_ = 0;  // for the blocking waits of the probe (not the calls: the watchdog)
   OneShot* os_ = nullptr;
   transport::Transport* t_ = nullptr;
+  const std::unique_ptr<gpu::StreamGate>* gate_ = nullptr;
   bool enabled_ = false;
   int allCapable_ = -1;  // -1 not known yet, 0 some rank cannot map its neighbour, 1 all can
   void* probePage_ = nullptr;
   int rank_ = 0, nranks_ = 1;
   PeerMappings maps_;
 
-  enum class Phase { kDecide, kWaitPeers, kDone };
+  enum class Phase { kDecide, kAgreeDevice, kWaitPeers, kDone };
+  bool device_ = false;  // the running call is on device buffers
   Phase phase_ = Phase::kDone;
   OpSig sig_;
   OpDesc op_;  // the running call
@@ -82,6 +110,7 @@ class ZeroCopy {
   std::vector<const char*> in_;  // every rank's input, in this address space (null: unused)
   std::vector<char*> out_;       // every rank's output
   std::vector<uint8_t> seen_;
+  std::vector<uint8_t> deviceUnreachable_;  // peers whose device buffers this rank could not open
   bool progressed_ = false;
   int waitingFor_ = -1;
   IdleWatch watch_;

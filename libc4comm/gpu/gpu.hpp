@@ -18,6 +18,12 @@
 // sit behind another call's wait. Tickets complete in order (one progress thread per
 // communicator); a ticket is completed whatever happens to its call (failure, abort), so no stream
 // waits forever.
+//
+// Deferred calls (docs/cuda.md, "CUDA IPC"): where every rank of a communicator is on this host, a
+// call on device buffers enqueues no copies at step 1, only "inputs ready"; the progress thread runs
+// it on the device buffers themselves (each rank's kernels reading and writing the peers' buffers,
+// mapped with CUDA IPC: runZeroCopy), or, where some rank cannot, copies the inputs into the staging
+// slot itself (copyInputsNow) and the outputs back before the ticket completes (finishDeferred).
 #pragma once
 
 #include <cstddef>
@@ -55,6 +61,39 @@ int currentDevice();
 /// not create a CUDA context.
 PtrInfo pointerInfo(const void* p);
 
+/// Device memory from cudaMalloc on the calling thread's current GPU (ncclMemAlloc in a process
+/// with a GPU), and its release. kInvalidUsage without GPUs.
+Status deviceAlloc(void** p, size_t bytes);
+Status deviceFree(void* p);
+
+/// A device buffer as another process of this host opens it with CUDA IPC. Plain data (it travels
+/// through the host's shared arenas).
+struct IpcRef {
+  uint64_t id = 0;                ///< the allocation's id in its process (CUDA's buffer id, never reused); 0: none
+  uint64_t off = 0;               ///< the buffer's offset in its allocation
+  unsigned char handle[64] = {};  ///< cudaIpcMemHandle_t of the allocation
+};
+static_assert(sizeof(IpcRef) == 80, "IpcRef is plain data of a fixed size");
+
+/// Whether [p, p + len) lies in one device allocation that CUDA IPC can share (cudaMalloc memory;
+/// not managed, pinned host or cuMem/VMM memory); fills *ref. The allocation's handle is made once
+/// and cached by its id.
+bool ipcExport(const void* p, size_t len, IpcRef* ref);
+
+/// One call of the device zero-copy path as this rank runs its share of it (StreamGate::runZeroCopy):
+/// every rank's buffers mapped into this process (null: not used by that rank).
+struct DeviceWork {
+  int coll = 0;   ///< c4::Coll (AllReduce, ReduceScatter, Reduce, AllGather, Broadcast, AlltoAll out of
+                  ///< place, Gather, Scatter)
+  int dtype = 0;  ///< c4::DataType
+  int op = 0;     ///< kernels::KOp (sum, prod, min, max)
+  size_t count = 0;
+  int root = 0, rank = 0, nranks = 1;
+  size_t sliceBegin = 0, sliceEnd = 0;  ///< this rank's elements of an AllReduce or Reduce
+  const char* const* in = nullptr;      ///< nranks entries
+  char* const* out = nullptr;           ///< nranks entries
+};
+
 /// One communicator's staged, stream-ordered calls (see the top of this file). Thread use: stage*()
 /// and cancel() on the calling thread; inputsReady() and complete() on the progress thread (complete() also on
 /// failure paths); the destructor after the progress thread stopped.
@@ -88,12 +127,13 @@ class StreamGate {
 
   /// Step 1 of a call on `stream` (a cudaStream_t): reserves `bytes` of pinned host memory (*host),
   /// enqueues the `in` copies (device to staging) and "inputs ready", and keeps `out` for step 2.
-  /// *pending names the slot (seq 0). On error nothing is reserved.
+  /// `deferred`: the copies are kept, not enqueued (see the top of this file). *pending names the
+  /// slot (seq 0). On error nothing is reserved.
   Status stageInputs(void* stream, size_t bytes, const std::vector<Copy>& in, const std::vector<Copy>& out, void** host,
-                     Ticket* pending);
-  /// Step 2: enqueues the wait for a new ticket, the `out` copies (staging to device) and "slot free"
-  /// on the stream of step 1; *pending becomes the ticket. Once its seq is set the ticket must be
-  /// completed, even when this returns an error.
+                     Ticket* pending, bool deferred = false);
+  /// Step 2: enqueues the wait for a new ticket, the `out` copies (staging to device; none for a
+  /// deferred call) and "slot free" on the stream of step 1; *pending becomes the ticket. Once its
+  /// seq is set the ticket must be completed, even when this returns an error.
   Status stageOutputs(Ticket* pending);
   /// Gives back a slot whose call will not run (step 1 done, step 2 not): nothing waits for it.
   void cancel(const Ticket& pending);
@@ -101,6 +141,30 @@ class StreamGate {
   Status inputsReady(const Ticket& t, bool* ready);
   /// The ticket's call is over (done or failed): its stream goes on. Idempotent; any thread.
   void complete(const Ticket& t);
+
+  // The progress thread's side of deferred calls (after inputsReady said ready).
+  /// Whether the ticket's call is deferred.
+  bool deferred(const Ticket& t) const;
+  /// Copies a deferred call's inputs into its staging slot now (it runs on the host path after all),
+  /// so that finishDeferred copies its outputs back. Waits for the copies.
+  Status copyInputsNow(const Ticket& t);
+  /// Before a deferred call's ticket completes, after the call succeeded: copies its outputs back
+  /// from the staging slot if copyInputsNow ran. Waits for the copies.
+  Status finishDeferred(const Ticket& t);
+  /// The address in this process of [ref.off, ref.off + len) of rank `peer`'s allocation, mapped
+  /// with CUDA IPC (or found mapped) until ipcTrim. Fails where the allocation cannot be opened
+  /// here (another GPU without peer access, for one).
+  Status ipcOpen(int peer, const IpcRef& ref, size_t len, char** out);
+  /// Lets this gate's GPU reach GPU `device`'s memory (a rank of the same process there):
+  /// cudaDeviceEnablePeerAccess where it is another GPU; fails where they cannot.
+  Status peerAccess(int device);
+  /// After a call's kernels are done (or it did not run them): closes the mappings beyond the
+  /// C4_CUDA_IPC_CACHE most recently used (all of them by default; CUDA forbids freeing an exported
+  /// allocation that another process still has open).
+  void ipcTrim();
+  /// This rank's share of a device zero-copy call (kernels on the gate's own stream), waited for:
+  /// once it returns, this rank reads and writes no buffer of the call any more.
+  Status runZeroCopy(const DeviceWork& w);
   /// Whether `stream` is being captured into a CUDA graph (a staged call cannot be: its host side
   /// runs once, at the call, while a graph's wait would pass on every replay without it).
   static bool capturing(void* stream);

@@ -8,10 +8,12 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "common/logging.hpp"
 #include "common/params.hpp"
 #include "common/status.hpp"
+#include "gpu/gate_impl.hpp"
 #include "gpu/gpu.hpp"
 #include "kernels/cuda/cuda_kernels.hpp"
 
@@ -28,16 +30,7 @@ C4_PARAM_INT(CudaStagingMin, "C4_CUDA_STAGING_MIN", nullptr, 1 << 20, 4096, INT6
 }  // namespace c4
 
 namespace c4::gpu {
-namespace {
-
-using PointerGetAttributesFn = CUresult (*)(unsigned, CUpointer_attribute*, void**, CUdeviceptr);
-using StreamWaitValue32Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
-
-struct Driver {
-  int devices = 0;
-  PointerGetAttributesFn pointerGetAttributes = nullptr;
-  StreamWaitValue32Fn streamWaitValue32 = nullptr;
-};
+namespace detail {
 
 void* entryPoint(const char* name) {
   void* fn = nullptr;
@@ -70,64 +63,9 @@ const Driver& driver() {
   return d;
 }
 
-Status cudaFailed(cudaError_t e, const char* what) {
-  (void)cudaGetLastError();
-  return makeError(Code::kUnhandledCudaError, "CUDA: %s failed: %s (%s)", what, cudaGetErrorString(e),
-                   cudaGetErrorName(e));
-}
+}  // namespace detail
 
-#define C4_CUDA_TRY(expr)                                \
-  do {                                                   \
-    const cudaError_t e_ = (expr);                       \
-    if (e_ != cudaSuccess) return cudaFailed(e_, #expr); \
-  } while (0)
-
-/// Makes `device` current for a scope, as NCCL does for its calls, and restores the caller's.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    if (cudaGetDevice(&prev_) != cudaSuccess) {
-      (void)cudaGetLastError();
-      prev_ = -1;
-    }
-    if (prev_ != device) {
-      ok_ = cudaSetDevice(device) == cudaSuccess;
-      if (!ok_) (void)cudaGetLastError();
-      changed_ = ok_ && prev_ >= 0;
-    }
-  }
-  ~DeviceScope() {
-    if (changed_) (void)cudaSetDevice(prev_);
-  }
-  bool ok() const { return ok_; }
-
- private:
-  int prev_ = -1;
-  bool ok_ = true;
-  bool changed_ = false;
-};
-
-/// Relaxed stream-capture mode for this thread while the scope lasts: a CUDA graph captured in
-/// global mode on some stream of the process must not make our own, unrelated calls (allocation,
-/// event queries) fail. NCCL does the same.
-class RelaxedCapture {
- public:
-  RelaxedCapture() {
-    if (cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) {
-      (void)cudaGetLastError();
-      ok_ = false;
-    }
-  }
-  ~RelaxedCapture() {
-    if (ok_) (void)cudaThreadExchangeStreamCaptureMode(&mode_);
-  }
-
- private:
-  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
-  bool ok_ = true;
-};
-
-}  // namespace
+using namespace detail;
 
 const char* memName(Mem m) { return m == Mem::kDevice ? "device" : m == Mem::kPinned ? "pinned host" : "host"; }
 bool built() { return true; }
@@ -180,39 +118,6 @@ PtrInfo pointerInfo(const void* p) {
 }
 
 // ---- StreamGate ----
-
-namespace {
-
-struct Slot {
-  void* host = nullptr;
-  size_t capacity = 0;
-  bool registered = false;  // from the gate's allocator, registered with cudaHostRegister
-  cudaEvent_t inputsReady = nullptr;
-  cudaEvent_t free = nullptr;
-  bool reserved = false;              // between stageInputs and stageOutputs (or cancel)
-  bool used = false;                  // "free" was recorded: reusable once it has completed
-  cudaStream_t stream = nullptr;      // of the call holding it
-  std::vector<StreamGate::Copy> out;  // its step 2's copies
-};
-
-}  // namespace
-
-struct StreamGate::Impl {
-  int device = 0;
-  volatile uint32_t* counter = nullptr;  // pinned, mapped: the progress thread writes, streams read
-  uint32_t* counterDevice = nullptr;     // its device address
-  bool memop = false;
-  StreamGate::HostAllocator alloc;  // staging from the caller (registered), or cudaHostAlloc
-  bool allocWorks = true;           // false once registering the caller's memory failed
-  uint32_t issued = 0;              // the last ticket handed out (the calling thread's)
-  std::mutex mu;                    // slots: stage*() on the calling thread against the destructor
-  std::vector<std::unique_ptr<Slot>> slots;
-
-  Status acquire(size_t bytes, Slot** out);
-  Status allocHost(Slot* s, size_t cap);
-  void freeHost(Slot* s);
-  Status enqueueWait(cudaStream_t s, uint32_t seq);
-};
 
 Status StreamGate::Impl::acquire(size_t bytes, Slot** out) {
   Slot* reuse = nullptr;
@@ -337,6 +242,7 @@ StreamGate::~StreamGate() {
   // before their staging memory goes.
   __atomic_store_n(const_cast<uint32_t*>(impl_->counter), impl_->issued, __ATOMIC_RELEASE);
   DeviceScope scope(device_);
+  impl_->releaseWork();
   std::lock_guard<std::mutex> g(impl_->mu);
   for (auto& s : impl_->slots) {
     if (s->reserved) (void)cudaEventSynchronize(s->inputsReady);
@@ -361,7 +267,7 @@ bool StreamGate::capturing(void* stream) {
 const char* StreamGate::waitKind() const { return impl_->memop ? "memop" : "kernel"; }
 
 Status StreamGate::stageInputs(void* stream, size_t bytes, const std::vector<Copy>& in, const std::vector<Copy>& out,
-                               void** host, Ticket* pending) {
+                               void** host, Ticket* pending, bool deferred) {
   RelaxedCapture relaxed;
   DeviceScope scope(device_);
   if (!scope.ok()) return makeError(Code::kUnhandledCudaError, "CUDA: cannot make GPU %d current", device_);
@@ -370,11 +276,15 @@ Status StreamGate::stageInputs(void* stream, size_t bytes, const std::vector<Cop
   C4_CHECK(impl_->acquire(bytes, &slot));
   const auto s = static_cast<cudaStream_t>(stream);
   char* base = static_cast<char*>(slot->host);
-  for (const Copy& c : in)
-    if (c.bytes) C4_CUDA_TRY(cudaMemcpyAsync(base + c.offset, c.device, c.bytes, cudaMemcpyDeviceToHost, s));
+  if (!deferred)
+    for (const Copy& c : in)
+      if (c.bytes) C4_CUDA_TRY(cudaMemcpyAsync(base + c.offset, c.device, c.bytes, cudaMemcpyDeviceToHost, s));
   C4_CUDA_TRY(cudaEventRecord(slot->inputsReady, s));
   slot->reserved = true;
   slot->stream = s;
+  slot->deferred = deferred;
+  slot->copiedIn = false;
+  if (deferred) slot->in = in;
   slot->out = out;
   *host = slot->host;
   pending->slot = slot;
@@ -398,7 +308,7 @@ Status StreamGate::stageOutputs(Ticket* pending) {
   slot->used = true;
   char* base = static_cast<char*>(slot->host);
   for (const Copy& c : slot->out) {
-    if (!c.bytes) continue;
+    if (!c.bytes || slot->deferred) continue;
     const cudaError_t e = cudaMemcpyAsync(c.device, base + c.offset, c.bytes, cudaMemcpyHostToDevice, slot->stream);
     if (e != cudaSuccess && st.isOk()) st = cudaFailed(e, "cudaMemcpyAsync(staging to device)");
   }
@@ -439,6 +349,73 @@ void StreamGate::complete(const Ticket& t) {
   while (static_cast<int32_t>(cur - t.seq) < 0 &&
          !__atomic_compare_exchange_n(counter, &cur, t.seq, false, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {
   }
+}
+
+// ---- deferred calls: the progress thread's copies ----
+
+Status StreamGate::Impl::workStream(cudaStream_t* s) {
+  if (work == nullptr) {
+    // The progress thread's current device must be the gate's (inputsReady set it, but say so).
+    C4_CUDA_TRY(cudaSetDevice(device));
+    C4_CUDA_TRY(cudaStreamCreateWithFlags(&work, cudaStreamNonBlocking));
+    C4_CUDA_TRY(cudaEventCreateWithFlags(&workDone, cudaEventDisableTiming));
+  }
+  *s = work;
+  return Status::ok();
+}
+
+Status StreamGate::Impl::drainWork(const char* what) {
+  C4_CUDA_TRY(cudaEventRecord(workDone, work));
+  // Poll rather than block in the driver: another rank's progress thread may share this core.
+  for (int i = 0;; ++i) {
+    const cudaError_t q = cudaEventQuery(workDone);
+    if (q == cudaSuccess) return Status::ok();
+    if (q != cudaErrorNotReady) return cudaFailed(q, what);
+    if (i > 64) std::this_thread::yield();
+  }
+}
+
+void StreamGate::Impl::releaseWork() {
+  if (work == nullptr) return;
+  (void)cudaStreamSynchronize(work);
+  for (const detail::IpcMap& m : maps) (void)cudaIpcCloseMemHandle(m.base);
+  maps.clear();
+  if (temp != nullptr) (void)cudaFree(temp);
+  temp = nullptr;
+  tempBytes = 0;
+  (void)cudaEventDestroy(workDone);
+  (void)cudaStreamDestroy(work);
+  work = nullptr;
+  (void)cudaGetLastError();
+}
+
+bool StreamGate::deferred(const Ticket& t) const {
+  return t.slot != nullptr && static_cast<const Slot*>(t.slot)->deferred;
+}
+
+Status StreamGate::copyInputsNow(const Ticket& t) {
+  RelaxedCapture relaxed;
+  auto* slot = static_cast<Slot*>(t.slot);
+  if (!slot->deferred || slot->copiedIn) return Status::ok();
+  cudaStream_t s = nullptr;
+  C4_CHECK(impl_->workStream(&s));
+  char* base = static_cast<char*>(slot->host);
+  for (const Copy& c : slot->in)
+    if (c.bytes) C4_CUDA_TRY(cudaMemcpyAsync(base + c.offset, c.device, c.bytes, cudaMemcpyDeviceToHost, s));
+  slot->copiedIn = true;
+  return impl_->drainWork("copying a call's inputs to the host (cudaMemcpyAsync)");
+}
+
+Status StreamGate::finishDeferred(const Ticket& t) {
+  RelaxedCapture relaxed;
+  auto* slot = static_cast<Slot*>(t.slot);
+  if (!slot->deferred || !slot->copiedIn) return Status::ok();
+  cudaStream_t s = nullptr;
+  C4_CHECK(impl_->workStream(&s));
+  char* base = static_cast<char*>(slot->host);
+  for (const Copy& c : slot->out)
+    if (c.bytes) C4_CUDA_TRY(cudaMemcpyAsync(c.device, base + c.offset, c.bytes, cudaMemcpyHostToDevice, s));
+  return impl_->drainWork("copying a call's outputs to the device (cudaMemcpyAsync)");
 }
 
 }  // namespace c4::gpu

@@ -11,6 +11,13 @@ bool built() { return false; }
 int deviceCount() { return 0; }
 int currentDevice() { return -1; }
 PtrInfo pointerInfo(const void*) { return PtrInfo{}; }
+Status deviceAlloc(void**, size_t) {
+  return makeError(Code::kInvalidUsage, "this c4comm was built without CUDA: no device memory");
+}
+Status deviceFree(void*) {
+  return makeError(Code::kInvalidUsage, "this c4comm was built without CUDA: no device memory");
+}
+bool ipcExport(const void*, size_t, IpcRef*) { return false; }
 
 StreamGate::StreamGate(int device, std::unique_ptr<Impl> impl) : device_(device), impl_(std::move(impl)) {}
 StreamGate::~StreamGate() = default;
@@ -18,7 +25,8 @@ StreamGate::~StreamGate() = default;
 Status StreamGate::create(int, const HostAllocator&, std::unique_ptr<StreamGate>*) {
   return makeError(Code::kInvalidUsage, "this c4comm was built without CUDA: device buffers are not supported");
 }
-Status StreamGate::stageInputs(void*, size_t, const std::vector<Copy>&, const std::vector<Copy>&, void**, Ticket*) {
+Status StreamGate::stageInputs(void*, size_t, const std::vector<Copy>&, const std::vector<Copy>&, void**, Ticket*,
+                               bool) {
   return makeError(Code::kInvalidUsage, "this c4comm was built without CUDA");
 }
 Status StreamGate::stageOutputs(Ticket*) {
@@ -30,6 +38,19 @@ Status StreamGate::inputsReady(const Ticket&, bool* ready) {
   return Status::ok();
 }
 void StreamGate::complete(const Ticket&) {}
+bool StreamGate::deferred(const Ticket&) const { return false; }
+Status StreamGate::copyInputsNow(const Ticket&) {
+  return makeError(Code::kInvalidUsage, "this c4comm was built without CUDA");
+}
+Status StreamGate::finishDeferred(const Ticket&) { return Status::ok(); }
+Status StreamGate::ipcOpen(int, const IpcRef&, size_t, char**) {
+  return makeError(Code::kInvalidUsage, "this c4comm was built without CUDA");
+}
+Status StreamGate::peerAccess(int) { return makeError(Code::kInvalidUsage, "this c4comm was built without CUDA"); }
+void StreamGate::ipcTrim() {}
+Status StreamGate::runZeroCopy(const DeviceWork&) {
+  return makeError(Code::kInvalidUsage, "this c4comm was built without CUDA");
+}
 bool StreamGate::capturing(void*) { return false; }
 const char* StreamGate::waitKind() const { return "none"; }
 

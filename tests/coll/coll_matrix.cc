@@ -62,6 +62,15 @@ bool zeroCopyCall(Coll c, DataType dt, RedOp op, size_t count) {
   }
 }
 
+// The device zero-copy path's calls (core/zerocopy.cc, ZeroCopy::mayDefer).
+bool deviceZeroCopyCall(Coll c, RedOp op, size_t count, bool inPlace) {
+  if (count == 0) return false;
+  if (c == Coll::kAlltoAll) return !inPlace;
+  if (c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce)
+    return static_cast<int>(op) < static_cast<int>(RedOp::kAvg);
+  return zeroCopyCall(c, c4::DataType::kFloat32, op, count);
+}
+
 bool reduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce; }
 }  // namespace
 
@@ -263,6 +272,7 @@ bool MatrixRunner::runCase(Coll coll, DataType dt, RedOp op, size_t count, bool 
     return false;
   }
   if (opt_.shareable == 1 && n_ > 1 && zeroCopyCall(coll, dt, op, count)) ++zeroCopyExpected_;
+  if (opt_.device && opt_.deviceZeroCopy && n_ > 1 && deviceZeroCopyCall(coll, op, count, inPlace)) ++zeroCopyExpected_;
   int before = failCount_;
   if (!in.guardsIntact() || !out.guardsIntact()) fail(name + ": wrote outside its buffers");
   if (!inPlace && in.bytes && memcmp(in.data(), inCopy.data(), in.bytes) != 0)

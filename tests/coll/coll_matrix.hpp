@@ -217,6 +217,9 @@ struct MatrixOptions {
   bool checkZeroCopy = false;
   /// Device buffers and the mirror's stream for every call (null: host buffers).
   DeviceMirror* device = nullptr;
+  /// With device buffers: every call that has a device zero-copy form (CUDA IPC; not Avg,
+  /// PreMulSum or in-place AlltoAll) counts for checkZeroCopy.
+  bool deviceZeroCopy = false;
 
   /// Applies the quick trim to options a test set itself.
   MatrixOptions& trimmedIfQuick() {

@@ -10,10 +10,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "c4comm/c4comm.hpp"
@@ -88,8 +90,11 @@ class CudaMirror : public c4test::DeviceMirror {
 /// Rank r of `body`: GPU 0 (every rank shares it), a stream, a communicator (waited for when
 /// non-blocking); after the body, the communicator and the stream are destroyed.
 using RankBody = std::function<Failures(int rank, int n, c4::Comm* comm, cudaStream_t stream)>;
+/// Runs in each forked rank before anything else (settings: setenv).
+using RankSetup = std::function<void(int rank)>;
 
-Failures asRank(int rank, int n, const c4::UniqueId& id, bool blocking, const RankBody& body) {
+Failures asRank(int rank, int n, const c4::UniqueId& id, bool blocking, const RankBody& body, const RankSetup& setup) {
+  if (setup) setup(rank);
   cudaStream_t s = nullptr;
   cudaError_t e = cudaSetDevice(0);
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
@@ -111,9 +116,9 @@ Failures asRank(int rank, int n, const c4::UniqueId& id, bool blocking, const Ra
 }
 
 /// Runs `body` on n forked ranks and expects every one to pass.
-void runRanks(int n, bool blocking, const RankBody& body, int timeoutSec = 240) {
+void runRanks(int n, bool blocking, const RankBody& body, int timeoutSec = 240, const RankSetup& setup = {}) {
   const auto outs = c4test::runForked(
-      n, [&](int rank, int nranks, const c4::UniqueId& id) { return asRank(rank, nranks, id, blocking, body); },
+      n, [&](int rank, int nranks, const c4::UniqueId& id) { return asRank(rank, nranks, id, blocking, body, setup); },
       timeoutSec);
   for (const auto& o : outs) EXPECT_FALSE(o.crashed || !o.detail.empty()) << "rank " << o.rank << ": " << o.detail;
 }
@@ -139,6 +144,173 @@ TEST_P(CudaColl, MatrixOnDeviceBuffers) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CudaColl, ::testing::Values(1, 2, 4),
                          [](const ::testing::TestParamInfo<int>& i) { return std::to_string(i.param) + "ranks"; });
+
+// The device zero-copy path (CUDA IPC, docs/cuda.md): one-shot off, so that every call with a
+// device form runs on it; the trace must show each of them zero-copy, and every result (and the
+// guard bytes around every buffer) must be right. "cached": mappings kept between calls.
+class CudaIpc : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(CudaIpc, MatrixRunsZeroCopyOnDeviceBuffers) {
+  SKIP_WITHOUT_GPU();
+  const int n = std::get<0>(GetParam());
+  const bool cached = std::get<1>(GetParam());
+  runRanks(
+      n, true,
+      [](int rank, int nranks, c4::Comm* comm, cudaStream_t s) -> Failures {
+        CudaMirror mirror(s);
+        c4test::MatrixOptions opt;
+        opt.device = &mirror;
+        opt.deviceZeroCopy = true;
+        opt.checkZeroCopy = true;
+        return c4test::MatrixRunner(comm, rank, nranks).run(opt);
+      },
+      600,
+      [cached](int) {
+        setenv("C4_ONESHOT_BYTES", "0", 1);
+        setenv("C4_TRACE", "op", 1);
+        setenv("C4_CUDA_IPC_CACHE", cached ? "16" : "0", 1);
+      });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CudaIpc, ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<int, bool>>& i) {
+                           return std::to_string(std::get<0>(i.param)) + "ranks" +
+                                  (std::get<1>(i.param) ? "Cached" : "MappedPerCall");
+                         });
+
+// C4_CUDA_IPC=0 everywhere: every call staged through host memory, as before the zero-copy path.
+TEST(CudaIpcOff, MatrixStagedThroughHostMemory) {
+  SKIP_WITHOUT_GPU();
+  runRanks(
+      2, true,
+      [](int rank, int nranks, c4::Comm* comm, cudaStream_t s) -> Failures {
+        CudaMirror mirror(s);
+        c4test::MatrixOptions opt;
+        opt.device = &mirror;
+        opt.checkZeroCopy = true;  // none may run zero-copy
+        return c4test::MatrixRunner(comm, rank, nranks).run(opt);
+      },
+      600,
+      [](int) {
+        setenv("C4_ONESHOT_BYTES", "0", 1);
+        setenv("C4_TRACE", "op", 1);
+        setenv("C4_CUDA_IPC", "0", 1);
+      });
+}
+
+// Ranks that cannot all take the device path: the deferred calls copy their inputs to staging
+// themselves and run on the host path, with the right results. "pinned": rank 1's buffers are
+// pinned host memory (no CUDA IPC); "ipc-off": rank 1 says C4_CUDA_IPC=0; "vmm": rank 1's buffers
+// are cuMem (VMM) memory, which legacy CUDA IPC cannot export.
+class CudaIpcFallback : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CudaIpcFallback, EveryRankFallsBackAndIsRight) {
+  SKIP_WITHOUT_GPU();
+  const std::string mode = GetParam();
+  runRanks(
+      3, true,
+      [mode](int rank, int n, c4::Comm* comm, cudaStream_t s) -> Failures {
+        constexpr size_t kCount = (1 << 20) + 3;
+        const size_t bytes = kCount * sizeof(float);
+        float* send = nullptr;
+        float* recv = nullptr;
+        cudaError_t e = cudaSuccess;
+        bool pinned = false;
+        if (rank == 1 && mode == "pinned") {
+          e = cudaHostAlloc(reinterpret_cast<void**>(&send), bytes, cudaHostAllocDefault);
+          if (e == cudaSuccess) e = cudaHostAlloc(reinterpret_cast<void**>(&recv), n * bytes, cudaHostAllocDefault);
+          pinned = true;
+        } else if (rank == 1 && mode == "vmm") {
+          void* p = nullptr;
+          e = cudaMallocAsync(&p, (n + 1) * bytes, s);  // stream-ordered pool memory: not legacy-IPC capable
+          if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+          send = static_cast<float*>(p);
+          recv = send + kCount;
+        } else {
+          e = cudaMalloc(&send, bytes);
+          if (e == cudaSuccess) e = cudaMalloc(&recv, n * bytes);
+        }
+        if (e != cudaSuccess) return {cudaWhy("allocation", e)};
+        std::vector<float> host(kCount), all(n * kCount);
+        for (size_t i = 0; i < kCount; ++i) host[i] = static_cast<float>(rank * 1000 + i % 251);
+        cudaMemcpyAsync(send, host.data(), bytes, cudaMemcpyHostToDevice, s);
+        Failures f;
+        c4::Status st = c4::allReduce(send, recv, kCount, c4::DataType::kFloat32, c4::RedOp::kSum, comm, s);
+        if (!st.isOk()) f.push_back("allReduce: " + st.toString());
+        st = c4::allGather(send, recv + 0, kCount, c4::DataType::kFloat32, comm, s);
+        if (!st.isOk()) f.push_back("allGather: " + st.toString());
+        cudaMemcpyAsync(all.data(), recv, n * bytes, cudaMemcpyDeviceToHost, s);
+        if (cudaStreamSynchronize(s) != cudaSuccess) f.push_back("cudaStreamSynchronize failed");
+        for (int r = 0; r < n && f.empty(); ++r)
+          for (size_t i = 0; i < kCount; ++i)
+            if (all[r * kCount + i] != static_cast<float>(r * 1000 + i % 251)) {
+              f.push_back("allGather block " + std::to_string(r) + " element " + std::to_string(i) + " is " +
+                          std::to_string(all[r * kCount + i]));
+              break;
+            }
+        // The AllReduce's result was overwritten by the AllGather: run it once more, alone.
+        st = c4::allReduce(send, recv, kCount, c4::DataType::kFloat32, c4::RedOp::kSum, comm, s);
+        if (!st.isOk()) f.push_back("allReduce: " + st.toString());
+        cudaMemcpyAsync(all.data(), recv, bytes, cudaMemcpyDeviceToHost, s);
+        if (cudaStreamSynchronize(s) != cudaSuccess) f.push_back("cudaStreamSynchronize failed");
+        for (size_t i = 0; i < kCount && f.empty(); ++i) {
+          const float want = static_cast<float>(3000 + 3 * (i % 251));
+          if (all[i] != want) f.push_back("allReduce element " + std::to_string(i) + " is " + std::to_string(all[i]));
+        }
+        if (pinned) {
+          cudaFreeHost(send);
+          cudaFreeHost(recv);
+        } else if (rank == 1 && mode == "vmm") {
+          cudaFreeAsync(send, s);
+          cudaStreamSynchronize(s);
+        } else {
+          cudaFree(send);
+          cudaFree(recv);
+        }
+        return f;
+      },
+      240,
+      [mode](int rank) {
+        if (rank == 1 && mode == "ipc-off") setenv("C4_CUDA_IPC", "0", 1);
+      });
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, CudaIpcFallback, ::testing::Values("pinned", "ipc-off", "vmm"),
+                         [](const ::testing::TestParamInfo<const char*>& i) {
+                           std::string s = i.param;
+                           s.erase(std::remove(s.begin(), s.end(), '-'), s.end());
+                           return s;
+                         });
+
+// ncclMemAlloc's C++ form gives device memory in a process with a GPU, memFree frees it, and a
+// collective on it runs (on the device zero-copy path with 2 ranks).
+TEST(CudaMem, AllocPreferDeviceIsDeviceMemory) {
+  SKIP_WITHOUT_GPU();
+  runRanks(2, true, [](int rank, int n, c4::Comm* comm, cudaStream_t s) -> Failures {
+    Failures f;
+    void* p = nullptr;
+    c4::Status st = c4::memAllocPreferDevice(&p, 4096 * sizeof(int32_t));
+    if (!st.isOk()) return {"memAllocPreferDevice: " + st.toString()};
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess || a.type != cudaMemoryTypeDevice)
+      f.push_back("memAllocPreferDevice did not return device memory");
+    std::vector<int32_t> host(4096, rank + 1);
+    cudaMemcpyAsync(p, host.data(), 4096 * sizeof(int32_t), cudaMemcpyHostToDevice, s);
+    st = c4::allReduce(p, p, 4096, c4::DataType::kInt32, c4::RedOp::kSum, comm, s);
+    if (!st.isOk()) f.push_back("allReduce: " + st.toString());
+    cudaMemcpyAsync(host.data(), p, 4096 * sizeof(int32_t), cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
+    if (host[0] != 3 || host[4095] != 3) f.push_back("wrong sum on memAllocPreferDevice memory");
+    st = c4::memFree(p);
+    if (!st.isOk()) f.push_back("memFree: " + st.toString());
+    int32_t* other = nullptr;
+    cudaMalloc(&other, 64);
+    st = c4::memFree(other);  // not ours: refused, not freed
+    if (st.code() != c4::Code::kInvalidArgument) f.push_back("memFree of a plain cudaMalloc pointer: " + st.toString());
+    cudaFree(other);
+    return f;
+  });
+}
 
 // Many calls in flight on one stream before anyone waits: each call's staging, ticket and copies
 // stay in order, and every result is right.
