@@ -39,6 +39,10 @@ C4_PARAM_INT(ProgressThread, "C4_PROGRESS_THREAD", nullptr, 0, 0, 1, kParamNone,
 C4_PARAM_INT(CudaSharedStaging, "C4_CUDA_SHARED_STAGING", nullptr, 0, 0, 1, kParamNone,
              "Stage device buffers in shareable host memory registered with CUDA (1: calls staged on every rank "
              "of a host run on the zero-copy path) or in cudaHostAlloc memory (0, default)")
+C4_PARAM_INT(CudaPipelineBytes, "C4_CUDA_PIPELINE_BYTES", nullptr, 8 << 20, 0, INT64_C(1) << 40, kParamSameOnAllRanks,
+             "A staged AllReduce, Broadcast or Reduce on device buffers of at least twice this many bytes runs as "
+             "pieces of about this size (at most 16), each its own call, so that one piece's copies between the "
+             "device and host memory overlap another's network transfer; 0 stages every call whole")
 
 namespace {
 
@@ -317,9 +321,84 @@ Status finishStaging(Comm* comm, std::vector<OpDesc>* ops) {
   return first;
 }
 
+/// How many pieces a call on device buffers is staged in (pipelined staging, docs/cuda.md): 1 unless
+/// it is a large AllReduce, Broadcast or Reduce outside a group that will be staged (not deferred to
+/// the device zero-copy path). Depends only on the call and settings every rank shares, so every
+/// rank cuts it alike (a rank passing pageable host memory where the others pass device memory
+/// does not: the ranks then disagree on the call, a clear error).
+size_t pipelinePieces(const Comm* comm, const OpDesc& op) {
+  const auto piece = static_cast<size_t>(paramCudaPipelineBytes());
+  if (piece == 0 || tGroup.depth > 0) return 1;
+  if (op.coll != Coll::kAllReduce && op.coll != Coll::kBroadcast && op.coll != Coll::kReduce) return 1;
+  if (comm->zeroCopy.mayDefer(op, false)) return 1;
+  const size_t bytes = op.count * dataTypeSize(op.dtype);
+  if (bytes < 2 * piece) return 1;
+  return std::min<size_t>(16, bytes / piece);
+}
+
+/// Piece i of n of an elementwise call (AllReduce, Broadcast, Reduce): its elements, cut at 256-byte
+/// multiples.
+OpDesc pieceOf(const OpDesc& op, size_t i, size_t n) {
+  const size_t es = dataTypeSize(op.dtype);
+  const size_t unit = std::max<size_t>(1, 256 / es);
+  const size_t units = (op.count + unit - 1) / unit;
+  const size_t b = std::min(op.count, units * i / n * unit), e = std::min(op.count, units * (i + 1) / n * unit);
+  OpDesc p = op;
+  p.count = e - b;
+  if (p.sendbuff) p.sendbuff = static_cast<const char*>(op.sendbuff) + b * es;
+  if (p.recvbuff) p.recvbuff = static_cast<char*>(op.recvbuff) + b * es;
+  return p;
+}
+
+/// A staged call in pieces, each with its own slot and ticket: every piece's inputs are copied on
+/// the stream first, then each piece's wait and copies back; each piece is its own job, so the
+/// stream copies piece i back while the progress thread runs piece i + 1 and the stream still
+/// copies later pieces' inputs. *staged false: the buffers are host memory (nothing was done).
+Status enqueuePipelined(Comm* comm, const OpDesc& callOp, size_t pieces, bool* staged) {
+  std::vector<OpDesc> ops;
+  ops.reserve(pieces);
+  Status st;
+  for (size_t i = 0; i < pieces && st.isOk(); ++i) {
+    ops.push_back(pieceOf(callOp, i, pieces));
+    st = stageDeviceCall(comm, collName(callOp.coll), &ops.back());
+    if (st.isOk() && ops.back().staged.slot == nullptr) {
+      // Host memory (the same for every piece: the whole call's buffers were looked at by piece 0).
+      ops.pop_back();
+      if (ops.empty()) {
+        *staged = false;
+        return Status::ok();
+      }
+      st = makeError(Code::kInternalError, "%s: piece %zu of a call on device buffers is not device memory",
+                     collName(callOp.coll), i);
+    }
+  }
+  *staged = true;
+  if (!st.isOk()) {
+    for (OpDesc& op : ops)
+      if (op.staged.slot != nullptr) comm->gpuGate->cancel(op.staged);
+    return st;
+  }
+  for (OpDesc& op : ops) {
+    auto job = std::make_shared<Job>();
+    job->ops.push_back(op);
+    Status fs = finishStaging(comm, &job->ops);
+    if (!fs.isOk()) {
+      // The communicator failed (finishStaging says so): the pieces not yet handed over go too.
+      for (OpDesc& rest : ops)
+        if (rest.staged.slot != nullptr && rest.staged.seq == 0) comm->gpuGate->cancel(rest.staged);
+      return fs;
+    }
+    op.staged = job->ops[0].staged;
+    comm->engine->submit(job);
+  }
+  return Status::ok();
+}
+
 /// A call on device buffers (stageDeviceCall): staged, then queued in the group or on the progress
 /// thread (no waiting: it runs when its stream gets there).
 Status enqueueDevice(Comm* comm, const OpDesc& callOp, bool* staged) {
+  const size_t pieces = pipelinePieces(comm, callOp);
+  if (pieces > 1) return enqueuePipelined(comm, callOp, pieces, staged);
   OpDesc op = callOp;
   C4_CHECK(stageDeviceCall(comm, collName(callOp.coll), &op));
   *staged = op.staged.slot != nullptr;

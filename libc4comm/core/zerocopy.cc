@@ -15,10 +15,9 @@ C4_PARAM_INT(ZeroCopy, "C4_ZEROCOPY", nullptr, 1, 0, 1, kParamNone,
              "1 = collectives whose buffers all ranks of one host allocated with ncclMemAlloc / c4::memAlloc read "
              "and write the peers' buffers in place (the zero-copy path); 0 = never (0 on any rank turns the path off "
              "for the whole communicator)")
-C4_PARAM_INT(CudaIpc, "C4_CUDA_IPC", nullptr, 1, 0, 1, kParamNone,
+C4_PARAM_INT(CudaIpc, "C4_CUDA_IPC", nullptr, 1, 0, 1, kParamSameOnAllRanks,
              "1 = collectives on device buffers (cudaMalloc memory) of ranks that all share one host run as kernels "
-             "reading and writing the peers' buffers through CUDA IPC; 0 = always staged through host memory (0 on "
-             "any rank stages the calls of every rank)")
+             "reading and writing the peers' buffers through CUDA IPC; 0 = always staged through host memory")
 
 struct ZeroCopy::Record {
   uint64_t seq;  // written last (release)
