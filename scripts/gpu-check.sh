@@ -6,14 +6,16 @@
 #  3. c4-perf on device buffers (nccl-tests table), 2 ranks on one GPU: the device zero-copy path
 #     (CUDA IPC) and the staged path;
 #  4. PyTorch's own nccl backend on c4comm's libnccl.so.2 (LD_PRELOAD): DDP, losses compared with
-#     NVIDIA's NCCL.
+#     NVIDIA's NCCL;
+#  5. c4comm's own torch backend "c4" on CUDA tensors (built here for this machine's torch by
+#     scripts/gpu-torch-backend.sh): every collective in stream order, and DDP against NVIDIA's NCCL.
 # Works from a build made on a machine without a GPU and copied over (the GPU host may have no
 # GoogleTest and no package registry): scripts/gpu-pack.sh packs one (test programs with GoogleTest
 # and the CUDA runtime inside, the libraries they load); a build tree works too. Steps 2 and 4 need
 # python3 with a CUDA torch.
 #
 # Usage: scripts/gpu-check.sh [BUILD_OR_PACK_DIR (build)] [REPORT_DIR (gpu-report)]
-#        C4_GPU_CHECK_STEPS="tests bench perf torch" selects steps.
+#        C4_GPU_CHECK_STEPS="tests bench perf torch c4torch" selects steps.
 # Exit status: 0 when every check ran and passed; 1 when one failed; 77 when there is no GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +25,7 @@ mkdir -p "$REPORT"
 REPORT=$(cd "$REPORT" && pwd)
 BUILD=$(cd "$BUILD" && pwd)
 SUMMARY="$REPORT/gpu-check.md"
-STEPS=${C4_GPU_CHECK_STEPS:-tests bench perf torch}
+STEPS=${C4_GPU_CHECK_STEPS:-tests bench perf torch c4torch}
 export LD_LIBRARY_PATH="$BUILD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 failed=0
 step() { [[ " $STEPS " == *" $1 "* ]]; }
@@ -125,6 +127,30 @@ if step torch; then
       python3 $ddp --compare "$REPORT/ddp-c4-1.json" "$REPORT/ddp-nvidia-1.json" &&
       python3 $ddp --compare "$REPORT/ddp-c4-2.json" "$REPORT/ddp-nvidia-1.json"
   } 2>&1 | tee "$REPORT/ddp.log" | grep -v "^\[" | tail -n 40 | tee -a "$SUMMARY"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
+  echo '```' >>"$SUMMARY"
+fi
+
+if step c4torch; then
+  echo "[gpu-check] backend c4 on CUDA tensors"
+  {
+    echo
+    echo "## Backend c4 (c4comm_torch) on CUDA tensors"
+    echo
+    echo '```'
+  } >>"$SUMMARY"
+  export PYTHONUNBUFFERED=1
+  ddp=tests/torch/gpu/ddp_nccl.py
+  {
+    scripts/gpu-torch-backend.sh "$BUILD" "$REPORT/c4torch" &&
+      PYTHONPATH="$REPORT/c4torch" timeout 300 python3 tests/torch/gpu/c4_cuda_collectives.py --world 2 --port 29561 &&
+      PYTHONPATH="$REPORT/c4torch" timeout 300 python3 tests/torch/gpu/c4_cuda_collectives.py --world 3 --port 29562 &&
+      { [ -f "$REPORT/ddp-nvidia-1.json" ] ||
+        timeout 300 python3 $ddp --world 1 --out "$REPORT/ddp-nvidia-1.json" --port 29563; } &&
+      PYTHONPATH="$REPORT/c4torch" timeout 300 python3 $ddp --backend c4 --world 2 --out "$REPORT/ddp-c4backend-2.json" \
+        --port 29564 &&
+      python3 $ddp --compare "$REPORT/ddp-c4backend-2.json" "$REPORT/ddp-nvidia-1.json"
+  } 2>&1 | tee "$REPORT/c4torch.log" | grep -v "^\[W\|^W[0-9]" | tail -n 40 | tee -a "$SUMMARY"
   [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
   echo '```' >>"$SUMMARY"
 fi

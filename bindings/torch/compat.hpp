@@ -20,6 +20,18 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #endif
 
+// CUDA tensors (torch >= 2.2): streams and events through c10's device-generic interface
+// (c10::Stream::native_handle, c10::Event), so the backend links no CUDA library of torch's and
+// the same source builds against CPU-only and CUDA torch.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
+#define C4_TORCH_CUDA 1
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#else
+#define C4_TORCH_CUDA 0
+#endif
+
 namespace c4torch {
 
 #if TORCH_VERSION_MAJOR >= 2

@@ -40,9 +40,14 @@ using ::c10d::ReduceOp;
 
 void checkTensor(const at::Tensor& t, const char* op) {
   TORCH_CHECK(t.defined(), "c4 ", op, ": undefined tensor");
-  TORCH_CHECK(!t.is_cuda(), "c4 ", op, ": CUDA tensors are not supported yet by backend c4 (tensor on ", t.device(),
+#if C4_TORCH_CUDA
+  TORCH_CHECK(t.device().is_cpu() || t.is_cuda(), "c4 ", op, ": only CPU and CUDA tensors are supported (tensor on ",
+              t.device(), ")");
+#else
+  TORCH_CHECK(!t.is_cuda(), "c4 ", op, ": CUDA tensors need torch 2.2 or newer with backend c4 (tensor on ", t.device(),
               "); use CPU tensors, or backend nccl/gloo for CUDA tensors");
   TORCH_CHECK(t.device().is_cpu(), "c4 ", op, ": only CPU tensors are supported (tensor on ", t.device(), ")");
+#endif
   TORCH_CHECK(t.layout() == at::kStrided, "c4 ", op, ": only dense (strided) tensors are supported, got layout ",
               t.layout());
 }
@@ -145,11 +150,17 @@ Reduction reduceOf(const ReduceOp& rop, at::ScalarType st, const char* op) {
   TORCH_CHECK(false, "c4 ", op, ": unsupported reduce op ", static_cast<int>(rop.op_));
 }
 
+/// The stream the worker's c4 calls are ordered on (a cudaStream_t; null for CPU operations): the
+/// group's stream of the running CUDA operation (ProcessGroupC4::enqueue sets it around the call).
+thread_local void* tStream = nullptr;
+void* S() { return tStream; }
+
 /// Runs `fn` with the c4 op for `r` (creating and destroying a PreMulSum op when needed).
 c4::Status withRedOp(c4::Comm* comm, const Reduction& r, at::ScalarType st,
                      const std::function<c4::Status(c4::RedOp)>& fn) {
   if (!r.preMul) return fn(r.op);
-  at::Tensor scalar = r.factorTensor.defined() ? r.factorTensor.reshape({1}).to(st).contiguous()
+  // A factor in a CUDA tensor is read to the host (on the worker, in the group stream's order).
+  at::Tensor scalar = r.factorTensor.defined() ? r.factorTensor.reshape({1}).to(at::kCPU, st).contiguous()
                                                : at::full({1}, r.factor, at::TensorOptions().dtype(st));
   c4::RedOp op;
   c4::Status st4 = c4::redOpCreatePreMulSum(&op, scalar.data_ptr(), toC4(st, "premul_sum"),
@@ -200,12 +211,15 @@ void* ptr(const at::Tensor& t) { return t.data_ptr(); }
 // ---- WorkC4 ----------------------------------------------------------------------------------
 
 WorkC4::WorkC4(int rank, OpType type, const char* opName, const char* profilingTitle, uint64_t seq,
-               std::vector<at::Tensor> outputs)
+               std::vector<at::Tensor> outputs, std::vector<c10::Device> devices)
     : ::c10d::Work(rank, type, profilingTitle),
       opName_(opName),
       seq_(seq),
       outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
+      // With devices the Future is CUDA-aware: completed on the worker, whose current stream is then
+      // the group's, it records events there that wait()/value()/then() make their streams wait for.
+      future_(
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()), std::move(devices))),
       futureResult_(c10::make_intrusive<c10::ivalue::Future>(c10::IntType::get())) {}
 
 #if TORCH_VERSION_MAJOR >= 2
@@ -237,7 +251,22 @@ bool WorkC4::wait(std::chrono::milliseconds timeout) {
   return true;
 }
 
-void WorkC4::synchronize() {}
+void WorkC4::synchronize() {
+#if C4_TORCH_CUDA
+  if (cuda_ && cuda_->recorded.load(std::memory_order_acquire)) {
+    c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+    cuda_->done.block(impl.getStream(cuda_->device));
+  }
+#endif
+}
+
+bool WorkC4::isCompleted() {
+  if (!::c10d::Work::isCompleted()) return false;
+#if C4_TORCH_CUDA
+  if (cuda_ && cuda_->recorded.load(std::memory_order_acquire)) return cuda_->done.query();
+#endif
+  return true;
+}
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkC4::getFuture() { return future_; }
 
@@ -646,6 +675,13 @@ ProcessGroupC4::~ProcessGroupC4() {
     p2p_.clear();
   }
   main_.reset();
+#if C4_TORCH_CUDA
+  // The workers are gone; what they issued on the group's streams must pass before its tensors go.
+  std::lock_guard<std::mutex> g(seqMu_);
+  for (const auto& o : cudaPending_)
+    if (o->recorded.load(std::memory_order_acquire)) o->done.synchronize();
+  cudaPending_.clear();
+#endif
 }
 
 void ProcessGroupC4::closeAll(const std::string& why, bool abort) {
@@ -723,7 +759,7 @@ void ProcessGroupC4::watchPeer(const std::shared_ptr<AnySourceRecv>& a, int peer
         std::string error;
         try {
           const uint64_t begin = c4::trace::now();
-          st = c4::recv(ptr(a->buf), count(a->buf), a->dt, 0, c);
+          st = c4::recv(ptr(a->buf), count(a->buf), a->dt, 0, c, S());
           if (st.isOk()) copyBack(a->user, a->buf);
           (void)c4::trace::addSpan(c, a->work->opName(), begin, c4::trace::now(), a->buf.nbytes());
           if (!st.isOk())
@@ -800,12 +836,38 @@ void ProcessGroupC4::anySourceLoop() {
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::enqueue(Channel& ch, OpType type, const char* opName,
                                                          const char* profilingTitle, std::vector<at::Tensor> outputs,
-                                                         Channel::Op op) {
+                                                         Channel::Op op, const at::Tensor& like) {
+  const c10::Device dev = like.defined()    ? like.device()
+                          : outputs.empty() ? c10::Device(c10::kCPU)
+                                            : outputs[0].device();
+  for (const at::Tensor& t : outputs)
+    TORCH_CHECK(t.device() == dev, "c4 ", opName, ": every tensor of a call must be on one device, got ", t.device(),
+                " and ", dev);
   std::lock_guard<std::mutex> g(seqMu_);
   const uint64_t seq = seq_++;
   uint64_t bytes = 0;  // for the trace span below
   for (const at::Tensor& t : outputs) bytes += t.nbytes();
-  auto work = c10::make_intrusive<WorkC4>(rank_, type, opName, profilingTitle, seq, std::move(outputs));
+  std::vector<c10::Device> devices;
+  if (dev.is_cuda()) devices.push_back(dev);
+  auto work = c10::make_intrusive<WorkC4>(rank_, type, opName, profilingTitle, seq, std::move(outputs), devices);
+  auto shared = std::make_shared<Channel::Op>(std::move(op));
+  std::shared_ptr<void> cudaOrder;  // CudaOrder where built with CUDA tensor support
+#if C4_TORCH_CUDA
+  if (dev.is_cuda()) {
+    c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+    auto it = cudaStreams_.find(dev.index());
+    if (it == cudaStreams_.end()) it = cudaStreams_.emplace(dev.index(), impl.getStreamFromGlobalPool(dev)).first;
+    auto order = std::make_shared<CudaOrder>(dev, it->second);
+    order->ready.record(impl.getStream(dev));  // everything the caller queued before this call
+    order->keep = shared;
+    while (!cudaPending_.empty() && cudaPending_.front()->recorded.load(std::memory_order_acquire) &&
+           cudaPending_.front()->done.query())
+      cudaPending_.pop_front();
+    cudaPending_.push_back(order);
+    work->setCuda(order);
+    cudaOrder = order;
+  }
+#endif
   work->setTimeout(timeout_);
   std::string describe = std::string("c4 ") + opName + " (op " + std::to_string(seq) + " of process group " +
                          std::to_string(generation_) + ", rank " + std::to_string(rank_) + "/" + std::to_string(size_) +
@@ -814,10 +876,32 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::enqueue(Channel& ch, OpType typ
   // it made, so the report (application spans) and the timeline (span track above the
   // collectives) say which PyTorch call each c4 operation served. bytes: the outputs' size.
   // `w` lives while the item is queued: the item's completion holds the Work.
-  Channel::Op traced = [op = std::move(op), opName, bytes, w = work.get()](c4::Comm* comm) {
+  Channel::Op traced = [shared, cudaOrder, opName, bytes, w = work.get()](c4::Comm* comm) {
     w->markStart();
     const uint64_t begin = c4::trace::now();
-    c4::Status st = op(comm);
+#if C4_TORCH_CUDA
+    // A CUDA operation: on the group's stream, after the caller's work; "done" after it however it ends.
+    struct StreamScope {
+      CudaOrder* o;
+      explicit StreamScope(CudaOrder* order) : o(order) {
+        if (!o) return;
+        c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+        impl.setDevice(o->device);
+        // The worker's current stream from now on: the ops' own copies (at::Tensor::copy_) and the
+        // Future's events go there.
+        impl.exchangeStream(o->internal);
+        o->ready.block(o->internal);
+        tStream = o->internal.native_handle();
+      }
+      ~StreamScope() {
+        if (!o) return;
+        tStream = nullptr;
+        o->done.record(o->internal);
+        o->recorded.store(true, std::memory_order_release);
+      }
+    } scope(static_cast<CudaOrder*>(cudaOrder.get()));
+#endif
+    c4::Status st = (*shared)(comm);
     (void)c4::trace::addSpan(comm, opName, begin, c4::trace::now(), bytes);  // the worker's comm is live
     w->markEnd();
     return st;
@@ -837,7 +921,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::broadcast(std::vector<at::Tenso
   const int root = static_cast<int>(opts.rootRank);
   const bool isRoot = root == rank_;
   return enqueue(*main_, OpType::BROADCAST, "broadcast", "c4:broadcast", {t}, [=](c4::Comm* c) {
-    c4::Status st = c4::broadcast(ptr(buf), ptr(buf), count(buf), dt, root, c);
+    c4::Status st = c4::broadcast(ptr(buf), ptr(buf), count(buf), dt, root, c, S());
     if (st.isOk() && !isRoot) copyBack(t, buf);
     return st;
   });
@@ -851,8 +935,9 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::allreduce(std::vector<at::Tenso
   const Reduction red = reduceOf(opts.reduceOp, t.scalar_type(), "allreduce");
   at::Tensor buf = t.contiguous();
   return enqueue(*main_, OpType::ALLREDUCE, "allreduce", "c4:all_reduce", {t}, [=](c4::Comm* c) {
-    c4::Status st = withRedOp(c, red, buf.scalar_type(),
-                              [&](c4::RedOp op) { return c4::allReduce(ptr(buf), ptr(buf), count(buf), dt, op, c); });
+    c4::Status st = withRedOp(c, red, buf.scalar_type(), [&](c4::RedOp op) {
+      return c4::allReduce(ptr(buf), ptr(buf), count(buf), dt, op, c, S());
+    });
     if (st.isOk()) copyBack(t, buf);
     return st;
   });
@@ -872,19 +957,19 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::allreduce_coalesced(std::vector
     bufs.push_back(t.contiguous());
   }
   std::vector<at::Tensor> users = tensors;
-  return enqueue(*main_, OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", "c4:all_reduce_coalesced", users,
-                 [=](c4::Comm* c) {
-                   c4::Status st = inGroup([&] {
-                     for (size_t i = 0; i < bufs.size(); ++i) {
-                       c4::Status s = c4::allReduce(ptr(bufs[i]), ptr(bufs[i]), count(bufs[i]), dts[i], reds[i].op, c);
-                       if (!s.isOk()) return s;
-                     }
-                     return c4::Status::ok();
-                   });
-                   if (st.isOk())
-                     for (size_t i = 0; i < bufs.size(); ++i) copyBack(users[i], bufs[i]);
-                   return st;
-                 });
+  return enqueue(
+      *main_, OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", "c4:all_reduce_coalesced", users, [=](c4::Comm* c) {
+        c4::Status st = inGroup([&] {
+          for (size_t i = 0; i < bufs.size(); ++i) {
+            c4::Status s = c4::allReduce(ptr(bufs[i]), ptr(bufs[i]), count(bufs[i]), dts[i], reds[i].op, c, S());
+            if (!s.isOk()) return s;
+          }
+          return c4::Status::ok();
+        });
+        if (st.isOk())
+          for (size_t i = 0; i < bufs.size(); ++i) copyBack(users[i], bufs[i]);
+        return st;
+      });
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::reduce(std::vector<at::Tensor>& tensors,
@@ -900,7 +985,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::reduce(std::vector<at::Tensor>&
   const bool isRoot = root == rank_;
   return enqueue(*main_, OpType::REDUCE, "reduce", "c4:reduce", {t}, [=](c4::Comm* c) {
     c4::Status st = withRedOp(c, red, buf.scalar_type(), [&](c4::RedOp op) {
-      return c4::reduce(ptr(buf), ptr(buf), count(buf), dt, op, root, c);
+      return c4::reduce(ptr(buf), ptr(buf), count(buf), dt, op, root, c, S());
     });
     if (st.isOk() && isRoot) copyBack(t, buf);
     return st;
@@ -925,7 +1010,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::allgather(std::vector<std::vect
   std::vector<at::Tensor> outs = outputs[0];
   at::Tensor flat = at::empty({static_cast<int64_t>(size_) * in.numel()}, in.options());
   return enqueue(*main_, OpType::ALLGATHER, "allgather", "c4:all_gather", outs, [=](c4::Comm* c) {
-    c4::Status st = c4::allGather(ptr(in), ptr(flat), count(in), dt, c);
+    c4::Status st = c4::allGather(ptr(in), ptr(flat), count(in), dt, c, S());
     if (st.isOk()) unflatten(flat, outs);
     return st;
   });
@@ -943,7 +1028,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::_allgather_base(at::Tensor& out
   at::Tensor buf = output.contiguous();
   const c4::DataType dt = toC4(in.scalar_type(), "_allgather_base");
   return enqueue(*main_, OpType::_ALLGATHER_BASE, "_allgather_base", "c4:_all_gather_base", {out}, [=](c4::Comm* c) {
-    c4::Status st = c4::allGather(ptr(in), ptr(buf), count(in), dt, c);
+    c4::Status st = c4::allGather(ptr(in), ptr(buf), count(in), dt, c, S());
     if (st.isOk()) copyBack(out, buf);
     return st;
   });
@@ -982,7 +1067,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::allgather_coalesced(std::vector
                  [=](c4::Comm* c) {
                    c4::Status st = inGroup([&] {
                      for (size_t i = 0; i < ins.size(); ++i) {
-                       c4::Status s = c4::allGather(ptr(ins[i]), ptr(flats[i]), count(ins[i]), dts[i], c);
+                       c4::Status s = c4::allGather(ptr(ins[i]), ptr(flats[i]), count(ins[i]), dts[i], c, S());
                        if (!s.isOk()) return s;
                      }
                      return c4::Status::ok();
@@ -1024,11 +1109,14 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::gather(std::vector<std::vector<
                 "c4 gather: only the root passes output tensors");
   }
   const c4::DataType dt = toC4(in.scalar_type(), "gather");
-  return enqueue(*main_, OpType::GATHER, "gather", "c4:gather", outs, [=](c4::Comm* c) {
-    c4::Status st = c4::gather(ptr(in), flat.defined() ? ptr(flat) : nullptr, count(in), dt, root, c);
-    if (st.isOk() && flat.defined()) unflatten(flat, outs);
-    return st;
-  });
+  return enqueue(
+      *main_, OpType::GATHER, "gather", "c4:gather", outs,
+      [=](c4::Comm* c) {
+        c4::Status st = c4::gather(ptr(in), flat.defined() ? ptr(flat) : nullptr, count(in), dt, root, c, S());
+        if (st.isOk() && flat.defined()) unflatten(flat, outs);
+        return st;
+      },
+      in);
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::scatter(std::vector<at::Tensor>& outputs,
@@ -1057,7 +1145,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::scatter(std::vector<at::Tensor>
   }
   const c4::DataType dt = toC4(out.scalar_type(), "scatter");
   return enqueue(*main_, OpType::SCATTER, "scatter", "c4:scatter", {out}, [=](c4::Comm* c) {
-    c4::Status st = c4::scatter(flat.defined() ? ptr(flat) : nullptr, ptr(buf), count(buf), dt, root, c);
+    c4::Status st = c4::scatter(flat.defined() ? ptr(flat) : nullptr, ptr(buf), count(buf), dt, root, c, S());
     if (st.isOk()) copyBack(out, buf);
     return st;
   });
@@ -1083,7 +1171,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::reduce_scatter(std::vector<at::
   at::Tensor buf = out.contiguous();
   return enqueue(*main_, OpType::REDUCE_SCATTER, "reduce_scatter", "c4:reduce_scatter", {out}, [=](c4::Comm* c) {
     c4::Status st = withRedOp(c, red, buf.scalar_type(), [&](c4::RedOp op) {
-      return c4::reduceScatter(ptr(flat), ptr(buf), count(buf), dt, op, c);
+      return c4::reduceScatter(ptr(flat), ptr(buf), count(buf), dt, op, c, S());
     });
     if (st.isOk()) copyBack(out, buf);
     return st;
@@ -1105,7 +1193,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::_reduce_scatter_base(at::Tensor
   return enqueue(*main_, OpType::_REDUCE_SCATTER_BASE, "_reduce_scatter_base", "c4:_reduce_scatter_base", {out},
                  [=](c4::Comm* c) {
                    c4::Status st = withRedOp(c, red, buf.scalar_type(), [&](c4::RedOp op) {
-                     return c4::reduceScatter(ptr(in), ptr(buf), count(buf), dt, op, c);
+                     return c4::reduceScatter(ptr(in), ptr(buf), count(buf), dt, op, c, S());
                    });
                    if (st.isOk()) copyBack(out, buf);
                    return st;
@@ -1136,7 +1224,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::allgather_into_tensor_coalesced
   return enqueue(*main_, OpType::COALESCED, fn, "c4:all_gather_into_tensor_coalesced", users, [=](c4::Comm* c) {
     c4::Status st = inGroup([&] {
       for (size_t i = 0; i < ins.size(); ++i) {
-        c4::Status s = c4::allGather(ptr(ins[i]), ptr(bufs[i]), count(ins[i]), dts[i], c);
+        c4::Status s = c4::allGather(ptr(ins[i]), ptr(bufs[i]), count(ins[i]), dts[i], c, S());
         if (!s.isOk()) return s;
       }
       return c4::Status::ok();
@@ -1177,7 +1265,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::reduce_scatter_tensor_coalesced
       return inGroup([&] {
         for (size_t i = 0; i < ins.size(); ++i) {
           const c4::RedOp op = reds[i].preMul ? preMulOp : reds[i].op;
-          c4::Status s = c4::reduceScatter(ptr(ins[i]), ptr(bufs[i]), count(bufs[i]), dts[i], op, c);
+          c4::Status s = c4::reduceScatter(ptr(ins[i]), ptr(bufs[i]), count(bufs[i]), dts[i], op, c, S());
           if (!s.isOk()) return s;
         }
         return c4::Status::ok();
@@ -1227,11 +1315,11 @@ c4::Status exchange(c4::Comm* c, int me, const std::vector<at::Tensor>& sendSegs
       const at::Tensor& r = recvSegs[static_cast<size_t>(p)];
       // Both sides skip empty segments alike: the split sizes agree across ranks.
       if (s.numel() > 0) {
-        c4::Status x = c4::send(ptr(s), count(s), dt, p, c);
+        c4::Status x = c4::send(ptr(s), count(s), dt, p, c, S());
         if (!x.isOk()) return x;
       }
       if (r.numel() > 0) {
-        c4::Status x = c4::recv(ptr(r), count(r), dt, p, c);
+        c4::Status x = c4::recv(ptr(r), count(r), dt, p, c, S());
         if (!x.isOk()) return x;
       }
     }
@@ -1261,7 +1349,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::alltoall_base(at::Tensor& outpu
                 in.numel());
     const size_t per = count(in) / static_cast<size_t>(size_);
     return enqueue(*main_, OpType::ALLTOALL_BASE, "alltoall_base", "c4:all_to_all", {out}, [=](c4::Comm* c) {
-      c4::Status st = c4::alltoAll(ptr(in), ptr(buf), per, dt, c);
+      c4::Status st = c4::alltoAll(ptr(in), ptr(buf), per, dt, c, S());
       if (st.isOk()) copyBack(out, buf);
       return st;
     });
@@ -1327,7 +1415,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::send(std::vector<at::Tensor>& t
   at::Tensor buf = tensors[0].contiguous();
   const c4::DataType dt = toC4(buf.scalar_type(), "send");
   return enqueue(p2pChannel(dstRank, true), OpType::SEND, "send", "c4:send", {tensors[0]},
-                 [=](c4::Comm* c) { return c4::send(ptr(buf), count(buf), dt, /*peer=*/1, c); });
+                 [=](c4::Comm* c) { return c4::send(ptr(buf), count(buf), dt, /*peer=*/1, c, S()); });
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
@@ -1338,7 +1426,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::recv(std::vector<at::Tensor>& t
   at::Tensor buf = t.contiguous();
   const c4::DataType dt = toC4(buf.scalar_type(), "recv");
   return enqueue(p2pChannel(srcRank, false), OpType::RECV, "recv", "c4:recv", {t}, [=](c4::Comm* c) {
-    c4::Status st = c4::recv(ptr(buf), count(buf), dt, /*peer=*/0, c);
+    c4::Status st = c4::recv(ptr(buf), count(buf), dt, /*peer=*/0, c, S());
     if (st.isOk()) copyBack(t, buf);
     return st;
   });
@@ -1347,6 +1435,9 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::recv(std::vector<at::Tensor>& t
 c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   checkSingle(tensors, "recv");
   TORCH_CHECK(size_ > 1, "c4 recv: receiving from any source in a group of 1 rank: there is no other rank");
+  TORCH_CHECK(!tensors[0].is_cuda(),
+              "c4 recv: receiving from any source into a CUDA tensor is not supported (its "
+              "probe runs on the host outside the stream order); pass src=, or receive into a CPU tensor");
   TORCH_CHECK(tensors[0].numel() > 0,
               "c4 recv: receiving from any source needs a non-empty tensor (an empty send is never transmitted, so "
               "its sender cannot be found); pass src=");
@@ -1384,7 +1475,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupC4::barrier(const ::c10d::BarrierOp
   // A one-byte allreduce on the collective channel: it runs after everything issued before it.
   at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kByte));
   return enqueue(*main_, OpType::BARRIER, "barrier", "c4:barrier", {}, [=](c4::Comm* c) {
-    return c4::allReduce(ptr(token), ptr(token), 1, c4::DataType::kUint8, c4::RedOp::kSum, c);
+    return c4::allReduce(ptr(token), ptr(token), 1, c4::DataType::kUint8, c4::RedOp::kSum, c, S());
   });
 }
 

@@ -1,4 +1,4 @@
-// ProcessGroupC4: the torch.distributed backend "c4" over libc4comm (CPU tensors).
+// ProcessGroupC4: the torch.distributed backend "c4" over libc4comm (CPU and CUDA tensors).
 //
 // Every operation is validated in the calling thread (bad arguments raise at once), then queued
 // as a closure on a worker thread that owns the c4 communicator and runs the queue in issue order,
@@ -19,6 +19,14 @@
 // the Store and creates the channel then, so no channel waits for a peer that never sends. Every
 // receive channel created while receives from any source are pending gets their probe tasks
 // first, so receives are matched in the order they were issued, as in MPI.
+//
+// CUDA tensors (torch >= 2.2) follow ProcessGroupNCCL's stream semantics: at the call, an event on
+// the tensors' current stream; the worker makes the group's own stream (one per GPU, from torch's
+// pool) wait for it and issues the c4 calls on that stream (they return at once: c4comm orders
+// device work on the stream), then records "done" there. Work::wait() and the Future make the
+// caller's current stream wait for "done"; the host waits only for the worker to have issued the
+// calls. The operation's closure (and so its tensors) is kept until "done" has passed, so the
+// caching allocator cannot hand the memory out while the group's stream still uses it.
 //
 // Exceptions are used here (the torch edge), never inside libc4comm.
 #pragma once
@@ -41,19 +49,34 @@
 
 namespace c4torch {
 
+#if C4_TORCH_CUDA
+/// A CUDA operation's stream order (see the top of this file).
+struct CudaOrder {
+  CudaOrder(c10::Device d, c10::Stream s) : device(d), internal(s) {}
+  c10::Device device;
+  c10::Stream internal;                     // the group's stream on `device`
+  c10::Event ready{c10::DeviceType::CUDA};  // the caller's current stream at the call
+  c10::Event done{c10::DeviceType::CUDA};   // `internal` after the operation's c4 calls
+  std::atomic<bool> recorded{false};        // `done` was recorded (the worker ran the operation)
+  std::shared_ptr<void> keep;               // the operation (its tensors) until `done` has passed
+};
+#endif
+
 /// A Work whose completion is set by the worker that ran the operation.
 class WorkC4 : public ::c10d::Work {
  public:
   /// `opName` is a string literal (PyTorch's name of the op); `outputs` become the Future's value.
+  /// `devices`: the GPU of a CUDA operation (its Future is then CUDA-aware), else empty.
   WorkC4(int rank, ::c10d::OpType type, const char* opName, const char* profilingTitle, uint64_t seq,
-         std::vector<at::Tensor> outputs);
+         std::vector<at::Tensor> outputs, std::vector<c10::Device> devices = {});
 
-  /// Blocks until the operation finished; timeout 0 (kNoTimeout) waits without limit. Rethrows the
-  /// operation's error. For CPU tensors nothing else is needed; CUDA support will make the current
-  /// stream wait on the operation's event here (see synchronize()).
+  /// Blocks until the operation finished (CUDA: was issued on the group's stream); timeout 0
+  /// (kNoTimeout) waits without limit. Rethrows the operation's error. Then synchronize().
   bool wait(std::chrono::milliseconds timeout) override;
-  /// CPU: no-op. The place where CUDA stream ordering goes.
+  /// CPU: no-op. CUDA: the caller's current stream waits for the operation's "done" event.
   void synchronize() override;
+  /// CUDA: issued and "done" passed on the GPU.
+  bool isCompleted() override;
   /// A Future completed with the output tensors (a list), or failed with the operation's error.
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override { return outputs_; }
@@ -81,8 +104,14 @@ class WorkC4 : public ::c10d::Work {
   uint64_t seq() const { return seq_; }
   /// Called once, on the worker thread: completes the Future, then the Work. `error` empty = ok.
   void complete(const std::string& error);
+#if C4_TORCH_CUDA
+  void setCuda(std::shared_ptr<CudaOrder> c) { cuda_ = std::move(c); }
+#endif
 
  private:
+#if C4_TORCH_CUDA
+  std::shared_ptr<CudaOrder> cuda_;
+#endif
   const char* opName_;
   uint64_t seq_;
   std::vector<at::Tensor> outputs_;
@@ -255,9 +284,11 @@ class ProcessGroupC4 : public BackendBase {
   c10::intrusive_ptr<::c10d::Work> barrier(const ::c10d::BarrierOptions& opts) override;
 
  private:
-  /// Queues `op` on `ch` and returns its Work.
+  /// Queues `op` on `ch` and returns its Work. The operation's device is `like`'s, else its
+  /// outputs' (every output must be there); a CUDA one is ordered on streams (top of this file).
   c10::intrusive_ptr<::c10d::Work> enqueue(Channel& ch, ::c10d::OpType type, const char* opName,
-                                           const char* profilingTitle, std::vector<at::Tensor> outputs, Channel::Op op);
+                                           const char* profilingTitle, std::vector<at::Tensor> outputs, Channel::Op op,
+                                           const at::Tensor& like = at::Tensor());
   /// The channel that carries this rank's sends to `peer` (send=true) or receives from it. A new
   /// receive channel first gets the probe tasks of the pending receives from any source.
   Channel& p2pChannel(int peer, bool send);
@@ -292,6 +323,12 @@ class ProcessGroupC4 : public BackendBase {
   bool anyStop_ = false;
   std::thread anyWatcher_;                              // started by the first receive from any source
   c10::intrusive_ptr<::c10d::Store> lastNoColorStore_;  // the store of the split this rank was last left out of
+#if C4_TORCH_CUDA
+  // CUDA operations (guarded by seqMu_): the group's stream per GPU, and the operations whose
+  // "done" has not passed yet (their closures, so their tensors, stay alive).
+  std::map<c10::DeviceIndex, c10::Stream> cudaStreams_;
+  std::deque<std::shared_ptr<CudaOrder>> cudaPending_;
+#endif
 };
 
 /// Called from Python's atexit (c4comm_torch registers it): from then on the workers leave the

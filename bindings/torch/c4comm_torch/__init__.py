@@ -3,7 +3,8 @@
     import c4comm_torch                      # registers the backend
     torch.distributed.init_process_group("c4", rank=rank, world_size=world_size, ...)
 
-CPU tensors only for now (CUDA tensors raise a clear error). Timeouts: c4comm fails a call that
+CPU tensors, and CUDA tensors with torch 2.2 or newer (ordered on their current streams as with
+backend nccl; docs/torch-backend.md). Timeouts: c4comm fails a call that
 sees no progress for the process group's ``timeout`` (init_process_group / new_group argument),
 naming the rank it waited for; C4_TIMEOUT in the environment overrides it.
 """

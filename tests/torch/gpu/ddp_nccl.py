@@ -11,6 +11,9 @@ Every rank sees half of one fixed global batch, so the losses of W ranks equal (
 rounding) those of one rank on the whole batch: `--compare a.json b.json` checks two runs against
 each other (the losses within a relative 1e-5; the parameters identical across ranks within a run).
 Several ranks share GPU 0 (NVIDIA's NCCL refuses that; c4comm does not).
+
+`--backend c4` runs the same training on c4comm's own torch backend (c4comm_torch on PYTHONPATH,
+built for this torch by scripts/gpu-torch-backend.sh) with CUDA tensors.
 """
 import argparse
 import json
@@ -18,7 +21,7 @@ import os
 import sys
 
 
-def worker(rank, world, steps, port, out, q):
+def worker(rank, world, steps, port, out, q, backend="nccl"):
     import torch
     import torch.distributed as dist
     import torch.nn as nn
@@ -28,7 +31,11 @@ def worker(rank, world, steps, port, out, q):
     os.environ["MASTER_PORT"] = str(port)
     torch.cuda.set_device(0)
     dev = torch.device("cuda", 0)
-    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
+    if backend == "c4":
+        import c4comm_torch  # noqa: F401  (registers backend "c4")
+        dist.init_process_group("c4", rank=rank, world_size=world)
+    else:
+        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
     torch.manual_seed(1234)
     model = nn.Sequential(nn.Linear(64, 256), nn.Tanh(), nn.Linear(256, 256), nn.Tanh(), nn.Linear(256, 8)).to(dev)
     ddp = DDP(model, device_ids=[0], bucket_cap_mb=1)  # several buckets: several allreduces per step
@@ -58,7 +65,7 @@ def worker(rank, world, steps, port, out, q):
     libs = sorted({line.split()[-1] for line in maps.splitlines() if "libnccl" in line or "libc4comm" in line})
     dist.barrier()
     dist.destroy_process_group()
-    q.put({"rank": rank, "losses": losses, "identical": identical, "libs": libs,
+    q.put({"rank": rank, "losses": losses, "identical": identical, "libs": libs, "backend": backend,
            "params": flat.double().cpu().tolist()[:64], "nccl": ".".join(map(str, torch.cuda.nccl.version()))})
 
 
@@ -66,7 +73,7 @@ def run(args):
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(r, args.world, args.steps, args.port, args.out, q))
+    procs = [ctx.Process(target=worker, args=(r, args.world, args.steps, args.port, args.out, q, args.backend))
              for r in range(args.world)]
     for p in procs:
         p.start()
@@ -80,7 +87,7 @@ def run(args):
     with open(args.out, "w") as f:
         json.dump({"world": args.world, "preload": os.environ.get("LD_PRELOAD", ""), "ranks": results}, f)
     r0 = results[0]
-    print(f"world {args.world}: NCCL {r0['nccl']}, libraries {r0['libs']}")
+    print(f"world {args.world}, backend {args.backend}: NCCL {r0['nccl']}, libraries {r0['libs']}")
     print(f"  losses: first {r0['losses'][0]:.6f}, last {r0['losses'][-1]:.6f}; parameters identical across ranks: "
           f"{all(r['identical'] for r in results)}")
     if bad or not all(r["identical"] for r in results):
@@ -107,6 +114,7 @@ def main():
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--out", default="ddp.json")
     ap.add_argument("--compare", nargs=2)
+    ap.add_argument("--backend", choices=["nccl", "c4"], default="nccl")
     args = ap.parse_args()
     if args.compare:
         return compare(*args.compare)
