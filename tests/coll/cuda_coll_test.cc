@@ -123,6 +123,18 @@ void runRanks(int n, bool blocking, const RankBody& body, int timeoutSec = 240, 
   for (const auto& o : outs) EXPECT_FALSE(o.crashed || !o.detail.empty()) << "rank " << o.rank << ": " << o.detail;
 }
 
+/// The collective matrix on device buffers of one rank (tests/coll/coll_matrix.cc). `zeroCopy`:
+/// every call with a device zero-copy form must have run on it (trace); `checkZeroCopy` alone: none.
+Failures deviceMatrix(int rank, int nranks, c4::Comm* comm, cudaStream_t s, bool zeroCopy = false,
+                      bool checkZeroCopy = false) {
+  CudaMirror mirror(s);
+  c4test::MatrixOptions opt;
+  opt.device = &mirror;
+  opt.deviceZeroCopy = zeroCopy;
+  opt.checkZeroCopy = zeroCopy || checkZeroCopy;
+  return c4test::MatrixRunner(comm, rank, nranks).run(opt);
+}
+
 class CudaColl : public ::testing::TestWithParam<int> {};
 
 // Every collective x dtype x op x count x in/out of place on device buffers, against the host
@@ -131,14 +143,7 @@ TEST_P(CudaColl, MatrixOnDeviceBuffers) {
   SKIP_WITHOUT_GPU();
   const int n = GetParam();
   runRanks(
-      n, true,
-      [](int rank, int nranks, c4::Comm* comm, cudaStream_t s) -> Failures {
-        CudaMirror mirror(s);
-        c4test::MatrixOptions opt;
-        opt.device = &mirror;
-        Failures f = c4test::MatrixRunner(comm, rank, nranks).run(opt);
-        return f;
-      },
+      n, true, [](int rank, int nranks, c4::Comm* comm, cudaStream_t s) { return deviceMatrix(rank, nranks, comm, s); },
       600);
 }
 
@@ -156,14 +161,7 @@ TEST_P(CudaIpc, MatrixRunsZeroCopyOnDeviceBuffers) {
   const bool cached = std::get<1>(GetParam());
   runRanks(
       n, true,
-      [](int rank, int nranks, c4::Comm* comm, cudaStream_t s) -> Failures {
-        CudaMirror mirror(s);
-        c4test::MatrixOptions opt;
-        opt.device = &mirror;
-        opt.deviceZeroCopy = true;
-        opt.checkZeroCopy = true;
-        return c4test::MatrixRunner(comm, rank, nranks).run(opt);
-      },
+      [](int rank, int nranks, c4::Comm* comm, cudaStream_t s) { return deviceMatrix(rank, nranks, comm, s, true); },
       600,
       [cached](int) {
         setenv("C4_ONESHOT_BYTES", "0", 1);
@@ -183,12 +181,9 @@ TEST(CudaIpcOff, MatrixStagedThroughHostMemory) {
   SKIP_WITHOUT_GPU();
   runRanks(
       2, true,
-      [](int rank, int nranks, c4::Comm* comm, cudaStream_t s) -> Failures {
-        CudaMirror mirror(s);
-        c4test::MatrixOptions opt;
-        opt.device = &mirror;
-        opt.checkZeroCopy = true;  // none may run zero-copy
-        return c4test::MatrixRunner(comm, rank, nranks).run(opt);
+      // None may run zero-copy.
+      [](int rank, int nranks, c4::Comm* comm, cudaStream_t s) {
+        return deviceMatrix(rank, nranks, comm, s, false, true);
       },
       600,
       [](int) {
@@ -206,10 +201,7 @@ TEST(CudaPipeline, MatrixInPieces) {
   runRanks(
       3, true,
       [](int rank, int nranks, c4::Comm* comm, cudaStream_t s) -> Failures {
-        CudaMirror mirror(s);
-        c4test::MatrixOptions opt;
-        opt.device = &mirror;
-        Failures f = c4test::MatrixRunner(comm, rank, nranks).run(opt);
+        Failures f = deviceMatrix(rank, nranks, comm, s);
         // 8 pieces of 128 KiB each, 16 calls queued before any wait.
         constexpr size_t kCount = 256 * 1024;
         constexpr int kCalls = 16;
