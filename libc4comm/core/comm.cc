@@ -293,6 +293,9 @@ Comm::~Comm() {
   // The progress thread first: nothing may drive the transports while they go.
   if (engine) engine->stop();
   engine.reset();
+  // This rank's mappings of the peers' registered device buffers go before its own registrations
+  // (whose deregistration waits for the peers to close theirs).
+  zeroCopy.closeDevice();
   // Registrations the user never released go with their transports.
   while (!registrations_.empty()) (void)deregisterMemory(registrations_.begin()->first);
   // Transports go first: they may reference the bootstrap's peers during teardown.
@@ -478,7 +481,8 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   oneShot.init(this, localRanks, arenaT);
   std::vector<int32_t> pids;
   for (const RankInfo& p : peers) pids.push_back(p.pid);
-  C4_CHECK(zeroCopy.init(this, pids, timeoutMs, &oneShot, arenaT, &gpuGate));
+  C4_CHECK(zeroCopy.init(this, pids, timeoutMs, &oneShot, arenaT, &gpuGate,
+                         [this](const void* p, size_t len) { return registeredRange(p, len); }));
   const double tZeroCopy = msNow();
   shmTransport = localRanks > 1 ? arenaT : nullptr;
   p2pSendSeq.assign(static_cast<size_t>(n), 0);
@@ -595,8 +599,18 @@ Status Comm::progressTransports() {
     std::lock_guard<std::mutex> g(errMu);
     return asyncError;
   }
+  zeroCopy.pollDeregistrations();
   for (auto& t : transports) C4_CHECK(t->progress());
   return Status::ok();
+}
+
+bool Comm::registeredRange(const void* p, size_t len) const {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  for (const auto& kv : registrations_) {
+    const auto b = reinterpret_cast<uintptr_t>(kv.second->buff);
+    if (a >= b && len <= kv.second->size && a - b <= kv.second->size - len) return true;
+  }
+  return false;
 }
 
 void Comm::requestAbort(const Status& st) {
@@ -684,7 +698,14 @@ Status Comm::deregisterMemory(Registration* reg) {
     Status st = transports[i]->deregisterMemory(reg->regions[i].get());
     if (first.isOk()) first = st;
   }
+  const bool device = gpu::pointerInfo(reg->buff).mem == gpu::Mem::kDevice;
   registrations_.erase(it);
+  // Peers may keep registered device buffers mapped (core/zerocopy.hpp): they close them first
+  // (not on a failed communicator, whose peers may be gone).
+  if (device && !failed.load()) {
+    Status st = zeroCopy.deviceDeregistered();
+    if (first.isOk()) first = st;
+  }
   return first;
 }
 

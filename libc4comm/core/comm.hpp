@@ -166,6 +166,8 @@ struct Comm final : public ExecContext {
   Status registerMemory(void* buff, size_t size, Registration** out);
   /// kInvalidArgument for a handle this communicator did not hand out (or already released).
   Status deregisterMemory(Registration* reg);
+  /// Whether [p, p + len) lies inside one registration of this communicator (driving thread).
+  bool registeredRange(const void* p, size_t len) const;
   // ---- ExecContext ----
   int thisRank() const override { return rank; }
   int numRanks() const override { return nranks; }

@@ -50,12 +50,13 @@ static_assert(sizeof(OneShot::DataHdr) == 48, "header then payload in the first 
 constexpr size_t kPayloadOff = sizeof(OneShot::DataHdr);
 
 // Arena layout (offsets): done line, two announce lines, two zero-copy records, two device
-// zero-copy records, then two data slots.
+// zero-copy records, the device state, then two data slots.
 namespace {
 constexpr size_t kAnnounceOff = kLine;
 constexpr size_t kZeroCopyOff = 3 * kLine;
 constexpr size_t kDeviceRecordOff = 5 * kLine;
-constexpr size_t kDataOff = kDeviceRecordOff + 2 * OneShot::kDeviceRecordBytes;
+constexpr size_t kDeviceStateOff = kDeviceRecordOff + 2 * OneShot::kDeviceRecordBytes;
+constexpr size_t kDataOff = kDeviceStateOff + OneShot::kDeviceStateBytes;
 }  // namespace
 
 void OneShot::init(ExecContext* ctx, int localRanks, transport::Transport* t) {
@@ -100,6 +101,8 @@ uint64_t* OneShot::doneOf(int rank) const { return reinterpret_cast<uint64_t*>(a
 char* OneShot::zeroCopyRecord(int rank, uint64_t seq) const {
   return arenas_[static_cast<size_t>(rank)] + kZeroCopyOff + (seq % 2) * kLine;
 }
+
+char* OneShot::deviceState(int rank) const { return arenas_[static_cast<size_t>(rank)] + kDeviceStateOff; }
 
 char* OneShot::deviceRecord(int rank, uint64_t seq) const {
   return arenas_[static_cast<size_t>(rank)] + kDeviceRecordOff + (seq % 2) * kDeviceRecordBytes;

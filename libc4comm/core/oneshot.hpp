@@ -82,6 +82,10 @@ class OneShot {
   /// Rank `rank`'s record of a call on device buffers (kDeviceRecordBytes).
   char* deviceRecord(int rank, uint64_t seq) const;
   static constexpr size_t kDeviceRecordBytes = 4 * 64;
+  /// Rank `rank`'s device state (kDeviceStateBytes): its deregistrations of registered device
+  /// memory, and its acknowledgements of the peers' (core/zerocopy.cc).
+  char* deviceState(int rank) const;
+  static constexpr size_t kDeviceStateBytes = 10 * 64;
   char* zeroCopyState(int rank) const;
   /// Starts a one-shot collective: `input` is what this rank publishes (already scaled for
   /// PreMulSum/Avg), `output` its recvbuff. `traceEvent` (null: not traced) is the call's op

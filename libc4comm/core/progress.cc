@@ -224,6 +224,7 @@ void ProgressEngine::idle(int rounds) {
     std::unique_lock<std::mutex> drive(driveMu_, std::try_to_lock);
     if (!drive.owns_lock() || comm_->transports.empty() || comm_->failed.load()) return;
     if (comm_->abortRequested.load(std::memory_order_acquire)) (void)comm_->failure();
+    comm_->zeroCopy.serviceDeregistrations();  // a peer may wait for this rank to close a mapping
     Status st = comm_->progressTransports();
     if (!st.isOk()) (void)comm_->fail(st);
   };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/clock.hpp"
 #include "common/logging.hpp"
 #include "common/params.hpp"
 #include "common/status.hpp"
@@ -38,14 +39,25 @@ static_assert(sizeof(ZeroCopy::State) <= 56, "fits after doneSeq");
 
 /// Where a rank's device buffers of one call lie (OneShot::deviceRecord).
 struct DeviceRecord {
-  uint64_t seq;    // written last (release)
-  int32_t device;  // the buffers' GPU
-  int32_t pad;
+  uint64_t seq;                             // written last (release)
+  int32_t device;                           // the buffers' GPU
+  uint16_t sendRegistered, recvRegistered;  // 1: registered with commRegister (peers keep the mapping)
   gpu::IpcRef send;
   gpu::IpcRef recv;
   uint64_t sendAddr, recvAddr;  // for ranks of the same process, which use them as they are
 };
 static_assert(sizeof(DeviceRecord) <= OneShot::kDeviceRecordBytes, "fits its arena slot");
+
+/// A rank's deregistrations of registered device memory and its acknowledgements of the peers'
+/// (OneShot::deviceState).
+constexpr size_t kMaxDeregRanks = (OneShot::kDeviceStateBytes - 16) / 8;
+struct DeviceState {
+  uint64_t deregCount;  // this rank's deregistrations so far (release)
+  uint64_t pad;
+  uint64_t ack[kMaxDeregRanks];  // ack[r]: rank r's deregistrations this rank has acknowledged
+};
+static_assert(sizeof(DeviceState) <= OneShot::kDeviceStateBytes, "fits its arena area");
+constexpr uint64_t kAckForGood = ~uint64_t{0};  // the rank left: it holds no mapping any more
 
 namespace {
 uint64_t loadAcq(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
@@ -103,9 +115,11 @@ ZeroCopy::~ZeroCopy() {
 }
 
 Status ZeroCopy::init(ExecContext* ctx, const std::vector<int32_t>& pids, int64_t timeoutMs, OneShot* os,
-                      transport::Transport* t, const std::unique_ptr<gpu::StreamGate>* gate) {
+                      transport::Transport* t, const std::unique_ptr<gpu::StreamGate>* gate,
+                      std::function<bool(const void*, size_t)> registered) {
   ctx_ = ctx;
   gate_ = gate;
+  registered_ = std::move(registered);
   pids_ = pids;
   timeoutMs_ = timeoutMs;
   os_ = os;
@@ -118,6 +132,7 @@ Status ZeroCopy::init(ExecContext* ctx, const std::vector<int32_t>& pids, int64_
   in_.assign(static_cast<size_t>(nranks_), nullptr);
   out_.assign(static_cast<size_t>(nranks_), nullptr);
   deviceUnreachable_.assign(static_cast<size_t>(nranks_), 0);
+  deregSeen_.assign(static_cast<size_t>(nranks_), 0);
   seen_.assign(static_cast<size_t>(nranks_), 0);
 
   // Probe: can this rank map the next rank's memory? (Opening /proc/<pid>/fd/<fd> needs the same
@@ -210,6 +225,9 @@ Status ZeroCopy::offerDevice(const OpDesc& op, const OpSig& sig, bool* offered) 
   storeRel(&r->seq, 0);
   __atomic_thread_fence(__ATOMIC_RELEASE);
   r->device = (*gate_)->device();
+  const bool keep = registeredMappings() && registered_;
+  r->sendRegistered = keep && need.send && registered_(op.deviceSend, need.send) ? 1 : 0;
+  r->recvRegistered = keep && need.recv && registered_(op.deviceRecv, need.recv) ? 1 : 0;
   r->send = rec.send;
   r->recv = rec.recv;
   r->sendAddr = reinterpret_cast<uintptr_t>(op.deviceSend);
@@ -526,10 +544,10 @@ void ZeroCopy::resolveDevicePeers(bool* ok) {
       in_[static_cast<size_t>(r)] = need.send ? reinterpret_cast<const char*>(rec->sendAddr) : nullptr;
       out_[static_cast<size_t>(r)] = need.recv ? reinterpret_cast<char*>(rec->recvAddr) : nullptr;
     } else {
-      if (need.send) st = (*gate_)->ipcOpen(r, rec->send, need.send, &p);
+      if (need.send) st = (*gate_)->ipcOpen(r, rec->send, need.send, &p, rec->sendRegistered != 0);
       in_[static_cast<size_t>(r)] = need.send ? p : nullptr;
       p = nullptr;
-      if (st.isOk() && need.recv) st = (*gate_)->ipcOpen(r, rec->recv, need.recv, &p);
+      if (st.isOk() && need.recv) st = (*gate_)->ipcOpen(r, rec->recv, need.recv, &p, rec->recvRegistered != 0);
       out_[static_cast<size_t>(r)] = need.recv ? p : nullptr;
     }
     if (!st.isOk()) {
@@ -577,6 +595,55 @@ Status ZeroCopy::computeDevice() {
   Status st = (*gate_)->runZeroCopy(w);
   (*gate_)->ipcTrim();
   return st;
+}
+
+// ---- registered device buffers: mappings kept until their owner deregisters ----
+
+bool ZeroCopy::registeredMappings() const { return enabled_ && static_cast<size_t>(nranks_) <= kMaxDeregRanks; }
+
+void ZeroCopy::serviceDeregistrations() {
+  if (!registeredMappings()) return;
+  auto* mine = reinterpret_cast<DeviceState*>(os_->deviceState(rank_));
+  for (int r = 0; r < nranks_; ++r) {
+    if (r == rank_) continue;
+    const uint64_t c = loadAcq(&reinterpret_cast<DeviceState*>(os_->deviceState(r))->deregCount);
+    if (c <= deregSeen_[static_cast<size_t>(r)]) continue;
+    if (gate_ && *gate_) (*gate_)->ipcCloseRegistered(r);
+    deregSeen_[static_cast<size_t>(r)] = c;
+    storeRel(&mine->ack[r], c);
+  }
+}
+
+Status ZeroCopy::deviceDeregistered() {
+  if (!registeredMappings()) return Status::ok();
+  auto* mine = reinterpret_cast<DeviceState*>(os_->deviceState(rank_));
+  const uint64_t c = loadAcq(&mine->deregCount) + 1;
+  storeRel(&mine->deregCount, c);
+  const int64_t deadline = detail::nowMs() + timeoutMs_;
+  for (int r = 0; r < nranks_; ++r) {
+    if (r == rank_) continue;
+    const uint64_t* ack = &reinterpret_cast<DeviceState*>(os_->deviceState(r))->ack[rank_];
+    for (int idle = 1; loadAcq(ack) < c; ++idle) {
+      // A peer deregistering at the same time waits for us as we wait for it.
+      serviceDeregistrations();
+      if (detail::nowMs() > deadline)
+        return makeError(Code::kSystemError,
+                         "rank %d: rank %d did not release its mappings of this rank's registered device memory "
+                         "within %lld ms of the deregistration (is its process stuck outside c4comm?); the buffer "
+                         "must not be freed while it may still be mapped there",
+                         rank_, r, static_cast<long long>(timeoutMs_));
+      transport::waitHint(idle);
+    }
+  }
+  return Status::ok();
+}
+
+void ZeroCopy::closeDevice() {
+  if (!registeredMappings()) return;
+  if (gate_ && *gate_) (*gate_)->ipcCloseRegistered(-1);
+  auto* mine = reinterpret_cast<DeviceState*>(os_->deviceState(rank_));
+  for (int r = 0; r < nranks_; ++r)
+    if (r != rank_) storeRel(&mine->ack[r], kAckForGood);
 }
 
 }  // namespace c4

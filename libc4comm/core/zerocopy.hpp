@@ -19,9 +19,16 @@
 // run, as kernels of each rank's share (StreamGate::runZeroCopy), else every rank copies its inputs
 // to its staging and runs the message path. A deferred call that is not offered, or falls back,
 // has its inputs copied to staging before anything reads them.
+//
+// Mappings of a peer's buffers live for one call, unless the peer registered the buffer
+// (commRegister): then they are kept until the peer deregisters it. A deregistration counts up in
+// the rank's device state in the arena and waits until every peer acknowledged it, each having
+// closed its mappings of that rank's registered buffers first (serviceDeregistrations, from every
+// progress loop), so a buffer is never freed while another process has it open.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -41,7 +48,8 @@ class ZeroCopy {
   /// next rank's, maps it and publishes whether that worked (no collective: each rank waits only
   /// for its neighbour, which publishes before it waits). Otherwise a no-op.
   Status init(ExecContext* ctx, const std::vector<int32_t>& pids, int64_t timeoutMs, OneShot* oneShot,
-              transport::Transport* t, const std::unique_ptr<gpu::StreamGate>* gate);
+              transport::Transport* t, const std::unique_ptr<gpu::StreamGate>* gate,
+              std::function<bool(const void*, size_t)> registered);
   ~ZeroCopy();
   bool enabled() const { return enabled_; }
   /// Whether a call on device buffers may be deferred (gpu.hpp) to offer the device zero-copy path:
@@ -49,6 +57,19 @@ class ZeroCopy {
   /// Send/Recv, Avg or PreMulSum, in-place AlltoAll). Depends on this rank's settings only: the
   /// offer decides with the peers.
   bool mayDefer(const OpDesc& op, bool inPlace) const;
+  /// This rank deregistered device memory (the driving thread): waits (up to the timeout) until every
+  /// peer closed its mappings of this rank's registered buffers. An error names a peer that did not.
+  Status deviceDeregistered();
+  /// Closes this rank's mappings of registered buffers whose owner deregistered one, and
+  /// acknowledges it. Cheap when nothing changed; called from the communicator's progress loops.
+  void serviceDeregistrations();
+  /// serviceDeregistrations one call in 64 (the hot progress loops).
+  void pollDeregistrations() {
+    if ((++serviceTick_ & 63) == 0) serviceDeregistrations();
+  }
+  /// The communicator goes: closes every mapping of registered buffers and acknowledges every
+  /// peer's deregistrations for good.
+  void closeDevice();
 
   /// At prepare: *offered if this rank offers call `sig` (its buffers for `op` are shareable, the
   /// op runs here, and every rank can map its neighbour's memory: the first such call waits for
@@ -110,7 +131,12 @@ class ZeroCopy {
   std::vector<const char*> in_;  // every rank's input, in this address space (null: unused)
   std::vector<char*> out_;       // every rank's output
   std::vector<uint8_t> seen_;
-  std::vector<uint8_t> deviceUnreachable_;  // peers whose device buffers this rank could not open
+  std::vector<uint8_t> deviceUnreachable_;               // peers whose device buffers this rank could not open
+  std::function<bool(const void*, size_t)> registered_;  // whether a buffer is registered with this communicator
+  std::vector<uint64_t> deregSeen_;                      // each peer's deregistrations acknowledged
+  uint32_t serviceTick_ = 0;
+  /// Registered buffers keep their mappings where the arena has room for every rank's acknowledgement.
+  bool registeredMappings() const;
   bool progressed_ = false;
   int waitingFor_ = -1;
   IdleWatch watch_;

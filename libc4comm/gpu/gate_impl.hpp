@@ -104,6 +104,7 @@ struct IpcMap {
   int peer;
   uint64_t id;
   char* base;
+  bool registered;  // the peer registered the buffer: kept until ipcCloseRegistered
 };
 
 }  // namespace c4::gpu::detail

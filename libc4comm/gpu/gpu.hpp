@@ -152,15 +152,19 @@ class StreamGate {
   /// from the staging slot if copyInputsNow ran. Waits for the copies.
   Status finishDeferred(const Ticket& t);
   /// The address in this process of [ref.off, ref.off + len) of rank `peer`'s allocation, mapped
-  /// with CUDA IPC (or found mapped) until ipcTrim. Fails where the allocation cannot be opened
-  /// here (another GPU without peer access, for one).
-  Status ipcOpen(int peer, const IpcRef& ref, size_t len, char** out);
+  /// with CUDA IPC (or found mapped) until ipcTrim, or, `registered` (the peer registered the
+  /// buffer with commRegister), until ipcCloseRegistered. Fails where the allocation cannot be
+  /// opened here (another GPU without peer access, for one).
+  Status ipcOpen(int peer, const IpcRef& ref, size_t len, char** out, bool registered = false);
+  /// Closes the mappings of rank `peer`'s registered buffers (-1: every peer's), after this rank's
+  /// device work is done: the peer deregistered one (or leaves), and may free it.
+  void ipcCloseRegistered(int peer);
   /// Lets this gate's GPU reach GPU `device`'s memory (a rank of the same process there):
   /// cudaDeviceEnablePeerAccess where it is another GPU; fails where they cannot.
   Status peerAccess(int device);
-  /// After a call's kernels are done (or it did not run them): closes the mappings beyond the
-  /// C4_CUDA_IPC_CACHE most recently used (all of them by default; CUDA forbids freeing an exported
-  /// allocation that another process still has open).
+  /// After a call's kernels are done (or it did not run them): closes the mappings of unregistered
+  /// buffers beyond the C4_CUDA_IPC_CACHE most recently used (all of them by default; CUDA forbids
+  /// freeing an exported allocation that another process still has open).
   void ipcTrim();
   /// This rank's share of a device zero-copy call (kernels on the gate's own stream), waited for:
   /// once it returns, this rank reads and writes no buffer of the call any more.

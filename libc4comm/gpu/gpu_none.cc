@@ -43,7 +43,8 @@ Status StreamGate::copyInputsNow(const Ticket&) {
   return makeError(Code::kInvalidUsage, "this c4comm was built without CUDA");
 }
 Status StreamGate::finishDeferred(const Ticket&) { return Status::ok(); }
-Status StreamGate::ipcOpen(int, const IpcRef&, size_t, char**) {
+void StreamGate::ipcCloseRegistered(int) {}
+Status StreamGate::ipcOpen(int, const IpcRef&, size_t, char**, bool) {
   return makeError(Code::kInvalidUsage, "this c4comm was built without CUDA");
 }
 Status StreamGate::peerAccess(int) { return makeError(Code::kInvalidUsage, "this c4comm was built without CUDA"); }

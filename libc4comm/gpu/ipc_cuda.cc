@@ -119,13 +119,14 @@ bool ipcExport(const void* p, size_t len, IpcRef* ref) {
   return true;
 }
 
-Status StreamGate::ipcOpen(int peer, const IpcRef& ref, size_t len, char** out) {
+Status StreamGate::ipcOpen(int peer, const IpcRef& ref, size_t len, char** out, bool registered) {
   RelaxedCapture relaxed;
   Impl& im = *impl_;
   cudaStream_t s = nullptr;
   C4_CHECK(im.workStream(&s));  // makes the gate's GPU current on this thread
   for (auto it = im.maps.begin(); it != im.maps.end(); ++it) {
     if (it->peer != peer || it->id != ref.id) continue;
+    it->registered |= registered;
     im.maps.splice(im.maps.begin(), im.maps, it);
     *out = it->base + ref.off;
     return Status::ok();
@@ -138,7 +139,7 @@ Status StreamGate::ipcOpen(int peer, const IpcRef& ref, size_t len, char** out) 
     return makeError(Code::kUnhandledCudaError, "CUDA: cannot open rank %d's device buffer on GPU %d (%s: %s)", peer,
                      device_, cudaGetErrorName(e), cudaGetErrorString(e));
   (void)len;  // the exporter checked that the buffer lies inside its allocation
-  im.maps.push_front(IpcMap{peer, ref.id, static_cast<char*>(base)});
+  im.maps.push_front(IpcMap{peer, ref.id, static_cast<char*>(base), registered});
   *out = static_cast<char*>(base) + ref.off;
   return Status::ok();
 }
@@ -160,18 +161,36 @@ Status StreamGate::peerAccess(int device) {
   return Status::ok();
 }
 
-void StreamGate::ipcTrim() {
-  Impl& im = *impl_;
-  const size_t keep = static_cast<size_t>(paramCudaIpcCache());
-  if (im.maps.size() <= keep) return;
+namespace {
+/// Closes the mappings `drop` picks, once this process's device work on them is done.
+template <typename Pred>
+void closeMaps(StreamGate::Impl& im, int device, Pred drop) {
   RelaxedCapture relaxed;
-  // Nothing of ours may still read them.
-  if (im.work != nullptr) (void)cudaStreamSynchronize(im.work);
-  while (im.maps.size() > keep) {
-    (void)cudaIpcCloseMemHandle(im.maps.back().base);
-    im.maps.pop_back();
+  DeviceScope scope(device);  // also from a thread other than the progress thread (commDeregister)
+  bool synced = false;
+  for (auto it = im.maps.begin(); it != im.maps.end();) {
+    if (!drop(*it)) {
+      ++it;
+      continue;
+    }
+    if (!synced && im.work != nullptr) (void)cudaStreamSynchronize(im.work);  // nothing of ours still reads it
+    synced = true;
+    (void)cudaIpcCloseMemHandle(it->base);
+    it = im.maps.erase(it);
   }
   (void)cudaGetLastError();
+}
+}  // namespace
+
+void StreamGate::ipcTrim() {
+  // Registered buffers stay; of the others, the C4_CUDA_IPC_CACHE most recently used.
+  size_t kept = 0;
+  const size_t keep = static_cast<size_t>(paramCudaIpcCache());
+  closeMaps(*impl_, device_, [&](const IpcMap& m) { return !m.registered && ++kept > keep; });
+}
+
+void StreamGate::ipcCloseRegistered(int peer) {
+  closeMaps(*impl_, device_, [&](const IpcMap& m) { return m.registered && (peer < 0 || m.peer == peer); });
 }
 
 namespace {

@@ -308,6 +308,67 @@ TEST_P(CudaIpcFallback, EveryRankFallsBackAndIsRight) {
 INSTANTIATE_TEST_SUITE_P(Modes, CudaIpcFallback, ::testing::Values("pinned", "vmm"),
                          [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
 
+// Registered device buffers (commRegister): the peers keep their mappings between calls, and drop
+// them when the owner deregisters, before the owner frees the memory. Every rank deregisters at
+// the same time once (each waits for the others' acknowledgement while acknowledging theirs), then
+// rank 1 late; the buffers are then freed and new ones (maybe at the same addresses) are used.
+TEST(CudaIpcRegistered, MappingsLiveUntilTheOwnerDeregisters) {
+  SKIP_WITHOUT_GPU();
+  runRanks(
+      3, true,
+      [](int rank, int n, c4::Comm* comm, cudaStream_t s) -> Failures {
+        constexpr size_t kCount = 1 << 20;
+        Failures f;
+        auto roundTrip = [&](float* buf, int calls, const char* what) {
+          std::vector<float> host(kCount);
+          for (int c = 0; c < calls && f.empty(); ++c) {
+            for (size_t i = 0; i < kCount; ++i) host[i] = static_cast<float>(rank + c + i % 5);
+            cudaMemcpyAsync(buf, host.data(), kCount * sizeof(float), cudaMemcpyHostToDevice, s);
+            c4::Status st = c4::allReduce(buf, buf, kCount, c4::DataType::kFloat32, c4::RedOp::kSum, comm, s);
+            if (!st.isOk()) f.push_back(std::string(what) + ": allReduce: " + st.toString());
+            cudaMemcpyAsync(host.data(), buf, kCount * sizeof(float), cudaMemcpyDeviceToHost, s);
+            cudaStreamSynchronize(s);
+            for (size_t i = 0; i < kCount; ++i) {
+              const float want = static_cast<float>(3 + 3 * (c + static_cast<int>(i % 5)));
+              if (host[i] != want) {
+                f.push_back(std::string(what) + ": call " + std::to_string(c) + " element " + std::to_string(i) +
+                            " is " + std::to_string(host[i]));
+                break;
+              }
+            }
+          }
+        };
+        for (int round = 0; round < 2 && f.empty(); ++round) {
+          float* a = nullptr;
+          float* b = nullptr;
+          if (cudaMalloc(&a, kCount * sizeof(float)) != cudaSuccess ||
+              cudaMalloc(&b, kCount * sizeof(float)) != cudaSuccess)
+            return {"cudaMalloc"};
+          void* ha = nullptr;
+          void* hb = nullptr;
+          c4::Status st = c4::commRegister(comm, a, kCount * sizeof(float), &ha);
+          if (st.isOk()) st = c4::commRegister(comm, b, kCount * sizeof(float), &hb);
+          if (!st.isOk()) return {"commRegister: " + st.toString()};
+          roundTrip(a, 10, "registered a");
+          roundTrip(b, 10, "registered b");
+          // Round 1: rank 1 deregisters late; the others wait for it.
+          if (round == 1 && rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          st = c4::commDeregister(comm, ha);
+          if (st.isOk()) st = c4::commDeregister(comm, hb);
+          if (!st.isOk()) f.push_back("commDeregister: " + st.toString());
+          cudaFree(a);
+          cudaFree(b);
+          // New buffers, not registered (perhaps at the old addresses): mapped afresh for each call.
+          float* c = nullptr;
+          if (cudaMalloc(&c, kCount * sizeof(float)) != cudaSuccess) return {"cudaMalloc"};
+          roundTrip(c, 3, "after deregistration");
+          cudaFree(c);
+        }
+        return f;
+      },
+      300, [](int) { setenv("C4_ONESHOT_BYTES", "0", 1); });
+}
+
 // ncclMemAlloc's C++ form gives device memory in a process with a GPU, memFree frees it, and a
 // collective on it runs (on the device zero-copy path with 2 ranks).
 TEST(CudaMem, AllocPreferDeviceIsDeviceMemory) {
