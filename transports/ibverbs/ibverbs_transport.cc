@@ -80,7 +80,7 @@ static_assert(sizeof(QpInfo) == 48, "wire layout");
 /// lane: the opener's request, then the peer's answer on the same lane.
 struct LaneControl {
   uint32_t magic;  // kLaneMagic
-  uint32_t kind;   // kAddRequest, kAddAccept, kAddRefuse
+  uint32_t kind;   // kAddRequest, kAddAccept, kAddRefuse, kAddBooked
   int32_t lane;    // the new lane's index (the same at both ends)
   int32_t port;    // request: the receiver's port for it (-1: lane mod ports)
   uint16_t sourcePort;
@@ -90,7 +90,10 @@ struct LaneControl {
   char path[192];  // request: C4P's path of the lane, for the peer's messages
 };
 constexpr uint32_t kLaneMagic = 0x6c346963u;
-enum : uint32_t { kAddRequest = 1, kAddAccept = 2, kAddRefuse = 3 };
+// kAddBooked: the opener could not make the lane on its side (retired there at once, its index
+// taken); the peer books it retired too, so that both ends keep numbering lanes alike, and answers
+// with kAddRefuse.
+enum : uint32_t { kAddRequest = 1, kAddAccept = 2, kAddRefuse = 3, kAddBooked = 4 };
 static_assert(sizeof(LaneControl) < 1023, "fits a control area");
 
 /// setup's allGather: whether the rank can use RDMA (else why), and its ports.
@@ -353,8 +356,11 @@ class IbverbsTransport : public Transport {
   Status createQp(IbLane* l, QpInfo* q);
   /// What the peer needs to connect to lane l's queue pair.
   QpInfo laneInfo(const IbLane* l) const;
-  /// A lane after startLanes (addLane, or the peer's request): made, its queue pair in INIT.
-  Status makeLaterLane(IbConnection* c, int index, int port, IbLane** out);
+  /// A lane after startLanes (addLane, or the peer's request): made, its queue pair in INIT. On
+  /// failure (or `injectFailure`: C4_IB_FAULT_ADD_LANE) the lane stays booked at `index`, retired.
+  Status makeLaterLane(IbConnection* c, int index, int port, IbLane** out, bool injectFailure = false);
+  /// A lane made without a queue pair, retired at once: its index stays taken.
+  void retireUnmade(IbLane* l, const std::string& why);
   Status connectLane(IbLane* l);
   /// A lane-control message (addLane's request, the answer) arrived in l's control area.
   void onLaneControl(IbLane* l);
@@ -549,12 +555,17 @@ QpInfo IbverbsTransport::laneInfo(const IbLane* l) const {
   return q;
 }
 
-Status IbverbsTransport::makeLaterLane(IbConnection* c, int index, int port, IbLane** out) {
+Status IbverbsTransport::makeLaterLane(IbConnection* c, int index, int port, IbLane** out, bool injectFailure) {
   C4_CHECK(makeLane(c, index, port));
   IbLane* l = c->lanes.back();
   Device* d = l->dev;
   Status st;
-  if (d->cq == nullptr)
+  if (injectFailure)
+    st = makeError(Code::kSystemError,
+                   "ibverbs: rank %d: the queue pair of lane %d to rank %d was not made "
+                   "(C4_IB_FAULT_ADD_LANE)",
+                   ctx_.rank, index, c->peer());
+  else if (d->cq == nullptr)
     st = makeCq(d);
   else if (d->cqe > d->cqeCap)
     st = makeError(Code::kInvalidUsage,
@@ -564,15 +575,19 @@ Status IbverbsTransport::makeLaterLane(IbConnection* c, int index, int port, IbL
   QpInfo mine;
   if (st.isOk()) st = createQp(l, &mine);
   if (!st.isOk()) {
-    // Never connected, so no completion of it can come: retired at once, its index kept taken.
-    if (l->qp == nullptr) d->cqe -= 2 * l->sqFree;
-    l->failed = true;
-    l->stats.setRetiredWhy(st.message());
-    l->stats.setState(LaneState::kRetired);
+    retireUnmade(l, st.message());
     return st;
   }
   *out = l;
   return Status::ok();
+}
+
+void IbverbsTransport::retireUnmade(IbLane* l, const std::string& why) {
+  // Never connected, so no completion of it can come: retired at once, its index kept taken.
+  if (l->qp == nullptr) l->dev->cqe -= 2 * l->sqFree;
+  l->failed = true;
+  l->stats.setRetiredWhy(why);
+  l->stats.setState(LaneState::kRetired);
 }
 
 Status IbverbsTransport::connectLane(IbLane* l) {
@@ -1343,7 +1358,19 @@ Status IbverbsTransport::addLane(IbConnection* c, const LanePlan& plan, int* ind
   const int idx = c->numLanes();
   const int port = plan.localPort >= 0 ? plan.localPort % np : idx % np;
   IbLane* l = nullptr;
-  C4_CHECK(makeLaterLane(c, idx, port, &l));
+  Status made = makeLaterLane(c, idx, port, &l, paramIbFaultAddLane() != 0);
+  if (!made.isOk()) {
+    // Booked and retired here: the peer books it too (else the ends would number later lanes
+    // differently, and it would refuse every later request). Its answer ends the add.
+    LaneControl b{};
+    b.magic = kLaneMagic;
+    b.kind = kAddBooked;
+    b.lane = idx;
+    snprintf(b.why, sizeof(b.why), "%s", made.message().c_str());
+    if (postCtrl(ctl, kImmAbort | 1, kWrCtrl, std::string(reinterpret_cast<const char*>(&b), sizeof(b))).isOk())
+      c->adding = idx;
+    return made;
+  }
   if (plan.sourcePort >= kRoceSportMin)
     l->sourcePort = plan.sourcePort;
   else if (paramIbSourcePortBase() > 0)
@@ -1380,6 +1407,33 @@ void IbverbsTransport::onLaneControl(IbLane* via) {
   }
   m.why[sizeof(m.why) - 1] = 0;
   m.path[sizeof(m.path) - 1] = 0;
+  if (m.kind == kAddBooked) {
+    // The peer (the lower rank) could not make its end: book the index here, retired, and say so.
+    LaneControl a{};
+    a.magic = kLaneMagic;
+    a.lane = m.lane;
+    a.kind = kAddRefuse;
+    const std::string why = strFormat("rank %d could not make its end: %s", c->peer(), m.why);
+    const int np = static_cast<int>(ports_.size());
+    Status st;
+    if (c->peer() > ctx_.rank)
+      st = makeError(Code::kInvalidUsage, "rank %d is not the lower rank of the pair", c->peer());
+    else if (m.lane != c->numLanes())
+      st = makeError(Code::kInvalidUsage, "lane %d booked, lane %d expected", m.lane, c->numLanes());
+    if (st.isOk()) st = makeLane(c, m.lane, m.lane % np);
+    if (st.isOk()) {
+      retireUnmade(c->lanes.back(), why);
+      C4_WARN(kLogNet, "ibverbs: rank %d: lane %d to rank %d booked retired: %s", ctx_.rank, m.lane, c->peer(),
+              why.c_str());
+    } else {
+      C4_WARN(kLogNet, "ibverbs: rank %d: could not book lane %d of rank %d: %s", ctx_.rank, m.lane, c->peer(),
+              st.message().c_str());
+    }
+    snprintf(a.why, sizeof(a.why), "booked retired");
+    Status sent = postCtrl(via, kImmAbort | 1, kWrCtrl, std::string(reinterpret_cast<const char*>(&a), sizeof(a)));
+    if (!sent.isOk()) laneFailed(via, "the answer to a lane booking could not be sent: " + sent.message());
+    return;
+  }
   if (m.kind == kAddRequest) {
     // The peer (the lower rank) adds a lane: make this end, connect it, and answer with its address.
     // It sends nothing on the lane until the peer grants its credits (the peer's end is not ready

@@ -33,6 +33,9 @@ C4_PARAM_INT(IbRetryCnt, "C4_IB_RETRY_CNT", "NCCL_IB_RETRY_CNT", 6, 0, 7, kParam
              "(rxe) retries forever at 7, so a dead peer would never be found: 6 by default")
 C4_PARAM_INT(IbSlotBytes, "C4_IB_SLOT_BYTES", nullptr, 131072, 4096, int64_t{1} << 24, kParamSameOnAllRanks,
              "ibverbs: bytes of one receive slot (a chunk and its 64-byte header)")
+C4_PARAM_INT(IbFaultAddLane, "C4_IB_FAULT_ADD_LANE", nullptr, 0, 0, 1, kParamNone,
+             "Test hook: 1 = every lane this rank adds after init (C4P's replacements) fails to make its queue pair, "
+             "as with a full completion queue")
 C4_PARAM_INT(IbSourcePortBase, "C4_IB_SOURCE_PORT_BASE", nullptr, 0, 49152, 65535, kParamZeroToo,
              "ibverbs, RoCE v2: lane l of a connection leaves from UDP source port BASE + l (49152 and up, set through "
              "the flow label) where the lane planner asks for none; 0: the device's choice (a hash of the queue pairs)")
