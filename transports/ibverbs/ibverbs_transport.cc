@@ -1033,6 +1033,7 @@ Status IbverbsTransport::progress() {
   if (!aborted_.isOk()) return aborted_;
   ibv_wc wcs[kPollBatch];
   for (auto& d : devices_) {
+    if (d->cq == nullptr) continue;  // opened, but no lane of it got so far as a queue pair
     for (;;) {
       const int k = ibv_poll_cq(d->cq, kPollBatch, wcs);
       if (k < 0) return makeError(Code::kSystemError, "ibverbs: ibv_poll_cq on %s failed (%d)", d->name.c_str(), k);
@@ -1414,13 +1415,14 @@ void IbverbsTransport::onLaneControl(IbLane* via) {
     a.lane = m.lane;
     a.kind = kAddRefuse;
     const std::string why = strFormat("rank %d could not make its end: %s", c->peer(), m.why);
-    const int np = static_cast<int>(ports_.size());
     Status st;
     if (c->peer() > ctx_.rank)
       st = makeError(Code::kInvalidUsage, "rank %d is not the lower rank of the pair", c->peer());
     else if (m.lane != c->numLanes())
       st = makeError(Code::kInvalidUsage, "lane %d booked, lane %d expected", m.lane, c->numLanes());
-    if (st.isOk()) st = makeLane(c, m.lane, m.lane % np);
+    // On the port of the lane the message came by: its device is open and has its completion queue
+    // (a placeholder on another port could open a device that has none, which progress() polls).
+    if (st.isOk()) st = makeLane(c, m.lane, via->port);
     if (st.isOk()) {
       retireUnmade(c->lanes.back(), why);
       C4_WARN(kLogNet, "ibverbs: rank %d: lane %d to rank %d booked retired: %s", ctx_.rank, m.lane, c->peer(),
