@@ -829,7 +829,7 @@ Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
   // fallback in case a peer does not (ZeroCopy decides at start).
   // A deferred call on device buffers that does not offer has its inputs staged by then.
   if (!viaArena) C4_CHECK(zeroCopy.offer(op, sig, &po.zeroCopyOffered));
-  if (viaArena) C4_CHECK(zeroCopy.stageLate(op));
+  if (viaArena && op.deferred) C4_CHECK(zeroCopy.stageLate(op));
   p->kind = tuner.choosePath(po);
   oneShot.announce(sig, p->kind == PathKind::kOneShot    ? CallMode::kOneShot
                         : p->kind != PathKind::kZeroCopy ? CallMode::kMessages

@@ -49,14 +49,14 @@ struct OneShot::DataHdr {
 static_assert(sizeof(OneShot::DataHdr) == 48, "header then payload in the first line");
 constexpr size_t kPayloadOff = sizeof(OneShot::DataHdr);
 
-// Arena layout (offsets): done line, two announce lines, two zero-copy records, two device
-// zero-copy records, the device state, then two data slots.
+// Arena layout (offsets): done line, two announce lines, two zero-copy records, then two data
+// slots; at the arena's end the device area (two device zero-copy records, the device state), so
+// that the lines of a small call stay where they were before the device area existed.
 namespace {
 constexpr size_t kAnnounceOff = kLine;
 constexpr size_t kZeroCopyOff = 3 * kLine;
-constexpr size_t kDeviceRecordOff = 5 * kLine;
-constexpr size_t kDeviceStateOff = kDeviceRecordOff + 2 * OneShot::kDeviceRecordBytes;
-constexpr size_t kDataOff = kDeviceStateOff + OneShot::kDeviceStateBytes;
+constexpr size_t kDataOff = 5 * kLine;
+constexpr size_t kDeviceAreaBytes = 2 * OneShot::kDeviceRecordBytes + OneShot::kDeviceStateBytes;
 }  // namespace
 
 void OneShot::init(ExecContext* ctx, int localRanks, transport::Transport* t) {
@@ -70,8 +70,9 @@ void OneShot::init(ExecContext* ctx, int localRanks, transport::Transport* t) {
   // that every call is announced: a peer configured differently then gets a clear error.
   if (!t || nranks_ < 2 || localRanks != nranks_) return;
   size_t arena = t->hostArenaBytes();
-  if (arena < kDataOff + 2 * (kLine + kLine)) return;
-  size_t slot = (arena - kDataOff) / 2 / kLine * kLine;
+  if (arena < kDataOff + 2 * (kLine + kLine) + kDeviceAreaBytes) return;
+  deviceOff_ = (arena - kDeviceAreaBytes) / kLine * kLine;
+  size_t slot = (deviceOff_ - kDataOff) / 2 / kLine * kLine;
   capacity_ = slot - kPayloadOff;
   maxBytes_ = std::min<size_t>(static_cast<size_t>(maxBytes), capacity_);
   arenas_.assign(static_cast<size_t>(nranks_), nullptr);
@@ -102,10 +103,12 @@ char* OneShot::zeroCopyRecord(int rank, uint64_t seq) const {
   return arenas_[static_cast<size_t>(rank)] + kZeroCopyOff + (seq % 2) * kLine;
 }
 
-char* OneShot::deviceState(int rank) const { return arenas_[static_cast<size_t>(rank)] + kDeviceStateOff; }
+char* OneShot::deviceState(int rank) const {
+  return arenas_[static_cast<size_t>(rank)] + deviceOff_ + 2 * kDeviceRecordBytes;
+}
 
 char* OneShot::deviceRecord(int rank, uint64_t seq) const {
-  return arenas_[static_cast<size_t>(rank)] + kDeviceRecordOff + (seq % 2) * kDeviceRecordBytes;
+  return arenas_[static_cast<size_t>(rank)] + deviceOff_ + (seq % 2) * kDeviceRecordBytes;
 }
 
 char* OneShot::zeroCopyState(int rank) const { return reinterpret_cast<char*>(doneOf(rank) + 1); }

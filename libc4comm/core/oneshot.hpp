@@ -123,6 +123,7 @@ class OneShot {
   int rank_ = 0, nranks_ = 1;
   size_t maxBytes_ = 0;
   size_t capacity_ = 0;
+  size_t deviceOff_ = 0;  // the device area's offset in an arena (at its end)
   std::vector<char*> arenas_;
   std::vector<uint64_t> knownDone_;  // lower bound of each peer's doneSeq
 
