@@ -119,6 +119,23 @@ PtrInfo pointerInfo(const void* p) {
 
 // ---- StreamGate ----
 
+namespace {
+/// Enqueues `copies` between a slot's staging and the device on `s` (to the host: `toHost`), every
+/// one of them even after a failure (a ticket's copies back must all be tried); the first error.
+Status enqueueCopies(const Slot& slot, const std::vector<StreamGate::Copy>& copies, bool toHost, cudaStream_t s) {
+  Status first;
+  char* base = static_cast<char*>(slot.host);
+  for (const StreamGate::Copy& c : copies) {
+    if (!c.bytes) continue;
+    const cudaError_t e = toHost ? cudaMemcpyAsync(base + c.offset, c.device, c.bytes, cudaMemcpyDeviceToHost, s)
+                                 : cudaMemcpyAsync(c.device, base + c.offset, c.bytes, cudaMemcpyHostToDevice, s);
+    if (e != cudaSuccess && first.isOk())
+      first = cudaFailed(e, toHost ? "cudaMemcpyAsync(device to staging)" : "cudaMemcpyAsync(staging to device)");
+  }
+  return first;
+}
+}  // namespace
+
 Status StreamGate::Impl::acquire(size_t bytes, Slot** out) {
   Slot* reuse = nullptr;
   for (auto& s : slots) {
@@ -275,10 +292,7 @@ Status StreamGate::stageInputs(void* stream, size_t bytes, const std::vector<Cop
   Slot* slot = nullptr;
   C4_CHECK(impl_->acquire(bytes, &slot));
   const auto s = static_cast<cudaStream_t>(stream);
-  char* base = static_cast<char*>(slot->host);
-  if (!deferred)
-    for (const Copy& c : in)
-      if (c.bytes) C4_CUDA_TRY(cudaMemcpyAsync(base + c.offset, c.device, c.bytes, cudaMemcpyDeviceToHost, s));
+  if (!deferred) C4_CHECK(enqueueCopies(*slot, in, true, s));
   C4_CUDA_TRY(cudaEventRecord(slot->inputsReady, s));
   slot->reserved = true;
   slot->stream = s;
@@ -306,12 +320,7 @@ Status StreamGate::stageOutputs(Ticket* pending) {
   pending->seq = seq;
   slot->reserved = false;
   slot->used = true;
-  char* base = static_cast<char*>(slot->host);
-  for (const Copy& c : slot->out) {
-    if (!c.bytes || slot->deferred) continue;
-    const cudaError_t e = cudaMemcpyAsync(c.device, base + c.offset, c.bytes, cudaMemcpyHostToDevice, slot->stream);
-    if (e != cudaSuccess && st.isOk()) st = cudaFailed(e, "cudaMemcpyAsync(staging to device)");
-  }
+  if (!slot->deferred) st = enqueueCopies(*slot, slot->out, false, slot->stream);
   const cudaError_t e = cudaEventRecord(slot->free, slot->stream);
   if (e != cudaSuccess && st.isOk()) st = cudaFailed(e, "cudaEventRecord(staging slot free)");
   return st;
@@ -399,9 +408,7 @@ Status StreamGate::copyInputsNow(const Ticket& t) {
   if (!slot->deferred || slot->copiedIn) return Status::ok();
   cudaStream_t s = nullptr;
   C4_CHECK(impl_->workStream(&s));
-  char* base = static_cast<char*>(slot->host);
-  for (const Copy& c : slot->in)
-    if (c.bytes) C4_CUDA_TRY(cudaMemcpyAsync(base + c.offset, c.device, c.bytes, cudaMemcpyDeviceToHost, s));
+  C4_CHECK(enqueueCopies(*slot, slot->in, true, s));
   slot->copiedIn = true;
   return impl_->drainWork("copying a call's inputs to the host (cudaMemcpyAsync)");
 }
@@ -412,9 +419,7 @@ Status StreamGate::finishDeferred(const Ticket& t) {
   if (!slot->deferred || !slot->copiedIn) return Status::ok();
   cudaStream_t s = nullptr;
   C4_CHECK(impl_->workStream(&s));
-  char* base = static_cast<char*>(slot->host);
-  for (const Copy& c : slot->out)
-    if (c.bytes) C4_CUDA_TRY(cudaMemcpyAsync(c.device, base + c.offset, c.bytes, cudaMemcpyHostToDevice, s));
+  C4_CHECK(enqueueCopies(*slot, slot->out, false, s));
   return impl_->drainWork("copying a call's outputs to the device (cudaMemcpyAsync)");
 }
 

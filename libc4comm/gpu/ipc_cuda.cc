@@ -264,9 +264,7 @@ Status StreamGate::runZeroCopy(const DeviceWork& w) {
         im.tempBytes = cnt * es;
       }
       char* acc = static_cast<char*>(im.temp);
-      k.reduce(acc, w.in[me] + off, w.in[first] + off, cnt);
-      for (size_t r = 0; r < n; ++r)
-        if (r != me && r != first) k.reduce(acc, acc, w.in[r] + off, cnt);
+      reduceAll(acc, off, cnt);
       k.copy(w.out[root] + off, acc, cnt * es);
       break;
     }
