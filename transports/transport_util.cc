@@ -1,5 +1,16 @@
 #include "transports/transport_util.hpp"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
 #include "common/logging.hpp"
 #include "common/status.hpp"
 #include "kernels/host/reduce.hpp"
@@ -102,6 +113,44 @@ Status matchError(const char* what, int peer, const std::string& peerText, int s
                         what, peerText.c_str(), self, diff.c_str());
   C4_WARN(std::string(what) == "shm" ? kLogShm : kLogNet, "%s", st.message().c_str());
   return st;
+}
+
+ProcessWatch::ProcessWatch(int pid) : pid_(pid) {
+#ifdef SYS_pidfd_open
+  if (pid <= 0) return;
+  long fd = syscall(SYS_pidfd_open, pid, 0);
+  pidfd_ = fd < 0 ? -1 : static_cast<int>(fd);
+#endif
+}
+
+ProcessWatch::~ProcessWatch() {
+  if (pidfd_ >= 0) close(pidfd_);
+}
+
+bool ProcessWatch::exited() const {
+  if (pid_ <= 0) return false;
+  if (pidfd_ >= 0) {
+    pollfd p{pidfd_, POLLIN, 0};
+    int r = C4_SYSCALL_RETRY(poll(&p, 1, 0));
+    return r > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR));
+  }
+  if (kill(pid_, 0) == -1 && errno == ESRCH) return true;
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/stat", pid_);
+  int fd = C4_SYSCALL_RETRY(open(path, O_RDONLY | O_CLOEXEC));
+  if (fd < 0) return false;
+  char buf[512];
+  ssize_t r = C4_SYSCALL_RETRY(read(fd, buf, sizeof(buf) - 1));
+  close(fd);
+  if (r <= 0) return false;
+  buf[r] = 0;
+  const char* paren = strrchr(buf, ')');
+  return paren && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+uint64_t pidNamespaceId() {
+  struct stat st {};
+  return stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
 }
 
 }  // namespace c4::transport

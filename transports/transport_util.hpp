@@ -54,4 +54,28 @@ void reduceInto(const ReduceSpec& red, char* dst, size_t offset, const void* inc
 Status matchError(const char* what, int peer, const std::string& peerText, int self, const OpSig& sent,
                   uint64_t sentBytes, const OpSig& expected, uint64_t expectedBytes);
 
+/// Another process of this host (same pid namespace), watched for its exit: a pidfd where the
+/// kernel has them, else kill(pid, 0) and /proc/<pid>/stat (a zombie still answers kill). Shared
+/// memory and UCX's shared-memory transports have no connection to lose: this is how they learn
+/// that a peer died.
+class ProcessWatch {
+ public:
+  ProcessWatch() = default;
+  explicit ProcessWatch(int pid);
+  ~ProcessWatch();
+  ProcessWatch(const ProcessWatch&) = delete;
+  ProcessWatch& operator=(const ProcessWatch&) = delete;
+  int pid() const { return pid_; }
+  /// True once the process is gone (or a zombie). A system call or two: callers rate-limit it.
+  bool exited() const;
+
+ private:
+  int pid_ = -1;
+  int pidfd_ = -1;
+};
+
+/// The inode of this process's pid namespace (0 if unknown): equal on two processes of one host
+/// means their pids name the same processes.
+uint64_t pidNamespaceId();
+
 }  // namespace c4::transport

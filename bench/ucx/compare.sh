@@ -5,10 +5,12 @@
 #   2. AllReduce over ucx vs over c4's own tcp transport (c4-perf -np 2, 1-64 MiB).
 #
 #   bench/ucx/compare.sh [BUILD_DIR=build] [SIZE=4M] [UCX_TLS=tcp,self] [REPEAT=3]
-# With C4_UCX_PEER_FAILURE=1 (the default) the transport asks UCX for peer-failure handling; it is
-# compared with ucx_perftest -e (endpoints with error handling, the same UCX protocols), and
-# C4_UCX_PEER_FAILURE=0 with plain ucx_perftest. UCX 1.13 offers peer-failure handling over tcp (and
-# verbs) but not over shared memory, so UCX_TLS=tcp,self keeps all four on one UCX transport.
+# UCX_TLS "default" leaves it unset: UCX's own choice (shared memory and cma between two processes of
+# one host). Like is compared with like: C4_UCX_PEER_FAILURE=2 asks UCX for peer-failure handling on
+# every endpoint and is compared with ucx_perftest -e (endpoints with error handling, the same UCX
+# protocols); the default (1: a peer on this host is watched as a process, UCX handles nothing) and 0
+# with plain ucx_perftest. UCX 1.13 offers peer-failure handling over tcp (and verbs) but not over
+# shared memory: with UCX_TLS=tcp,self all of them run on one UCX transport.
 # Each side's two processes run pinned to CPUs 0 and 1 (taskset; C4_P2P_PIN=1): unpinned pairs on
 # this 2-core VM swing 2x with the scheduler's placement, pinned ones by a few percent.
 set -euo pipefail
@@ -19,7 +21,8 @@ TLS=${3:-tcp,self}
 REPEAT=${4:-3}
 command -v ucx_perftest > /dev/null || { echo "compare.sh: ucx_perftest not found (apt install ucx-utils)"; exit 2; }
 bytes=$(numfmt --from=iec "$SIZE")
-export C4_TRACE=0 UCX_TLS="$TLS"
+export C4_TRACE=0
+if [ "$TLS" = default ]; then unset UCX_TLS; else export UCX_TLS="$TLS"; fi
 port=$((20000 + RANDOM % 20000))
 echo "# UCX_TLS=$TLS, $SIZE messages, 200 per run after 20 warm-up; MB = 2^20 B"
 perftest() {  # perftest [-e]: MB/s of ucx_perftest tag_bw, server on CPU 0 and client on CPU 1
@@ -38,14 +41,16 @@ ours() {  # ours PEER_FAILURE: MB/s of c4-p2p-bw over ucx, rank r on CPU r
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.3f", a/b}'; }
 for k in $(seq "$REPEAT"); do
   pe=$(perftest -e)
-  c1=$(ours 1)
+  c2=$(ours 2)
   p0=$(perftest)
+  c1=$(ours 1)
   c0=$(ours 0)
-  echo "run $k: peer failure handled: ucx_perftest -e $pe MB/s, c4 $c1 MB/s (ratio $(ratio "$c1" "$pe"));" \
-       "not handled: ucx_perftest $p0 MB/s, c4 (C4_UCX_PEER_FAILURE=0) $c0 MB/s (ratio $(ratio "$c0" "$p0"))"
+  echo "run $k: UCX handles peer failure: ucx_perftest -e $pe MB/s, c4 (C4_UCX_PEER_FAILURE=2) $c2 MB/s" \
+       "(ratio $(ratio "$c2" "$pe")); it does not: ucx_perftest $p0 MB/s, c4 (default) $c1 MB/s (ratio" \
+       "$(ratio "$c1" "$p0")), c4 (C4_UCX_PEER_FAILURE=0) $c0 MB/s (ratio $(ratio "$c0" "$p0"))"
 done
 echo "# AllReduce, 2 ranks: c4 over ucx vs c4 over its tcp transport (busbw GB/s, out of place)"
-for cfg in "ucx 1" "ucx 0" "tcp 1"; do
+for cfg in "ucx 1" "ucx 2" "tcp 1"; do
   set -- $cfg
   echo "## C4_TRANSPORT=$1 C4_UCX_PEER_FAILURE=$2"
   C4_TRANSPORT=$1 C4_UCX_PEER_FAILURE=$2 timeout 300 "$BUILD/bin/c4-perf" -np 2 -C allreduce -b 1M -e 64M -f 4 \

@@ -1,8 +1,10 @@
 // The ucx transport's choice under C4_TRANSPORT=auto (issue 18: "selected by capability"): a
 // candidate between hosts only where UCX reaches an RDMA device, which this machine lacks; the
-// conformance suite and the collective matrix test the transport itself. And its setup: a rank whose
-// UCX cannot start fails every rank at once.
+// conformance suite and the collective matrix test the transport itself. Its setup: a rank whose
+// UCX cannot start fails every rank at once. And how it finds a dead peer (C4_UCX_PEER_FAILURE),
+// per peer: which UCX transports the endpoint gets, and that a killed peer fails the survivor fast.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 
@@ -80,6 +82,83 @@ TEST(UcxSetup, OneRankWithoutUcxFailsEveryRankAtOnce) {
         << "rank " << r << " wait status " << st[static_cast<size_t>(r)];
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(15));
 }
+
+// C4_UCX_PEER_FAILURE and where the peer is: 1 (default) on one host gives an endpoint on UCX's
+// shared memory and a watched process; 1 between hosts (emulated with host ids) and 2 anywhere give
+// UCX's peer-failure handling (tcp here). Each way, a peer killed while the survivor waits for its
+// message fails the survivor's receive within seconds, naming the rank.
+struct PeerFailureCase {
+  const char* mode;
+  bool sameHost;
+  bool sharedMemory;  // the endpoint's UCX transports: shared memory only, or tcp
+  const char* says;   // in the survivor's error
+};
+
+class UcxPeerFailure : public ::testing::TestWithParam<PeerFailureCase> {};
+
+TEST_P(UcxPeerFailure, TransportsAndAKilledPeer) {
+  const PeerFailureCase pc = GetParam();
+  const std::string tag = testing::freshTag();
+  std::vector<int> st = testing::runForked(
+      2,
+      [&](int r, Oob& oob) -> int {
+        setenv("C4_UCX_PEER_FAILURE", pc.mode, 1);
+        unsetenv("UCX_TLS");
+        Context c = testing::makeContext(r, 2, tag, &oob, 60000);
+        if (!pc.sameHost) c.hostIds = {1, 2};
+        std::unique_ptr<Transport> t;
+        Status s = findTransport("ucx")->create(c, &t);
+        Connection* conn = nullptr;
+        if (s.isOk()) s = t->connect(1 - r, &conn);
+        if (!s.isOk()) {
+          fprintf(stderr, "rank %d: %s\n", r, s.toString().c_str());
+          return 10;
+        }
+        // A payload each way (rendezvous: the endpoint is wired up whole afterwards).
+        const size_t bytes = 1 << 20;
+        std::vector<char> out(bytes), in(bytes);
+        testing::fillPattern(out.data(), bytes, static_cast<uint32_t>(r + 1));
+        Request a, b;
+        s = conn->isend(out.data(), bytes, testing::testSig(0, bytes), &a);
+        if (s.isOk()) s = conn->irecv(in.data(), bytes, testing::testSig(0, bytes), nullptr, &b);
+        if (s.isOk()) s = testing::waitAll(t.get(), {&a, &b}, 20000);
+        if (!s.isOk() || !testing::checkPattern(in.data(), bytes, static_cast<uint32_t>(2 - r))) {
+          fprintf(stderr, "rank %d: exchange: %s\n", r, s.toString().c_str());
+          return 11;
+        }
+        const std::string state = conn->describeState();
+        const bool tcp = state.find("tcp/") != std::string::npos;
+        const bool shm = state.find("sysv/") != std::string::npos || state.find("posix/") != std::string::npos;
+        if (pc.sharedMemory ? (tcp || !shm) : !tcp) {
+          fprintf(stderr, "rank %d: mode %s, %s host: %s\n", r, pc.mode, pc.sameHost ? "same" : "other", state.c_str());
+          return 12;
+        }
+        if (!oob.barrier().isOk()) return 13;
+        if (r == 1) raise(SIGKILL);
+        Request q;
+        s = conn->irecv(in.data(), bytes, testing::testSig(1, bytes), nullptr, &q);
+        const auto t0 = std::chrono::steady_clock::now();
+        if (s.isOk()) s = testing::waitAll(t.get(), {&q}, 30000);
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (s.isOk() || q.state != Request::kFailed || s.message().find("rank 1") == std::string::npos ||
+            s.message().find(pc.says) == std::string::npos || secs > 10) {
+          fprintf(stderr, "rank 0: after %.1f s: %s\n", secs, s.toString().c_str());
+          return 14;
+        }
+        return 0;
+      },
+      90);
+  EXPECT_TRUE(WIFEXITED(st[0]) && WEXITSTATUS(st[0]) == 0) << "rank 0 wait status " << st[0];
+  EXPECT_TRUE(WIFSIGNALED(st[1]) && WTERMSIG(st[1]) == SIGKILL) << "rank 1 wait status " << st[1];
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, UcxPeerFailure,
+                         ::testing::Values(PeerFailureCase{"1", true, true, "exited"},
+                                           PeerFailureCase{"1", false, false, "failed"},
+                                           PeerFailureCase{"2", true, false, "failed"}),
+                         [](const ::testing::TestParamInfo<PeerFailureCase>& i) {
+                           return std::string("mode") + i.param.mode + (i.param.sameHost ? "_sameHost" : "_otherHost");
+                         });
 
 }  // namespace
 }  // namespace c4::transport

@@ -128,15 +128,6 @@ std::map<std::string, std::weak_ptr<Mapping>>& registry() {
 
 std::string segmentName(const std::string& tag, int rank) { return "/c4shm-" + tag + "-" + std::to_string(rank); }
 
-int openPidfd(int pid) {
-#ifdef SYS_pidfd_open
-  long fd = syscall(SYS_pidfd_open, pid, 0);
-  return fd < 0 ? -1 : static_cast<int>(fd);
-#else
-  return -1;
-#endif
-}
-
 /// What each rank publishes during setup (two rounds; unused fields are zero).
 struct SetupInfo {
   uint64_t magic;
@@ -190,9 +181,6 @@ class ShmConnection final : public Connection {
   /// Ok unless the peer aborted, closed its transport or exited.
   Status health();
   ShmConnection(ShmTransport* t, int peer, int peerPid, std::shared_ptr<Mapping> peerSeg, char* out, char* in);
-  ~ShmConnection() override {
-    if (pidfd_ >= 0) close(pidfd_);
-  }
 
   int peer() const override { return peer_; }
   Status isend(const MemRef& buf, size_t bytes, const OpSig& sig, Request* req, SendHint hint = {}) override;
@@ -249,7 +237,7 @@ class ShmConnection final : public Connection {
   int peer_;
   int peerPid_;
   bool samePid_;
-  int pidfd_ = -1;
+  ProcessWatch watch_;  // the peer's process (not watched in this very process)
   std::shared_ptr<Mapping> peerSeg_;
   SegmentHeader* peerHdr_;
   ChannelCtl* outCtl_;  // in the peer's segment, written by the peer
@@ -379,6 +367,7 @@ ShmConnection::ShmConnection(ShmTransport* t, int peer, int peerPid, std::shared
       peer_(peer),
       peerPid_(peerPid),
       samePid_(peerPid == getpid()),
+      watch_(samePid_ ? -1 : peerPid),
       peerSeg_(std::move(peerSeg)),
       peerHdr_(peerSeg_->header()),
       outCtl_(reinterpret_cast<ChannelCtl*>(out)),
@@ -386,7 +375,6 @@ ShmConnection::ShmConnection(ShmTransport* t, int peer, int peerPid, std::shared
       inCtl_(reinterpret_cast<ChannelCtl*>(in)),
       in_(in) {
   // One connection object per peer for the transport's life, so both rings start at zero.
-  if (!samePid_) pidfd_ = openPidfd(peerPid_);
   lane_.setEndpoints(0, "shm", strFormat("pid %d", peerPid_));
   lane_.setState(LaneState::kUp);
 }
@@ -709,27 +697,7 @@ bool ShmConnection::progressOnce() {
   return moved;
 }
 
-bool ShmConnection::peerExited() {
-  if (samePid_) return false;
-  if (pidfd_ >= 0) {
-    pollfd p{pidfd_, POLLIN, 0};
-    int r = C4_SYSCALL_RETRY(poll(&p, 1, 0));
-    return r > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR));
-  }
-  if (kill(peerPid_, 0) == -1 && errno == ESRCH) return true;
-  // A zombie still answers kill(); /proc tells it apart.
-  char path[64];
-  snprintf(path, sizeof(path), "/proc/%d/stat", peerPid_);
-  int fd = C4_SYSCALL_RETRY(open(path, O_RDONLY | O_CLOEXEC));
-  if (fd < 0) return false;
-  char buf[512];
-  ssize_t r = C4_SYSCALL_RETRY(read(fd, buf, sizeof(buf) - 1));
-  close(fd);
-  if (r <= 0) return false;
-  buf[r] = 0;
-  const char* paren = strrchr(buf, ')');
-  return paren && (paren[2] == 'Z' || paren[2] == 'X');
-}
+bool ShmConnection::peerExited() { return watch_.exited(); }
 
 Status ShmConnection::health() {
   if (loadAcquire(&peerHdr_->aborted)) {

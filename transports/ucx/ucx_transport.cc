@@ -2,8 +2,10 @@
 
 #include <ucp/api/ucp.h>
 #include <uct/api/uct.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <list>
@@ -107,7 +109,10 @@ struct RecvMsg {
 
 class UcxConnection : public Connection {
  public:
-  UcxConnection(UcxTransportImpl* t, int peer) : t_(t), peer_(peer) {}
+  /// `peerFailure`: UCX handles the peer's failure on the endpoint (UCP_ERR_HANDLING_MODE_PEER);
+  /// `watchPid` > 0: the peer is that process of this host, watched by the transport instead.
+  UcxConnection(UcxTransportImpl* t, int peer, bool peerFailure, int watchPid)
+      : t_(t), peer_(peer), peerFailure_(peerFailure), watch_(watchPid) {}
   int peer() const override { return peer_; }
   Status isend(const MemRef& buf, size_t bytes, const OpSig& sig, Request* req, SendHint hint) override;
   Status irecv(const MemRef& dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) override;
@@ -123,6 +128,8 @@ class UcxConnection : public Connection {
   bool busy() const { return !sends_.empty() || !recvs_.empty() || stashOp_ != nullptr; }
   /// Whether a request of this connection was failed (its error then stands for the connection).
   bool failedRequests() const { return failedRequests_; }
+  /// The peer's process, where the transport watches it (pid() <= 0: not watched).
+  const ProcessWatch& watch() const { return watch_; }
 
   // UCX callbacks.
   static void onSend(void* request, ucs_status_t status, void* user);
@@ -132,13 +139,21 @@ class UcxConnection : public Connection {
   static void onEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
 
   ucp_ep_h ep() const { return ep_; }
+  /// UCX's transports on the endpoint's lanes ("sysv/memory cma/memory", "tcp/lo"), from
+  /// ucp_ep_print_info; empty before the endpoint exists.
+  std::string endpointTransports() const;
   const Status& standing() const { return standing_; }
   /// Starts a flush of the endpoint (what was sent reaches the peer) into flushOp.
   void flushEndpoint();
-  /// Closes the endpoint, releasing whatever it still holds (closeOp: the close in flight).
+  /// Closes the endpoint, releasing whatever it still holds (closeOp: the close in flight). UCX
+  /// closes an endpoint without peer-failure handling only by flushing it, which a peer that is
+  /// gone never lets finish: such an endpoint stays open until the worker goes, and its sends that
+  /// UCX still holds are abandoned (failed now; see abandoned_).
   void closeEndpoint();
+  bool peerFailure() const { return peerFailure_; }
   void* flushOp = nullptr;
   void* closeOp = nullptr;
+  int64_t closeAtMs = 0;  // peerGone() of an aborted peer: when closeEndpoint() gives up on its sends
 
  private:
   /// Checks a first message against the receive; on success an inline payload is copied to dst.
@@ -148,11 +163,19 @@ class UcxConnection : public Connection {
 
   UcxTransportImpl* t_;
   int peer_;
+  bool peerFailure_;
+  ProcessWatch watch_;
   ucp_ep_h ep_ = nullptr;
   Status standing_;
   uint64_t sendSeq_ = 0, recvSeq_ = 0;
   std::list<SendMsg> sends_;
   std::list<RecvMsg> recvs_;
+  // Sends failed while UCX still held them, on an endpoint that cannot be closed (no peer-failure
+  // handling) to a peer that is gone: their payloads (every message larger than an inline one, whose
+  // bytes are copied) go by rendezvous, which the receiver drives, and a receiver that exited, or
+  // aborted and settled, asks for nothing more, so UCX does not touch their buffers again. Kept
+  // (their callbacks' user data) until the worker is destroyed.
+  std::list<SendMsg> abandoned_;
   // peek(): the next message's first part, taken out of UCX so that its header can be read.
   std::vector<char> stash_;
   size_t stashLen_ = 0;
@@ -198,7 +221,6 @@ class UcxTransportImpl : public Transport {
 
   int rank() const { return ctx_.rank; }
   size_t inlineBytes() const { return inline_; }
-  bool peerFailure() const { return peerFailure_; }
   ucp_worker_h worker() const { return worker_; }
   const std::vector<char>& address(int peer) const { return addrs_[static_cast<size_t>(peer)]; }
   const Status& aborted() const { return abortStatus_; }
@@ -219,10 +241,23 @@ class UcxTransportImpl : public Transport {
   void flushAll(int64_t ms);
   static void onAbortNotice(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user);
   void shutdown(const Status& why);
+  /// The peer is gone (it aborted, or its process `exited`): its connection fails with `why`, and
+  /// its endpoint closes (forced), so that UCX gives up on the sends still in flight to it (a
+  /// rendezvous send would otherwise wait for a receiver that no longer exists) and they fail now
+  /// instead of when the timeout runs out. An endpoint that cannot be closed by force (no
+  /// peer-failure handling) to a peer that aborted but lives gets kAbortGraceMs first: a payload
+  /// the peer already asked for completes while it settles (see closeEndpoint()).
+  static void peerGone(UcxConnection& c, const Status& why, bool exited);
+  /// Fails the connections whose watched peer process exited (at most every kWatchMs).
+  void watchPeers();
 
   Context ctx_;
   size_t inline_;
-  bool peerFailure_ = paramUcxPeerFailure() != 0;
+  int peerFailure_ = static_cast<int>(paramUcxPeerFailure());
+  // Per rank, from setup: its pid, and its pid namespace (0: unknown).
+  std::vector<int64_t> pids_, pidNs_;
+  bool watching_ = false;  // some peer is watched as a process
+  int64_t lastWatchMs_ = 0;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;  // the worker's event fd (UCP_FEATURE_WAKEUP): readable once armed and UCX has work
@@ -255,15 +290,16 @@ Status UcxConnection::open() {
   p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                  UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_USER_DATA;
   p.address = reinterpret_cast<const ucp_address_t*>(addr.data());
-  p.err_mode = t_->peerFailure() ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+  p.err_mode = peerFailure_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
   p.err_handler.cb = &UcxConnection::onEpError;
   p.err_handler.arg = this;
   p.user_data = this;
   ucs_status_t s = ucp_ep_create(t_->worker(), &p, &ep_);
   if (s != UCS_OK) {
     ep_ = nullptr;
-    standing_ = makeError(Code::kSystemError, "ucx: rank %d: cannot open an endpoint to rank %d: %s", t_->rank(), peer_,
-                          ucsText(s));
+    standing_ = makeError(
+        Code::kSystemError, "ucx: rank %d: cannot open an endpoint to rank %d: %s%s", t_->rank(), peer_, ucsText(s),
+        watch_.pid() > 0 ? " (over shared memory: has the peer closed its transport or exited?)" : "");
   }
   return standing_;
 }
@@ -573,6 +609,21 @@ void UcxConnection::closeEndpoint() {
     flushOp = nullptr;
   }
   if (!ep_) return;
+  if (!peerFailure_) {
+    for (auto it = sends_.begin(); it != sends_.end();) {
+      auto next = std::next(it);
+      if (it->inFlight > 0) {
+        if (!it->finished) {
+          it->finished = true;
+          failRequest(it->req, it->err.isOk() ? standing_ : it->err);
+          failedRequests_ = true;
+        }
+        abandoned_.splice(abandoned_.end(), sends_, it);
+      }
+      it = next;
+    }
+    return;
+  }
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_EP_CLOSE_FLAG_FORCE;
@@ -608,11 +659,39 @@ void UcxConnection::sweep() {
   }
 }
 
+std::string UcxConnection::endpointTransports() const {
+  if (!ep_) return {};
+  char* text = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&text, &len);
+  if (!f) return {};
+  ucp_ep_print_info(ep_, f);
+  fclose(f);
+  // Lines "#   lane[0]:  3:sysv/memory.0 md[2] -> ...": the token after the resource index.
+  std::string out, all(text, len);
+  free(text);
+  for (size_t at = all.find("lane["); at != std::string::npos; at = all.find("lane[", at + 1)) {
+    size_t b = all.find(':', at);
+    if (b == std::string::npos) break;
+    b = all.find_first_not_of(' ', b + 1);
+    if (b == std::string::npos) break;
+    const size_t colon = all.find(':', b), space = all.find_first_of(" \n", b);
+    if (colon != std::string::npos && colon < space) b = colon + 1;
+    std::string tl = all.substr(b, space == std::string::npos ? std::string::npos : space - b);
+    if (const size_t dot = tl.rfind('.'); dot != std::string::npos && dot > tl.find('/')) tl.resize(dot);
+    if (!tl.empty() && (" " + out + " ").find(" " + tl + " ") == std::string::npos)
+      out += (out.empty() ? "" : " ") + tl;
+  }
+  return out;
+}
+
 std::string UcxConnection::describeState() const {
   size_t s = 0, r = 0;
   for (const SendMsg& m : sends_) s += !m.finished;
   for (const RecvMsg& m : recvs_) r += !m.finished;
-  return strFormat("%zu send(s), %zu receive(s) pending with rank %d over ucx%s", s, r, peer_,
+  const std::string tls = endpointTransports();
+  return strFormat("%zu send(s), %zu receive(s) pending with rank %d over ucx%s%s%s%s", s, r, peer_,
+                   tls.empty() ? "" : " (", tls.c_str(), tls.empty() ? "" : ")",
                    standing_.isOk() ? "" : " (connection failed)");
 }
 
@@ -663,10 +742,22 @@ Status UcxTransportImpl::setup() {
   Status local = startWorker(&mine);
   constexpr uint64_t kFailed = ~uint64_t{0};
   const size_t n = static_cast<size_t>(ctx_.nranks);
-  std::vector<uint64_t> lens(n, 0);
-  lens[static_cast<size_t>(ctx_.rank)] = local.isOk() ? mine.size() : kFailed;
-  C4_CHECK(ctx_.oob->allGather(lens.data(), sizeof(uint64_t)));
+  // Per rank: its address's length, its pid and its pid namespace.
+  std::vector<uint64_t> facts(3 * n, 0);
+  uint64_t* f = &facts[3 * static_cast<size_t>(ctx_.rank)];
+  f[0] = local.isOk() ? mine.size() : kFailed;
+  f[1] = static_cast<uint64_t>(getpid());
+  f[2] = pidNamespaceId();
+  C4_CHECK(ctx_.oob->allGather(facts.data(), 3 * sizeof(uint64_t)));
   if (!local.isOk()) return local;
+  std::vector<uint64_t> lens(n);
+  pids_.resize(n);
+  pidNs_.resize(n);
+  for (size_t r = 0; r < n; ++r) {
+    lens[r] = facts[3 * r];
+    pids_[r] = static_cast<int64_t>(facts[3 * r + 1]);
+    pidNs_[r] = static_cast<int64_t>(facts[3 * r + 2]);
+  }
   for (size_t r = 0; r < n; ++r)
     if (lens[r] == kFailed) return makeError(Code::kRemoteError, "ucx: rank %zu could not start UCX (see its log)", r);
   const size_t len = mine.size();
@@ -717,7 +808,18 @@ Status UcxTransportImpl::connect(int peer, Connection** out) {
     return makeError(Code::kInvalidArgument, "ucx: rank %d cannot connect to rank %d", ctx_.rank, peer);
   if (!abortStatus_.isOk()) return abortStatus_;
   auto& c = conns_[static_cast<size_t>(peer)];
-  if (!c) c = std::make_unique<UcxConnection>(this, peer);
+  if (!c) {
+    // C4_UCX_PEER_FAILURE=1: a peer of this host whose pid this rank can see is watched as a
+    // process, which leaves UCX free to use shared memory with it (UCX 1.13 has no shared-memory
+    // transport that handles peer failure); any other peer's endpoint handles it in UCX.
+    const size_t me = static_cast<size_t>(ctx_.rank), p = static_cast<size_t>(peer);
+    const bool local = ctx_.hostIds.size() == pids_.size() && ctx_.hostIds[me] == ctx_.hostIds[p] && pidNs_[me] != 0 &&
+                       pidNs_[me] == pidNs_[p];
+    const bool handled = peerFailure_ == 2 || (peerFailure_ == 1 && !local);
+    const int watchPid = peerFailure_ == 1 && local && pids_[p] != pids_[me] ? static_cast<int>(pids_[p]) : -1;
+    watching_ |= watchPid > 0;
+    c = std::make_unique<UcxConnection>(this, peer, handled, watchPid);
+  }
   C4_CHECK(c->open());
   *out = c.get();
   return Status::ok();
@@ -729,14 +831,12 @@ Status UcxTransportImpl::progress() {
   }
   for (auto& [from, reason] : notices_) {
     if (from < 0 || from >= ctx_.nranks || !conns_[static_cast<size_t>(from)]) continue;
-    UcxConnection& c = *conns_[static_cast<size_t>(from)];
-    c.fail(makeError(Code::kRemoteError, "ucx: rank %d: rank %d aborted: %s", ctx_.rank, from, reason.c_str()));
-    // The peer is gone: closing the endpoint (forced) makes UCX give up on the sends still in
-    // flight to it (a rendezvous send would otherwise wait for a receiver that no longer exists),
-    // so they fail now instead of when the timeout runs out.
-    c.closeEndpoint();
+    peerGone(*conns_[static_cast<size_t>(from)],
+             makeError(Code::kRemoteError, "ucx: rank %d: rank %d aborted: %s", ctx_.rank, from, reason.c_str()),
+             /*exited=*/false);
   }
   notices_.clear();
+  if (watching_) watchPeers();
   // A broken connection is reported once the requests it failed are failed (never while UCX may
   // still write a buffer its caller would then free).
   Status first;
@@ -746,6 +846,10 @@ Status UcxTransportImpl::progress() {
     if (c->closeOp && ucp_request_check_status(c->closeOp) != UCS_INPROGRESS) {
       ucp_request_free(c->closeOp);
       c->closeOp = nullptr;
+    }
+    if (c->closeAtMs != 0 && nowMs() >= c->closeAtMs) {
+      c->closeAtMs = 0;
+      c->closeEndpoint();
     }
     c->sweep();
     pending |= c->busy();
@@ -760,6 +864,38 @@ Status UcxTransportImpl::progress() {
     lastProgressMs_ = nowMs();
   }
   return first;
+}
+
+void UcxTransportImpl::peerGone(UcxConnection& c, const Status& why, bool exited) {
+  // An aborting rank settles for up to 0.5 s (flush) + 2 s (shutdown): its receives that had
+  // asked for a payload finish meanwhile.
+  constexpr int64_t kAbortGraceMs = 3000;
+  c.fail(why);
+  if (c.peerFailure() || exited)
+    c.closeEndpoint();
+  else if (c.closeAtMs == 0)
+    c.closeAtMs = nowMs() + kAbortGraceMs;
+}
+
+void UcxTransportImpl::watchPeers() {
+  // As often as the shm transport looks (C4_SHM_LIVENESS_MS's default), and only for connections
+  // with work pending: an idle one is looked at once it has some.
+  constexpr int64_t kWatchMs = 100;
+  const int64_t now = nowMs();
+  if (now - lastWatchMs_ < kWatchMs) return;
+  lastWatchMs_ = now;
+  for (auto& c : conns_) {
+    if (!c || c->watch().pid() <= 0 || !c->busy() || !c->watch().exited()) continue;
+    if (!c->standing().isOk()) {  // failed already (it aborted, say): nothing of it is pending any more
+      c->closeAtMs = 0;
+      c->closeEndpoint();
+      continue;
+    }
+    peerGone(*c,
+             makeError(Code::kRemoteError, "ucx: rank %d: rank %d (pid %d on this host) exited", ctx_.rank, c->peer(),
+                       c->watch().pid()),
+             /*exited=*/true);
+  }
 }
 
 void UcxTransportImpl::shutdown(const Status& why) {
@@ -831,8 +967,10 @@ UcxTransportImpl::~UcxTransportImpl() {
     // a moment); then the endpoints close, releasing anything left.
     flushAll(2000);
     shutdown(makeError(Code::kRemoteError, "ucx: rank %d: the transport was destroyed", ctx_.rank));
-    conns_.clear();
+    // The worker first: it may still call back into the abandoned sends its endpoints held.
     ucp_worker_destroy(worker_);
+    worker_ = nullptr;
+    conns_.clear();
   }
   if (context_) ucp_cleanup(context_);
 }

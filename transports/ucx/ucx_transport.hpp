@@ -28,10 +28,12 @@ C4_PARAM_INT(UcxInlineBytes, "C4_UCX_INLINE_BYTES", nullptr, 16384, 0, int64_t{1
              "ucx: messages up to this size travel as one tagged message with their header (copied); larger ones "
              "as a header message and a zero-copy payload message")
 
-C4_PARAM_INT(UcxPeerFailure, "C4_UCX_PEER_FAILURE", nullptr, 1, 0, 1, kParamSameOnAllRanks,
-             "ucx: 1 = endpoints handle peer failure (UCP_ERR_HANDLING_MODE_PEER): a dead peer fails the "
-             "requests with it at once, but UCX 1.13 then uses tcp even between ranks of one host; 0 = UCX's fastest "
-             "transports (shared memory within a host), and a dead peer is found by C4D and C4_TIMEOUT instead")
+C4_PARAM_INT(UcxPeerFailure, "C4_UCX_PEER_FAILURE", nullptr, 1, 0, 2, kParamSameOnAllRanks,
+             "ucx: how a dead peer is found. 1 = at once, keeping UCX's fastest transports: endpoints to other "
+             "hosts handle peer failure in UCX (UCP_ERR_HANDLING_MODE_PEER), and a peer on this host (same pid "
+             "namespace) is watched as a process by the transport, so that UCX keeps shared memory there; 2 = UCX's "
+             "peer-failure handling on every endpoint (UCX 1.13 then uses tcp even within a host); 0 = no "
+             "handling: a dead peer is found by C4D and C4_TIMEOUT")
 
 C4_PARAM_INT(UcxAuto, "C4_UCX_AUTO", nullptr, 1, 0, 1, kParamSameOnAllRanks,
              "ucx: under C4_TRANSPORT=auto, between hosts, after ibverbs and before tcp where UCX reaches an RDMA "
