@@ -32,9 +32,11 @@ EXPECTED = {
     "C4D health checks": (["C4D.*", "Diagnose.*", "SlowDetect.*", "Faults.*", "netlab_c4d_*", "c4d_*", "abi_c4d*"],
                           30),
     "soak (short soak, planted faults)": (["soak_*"], 6),
-    "ucx transport (conformance, collective matrix)": (["*Conformance*ucx*", "Net/NetMatrix*ucx*"], 15),
+    "ucx transport (conformance, collective matrix, dead peers per mode)":
+        (["*Conformance*ucx*", "Net/NetMatrix*ucx*", "Modes/UcxPeerFailure.*"], 18),
     "ibverbs transport setup (no RDMA device here)": (["IbVerbs.*"], 5),
-    "ibverbs over real verbs (Soft-RoCE VMs: conformance, collective matrix, two hosts)": (["rdma_vm_*"], 2),
+    "ibverbs over real verbs (Soft-RoCE VMs: conformance, collective matrix, two hosts, two ports)":
+        (["rdma_vm_*"], 3),
     "schedule files, c4-sim, c4-synth (issue 21)":
         (["ScheduleFile.*", "Files/ScheduleFileMatrix.*", "ScheduleFiles.*", "Sim.*", "synth_pytest",
           "netlab_synth_*"], 20),

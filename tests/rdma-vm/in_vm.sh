@@ -1,6 +1,6 @@
 #!/bin/sh
 # Runs inside the Soft-RoCE VM (tests/rdma-vm/run.sh): the ibverbs tests over the VM's rxe0.
-#   in_vm.sh all|setup|conformance|failover|hosts|twovm|matrix|bench [gtest filter]
+#   in_vm.sh all|setup|conformance|failover|hosts|twovm|twoport|matrix|bench [gtest filter]
 WHAT=${1:-all}
 FILTER=$2
 cd /tmp
@@ -154,6 +154,99 @@ case "$WHAT" in
         echo "[vm] source ports: ok (on the wire exactly the lanes' ports: $(tr '\n' ' ' < /tmp/wire_ports))"
       else
         echo "[vm] source ports: FAILED (on the wire but no lane's: ${stray:-none}; or a spine's range unused)"; rc=1
+      fi
+    fi
+    ;;
+esac
+case "$WHAT" in
+  twoport)
+    # One of two VMs (run.sh twoport), each with two NICs on two rails (eth0 on 10.78.0.0/24, eth1 on
+    # 10.79.0.0/24, one emulated link per rail between the VMs), an rxe device on each (rxn0, rxn1):
+    # a host with a two-port RDMA NIC, as far as the transport sees. twoport_topo.json puts each rail
+    # on a leaf of its own with rail 1 twice as fast, so C4P plans the three lanes of each connection
+    # that carries AllReduce traffic as one on port 0 and two on port 1, the opposite of what the
+    # transport does unplanned (lane l on port l mod 2: two on port 0). Checked here: every such
+    # lane's queue pair was made on the device of its planned port and connected to the peer's
+    # device on the same rail (its GIDs), at both ends; and on host 0's two NICs, RoCE packets
+    # addressed to the planned lanes' queue pairs, on each NIC only those of its own lanes.
+    H=$(sed -n 's/.*c4host=\([0-9]\).*/\1/p' /proc/cmdline)
+    insmod /mods/e1000.ko
+    sleep 1
+    for i in 0 1; do
+      /bin/ip addr add 10.7$((8 + i)).0.$((H + 1))/24 dev eth$i
+      /bin/ip link set eth$i up
+    done
+    sleep 2
+    for i in 0 1; do rdma link add rxn$i type rxe netdev eth$i; done
+    for i in 0 1; do
+      peer=10.7$((8 + i)).0.$((2 - H))
+      for k in $(seq 120); do ping -c 1 -W 1 $peer > /dev/null 2>&1 && break; done
+      echo "[vm] host $H: rxn$i on eth$i ($(ibv_devinfo -d rxn$i | grep -m1 state | awk '{print $2}')), $peer answers"
+    done
+    if [ "$H" = 0 ]; then
+      /c4/c4-udp-sports eth0 100000 > /tmp/wire0 2>&1 &
+      cap0=$!
+      /c4/c4-udp-sports eth1 100000 > /tmp/wire1 2>&1 &
+      cap1=$!
+    fi
+    pids=""
+    for l in 0 1; do
+      r=$((2 * H + l))
+      env RANK=$r LOCAL_RANK=$l WORLD_SIZE=4 MASTER_ADDR=10.78.0.1 MASTER_PORT=29500 C4_SOCKET_IFNAME=eth0 \
+        C4_TRANSPORT=auto C4_IB_HCA=rxn C4_IB_QPS_PER_CONNECTION=3 C4_TOPO_FILE=/c4/twoport_topo.json \
+        C4_DEBUG=INFO C4_DEBUG_SUBSYS=INIT,NET,PLAN C4_TRACE=0 C4_TIMEOUT=300 /c4/c4-matrix --quick > /tmp/twoport.$r 2>&1 &
+      pids="$pids $!"
+    done
+    prc=0
+    for p in $pids; do wait $p || prc=1; done
+    if [ "$H" = 0 ]; then
+      kill -TERM $cap0 $cap1 2> /dev/null
+      wait $cap0 $cap1 2> /dev/null
+    fi
+    grep -h "^c4-matrix" /tmp/twoport.* | sed 's/^/[vm]   /'
+    if [ $prc -ne 0 ] || [ "$(grep -l 'transports: shm+ibverbs' /tmp/twoport.* | wc -l)" -ne 2 ]; then
+      echo "[vm] twoport: FAILED"; grep -h -E "RDMA|ibverbs|C4P|error|failed|FAIL|wrong" /tmp/twoport.* | head -40 |
+        sed 's/^/[vm]   /'; rc=1
+    else
+      echo "[vm] twoport: ok (host $H: shm within, ibverbs over both NICs to the other VM, every result right)"
+    fi
+    # The lanes of this host's ranks: rank lane peer device local-address local-qp remote-address
+    # remote-qp planned-path ("-": not planned).
+    grep -h "ibverbs: rank .*: lane .* udp source port" /tmp/twoport.* |
+      sed 's/^.*ibverbs: rank \([0-9]*\): lane \([0-9]*\) to rank \([0-9]*\): \([a-z0-9]*\):[0-9]* \([0-9.]*\) qp \(0x[0-9a-f]*\) -> \([0-9.]*\) qp \(0x[0-9a-f]*\), udp source port [^;]*\(.*\)$/\1 \2 \3 \4 \5 \6 \7 \8 \9/' |
+      awk '{ path = ($9 == "") ? "-" : $0; sub(/^.*C4P path /, "", path); gsub(/ /, "", path); print $1, $2, $3, $4, $5, $6, $7, $8, path }' > /tmp/lanes
+    sed 's/^/[vm]   lane (rank, lane, peer, device, from, qp, to, qp, C4P path): /' /tmp/lanes
+    # A planned lane: its device is the port of its path at this host (hHpI: rxnI), both addresses
+    # on that rail. Per connection: one planned lane on rxn0 and two on rxn1.
+    bad=$(awk -v h="$H" '$9 != "-" { i = substr($4, 4); want = "h" h "p" i;
+            if (index($9, want) == 0 || index($5, "10.7" (8 + i) ".") != 1 || index($7, "10.7" (8 + i) ".") != 1) print }' /tmp/lanes)
+    split=$(awk '$9 != "-" { n[$1 "-" $3 " " $4]++; c[$1 "-" $3] = 1 }
+                 END { for (k in c) printf "%s:%d/%d ", k, n[k " rxn0"], n[k " rxn1"] }' /tmp/lanes)
+    odd=$(echo "$split" | tr ' ' '\n' | grep -v '^$' | grep -v ':1/2$' || true)
+    if [ -z "$bad" ] && [ -n "$split" ] && [ -z "$odd" ]; then
+      echo "[vm] planned ports: ok (per connection rxn0/rxn1 lanes: $split; each on its planned port's rail)"
+    else
+      echo "[vm] planned ports: FAILED (connections rxn0/rxn1: ${split:-none}; lanes off their port: ${bad:-none})"; rc=1
+    fi
+    if [ "$H" = 0 ]; then
+      sed 's/^/[vm]   RoCE on eth0: /' /tmp/wire0 | grep -v " qp " ; sed 's/^/[vm]   RoCE on eth1: /' /tmp/wire1 | grep -v " qp "
+      # Each planned lane's packets in both directions (to the peer's queue pair, and to this
+      # one's) on its own NIC only.
+      wrong="" seen0=0 seen1=0
+      while read -r rank lane peer dev from lqp to rqp path; do
+        [ "$path" = "-" ] && continue
+        i=${dev#rxn}
+        o=$((1 - i))
+        mine=$(awk -v a="to $to qp $rqp:" -v b="to $from qp $lqp:" 'index($0, a) == 1 || index($0, b) == 1 {n += $(NF - 1)} END {print n + 0}' /tmp/wire$i)
+        other=$(awk -v a="to $to qp $rqp:" -v b="to $from qp $lqp:" 'index($0, a) == 1 || index($0, b) == 1 {n += $(NF - 1)} END {print n + 0}' /tmp/wire$o)
+        echo "[vm]   rank $rank lane $lane to rank $peer ($dev): $mine packets on eth$i, $other on eth$o"
+        [ "$other" -ne 0 ] && wrong="$wrong rank$rank/lane$lane"
+        [ "$mine" -gt 0 ] && eval "seen$i=\$((seen$i + 1))"
+      done < /tmp/lanes
+      if [ -z "$wrong" ] && [ "$seen0" -gt 0 ] && [ "$seen1" -gt 0 ]; then
+        echo "[vm] wire: ok (planned lanes carried packets on both NICs, each only on its own: $seen0 on eth0, $seen1 on eth1)"
+      else
+        echo "[vm] wire: FAILED (on the other NIC:${wrong:- none}; lanes with packets: $seen0 on eth0, $seen1 on eth1)"; rc=1
       fi
     fi
     ;;

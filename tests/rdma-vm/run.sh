@@ -4,9 +4,10 @@
 # kernel has no RDMA; the VM's has, so the queue pairs, memory registrations, RDMA writes with
 # immediate and completion errors below are the kernel's real ones (emulated NIC, real verbs).
 #
-#   tests/rdma-vm/run.sh BUILD_DIR [all|setup|conformance|failover|hosts|twovm|matrix|bench] [gtest filter]
+#   tests/rdma-vm/run.sh BUILD_DIR [all|setup|conformance|failover|hosts|twovm|twoport|matrix|bench] [filter]
 #   (all = every step but bench; twovm boots two VMs joined by an emulated e1000 link: two hosts with
-#   an rxe device each, two ranks each, RDMA between them)
+#   an rxe device each, two ranks each, RDMA between them; twoport the same with two NICs per VM, each
+#   with its rxe device, on two rails: lanes on the NIC ports C4P planned)
 #   C4_RDMA_VM_ENV=C4_DEBUG=INFO,C4_IB_TIMEOUT=14 ...   (variables for the tests in the VM)
 #
 # Needs the packages scripts/deps.sh installs (qemu-system-x86, busybox-static, rdma-core,
@@ -15,7 +16,7 @@
 # Debian's kernel package once into BUILD_DIR/rdma-vm. Prints the VM's console; exits with the
 # tests' status (77: the packages are missing, so the ctest shows as skipped).
 set -euo pipefail
-B=$(cd "${1:?usage: run.sh BUILD_DIR [all|setup|conformance|failover|hosts|matrix|bench] [filter]}" && pwd)
+B=$(cd "${1:?usage: run.sh BUILD_DIR [all|setup|conformance|failover|hosts|twovm|twoport|matrix|bench] [filter]}" && pwd)
 WHAT=${2:-all}
 FILTER=${3:-}
 W=${C4_RDMA_VM_DIR:-$B/rdma-vm}
@@ -75,7 +76,7 @@ for t in ibverbs_test transport_conformance_test coll_test c4-matrix c4-perf c4-
 done
 cp "${bins[@]}" ir/c4/
 withLibs "${bins[@]}"
-cp "$HERE/in_vm.sh" "$HERE/twovm_topo.json" ir/c4/
+cp "$HERE/in_vm.sh" "$HERE/twovm_topo.json" "$HERE/twoport_topo.json" ir/c4/
 cat > ir/init <<'INIT'
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -109,16 +110,24 @@ boot() {  # boot HOST_INDEX LOG [qemu network args...]
     -nographic -no-reboot "$@" > "$log" 2>&1
 }
 result() { tr -d '\r' < "$1" | sed -n 's/^C4VM-RESULT rc=\([0-9]*\).*/\1/p' | tail -1; }
-if [ "$WHAT" = twovm ]; then
-  # Two VMs, one emulated e1000 NIC each, joined by qemu's socket network (a TCP stream between the
-  # two qemu processes on loopback: nothing of the host's network is touched).
+if [ "$WHAT" = twovm ] || [ "$WHAT" = twoport ]; then
+  # Two VMs, one emulated e1000 NIC each (twoport: two, one per rail), joined by qemu's socket
+  # network (a TCP stream per link between the two qemu processes on loopback: nothing of the host's
+  # network is touched).
   echo "[rdma-vm] booting two VMs (qemu, software emulation; $(du -h initrd.gz | cut -f1) initramfs)"
   port=$((20000 + RANDOM % 20000))
   export C4_RDMA_VM_MEM=${C4_RDMA_VM_MEM:-2048}
-  boot 0 "$W/console0.log" -netdev socket,id=n0,listen=127.0.0.1:$port -device e1000,netdev=n0,mac=52:54:00:c4:00:01 &
+  nic() {  # nic VM INDEX listen|connect: qemu arguments of the VM's NIC INDEX (eth INDEX inside)
+    echo "-netdev socket,id=n$2,$3=127.0.0.1:$((port + $2)) -device e1000,netdev=n$2,mac=52:54:00:c4:0$2:0$(($1 + 1))"
+  }
+  nics0=$(nic 0 0 listen) nics1=$(nic 1 0 connect)
+  if [ "$WHAT" = twoport ]; then nics0="$nics0 $(nic 0 1 listen)" nics1="$nics1 $(nic 1 1 connect)"; fi
+  # shellcheck disable=SC2086  # the NICs' arguments are words
+  boot 0 "$W/console0.log" $nics0 &
   vm0=$!
   sleep 2
-  boot 1 "$W/console1.log" -netdev socket,id=n0,connect=127.0.0.1:$port -device e1000,netdev=n0,mac=52:54:00:c4:00:02 &
+  # shellcheck disable=SC2086
+  boot 1 "$W/console1.log" $nics1 &
   vm1=$!
   wait $vm0 || true
   wait $vm1 || true

@@ -2,7 +2,9 @@
 // check that each queue pair leaves from the source port it was asked for).
 //   c4-udp-sports IFACE SECONDS [DPORT=4791]
 // Reads the interface's IPv4/UDP packets to DPORT for SECONDS, or until SIGINT/SIGTERM (an AF_PACKET
-// socket; root), and prints "sport N: K packets" per source port, then "total: K".
+// socket; root), and prints "sport N: K packets" per source port, "to ADDR qp 0xQPN: K packets" per
+// destination address and queue pair (the BTH's destination QP: which lane a packet belongs to),
+// then "total: K".
 #include <arpa/inet.h>
 #include <linux/if_packet.h>
 #include <net/ethernet.h>
@@ -18,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <utility>
 
 namespace {
 volatile sig_atomic_t gStop = 0;
@@ -54,6 +57,7 @@ int main(int argc, char** argv) {
   timespec t0{};
   clock_gettime(CLOCK_MONOTONIC, &t0);
   std::map<int, long> ports;
+  std::map<std::pair<uint32_t, uint32_t>, long> qps;  // (destination address, destination QP)
   long total = 0;
   unsigned char buf[65536];
   for (;;) {
@@ -71,9 +75,20 @@ int main(int argc, char** argv) {
     const auto* udp = reinterpret_cast<const udphdr*>(buf + ihl);
     if (ntohs(udp->dest) != dport) continue;
     ++ports[ntohs(udp->source)];
+    // RoCE v2: the Base Transport Header follows the UDP header; bytes 5-7 are the destination QP.
+    const size_t bth = ihl + sizeof(udphdr);
+    if (static_cast<size_t>(n) >= bth + 12) {
+      const uint32_t qpn = (uint32_t{buf[bth + 5]} << 16) | (uint32_t{buf[bth + 6]} << 8) | buf[bth + 7];
+      ++qps[{ntohl(ip->daddr), qpn}];
+    }
     ++total;
   }
   for (const auto& kv : ports) printf("sport %d: %ld packets\n", kv.first, kv.second);
+  for (const auto& kv : qps) {
+    in_addr a{};
+    a.s_addr = htonl(kv.first.first);
+    printf("to %s qp 0x%06x: %ld packets\n", inet_ntoa(a), kv.first.second, kv.second);
+  }
   printf("total: %ld\n", total);
   return 0;
 }
