@@ -568,7 +568,8 @@ class ShrinkAfterDeath : public ::testing::TestWithParam<const char*> {};
 TEST_P(ShrinkAfterDeath, GoesOnWithTheRest) {
   // Rank 0 dies: the lowest rank left (1) leads the shrink. The parent failed, so the ranks agree
   // over the bootstrap's point-to-point links, which outlive the failure. Over shm (a pidfd sees
-  // the death) and over tcp (the sockets close).
+  // the death), over tcp (the sockets close) and over ucx (its shared memory: the transport
+  // watches the peer's process).
   ScopedEnv timeout("C4_TIMEOUT", "15");
   ScopedEnv transport("C4_TRANSPORT", GetParam());
   int64_t t0 = monoMs();
@@ -599,7 +600,18 @@ TEST_P(ShrinkAfterDeath, GoesOnWithTheRest) {
   for (int r = 1; r < 4; ++r) EXPECT_EQ(outs[static_cast<size_t>(r)].detail, "") << "rank " << r;
 }
 
-INSTANTIATE_TEST_SUITE_P(Failure, ShrinkAfterDeath, ::testing::Values("shm", "tcp"));
+/// The transports whose dead-peer detection the failure tests go through: ucx where it is built.
+std::vector<const char*> deathTransports() {
+  std::vector<const char*> out = {"shm", "tcp"};
+#ifdef C4_TEST_UCX
+  out.push_back("ucx");
+#endif
+  return out;
+}
+
+std::string transportName(const ::testing::TestParamInfo<const char*>& i) { return i.param; }
+
+INSTANTIATE_TEST_SUITE_P(Failure, ShrinkAfterDeath, ::testing::ValuesIn(deathTransports()), transportName);
 
 TEST(Failure, ShrinkWithDifferentExcludeListsFailsClearly) {
   // Rank 1 leaves rank 2 out, ranks 0 and 2 keep everyone: rank 1 is told the lists differ, the
@@ -1090,7 +1102,7 @@ TEST_P(AnySource, ADeadPeerFailsTheWaitNamingIt) {
   EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
 }
 
-INSTANTIATE_TEST_SUITE_P(P2p, AnySource, ::testing::Values("shm", "tcp"));
+INSTANTIATE_TEST_SUITE_P(P2p, AnySource, ::testing::ValuesIn(deathTransports()), transportName);
 
 TEST(P2p, AnySourceBadInputAndTimeout) {
   ScopedEnv timeout("C4_TIMEOUT", "2");

@@ -12,6 +12,37 @@ run() {
   echo "[vm] \$ $*"
   "$@" || rc=1
 }
+# The two-VM steps (run.sh twovm, twoport): this VM's host index H, and its NICs eth0..N-1 up on
+# rail i's subnet 10.(78+i).0.0/24 with an rxe device rxn<i> each, once the other VM answers there.
+H=$(sed -n 's/.*c4host=\([0-9]\).*/\1/p' /proc/cmdline)
+nics_up() {
+  insmod /mods/e1000.ko
+  sleep 1
+  for i in $(seq 0 $(($1 - 1))); do
+    /bin/ip addr add 10.7$((8 + i)).0.$((H + 1))/24 dev eth$i
+    /bin/ip link set eth$i up
+  done
+  sleep 2
+  for i in $(seq 0 $(($1 - 1))); do
+    rdma link add rxn$i type rxe netdev eth$i
+    peer=10.7$((8 + i)).0.$((2 - H))
+    for k in $(seq 120); do ping -c 1 -W 1 $peer > /dev/null 2>&1 && break; done
+    echo "[vm] host $H: rxn$i on eth$i ($(ibv_devinfo -d rxn$i | grep -m1 state | awk '{print $2}')), $peer answers"
+  done
+}
+# matrix_verdict STEP FAILED WHAT: c4-matrix's verdicts of this host's ranks (logs /tmp/STEP.*), and
+# that both ran shm within the host and ibverbs to the other one.
+matrix_verdict() {
+  grep -h "^c4-matrix" /tmp/$1.* | sed 's/^/[vm]   /'
+  grep -h "transports:" /tmp/$1.* | sed 's/^.* pid [0-9]*: /[vm]   /'
+  if [ "$2" -ne 0 ] || [ "$(grep -l 'transports: shm+ibverbs' /tmp/$1.* | wc -l)" -ne 2 ]; then
+    # The host shows only [vm] lines of the console: prefix what explains the failure.
+    echo "[vm] $1: FAILED"; grep -h -E "RDMA|ibverbs|C4P|error|failed|FAIL|wrong" /tmp/$1.* | head -40 |
+      sed 's/^/[vm]   /'; rc=1
+  else
+    echo "[vm] $1: ok (host $H: $3, every result right)"
+  fi
+}
 case "$WHAT" in
   setup | all) run /c4/ibverbs_test ;;
 esac
@@ -81,16 +112,7 @@ case "$WHAT" in
     # ranks 2H and 2H+1 of a 4-rank job launched the way torchrun does. Under C4_TRANSPORT=auto the
     # ranks of this host talk over shm and the hosts over ibverbs (RDMA between two kernels); the
     # collective matrix checks every result.
-    H=$(sed -n 's/.*c4host=\([0-9]\).*/\1/p' /proc/cmdline)
-    insmod /mods/e1000.ko
-    sleep 1
-    /bin/ip addr add 10.78.0.$((H + 1))/24 dev eth0
-    /bin/ip link set eth0 up
-    sleep 2
-    rdma link add rxn type rxe netdev eth0
-    peer=10.78.0.$((2 - H))
-    for i in $(seq 120); do ping -c 1 -W 1 $peer > /dev/null 2>&1 && break; done
-    echo "[vm] host $H: rxn on eth0 ($(ibv_devinfo -d rxn | grep -m1 state | awk '{print $2}')), $peer answers"
+    nics_up 1
     # C4P plans the lanes between the hosts on twovm_topo.json: each VM's NIC hangs off a leaf of its
     # own, two spines between the leaves, steered by RoCE source ports 50000-50999 (spine0) and
     # 51000-51999 (spine1); each lane asks for its planned port through its flow label. Lanes no
@@ -104,7 +126,7 @@ case "$WHAT" in
     for l in 0 1; do
       r=$((2 * H + l))
       env RANK=$r LOCAL_RANK=$l WORLD_SIZE=4 MASTER_ADDR=10.78.0.1 MASTER_PORT=29500 C4_SOCKET_IFNAME=eth0 \
-        C4_TRANSPORT=auto C4_IB_HCA==rxn C4_IB_SOURCE_PORT_BASE=60000 C4_TOPO_FILE=/c4/twovm_topo.json \
+        C4_TRANSPORT=auto C4_IB_HCA==rxn0 C4_IB_SOURCE_PORT_BASE=60000 C4_TOPO_FILE=/c4/twovm_topo.json \
         C4_FAULT=drop:rank=0,peer=2,lane=0,op=40 \
         C4_DEBUG=INFO C4_DEBUG_SUBSYS=INIT,NET,PLAN \
         C4_TRACE=0 C4_TIMEOUT=300 /c4/c4-matrix --quick > /tmp/twovm.$r 2>&1 &
@@ -115,15 +137,7 @@ case "$WHAT" in
     if [ "$H" = 0 ]; then
       kill -TERM $cap 2> /dev/null; wait $cap 2> /dev/null
     fi
-    grep -h "^c4-matrix" /tmp/twovm.* | sed 's/^/[vm]   /'
-    grep -h "transports:" /tmp/twovm.* | sed 's/^.* pid [0-9]*: /[vm]   /'
-    if [ $trc -ne 0 ] || [ "$(grep -l 'transports: shm+ibverbs' /tmp/twovm.* | wc -l)" -ne 2 ]; then
-      # The host shows only [vm] lines of the console: prefix what explains the failure.
-      echo "[vm] twovm: FAILED"; grep -h -E "RDMA|ibverbs|error|failed|FAIL|wrong" /tmp/twovm.* | head -40 |
-        sed 's/^/[vm]   /'; rc=1
-    else
-      echo "[vm] twovm: ok (host $H: shm within, ibverbs to the other VM, every result right)"
-    fi
+    matrix_verdict twovm $trc "shm within, ibverbs to the other VM"
     # Every lane of this host's ranks: a planned one leaves from a port of its spine's range, an
     # unplanned one from 60000 + lane; both spines carry planned lanes.
     grep -h "ibverbs: rank .*: lane .* udp source port" /tmp/twovm.* |
@@ -169,20 +183,7 @@ case "$WHAT" in
     # lane's queue pair was made on the device of its planned port and connected to the peer's
     # device on the same rail (its GIDs), at both ends; and on host 0's two NICs, RoCE packets
     # addressed to the planned lanes' queue pairs, on each NIC only those of its own lanes.
-    H=$(sed -n 's/.*c4host=\([0-9]\).*/\1/p' /proc/cmdline)
-    insmod /mods/e1000.ko
-    sleep 1
-    for i in 0 1; do
-      /bin/ip addr add 10.7$((8 + i)).0.$((H + 1))/24 dev eth$i
-      /bin/ip link set eth$i up
-    done
-    sleep 2
-    for i in 0 1; do rdma link add rxn$i type rxe netdev eth$i; done
-    for i in 0 1; do
-      peer=10.7$((8 + i)).0.$((2 - H))
-      for k in $(seq 120); do ping -c 1 -W 1 $peer > /dev/null 2>&1 && break; done
-      echo "[vm] host $H: rxn$i on eth$i ($(ibv_devinfo -d rxn$i | grep -m1 state | awk '{print $2}')), $peer answers"
-    done
+    nics_up 2
     if [ "$H" = 0 ]; then
       /c4/c4-udp-sports eth0 100000 > /tmp/wire0 2>&1 &
       cap0=$!
@@ -203,13 +204,7 @@ case "$WHAT" in
       kill -TERM $cap0 $cap1 2> /dev/null
       wait $cap0 $cap1 2> /dev/null
     fi
-    grep -h "^c4-matrix" /tmp/twoport.* | sed 's/^/[vm]   /'
-    if [ $prc -ne 0 ] || [ "$(grep -l 'transports: shm+ibverbs' /tmp/twoport.* | wc -l)" -ne 2 ]; then
-      echo "[vm] twoport: FAILED"; grep -h -E "RDMA|ibverbs|C4P|error|failed|FAIL|wrong" /tmp/twoport.* | head -40 |
-        sed 's/^/[vm]   /'; rc=1
-    else
-      echo "[vm] twoport: ok (host $H: shm within, ibverbs over both NICs to the other VM, every result right)"
-    fi
+    matrix_verdict twoport $prc "shm within, ibverbs over both NICs to the other VM"
     # The lanes of this host's ranks: rank lane peer device local-address local-qp remote-address
     # remote-qp planned-path ("-": not planned).
     grep -h "ibverbs: rank .*: lane .* udp source port" /tmp/twoport.* |

@@ -51,6 +51,18 @@ constexpr ucp_tag_t kExact = ~ucp_tag_t{0};
 constexpr size_t kAbortBytes = 1024;
 static_assert(kRankBits + kSeqBits + 3 == 64, "tag layout");
 
+// A UCX operation may call its callback before the call that posts it returns (UCX documents this
+// for UCP_OP_ATTR_FLAG_NO_IMM_CMPL), and the callback frees the request. So a request's slot holds
+// kPosting during the call: the callback clears it, and only if it is still kPosting afterwards does
+// it take the returned request (else that pointer is already freed). inFlight counts go up before.
+char postingMark;
+void* const kPosting = &postingMark;
+
+/// Cancels a posted receive (its callback then runs with UCS_ERR_CANCELED); nothing while posting.
+void cancelOp(ucp_worker_h w, void* op) {
+  if (op != nullptr && op != kPosting) ucp_request_cancel(w, op);
+}
+
 ucp_tag_t tagOf(int rank, uint64_t seq, Kind k) {
   return (ucp_tag_t{k} << kKindShift) | (static_cast<ucp_tag_t>(rank) << kSeqBits) | (seq & kSeqMask);
 }
@@ -248,7 +260,7 @@ class UcxTransportImpl : public Transport {
   /// peer-failure handling) to a peer that aborted but lives gets kAbortGraceMs first: a payload
   /// the peer already asked for completes while it settles (see closeEndpoint()).
   static void peerGone(UcxConnection& c, const Status& why, bool exited);
-  /// Fails the connections whose watched peer process exited (at most every kWatchMs).
+  /// Fails the connections whose watched peer process exited (looked at every kWatchMs).
   void watchPeers();
 
   Context ctx_;
@@ -340,11 +352,13 @@ Status UcxConnection::isend(const MemRef& buf, size_t bytes, const OpSig& sig, R
       p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
       p.memh = memh;
     }
+    ++m.inFlight;  // before: onSend may run inside the call
     ucs_status_ptr_t r = ucp_tag_send_nbx(ep_, data, len, tagOf(t_->rank(), seq, k), &p);
-    if (UCS_PTR_IS_ERR(r))
+    if (UCS_PTR_IS_ERR(r)) {
+      --m.inFlight;
       return makeError(Code::kRemoteError, "ucx: rank %d: send to rank %d failed: %s", t_->rank(), peer_,
                        ucsText(UCS_PTR_STATUS(r)));
-    ++m.inFlight;
+    }
     return Status::ok();
   };
   Status st = post(m.wire.data(), m.wire.size(), inl ? kInline : kHeader, nullptr);
@@ -407,13 +421,18 @@ Status UcxConnection::postData(RecvMsg& m) {
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     p.memh = memh;
   }
-  ucs_status_ptr_t r = ucp_tag_recv_nbx(t_->worker(), m.dst.ptr, m.bytes, tagOf(peer_, m.seq, kData), kExact, &p);
-  if (UCS_PTR_IS_ERR(r))
-    return makeError(Code::kSystemError, "ucx: rank %d: cannot post a receive from rank %d: %s", t_->rank(), peer_,
-                     ucsText(UCS_PTR_STATUS(r)));
-  m.dataOp = r;
+  m.dataOp = kPosting;
   m.dataPosted = true;
   ++m.inFlight;
+  ucs_status_ptr_t r = ucp_tag_recv_nbx(t_->worker(), m.dst.ptr, m.bytes, tagOf(peer_, m.seq, kData), kExact, &p);
+  if (UCS_PTR_IS_ERR(r)) {
+    m.dataOp = nullptr;
+    m.dataPosted = false;
+    --m.inFlight;
+    return makeError(Code::kSystemError, "ucx: rank %d: cannot post a receive from rank %d: %s", t_->rank(), peer_,
+                     ucsText(UCS_PTR_STATUS(r)));
+  }
+  if (m.dataOp == kPosting) m.dataOp = r;
   return Status::ok();
 }
 
@@ -449,14 +468,17 @@ Status UcxConnection::irecv(const MemRef& dst, size_t bytes, const OpSig& sig, c
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     p.cb.recv = &UcxConnection::onFirst;
     p.user_data = &m;
+    m.firstOp = kPosting;
+    ++m.inFlight;
     ucs_status_ptr_t r =
         ucp_tag_recv_nbx(t_->worker(), m.first.data(), m.first.size(), tagOf(peer_, m.seq, kInline), kFirstMask, &p);
     if (UCS_PTR_IS_ERR(r)) {
+      m.firstOp = nullptr;
+      --m.inFlight;
       st = makeError(Code::kSystemError, "ucx: rank %d: cannot post a receive from rank %d: %s", t_->rank(), peer_,
                      ucsText(UCS_PTR_STATUS(r)));
-    } else {
+    } else if (m.firstOp == kPosting) {
       m.firstOp = r;
-      ++m.inFlight;
     }
   }
   // A large message's payload goes straight to dst: its receive is posted now, with the header's.
@@ -563,11 +585,15 @@ Status UcxConnection::peek(bool* ready, OpSig* sig, size_t* bytes) {
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     p.cb.recv = &UcxConnection::onStash;
     p.user_data = this;
+    stashOp_ = kPosting;
     ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(t_->worker(), stash_.data(), info.length, msg, &p);
-    if (UCS_PTR_IS_ERR(r))
+    if (UCS_PTR_IS_ERR(r)) {
+      stashOp_ = nullptr;
       return makeError(Code::kSystemError, "ucx: rank %d: cannot receive a message from rank %d: %s", t_->rank(), peer_,
                        ucsText(UCS_PTR_STATUS(r)));
-    stashOp_ = r;
+    }
+    // An eager message that was all there completes inside the call (onStash ran: stashReady_).
+    if (stashOp_ == kPosting) stashOp_ = r;
     C4_CHECK(t_->progress());
   }
   if (!stashReady_) return standing_;
@@ -590,10 +616,10 @@ void UcxConnection::fail(const Status& st) {
   for (RecvMsg& m : recvs_) {
     if (m.err.isOk()) m.err = st;
     // Posted receives belong to the worker: cancel them (their callbacks then release dst).
-    if (m.firstOp) ucp_request_cancel(t_->worker(), m.firstOp);
-    if (m.dataOp) ucp_request_cancel(t_->worker(), m.dataOp);
+    cancelOp(t_->worker(), m.firstOp);
+    cancelOp(t_->worker(), m.dataOp);
   }
-  if (stashOp_) ucp_request_cancel(t_->worker(), stashOp_);
+  cancelOp(t_->worker(), stashOp_);
 }
 
 void UcxConnection::flushEndpoint() {
@@ -799,8 +825,10 @@ void UcxTransportImpl::postAbortReceive() {
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   p.cb.recv = &UcxTransportImpl::onAbortNotice;
   p.user_data = this;
+  // A notice already here completes inside the call, and onAbortNotice posts the next receive.
+  abortOp_ = kPosting;
   ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_, abortBuf_, kAbortBytes, kCtrlBit, kCtrlBit, &p);
-  abortOp_ = UCS_PTR_IS_PTR(r) ? r : nullptr;
+  if (abortOp_ == kPosting) abortOp_ = UCS_PTR_IS_PTR(r) ? r : nullptr;
 }
 
 Status UcxTransportImpl::connect(int peer, Connection** out) {
@@ -878,14 +906,14 @@ void UcxTransportImpl::peerGone(UcxConnection& c, const Status& why, bool exited
 }
 
 void UcxTransportImpl::watchPeers() {
-  // As often as the shm transport looks (C4_SHM_LIVENESS_MS's default), and only for connections
-  // with work pending: an idle one is looked at once it has some.
+  // As often as the shm transport looks (C4_SHM_LIVENESS_MS's default). Idle connections too: a
+  // receive from any source only peeks at them, and must still fail naming a peer that died.
   constexpr int64_t kWatchMs = 100;
   const int64_t now = nowMs();
   if (now - lastWatchMs_ < kWatchMs) return;
   lastWatchMs_ = now;
   for (auto& c : conns_) {
-    if (!c || c->watch().pid() <= 0 || !c->busy() || !c->watch().exited()) continue;
+    if (!c || c->watch().pid() <= 0 || (!c->busy() && !c->standing().isOk()) || !c->watch().exited()) continue;
     if (!c->standing().isOk()) {  // failed already (it aborted, say): nothing of it is pending any more
       c->closeAtMs = 0;
       c->closeEndpoint();
@@ -904,7 +932,7 @@ void UcxTransportImpl::shutdown(const Status& why) {
     c->fail(why);
     c->closeEndpoint();
   }
-  if (abortOp_) ucp_request_cancel(worker_, abortOp_);
+  cancelOp(worker_, abortOp_);
   // Until UCX lets go of every buffer (bounded: these are local operations).
   auto settled = [this] {
     for (auto& c : conns_) {
