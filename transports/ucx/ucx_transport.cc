@@ -151,6 +151,9 @@ class UcxConnection : public Connection {
   static void onEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
 
   ucp_ep_h ep() const { return ep_; }
+  /// closeEndpoint() gave up on an endpoint that cannot be closed: nothing is sent on it or flushed
+  /// any more (a flush would wait for the peer that is gone).
+  bool endpointAbandoned() const { return abandonedEp_; }
   /// UCX's transports on the endpoint's lanes ("sysv/memory cma/memory", "tcp/lo"), from
   /// ucp_ep_print_info; empty before the endpoint exists.
   std::string endpointTransports() const;
@@ -178,6 +181,7 @@ class UcxConnection : public Connection {
   bool peerFailure_;
   ProcessWatch watch_;
   ucp_ep_h ep_ = nullptr;
+  bool abandonedEp_ = false;
   Status standing_;
   uint64_t sendSeq_ = 0, recvSeq_ = 0;
   std::list<SendMsg> sends_;
@@ -623,7 +627,7 @@ void UcxConnection::fail(const Status& st) {
 }
 
 void UcxConnection::flushEndpoint() {
-  if (!ep_ || flushOp) return;
+  if (!ep_ || flushOp || abandonedEp_) return;
   ucp_request_param_t p{};
   ucs_status_ptr_t r = ucp_ep_flush_nbx(ep_, &p);
   if (UCS_PTR_IS_PTR(r)) flushOp = r;
@@ -636,6 +640,7 @@ void UcxConnection::closeEndpoint() {
   }
   if (!ep_) return;
   if (!peerFailure_) {
+    abandonedEp_ = true;
     for (auto it = sends_.begin(); it != sends_.end();) {
       auto next = std::next(it);
       if (it->inFlight > 0) {
@@ -977,7 +982,7 @@ void UcxTransportImpl::abort(const std::string& reason) {
   // Every peer with an endpoint hears it, also one whose connection this rank failed already (a
   // mismatched message fails the connection, not the endpoint: that peer may still be sending).
   for (auto& c : conns_) {
-    if (!c || !c->ep()) continue;
+    if (!c || !c->ep() || c->endpointAbandoned()) continue;
     ucp_request_param_t p{};
     ucs_status_ptr_t r = ucp_tag_send_nbx(c->ep(), notice.data(), notice.size(),
                                           kCtrlBit | (static_cast<ucp_tag_t>(ctx_.rank) << kSeqBits), &p);
