@@ -322,18 +322,20 @@ Status finishStaging(Comm* comm, std::vector<OpDesc>* ops) {
 }
 
 /// How many pieces a call on device buffers is staged in (pipelined staging, docs/cuda.md): 1 unless
-/// it is a large AllReduce, Broadcast or Reduce outside a group that will be staged (not deferred to
-/// the device zero-copy path). Depends only on the call and settings every rank shares, so every
-/// rank cuts it alike (a rank passing pageable host memory where the others pass device memory
-/// does not: the ranks then disagree on the call, a clear error).
+/// it is a large AllReduce, Broadcast or Reduce that will be staged (not deferred to the device
+/// zero-copy path). Depends only on the call and settings every rank shares, so every rank cuts it
+/// alike, inside a group or not (NCCL lets one rank wrap a call in a group where another does not);
+/// a rank passing pageable host memory where the others pass device memory does not: the ranks then
+/// disagree on the call, a clear error. Every piece holds at least one 256-byte unit (pieceOf).
 size_t pipelinePieces(const Comm* comm, const OpDesc& op) {
   const auto piece = static_cast<size_t>(paramCudaPipelineBytes());
-  if (piece == 0 || tGroup.depth > 0) return 1;
+  if (piece == 0) return 1;
   if (op.coll != Coll::kAllReduce && op.coll != Coll::kBroadcast && op.coll != Coll::kReduce) return 1;
   if (comm->zeroCopy.mayDefer(op, false)) return 1;
   const size_t bytes = op.count * dataTypeSize(op.dtype);
   if (bytes < 2 * piece) return 1;
-  return std::min<size_t>(16, bytes / piece);
+  const size_t units = (bytes + 255) / 256;
+  return std::min<size_t>({16, bytes / piece, units});
 }
 
 /// Piece i of n of an elementwise call (AllReduce, Broadcast, Reduce): its elements, cut at 256-byte
@@ -353,7 +355,9 @@ OpDesc pieceOf(const OpDesc& op, size_t i, size_t n) {
 /// A staged call in pieces, each with its own slot and ticket: every piece's inputs are copied on
 /// the stream first, then each piece's wait and copies back; each piece is its own job, so the
 /// stream copies piece i back while the progress thread runs piece i + 1 and the stream still
-/// copies later pieces' inputs. *staged false: the buffers are host memory (nothing was done).
+/// copies later pieces' inputs. Inside a group the pieces join it as calls of their own (step 2 at
+/// groupEnd, like any call there: the same cut, without the overlap). *staged false: the buffers
+/// are host memory (nothing was done).
 Status enqueuePipelined(Comm* comm, const OpDesc& callOp, size_t pieces, bool* staged) {
   std::vector<OpDesc> ops;
   ops.reserve(pieces);
@@ -377,6 +381,21 @@ Status enqueuePipelined(Comm* comm, const OpDesc& callOp, size_t pieces, bool* s
     for (OpDesc& op : ops)
       if (op.staged.slot != nullptr) comm->gpuGate->cancel(op.staged);
     return st;
+  }
+  if (tGroup.depth > 0) {
+    size_t added = 0;
+    try {
+      if (tGroup.items.empty() || tGroup.items.back().comm != comm) tGroup.items.push_back(GroupItem{comm, {}});
+      for (const OpDesc& op : ops) {
+        tGroup.items.back().ops.push_back(op);
+        ++added;
+      }
+    } catch (...) {
+      for (size_t i = added; i < ops.size(); ++i) comm->gpuGate->cancel(ops[i].staged);
+      tGroup.threw = true;
+      throw;
+    }
+    return Status::ok();
   }
   for (OpDesc& op : ops) {
     auto job = std::make_shared<Job>();

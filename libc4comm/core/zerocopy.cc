@@ -1,7 +1,10 @@
 #include "core/zerocopy.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
+#include <random>
 
 #include "common/clock.hpp"
 #include "common/logging.hpp"
@@ -45,6 +48,8 @@ struct DeviceRecord {
   gpu::IpcRef send;
   gpu::IpcRef recv;
   uint64_t sendAddr, recvAddr;  // for ranks of the same process, which use them as they are
+  uint64_t process;             // the offering process (processToken()): equal pids in two pid
+                                // namespaces of one host are not one process
 };
 static_assert(sizeof(DeviceRecord) <= OneShot::kDeviceRecordBytes, "fits its arena slot");
 
@@ -61,6 +66,16 @@ constexpr uint64_t kAckForGood = ~uint64_t{0};  // the rank left: it holds no ma
 
 namespace {
 uint64_t loadAcq(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+
+/// A random number of this process, drawn once (never 0).
+uint64_t processToken() {
+  static const uint64_t token = [] {
+    std::random_device rd;
+    const uint64_t v = (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+    return v == 0 ? 1 : v;
+  }();
+  return token;
+}
 void storeRel(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 
 constexpr uint64_t kProbeMagic = 0xc4d1ec7000000000ULL;
@@ -232,6 +247,7 @@ Status ZeroCopy::offerDevice(const OpDesc& op, const OpSig& sig, bool* offered) 
   r->recv = rec.recv;
   r->sendAddr = reinterpret_cast<uintptr_t>(op.deviceSend);
   r->recvAddr = reinterpret_cast<uintptr_t>(op.deviceRecv);
+  r->process = processToken();
   storeRel(&r->seq, sig.seq + 1);
   *offered = true;
   return Status::ok();
@@ -338,7 +354,12 @@ Status ZeroCopy::poll(bool* done, bool* fallback) {
   if (phase_ == Phase::kDecide) {
     bool decided = false;
     C4_CHECK(decide(&decided, fallback));
-    if (!decided) return Status::ok();
+    if (!decided) {
+      // The rank waited for may be deregistering device memory and waiting for this rank to close
+      // its mappings first: answer (no mapping of this call is open yet).
+      serviceDeregistrations();
+      return Status::ok();
+    }
     if (*fallback) {
       if (device_) C4_CHECK(stageLate(op_));
       phase_ = Phase::kDone;
@@ -382,6 +403,7 @@ Status ZeroCopy::poll(bool* done, bool* fallback) {
     for (int r = 0; r < nranks_; ++r) {
       if (r == rank_ || loadAcq(&stateOf(r)->seq) > sig_.seq) continue;
       waitingFor_ = r;
+      serviceDeregistrations();  // this rank's kernels are done (runZeroCopy waited for them)
       return watch_.check(rank_, 0, t_, r, sig_);
     }
     phase_ = Phase::kDone;
@@ -538,7 +560,7 @@ void ZeroCopy::resolveDevicePeers(bool* ok) {
     if (deviceUnreachable_[static_cast<size_t>(r)]) return;  // said once (below)
     char* p = nullptr;
     Status st;
-    if (pids_[static_cast<size_t>(r)] == pids_[static_cast<size_t>(rank_)]) {
+    if (rec->process == processToken()) {
       // A rank of this process: its buffers are addresses here already.
       st = (*gate_)->peerAccess(rec->device);
       in_[static_cast<size_t>(r)] = need.send ? reinterpret_cast<const char*>(rec->sendAddr) : nullptr;
@@ -602,7 +624,10 @@ Status ZeroCopy::computeDevice() {
 bool ZeroCopy::registeredMappings() const { return enabled_ && static_cast<size_t>(nranks_) <= kMaxDeregRanks; }
 
 void ZeroCopy::serviceDeregistrations() {
-  if (!registeredMappings()) return;
+  // After closeDevice every ack says "for good": a later deregistration of a peer must not lower it.
+  // Without a GPU in this process no rank of the host maps device memory of ours or theirs here
+  // (and host calls, whose idle polls come here, pay one load).
+  if (gpu::deviceCount() == 0 || !registeredMappings() || deviceClosed_) return;
   auto* mine = reinterpret_cast<DeviceState*>(os_->deviceState(rank_));
   for (int r = 0; r < nranks_; ++r) {
     if (r == rank_) continue;
@@ -640,6 +665,7 @@ Status ZeroCopy::deviceDeregistered() {
 
 void ZeroCopy::closeDevice() {
   if (!registeredMappings()) return;
+  deviceClosed_ = true;
   if (gate_ && *gate_) (*gate_)->ipcCloseRegistered(-1);
   auto* mine = reinterpret_cast<DeviceState*>(os_->deviceState(rank_));
   for (int r = 0; r < nranks_; ++r)

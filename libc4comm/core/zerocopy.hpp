@@ -133,6 +133,7 @@ class ZeroCopy {
   std::vector<uint8_t> seen_;
   std::vector<uint8_t> deviceUnreachable_;               // peers whose device buffers this rank could not open
   std::function<bool(const void*, size_t)> registered_;  // whether a buffer is registered with this communicator
+  bool deviceClosed_ = false;                            // closeDevice ran: the acks stay "for good"
   std::vector<uint64_t> deregSeen_;                      // each peer's deregistrations acknowledged
   uint32_t serviceTick_ = 0;
   /// Registered buffers keep their mappings where the arena has room for every rank's acknowledgement.

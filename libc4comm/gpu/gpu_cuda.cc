@@ -136,12 +136,23 @@ Status enqueueCopies(const Slot& slot, const std::vector<StreamGate::Copy>& copi
 }
 }  // namespace
 
+namespace {
+/// cudaEventQuery that leaves no cudaErrorNotReady behind as the thread's last error (the runtime
+/// may record it, as PyTorch assumes): a later cudaGetLastError (ours after a kernel launch, or the
+/// application's on its own thread) would report it.
+cudaError_t queryEvent(cudaEvent_t e) {
+  const cudaError_t q = cudaEventQuery(e);
+  if (q == cudaErrorNotReady) (void)cudaGetLastError();
+  return q;
+}
+}  // namespace
+
 Status StreamGate::Impl::acquire(size_t bytes, Slot** out) {
   Slot* reuse = nullptr;
   for (auto& s : slots) {
     if (s->reserved) continue;
     if (s->used) {
-      const cudaError_t q = cudaEventQuery(s->free);
+      const cudaError_t q = queryEvent(s->free);
       if (q == cudaErrorNotReady) continue;
       if (q != cudaSuccess) return cudaFailed(q, "cudaEventQuery(staging slot free)");
       s->used = false;
@@ -346,7 +357,7 @@ Status StreamGate::inputsReady(const Ticket& t, bool* ready) {
   // The progress thread asks: its current device must be the gate's (no context on another GPU).
   thread_local int current = -1;
   if (current != device_ && cudaSetDevice(device_) == cudaSuccess) current = device_;
-  const cudaError_t q = cudaEventQuery(static_cast<Slot*>(t.slot)->inputsReady);
+  const cudaError_t q = queryEvent(static_cast<Slot*>(t.slot)->inputsReady);
   *ready = q == cudaSuccess;
   if (q == cudaSuccess || q == cudaErrorNotReady) return Status::ok();
   return cudaFailed(q, "the stream before a staged call (cudaEventQuery)");
@@ -377,7 +388,7 @@ Status StreamGate::Impl::drainWork(const char* what) {
   C4_CUDA_TRY(cudaEventRecord(workDone, work));
   // Poll rather than block in the driver: another rank's progress thread may share this core.
   for (int i = 0;; ++i) {
-    const cudaError_t q = cudaEventQuery(workDone);
+    const cudaError_t q = queryEvent(workDone);
     if (q == cudaSuccess) return Status::ok();
     if (q != cudaErrorNotReady) return cudaFailed(q, what);
     if (i > 64) std::this_thread::yield();
@@ -386,11 +397,11 @@ Status StreamGate::Impl::drainWork(const char* what) {
 
 void StreamGate::Impl::releaseWork() {
   if (work == nullptr) return;
+  if (temp != nullptr) (void)cudaFreeAsync(temp, work);  // it came from cudaMallocAsync on this stream
+  temp = nullptr;
   (void)cudaStreamSynchronize(work);
   for (const detail::IpcMap& m : maps) (void)cudaIpcCloseMemHandle(m.base);
   maps.clear();
-  if (temp != nullptr) (void)cudaFree(temp);
-  temp = nullptr;
   tempBytes = 0;
   (void)cudaEventDestroy(workDone);
   (void)cudaStreamDestroy(work);

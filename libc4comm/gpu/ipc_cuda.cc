@@ -223,6 +223,7 @@ Status StreamGate::runZeroCopy(const DeviceWork& w) {
   const size_t es = dataTypeSize(dt);
   const size_t n = static_cast<size_t>(w.nranks), me = static_cast<size_t>(w.rank), root = static_cast<size_t>(w.root);
   const size_t bytes = w.count * es;
+  (void)cudaGetLastError();  // nothing earlier on this thread is taken for a launch failure below
   Launcher k{s, dt, static_cast<kernels::KOp>(w.op)};
   // acc = every rank's input from byte `at`, `cnt` elements, starting with our own and then rank
   // `first` (as core/zerocopy.cc), so that acc may be our own input (in place).
@@ -256,11 +257,19 @@ Status StreamGate::runZeroCopy(const DeviceWork& w) {
         break;
       }
       // In place the root's output is its input, which the sum still reads: reduce aside, then copy.
+      // Stream-ordered: cudaFree/cudaMalloc would synchronize the device, whose streams may wait
+      // right now for a ticket only this thread completes.
       if (im.tempBytes < cnt * es) {
-        if (im.temp != nullptr) (void)cudaFree(im.temp);
+        if (im.temp != nullptr) (void)cudaFreeAsync(im.temp, s);
         im.temp = nullptr;
         im.tempBytes = 0;
-        C4_CUDA_TRY(cudaMalloc(&im.temp, cnt * es));
+        const cudaError_t e = cudaMallocAsync(&im.temp, cnt * es, s);
+        if (e != cudaSuccess) {
+          im.temp = nullptr;
+          (void)im.drainWork("a zero-copy kernel");
+          return makeError(Code::kUnhandledCudaError, "CUDA: no device scratch of %zu bytes for a Reduce: %s", cnt * es,
+                           cudaGetErrorString(e));
+        }
         im.tempBytes = cnt * es;
       }
       char* acc = static_cast<char*>(im.temp);
@@ -291,10 +300,13 @@ Status StreamGate::runZeroCopy(const DeviceWork& w) {
     default:
       return makeError(Code::kInternalError, "CUDA: collective %d has no device zero-copy form", w.coll);
   }
+  // Whatever went wrong, the kernels already launched finish before this returns: the call's
+  // buffers (ours and the peers') are not touched after it.
+  Status drained = im.drainWork("a zero-copy kernel");
   if (k.err != kernels::cuda::kOk)
     return makeError(Code::kUnhandledCudaError, "CUDA: a zero-copy kernel failed to launch: %s",
                      kernels::cuda::errorString(k.err));
-  return im.drainWork("a zero-copy kernel");
+  return drained;
 }
 
 }  // namespace c4::gpu

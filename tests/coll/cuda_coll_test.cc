@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "c4comm/c4comm.hpp"
+#include "c4comm/trace.hpp"
 #include "kernels/cuda/cuda_kernels.hpp"
 #include "tests/coll/coll_matrix.hpp"
 #include "tests/coll/harness.hpp"
@@ -43,10 +44,10 @@ class CudaMirror : public c4test::DeviceMirror {
     stream = s;
     if (cudaMalloc(&arena_, kArena) != cudaSuccess) arena_ = nullptr;
   }
-  ~CudaMirror() override {
-    release();
-    if (arena_) cudaFree(arena_);
-  }
+  // The arena is not freed: the peers may keep it mapped (C4_CUDA_IPC_CACHE) until the
+  // communicator goes, after this mirror, and CUDA leaves freeing an allocation another process has
+  // open undefined. The rank's process ends right after (runForked), which frees it.
+  ~CudaMirror() override { release(); }
   unsigned char* upload(const unsigned char* host, size_t bytes) override {
     void* d = nullptr;
     cudaError_t e = cudaSuccess;
@@ -202,7 +203,7 @@ TEST(CudaPipeline, MatrixInPieces) {
       3, true,
       [](int rank, int nranks, c4::Comm* comm, cudaStream_t s) -> Failures {
         Failures f = deviceMatrix(rank, nranks, comm, s);
-        // 8 pieces of 128 KiB each, 16 calls queued before any wait.
+        // 16 pieces of 64 KiB each, 16 calls queued before any wait.
         constexpr size_t kCount = 256 * 1024;
         constexpr int kCalls = 16;
         float* buf = nullptr;
@@ -266,13 +267,13 @@ TEST_P(CudaIpcFallback, EveryRankFallsBackAndIsRight) {
         if (e != cudaSuccess) return {cudaWhy("allocation", e)};
         std::vector<float> host(kCount), all(n * kCount);
         for (size_t i = 0; i < kCount; ++i) host[i] = static_cast<float>(rank * 1000 + i % 251);
-        cudaMemcpyAsync(send, host.data(), bytes, cudaMemcpyHostToDevice, s);
+        cudaMemcpyAsync(send, host.data(), bytes, cudaMemcpyDefault, s);
         Failures f;
         c4::Status st = c4::allReduce(send, recv, kCount, c4::DataType::kFloat32, c4::RedOp::kSum, comm, s);
         if (!st.isOk()) f.push_back("allReduce: " + st.toString());
         st = c4::allGather(send, recv + 0, kCount, c4::DataType::kFloat32, comm, s);
         if (!st.isOk()) f.push_back("allGather: " + st.toString());
-        cudaMemcpyAsync(all.data(), recv, n * bytes, cudaMemcpyDeviceToHost, s);
+        cudaMemcpyAsync(all.data(), recv, n * bytes, cudaMemcpyDefault, s);
         if (cudaStreamSynchronize(s) != cudaSuccess) f.push_back("cudaStreamSynchronize failed");
         for (int r = 0; r < n && f.empty(); ++r)
           for (size_t i = 0; i < kCount; ++i)
@@ -284,12 +285,25 @@ TEST_P(CudaIpcFallback, EveryRankFallsBackAndIsRight) {
         // The AllReduce's result was overwritten by the AllGather: run it once more, alone.
         st = c4::allReduce(send, recv, kCount, c4::DataType::kFloat32, c4::RedOp::kSum, comm, s);
         if (!st.isOk()) f.push_back("allReduce: " + st.toString());
-        cudaMemcpyAsync(all.data(), recv, bytes, cudaMemcpyDeviceToHost, s);
+        cudaMemcpyAsync(all.data(), recv, bytes, cudaMemcpyDefault, s);
         if (cudaStreamSynchronize(s) != cudaSuccess) f.push_back("cudaStreamSynchronize failed");
         for (size_t i = 0; i < kCount && f.empty(); ++i) {
           const float want = static_cast<float>(3000 + 3 * (i % 251));
           if (all[i] != want) f.push_back("allReduce element " + std::to_string(i) + " is " + std::to_string(all[i]));
         }
+        // Every call fell back (rank 1's buffers cannot be shared): none ran on the zero-copy path,
+        // and all three ran (the trace, C4_TRACE=op).
+        std::vector<c4::trace::Event> events;
+        uint64_t dropped = 0;
+        st = c4::trace::readEvents(comm, &events, &dropped);
+        size_t ops = 0, zeroCopy = 0;
+        for (const c4::trace::Event& ev : events) {
+          ops += ev.type == c4::trace::EventType::kOp;
+          zeroCopy += ev.type == c4::trace::EventType::kOp && ev.algo == c4::trace::kAlgoZeroCopy;
+        }
+        if (!st.isOk() || ops < 3 || zeroCopy != 0)
+          f.push_back("trace: " + st.toString() + ", " + std::to_string(ops) + " calls, " + std::to_string(zeroCopy) +
+                      " zero-copy (expected 3 or more, none zero-copy)");
         if (pinned) {
           cudaFreeHost(send);
           cudaFreeHost(recv);
@@ -302,7 +316,7 @@ TEST_P(CudaIpcFallback, EveryRankFallsBackAndIsRight) {
         }
         return f;
       },
-      240);
+      240, [](int) { setenv("C4_TRACE", "op", 1); });
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, CudaIpcFallback, ::testing::Values("pinned", "vmm"),
