@@ -47,26 +47,46 @@ fi
   echo
 } >"$SUMMARY"
 
-# The programs holding gpu-labelled tests (tests/*/CMakeLists.txt). Run directly, not through ctest:
-# a copied build tree's CTestTestfiles name the paths of the machine that built it.
-GPU_TESTS=(c4_cuda_kernels_test cuda_coll_test)
+# The programs holding gpu-labelled tests (tests/*/CMakeLists.txt), in passes "program:filter:seconds".
+# Run directly, not through ctest: a copied build tree's CTestTestfiles name the paths of the machine
+# that built it. cuda_coll_test goes in passes, the code never run on a GPU before last (CUDA IPC
+# first with 2 ranks and a short limit: a hang there, e.g. a driver call that synchronizes the
+# device while a stream waits, costs two minutes, not the device budget), each with its own log.
+GPU_TESTS=(
+  "c4_cuda_kernels_test:*:300"
+  "cuda_coll_test:Cuda.*:CudaColl*:Ranks/CudaColl.*:CudaMem.*:CudaIpcOff.*:300"
+  "cuda_coll_test:Ranks/CudaIpc.*2ranks*:150"
+  "cuda_coll_test:Ranks/CudaIpc.*3ranks*:Ranks/CudaIpc.*4ranks*:Modes/CudaIpcFallback.*:300"
+  "cuda_coll_test:CudaPipeline.*:CudaIpcRegistered.*:240"
+)
 step tests || GPU_TESTS=()
-for t in "${GPU_TESTS[@]}"; do
+pass=0
+for entry in "${GPU_TESTS[@]}"; do
+  t=${entry%%:*}
+  rest=${entry#*:}
+  limit=${rest##*:}
+  filter=${rest%:*}
+  pass=$((pass + 1))
+  log="$REPORT/$t.$pass.log"
   bin="$BUILD/bin/$t"
   if [ ! -x "$bin" ]; then
     echo "- $t: MISSING from $BUILD/bin" | tee -a "$SUMMARY"
     failed=1
     continue
   fi
-  echo "[gpu-check] $t"
-  timeout "${C4_GPU_TEST_TIMEOUT:-900}" "$bin" --gtest_output="xml:$REPORT/$t.xml" >"$REPORT/$t.log" 2>&1
+  echo "[gpu-check] $t --gtest_filter=$filter (limit ${limit} s)"
+  # timeout signals its whole process group: the forked ranks of a hung test go too.
+  timeout -k 10 "${C4_GPU_TEST_TIMEOUT:-$limit}" "$bin" --gtest_filter="$filter" \
+    --gtest_output="xml:$REPORT/$t.$pass.xml" >"$log" 2>&1
   rc=$?
-  passed=$(grep -c '^\[       OK \]' "$REPORT/$t.log")
-  failures=$(grep -c '^\[  FAILED  \] .*(' "$REPORT/$t.log")
+  passed=$(grep -c '^\[       OK \]' "$log")
+  failures=$(grep -c '^\[  FAILED  \] .*(' "$log")
   # On a GPU only the no-GPU test may skip itself.
-  skips=$(grep '^\[  SKIPPED \] .*(' "$REPORT/$t.log" | grep -vc 'CudaRuntime\.')
-  echo "- $t: exit $rc, $passed passed, $failures failed, $skips skipped" | tee -a "$SUMMARY"
-  grep '^\[  FAILED  \] .*(' "$REPORT/$t.log" | sed 's/^/  /' >>"$SUMMARY"
+  skips=$(grep '^\[  SKIPPED \] .*(' "$log" | grep -vc 'CudaRuntime\.')
+  hung=""
+  [ "$rc" -eq 124 ] && hung=" (TIMED OUT in $(grep '^\[ RUN      \]' "$log" | tail -1 | sed 's/^\[ RUN      \] //'))"
+  echo "- $t $filter: exit $rc$hung, $passed passed, $failures failed, $skips skipped" | tee -a "$SUMMARY"
+  grep '^\[  FAILED  \] .*(' "$log" | sed 's/^/  /' >>"$SUMMARY"
   if [ "$rc" -ne 0 ] || [ "$failures" -ne 0 ] || [ "$skips" -ne 0 ]; then failed=1; fi
 done
 
