@@ -166,31 +166,49 @@ TEST_P(TcpLaneKill, NoDataLostNothingReducedTwice) {
     if (!e.empty()) return e;
     const size_t count = (48u << 20) / 4;
     const size_t bytes = count * 4;
-    const OpSig sig = testSig(0, count, Coll::kAllReduce, DataType::kInt32);
     std::vector<int32_t> buf(count + 16);
-    for (size_t i = 0; i < count + 16; ++i)
-      buf[i] = r == 0 ? static_cast<int32_t>(i * 3 + 1) : static_cast<int32_t>(i % 1000 * 5);
     Request req;
     ReduceSpec red{MemRef(buf.data()), DataType::kInt32, RedOp::kSum};
-    if (r == 0)
-      REQUIRE_OK(c->isend(buf.data(), bytes, sig, &req));
-    else
-      REQUIRE_OK(c->irecv(buf.data(), bytes, sig, k.reduce ? &red : nullptr, &req));
     // Rank 0 sends until `percent` of the message is in the kernel, rank 1 receives that much; then
-    // both stop, meet, and one of them breaks lane 1.
+    // both stop, meet, and one of them breaks lane 1. A sender's last progress() may push the rest
+    // while the receiver drains (seen under ASan in CI): the message then ends before the break
+    // point, which says nothing of lanes. Both ranks learn that, let it finish (it must be whole)
+    // and start over with the next message, up to 5 times.
     const bool killer = (r == 1) == k.byReceiver;
     const uint64_t at = bytes / 100 * static_cast<uint64_t>(k.percent);
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while ((r == 0 ? bytesSent(c) : bytesRecv(c)) < at && req.state == Request::kPending) {
-      REQUIRE_OK(t->progress());
-      REQUIRE(std::chrono::steady_clock::now() < deadline, "stuck at %llu bytes",
-              static_cast<unsigned long long>(r == 0 ? bytesSent(c) : bytesRecv(c)));
+    for (uint64_t attempt = 0;; ++attempt) {
+      for (size_t i = 0; i < count + 16; ++i)
+        buf[i] = r == 0 ? static_cast<int32_t>(i * 3 + 1) : static_cast<int32_t>(i % 1000 * 5);
+      const OpSig sig = testSig(attempt, count, Coll::kAllReduce, DataType::kInt32);
+      req = Request{};
+      if (r == 0)
+        REQUIRE_OK(c->isend(buf.data(), bytes, sig, &req));
+      else
+        REQUIRE_OK(c->irecv(buf.data(), bytes, sig, k.reduce ? &red : nullptr, &req));
+      // The lanes' byte counts are cumulative: this message's share counts from here.
+      const uint64_t base = r == 0 ? bytesSent(c) : bytesRecv(c);
+      auto moved = [&] { return (r == 0 ? bytesSent(c) : bytesRecv(c)) - base; };
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (moved() < at && req.state == Request::kPending) {
+        REQUIRE_OK(t->progress());
+        REQUIRE(std::chrono::steady_clock::now() < deadline, "stuck at %llu bytes",
+                static_cast<unsigned long long>(moved()));
+      }
+      REQUIRE(req.state != Request::kFailed, "the message failed before %d%%: %s", k.percent,
+              req.error.toString().c_str());
+      int32_t ended[2] = {0, 0};
+      ended[r] = req.state == Request::kDone ? 1 : 0;
+      REQUIRE_OK(oob.allGather(ended, sizeof(int32_t)));
+      if (!ended[0] && !ended[1]) break;
+      REQUIRE(attempt < 4, "the message ended before %d%% in %llu attempts", k.percent,
+              static_cast<unsigned long long>(attempt + 1));
+      REQUIRE_OK(waitAll(t.get(), {&req}, 60000));
+      if (r == 1)
+        for (size_t i = 0; i < count; ++i)
+          REQUIRE(buf[i] == static_cast<int32_t>(i * 3 + 1) + (k.reduce ? static_cast<int32_t>(i % 1000 * 5) : 0),
+                  "attempt %llu: element %zu is wrong", static_cast<unsigned long long>(attempt), i);
+      REQUIRE_OK(oob.barrier());
     }
-    // Seen once under ASan in CI (not reproduced in 110 runs since): say which way it ended.
-    REQUIRE(req.state == Request::kPending, "the message ended (%s) before %d%%: %llu of %llu bytes %s; %s",
-            req.state == Request::kDone ? "complete" : "failed", k.percent,
-            static_cast<unsigned long long>(r == 0 ? bytesSent(c) : bytesRecv(c)),
-            static_cast<unsigned long long>(bytes), r == 0 ? "sent" : "received", req.error.toString().c_str());
     REQUIRE_OK(oob.barrier());
     if (killer) REQUIRE_OK(tcpOf(t)->breakLane(1 - r, 1, k.fault));
     if (killer && k.lanes == 3) REQUIRE_OK(tcpOf(t)->breakLane(1 - r, 2, LaneFault::kSilent));
@@ -224,7 +242,7 @@ TEST_P(TcpLaneKill, NoDataLostNothingReducedTwice) {
       if (!e.empty()) return e;
     }
     // The lanes broken are out of service at both ends once the stall or the error is seen.
-    deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     for (int l = 1; l < k.lanes; ++l) {
       while (c->lane(l)->state() != LaneState::kRetired) {
         REQUIRE_OK(t->progress());
