@@ -44,7 +44,8 @@ EXPECTED = {
         (["Isa/CudaVectorPacks.*", "CudaRuntime.*", "abi_nvidia_exports"], 4),
     "CUDA device tests (registered; they skip without a GPU: scripts/gpu-check.sh)":
         (["Cuda.*", "CudaColl*", "Ranks/CudaColl.*", "Ranks/CudaIpc.*", "CudaIpcOff.*", "Modes/CudaIpcFallback.*",
-          "CudaMem.*", "CudaPipeline.*", "CudaIpcRegistered.*"], 22),
+          "CudaMem.*", "CudaPipeline.*", "CudaIpcRegistered.*", "Modes/CudaWindow.*", "CudaWindowOneProcess.*",
+          "CudaWindowErrors.*"], 26),
 }
 # The fuzz build (-DC4_FUZZ=ON, tests/fuzz): one ctest per target (docs/fuzzing.md), the Python one included.
 EXPECTED_FUZZ = {

@@ -945,7 +945,7 @@ ncclResult_t checkSignalArgs(const char* fn, int sigIdx, int ctx, unsigned int f
 
 ncclResult_t pncclPutSignal(const void* localbuff, size_t count, ncclDataType_t datatype, int peer,
                             ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags,
-                            ncclComm_t comm, cudaStream_t) try {
+                            ncclComm_t comm, cudaStream_t stream) try {
   const char* fn = "ncclPutSignal";
   C4_NCCL_CHECK(checkComm(fn, comm));
   C4_NCCL_CHECK(checkType(fn, &datatype));
@@ -954,22 +954,22 @@ ncclResult_t pncclPutSignal(const void* localbuff, size_t count, ncclDataType_t 
   C4_NCCL_CHECK(checkSignalArgs(fn, sigIdx, ctx, flags));
   const size_t elem = c4::dataTypeSize(toC4(datatype));
   if (count > SIZE_MAX / elem) return fail(ncclInvalidArgument, "%s: count %zu overflows the byte size", fn, count);
-  return fromStatus(
-      c4::putSignal(localbuff, count * elem, peer, reinterpret_cast<c4::Window*>(peerWin), peerWinOffset, toC4(comm)));
+  return fromStatus(c4::putSignal(localbuff, count * elem, peer, reinterpret_cast<c4::Window*>(peerWin), peerWinOffset,
+                                  toC4(comm), stream));
 } catch (...) {
   return fromException(__func__);
 }
 
-ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t) try {
+ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream) try {
   const char* fn = "ncclSignal";
   C4_NCCL_CHECK(checkComm(fn, comm));
   C4_NCCL_CHECK(checkSignalArgs(fn, sigIdx, ctx, flags));
-  return fromStatus(c4::signalPeer(peer, toC4(comm)));
+  return fromStatus(c4::signalPeer(peer, toC4(comm), stream));
 } catch (...) {
   return fromException(__func__);
 }
 
-ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm, cudaStream_t) try {
+ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm, cudaStream_t stream) try {
   const char* fn = "ncclWaitSignal";
   C4_NCCL_CHECK(checkComm(fn, comm));
   if (nDesc < 0) return fail(ncclInvalidArgument, "%s: nDesc %d is negative", fn, nDesc);
@@ -981,7 +981,7 @@ ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclC
     peers[static_cast<size_t>(i)] = d.peer;
     counts[static_cast<size_t>(i)] = d.opCnt;
   }
-  return fromStatus(c4::waitSignal(nDesc, peers.data(), counts.data(), toC4(comm)));
+  return fromStatus(c4::waitSignal(nDesc, peers.data(), counts.data(), toC4(comm), stream));
 } catch (...) {
   return fromException(__func__);
 }

@@ -251,25 +251,34 @@ C4_API Status recvAny(void* recvbuff, size_t count, DataType dt, int* source, Co
 /// A window: a buffer every rank of a communicator registered in the same collective call.
 struct Window;
 /// ncclCommWindowRegister: collective; every rank registers its buffer, in the same order on every
-/// rank. `buff` must lie in one memAlloc allocation (so the ranks of its host can map it). Fails on
-/// every rank (kInvalidArgument naming the ranks) when one rank's buffer is not acceptable.
+/// rank. Host memory: `buff` must lie in one memAlloc allocation (so the ranks of its host can map
+/// it). CUDA device memory (cudaMalloc, memAllocPreferDevice): every rank's buffer is device memory,
+/// and the communicator's one-sided calls run in their streams' order (docs/cuda.md); one
+/// communicator's windows are all on host or all on device memory. Fails on every rank
+/// (kInvalidArgument naming the ranks) when one rank's buffer is not acceptable.
 C4_API Status windowRegister(Comm* comm, void* buff, size_t size, int flags, Window** win);
-/// ncclCommWindowDeregister: collective (no rank writes into it afterwards).
+/// ncclCommWindowDeregister: collective (no rank writes into it afterwards; on device memory, no
+/// peer holds a mapping of it any more, so it may be freed).
 C4_API Status windowDeregister(Comm* comm, Window* win);
 /// ncclWinGetUserPtr: the buffer this rank registered.
 C4_API Status windowUserPtr(const Comm* comm, const Window* win, void** ptr);
 /// ncclPutSignal: writes `bytes` of `src` at byte `offset` of `peer`'s buffer of window `win`, then
 /// adds one to peer's signal from this rank. When peer sees the signal (waitSignal) the data is
-/// there, and so is that of every earlier put to it. Returns when `src` may be reused. Runs when
-/// called (inside a group too). Peers on this host only (the data goes through the shared mapping);
-/// a peer on another host is kInvalidUsage (docs/api-coverage.md).
-C4_API Status putSignal(const void* src, size_t bytes, int peer, Window* win, size_t offset, Comm* comm);
-/// ncclSignal: adds one to peer's signal from this rank, after every earlier put to it.
-C4_API Status signalPeer(int peer, Comm* comm);
+/// there, and so is that of every earlier put to it. A host-memory window: runs when called (inside
+/// a group too) and returns when `src` may be reused. A device-memory window: `src` is device (or
+/// pinned) memory, and the put runs in `stream`'s order (a cudaStream_t; null: the legacy default
+/// stream): later work on the stream may reuse `src`; the host is not blocked.
+C4_API Status putSignal(const void* src, size_t bytes, int peer, Window* win, size_t offset, Comm* comm,
+                        void* stream = nullptr);
+/// ncclSignal: adds one to peer's signal from this rank, after every earlier put to it (in
+/// `stream`'s order where the communicator's windows are device memory).
+C4_API Status signalPeer(int peer, Comm* comm, void* stream = nullptr);
 /// ncclWaitSignal: waits until `counts[i]` more signals came from `peers[i]` (for each i) than earlier
 /// waits consumed, then consumes them. Fails with kTimeout after the communicator's timeout without
-/// one, and at once when the communicator failed (a peer died).
-C4_API Status waitSignal(int n, const int* peers, const int* counts, Comm* comm);
+/// one, and at once when the communicator failed (a peer died). Where the communicator's windows are
+/// device memory, `stream` waits (later work on it sees the data) and the host returns at once;
+/// failures then go to commGetAsyncError.
+C4_API Status waitSignal(int n, const int* peers, const int* counts, Comm* comm, void* stream = nullptr);
 
 /// Group calls: operations issued between groupStart and groupEnd are executed together at
 /// groupEnd (batched point-to-point, aggregated collectives, several communicators at once).

@@ -191,6 +191,31 @@ void extentsOf(const Comm* c, const OpDesc& op, Extent* in, Extent* out) {
 
 constexpr size_t kStagingAlign = 256;
 
+/// The communicator's StreamGate, made for GPU `create` at its first call on CUDA memory;
+/// `buffers` (-1: none) is the GPU of the call's device buffers, which must be the gate's.
+Status ensureGate(Comm* comm, int create, int buffers, const char* fn) {
+  // Staged calls run on the progress thread (wantsEngine: every communicator has one where GPUs are).
+  if (!comm->engine)
+    return makeError(Code::kInternalError, "%s: rank %d's communicator has no progress thread for device buffers", fn,
+                     comm->rank);
+  if (!comm->gpuGate) {
+    // Staging in shareable host memory (C4_CUDA_SHARED_STAGING=1): where every rank of a host stages
+    // a call, it runs on the zero-copy path (docs/cuda.md).
+    gpu::StreamGate::HostAllocator staging;
+    if (paramCudaSharedStaging() != 0) {
+      staging.alloc = [](void** p, size_t bytes) { return memAllocShared(p, bytes); };
+      staging.free = [](void* p) { (void)memFreeShared(p); };
+    }
+    return gpu::StreamGate::create(create, staging, &comm->gpuGate);
+  }
+  if (buffers >= 0 && buffers != comm->gpuGate->device())
+    return makeError(Code::kInvalidArgument,
+                     "%s: the buffers are on GPU %d but rank %d's communicator works on GPU %d (its first call on "
+                     "device buffers)",
+                     fn, buffers, comm->rank, comm->gpuGate->device());
+  return Status::ok();
+}
+
 /// A call on CUDA device (or pinned host) buffers: checks the spaces, then stages its inputs on its
 /// stream through the communicator's StreamGate (step 1), rewriting its buffers to the staging
 /// (op->staged names the slot; step 2, finishStaging, follows at once or at groupEnd). Host calls
@@ -229,31 +254,13 @@ Status stageDeviceCall(Comm* comm, const char* fn, OpDesc* op) {
                        "buffers (docs/cuda.md); create it with ncclScalarHostImmediate",
                        fn);
   }
-  // Staged calls run on the progress thread (wantsEngine: every communicator has one where GPUs are).
-  if (!comm->engine)
-    return makeError(Code::kInternalError, "%s: rank %d's communicator has no progress thread for device buffers", fn,
-                     comm->rank);
-  if (!comm->gpuGate) {
-    // The buffers' GPU; for pinned host memory alone, the communicator's (or the buffer's).
-    int dev = device;
-    if (dev < 0) {
-      const gpu::PtrInfo& pinned = inCuda ? ii : oi;
-      dev = comm->cudaDevice >= 0 ? comm->cudaDevice : pinned.device >= 0 ? pinned.device : 0;
-    }
-    // Staging in shareable host memory (C4_CUDA_SHARED_STAGING=1): where every rank of a host stages
-    // a call, it runs on the zero-copy path (docs/cuda.md).
-    gpu::StreamGate::HostAllocator staging;
-    if (paramCudaSharedStaging() != 0) {
-      staging.alloc = [](void** p, size_t bytes) { return memAllocShared(p, bytes); };
-      staging.free = [](void* p) { (void)memFreeShared(p); };
-    }
-    C4_CHECK(gpu::StreamGate::create(dev, staging, &comm->gpuGate));
-  } else if (device >= 0 && device != comm->gpuGate->device()) {
-    return makeError(Code::kInvalidArgument,
-                     "%s: the buffers are on GPU %d but rank %d's communicator works on GPU %d (its first call on "
-                     "device buffers)",
-                     fn, device, comm->rank, comm->gpuGate->device());
+  // The buffers' GPU; for pinned host memory alone, the communicator's (or the buffer's).
+  int dev = device;
+  if (dev < 0) {
+    const gpu::PtrInfo& pinned = inCuda ? ii : oi;
+    dev = comm->cudaDevice >= 0 ? comm->cudaDevice : pinned.device >= 0 ? pinned.device : 0;
   }
+  C4_CHECK(ensureGate(comm, dev, device, fn));
 
   // Layout: device extents that overlap (in place) share one staged range, so the call stays in place.
   std::vector<gpu::StreamGate::Copy> copiesIn, copiesOut;
@@ -1046,15 +1053,18 @@ Status windowRegister(Comm* comm, void* buff, size_t size, int flags, Window** w
   C4_CHECK_RECORD(checkUsable(comm));
   if (!buff || !win) return record(makeError(Code::kInvalidArgument, "windowRegister: a NULL argument"));
   if (size == 0) return record(makeError(Code::kInvalidArgument, "windowRegister: size is 0"));
-  if (comm->engine) comm->engine->drain();
   (void)flags;  // NCCL's window flags change nothing here: puts are always ordered (docs/api-coverage.md)
-  return record(comm->rma.registerWindow(comm, buff, size, win));
+  // A window on device memory needs the communicator's StreamGate (its one-sided calls run in
+  // stream order); a failure to make it fails the registration on every rank (registerWindow).
+  Status prep;
+  const gpu::PtrInfo where = gpu::pointerInfo(buff);
+  if (where.mem == gpu::Mem::kDevice) prep = ensureGate(comm, where.device, where.device, "windowRegister");
+  return record(onDataPath(comm, [&] { return comm->rma.registerWindow(comm, buff, size, prep, win); }));
 }
 
 Status windowDeregister(Comm* comm, Window* win) {
   C4_CHECK_RECORD(checkComm(comm));
-  if (comm->engine) comm->engine->drain();
-  return record(comm->rma.deregisterWindow(comm, win));
+  return record(onDataPath(comm, [&] { return comm->rma.deregisterWindow(comm, win); }));
 }
 
 Status windowUserPtr(const Comm* comm, const Window* win, void** ptr) {
@@ -1066,35 +1076,100 @@ Status windowUserPtr(const Comm* comm, const Window* win, void** ptr) {
 }
 
 namespace {
-/// The checks and ordering every one-sided call shares: a usable communicator, and (with a
-/// progress thread) the operations queued before it done, so it follows them as calls do.
+/// The checks and ordering of a one-sided call on host-memory windows: a usable communicator, and
+/// (with a progress thread) the operations queued before it done, so it follows them as calls do.
 Status beforeOneSided(Comm* comm) {
   C4_CHECK(checkUsable(comm));
   if (comm->engine) comm->engine->drain();
   return Status::ok();
 }
+
+/// A one-sided call on a communicator whose windows are device memory (core/rma.hpp), in `stream`'s
+/// order as NCCL runs them: the stream reaches the call (and copies `stageBytes` of `src`, device
+/// memory, into a staging slot: a put to a peer of another host), then waits while the progress
+/// thread runs `run` (given the staged copy, or null); the caller returns at once. A failure there
+/// fails the communicator (commGetAsyncError), and the stream goes on.
+Status enqueueOneSided(Comm* comm, const char* fn, void* stream, const void* src, size_t stageBytes,
+                       std::function<Status(const void* staged)> run) {
+  if (gpu::StreamGate::capturing(stream))
+    return makeError(Code::kInvalidUsage,
+                     "%s: the stream is being captured into a CUDA graph; c4comm's one-sided calls on device windows "
+                     "cannot be captured (docs/cuda.md)",
+                     fn);
+  std::vector<gpu::StreamGate::Copy> in;
+  if (stageBytes > 0) in.push_back({const_cast<void*>(src), 0, stageBytes});
+  void* host = nullptr;
+  gpu::StreamGate::Ticket t;
+  C4_CHECK(comm->gpuGate->stageInputs(stream, stageBytes, in, {}, &host, &t, /*deferred=*/stageBytes == 0));
+  auto job = std::make_shared<Job>();
+  job->kind = Job::Kind::kCall;
+  const void* staged = stageBytes > 0 ? host : nullptr;
+  job->call = [run = std::move(run), staged] { return run(staged); };
+  Status st = comm->gpuGate->stageOutputs(&t);
+  if (!st.isOk()) {
+    if (t.seq != 0) {
+      comm->gpuGate->complete(t);
+    } else {
+      comm->gpuGate->cancel(t);
+    }
+    return comm->fail(st);
+  }
+  job->tickets.push_back(t);
+  comm->engine->submit(job);
+  return Status::ok();
+}
 }  // namespace
 
-Status putSignal(const void* src, size_t bytes, int peer, Window* win, size_t offset, Comm* comm) {
-  C4_CHECK_RECORD(beforeOneSided(comm));
+Status putSignal(const void* src, size_t bytes, int peer, Window* win, size_t offset, Comm* comm, void* stream) {
+  C4_CHECK_RECORD(checkUsable(comm));
   if (bytes > 0 && !src) return record(makeError(Code::kInvalidArgument, "putSignal: the source buffer is NULL"));
-  if (bytes > 0 && gpu::pointerInfo(src).mem == gpu::Mem::kDevice)
-    return record(makeError(Code::kInvalidUsage,
-                            "putSignal: the source buffer is device memory; one-sided calls take host memory only "
-                            "(docs/api-coverage.md)"));
-  return record(comm->rma.put(comm, src, bytes, peer, win, offset));
+  C4_CHECK_RECORD(comm->rma.checkPut(comm, bytes, peer, win, offset));
+  const gpu::Mem srcMem = bytes > 0 ? gpu::pointerInfo(src).mem : gpu::Mem::kHost;
+  if (!win->device) {
+    if (srcMem == gpu::Mem::kDevice)
+      return record(makeError(Code::kInvalidUsage,
+                              "putSignal: the source buffer is device memory and the window host memory; a put into "
+                              "a host-memory window takes host memory (windows on device memory take device "
+                              "memory; docs/cuda.md)"));
+    C4_CHECK_RECORD(beforeOneSided(comm));
+    return record(comm->rma.put(comm, src, bytes, peer, win, offset));
+  }
+  if (bytes > 0 && srcMem == gpu::Mem::kHost)
+    return record(makeError(Code::kInvalidArgument,
+                            "putSignal: the window is device memory and the source buffer pageable host memory; a "
+                            "put into a device window reads device (or pinned host) memory in the stream's order"));
+  // To a peer of another host the data goes through host memory: the stream copies device memory there.
+  const bool stage = srcMem == gpu::Mem::kDevice && comm->rma.viaNetwork(comm, peer);
+  return record(enqueueOneSided(
+      comm, "putSignal", stream, src, stage ? bytes : 0, [comm, src, bytes, peer, win, offset](const void* staged) {
+        return comm->rma.putDevice(comm, staged ? staged : src, bytes, staged != nullptr, peer, win, offset);
+      }));
 }
 
-Status signalPeer(int peer, Comm* comm) {
-  C4_CHECK_RECORD(beforeOneSided(comm));
-  return record(comm->rma.signal(comm, peer));
+Status signalPeer(int peer, Comm* comm, void* stream) {
+  C4_CHECK_RECORD(checkUsable(comm));
+  C4_CHECK_RECORD(comm->rma.checkPeer("signal", comm, peer));
+  if (!comm->rma.deviceMode()) {
+    C4_CHECK_RECORD(beforeOneSided(comm));
+    return record(comm->rma.signal(comm, peer));
+  }
+  return record(enqueueOneSided(comm, "signal", stream, nullptr, 0,
+                                [comm, peer](const void*) { return comm->rma.signal(comm, peer); }));
 }
 
-Status waitSignal(int n, const int* peers, const int* counts, Comm* comm) {
-  C4_CHECK_RECORD(beforeOneSided(comm));
+Status waitSignal(int n, const int* peers, const int* counts, Comm* comm, void* stream) {
+  C4_CHECK_RECORD(checkUsable(comm));
   if (n < 0) return record(makeError(Code::kInvalidArgument, "waitSignal: %d descriptors", n));
   if (n > 0 && (!peers || !counts)) return record(makeError(Code::kInvalidArgument, "waitSignal: a NULL array"));
-  return record(comm->rma.wait(comm, n, peers, counts));
+  C4_CHECK_RECORD(comm->rma.checkWait(comm, n, peers, counts));
+  if (!comm->rma.deviceMode()) {
+    C4_CHECK_RECORD(beforeOneSided(comm));
+    return record(comm->rma.wait(comm, n, peers, counts));
+  }
+  std::vector<int> p(peers, peers + n), k(counts, counts + n);
+  return record(enqueueOneSided(comm, "waitSignal", stream, nullptr, 0, [comm, p, k](const void*) {
+    return comm->rma.wait(comm, static_cast<int>(p.size()), p.data(), k.data());
+  }));
 }
 
 Status commFinalize(Comm* comm) {

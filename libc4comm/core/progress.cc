@@ -177,6 +177,14 @@ void ProgressEngine::run(Job& job) {
       job.result = comm_->failure();
       if (job.result.isOk()) job.result = comm_->recvAny(job.ops.at(0), &job.source);
       break;
+    case Job::Kind::kCall: {
+      job.result = comm_->failure();
+      if (!job.result.isOk()) break;
+      Status st = job.tickets.empty() ? Status::ok() : waitForStreams(job);
+      if (st.isOk()) st = job.call();
+      if (!st.isOk()) job.result = comm_->fail(st);
+      break;
+    }
   }
 }
 

@@ -32,7 +32,7 @@ struct Comm;
 
 /// One call (or one group's part) for the progress thread.
 struct Job {
-  enum class Kind { kInit, kOps, kProbe, kRecvAny };
+  enum class Kind { kInit, kOps, kProbe, kRecvAny, kCall };
   Kind kind = Kind::kOps;
   std::vector<OpDesc> ops;  // kOps: collectives in call order, then point-to-point (one batch); kRecvAny: one
   // kInit
@@ -45,6 +45,9 @@ struct Job {
   ProbeResult probe;
   // kRecvAny
   int source = -1;
+  // kCall: run once the streams of `tickets` reached it (a one-sided call on device windows); an
+  // error fails the communicator.
+  std::function<Status()> call;
 
   // Staged calls on device buffers among ops (filled by submit): the job waits for their inputs
   // and, however it ends, completes them so their streams go on.

@@ -12,6 +12,7 @@
 #include "common/params.hpp"
 #include "common/status.hpp"
 #include "core/comm.hpp"
+#include "core/zerocopy.hpp"
 #include "gpu/gpu.hpp"
 
 namespace c4 {
@@ -44,10 +45,14 @@ struct Entry {
   uint64_t winId, winOff, size;
   uint64_t sigId, sigOff;
   int32_t winFd, sigFd;
-  int32_t ok;  // 1: the buffer lies in one memAlloc allocation
-  int32_t pad;
+  int32_t ok;     // 1: the peers can reach the buffer (below)
+  int32_t space;  // 0: host memory (ok: in one memAlloc allocation); 1: device memory (ok: CUDA IPC exports it)
+  uint64_t process, addr;  // device memory: processToken() and the address in that process
+  int32_t gpu;
+  int32_t prepOk;  // 0: this rank could not get ready for a device window (its message is its own)
+  gpu::IpcRef ipc;
 };
-static_assert(sizeof(Entry) == 56, "Entry has padding");
+static_assert(sizeof(Entry) == 160, "Entry has padding");
 
 MemRef winRef(const Entry& e) { return MemRef{e.winId, e.winFd, e.winOff}; }
 MemRef sigRef(const Entry& e) { return MemRef{e.sigId, e.sigFd, e.sigOff}; }
@@ -79,15 +84,25 @@ Status Rma::ensureSignalBlock(int nranks) {
   return Status::ok();
 }
 
-Status Rma::registerWindow(Comm* c, void* buff, size_t size, Window** out) {
+Status Rma::registerWindow(Comm* c, void* buff, size_t size, const Status& prep, Window** out) {
   C4_CHECK(ensureSignalBlock(c->nranks));
   Entry mine;
-  memset(&mine, 0, sizeof(mine));
-  MemRef ref;
-  mine.ok = memLookup(buff, size, &ref) ? 1 : 0;
-  mine.winId = ref.id;
-  mine.winFd = ref.fd;
-  mine.winOff = ref.off;
+  memset(static_cast<void*>(&mine), 0, sizeof(mine));  // no padding (static_assert), but plainly zero
+  const gpu::PtrInfo where = gpu::pointerInfo(buff);
+  mine.prepOk = prep.isOk() ? 1 : 0;
+  if (where.mem == gpu::Mem::kDevice) {
+    mine.space = 1;
+    mine.ok = prep.isOk() && gpu::ipcExport(buff, size, &mine.ipc) ? 1 : 0;
+    mine.process = processToken();
+    mine.addr = reinterpret_cast<uintptr_t>(buff);
+    mine.gpu = where.device;
+  } else {
+    MemRef ref;
+    mine.ok = memLookup(buff, size, &ref) ? 1 : 0;
+    mine.winId = ref.id;
+    mine.winFd = ref.fd;
+    mine.winOff = ref.off;
+  }
   mine.size = size;
   mine.sigId = sigRef_.id;
   mine.sigFd = sigRef_.fd;
@@ -98,24 +113,47 @@ Status Rma::registerWindow(Comm* c, void* buff, size_t size, Window** out) {
   if (!st.isOk())
     return makeError(st.code(), "rank %d: window registration (collective: every rank registers): %s", c->rank,
                      st.message().c_str());
-  std::vector<int> bad;
-  for (int r = 0; r < c->nranks; ++r)
-    if (!all[static_cast<size_t>(r)].ok) bad.push_back(r);
+  // Every rank decides from the same entries (and the same windows so far), so all fail alike.
+  std::vector<int> bad, onDevice, onHost;
+  for (int r = 0; r < c->nranks; ++r) {
+    const Entry& e = all[static_cast<size_t>(r)];
+    if (!e.ok) bad.push_back(r);
+    (e.space == 1 ? onDevice : onHost).push_back(r);
+  }
+  if (!onDevice.empty() && !onHost.empty())
+    return makeError(Code::kInvalidArgument,
+                     "rank %d: window registration: rank(s) %s registered device memory and rank(s) %s host memory; a "
+                     "window's buffers are all CUDA device memory or all host memory",
+                     c->rank, rankList(onDevice).c_str(), rankList(onHost).c_str());
+  const bool device = !onDevice.empty();
+  if (!windows_.empty() && device != (deviceWindows_ > 0))
+    return makeError(Code::kInvalidUsage,
+                     "rank %d: window registration: this communicator's windows are on %s memory and this one is on %s "
+                     "memory; one communicator's windows are all on device memory (their one-sided calls run in "
+                     "stream order) or all on host memory (docs/cuda.md)",
+                     c->rank, deviceWindows_ > 0 ? "device" : "host", device ? "device" : "host");
   if (!bad.empty()) {
-    if (!mine.ok && gpu::pointerInfo(buff).mem != gpu::Mem::kHost)
-      return makeError(
-          Code::kInvalidUsage,
-          "rank %d: window [%p, +%zu) is CUDA memory (%s); windows and one-sided calls work on host memory "
-          "from memAlloc only, not yet on device memory (docs/cuda.md)",
-          c->rank, buff, size, gpu::memName(gpu::pointerInfo(buff).mem));
+    if (!mine.prepOk)
+      return makeError(prep.code(), "rank %d: window [%p, +%zu) on device memory: %s", c->rank, buff, size,
+                       prep.message().c_str());
+    if (!mine.ok && device)
+      return makeError(Code::kInvalidArgument,
+                       "rank %d: window [%p, +%zu) is device memory that CUDA IPC cannot share; a window on device "
+                       "memory takes cudaMalloc or ncclMemAlloc memory (not managed or cuMem/VMM memory)",
+                       c->rank, buff, size);
+    if (!mine.ok && where.mem == gpu::Mem::kPinned)
+      return makeError(Code::kInvalidArgument,
+                       "rank %d: window [%p, +%zu) is pinned host memory not from memAlloc (ncclMemAlloc): the other "
+                       "ranks could not reach it",
+                       c->rank, buff, size);
     if (!mine.ok)
       return makeError(Code::kInvalidArgument,
                        "rank %d: window [%p, +%zu) does not lie in one buffer from memAlloc (ncclMemAlloc): the other "
                        "ranks could not reach it",
                        c->rank, buff, size);
     return makeError(Code::kInvalidArgument,
-                     "rank %d: window registration failed on rank(s) %s: their buffers do not lie in one buffer from "
-                     "memAlloc (ncclMemAlloc)",
+                     "rank %d: window registration failed on rank(s) %s: their buffers cannot be reached by the other "
+                     "ranks (host memory not from memAlloc, or device memory CUDA IPC cannot share)",
                      c->rank, rankList(bad).c_str());
   }
   if (peerSig_.empty())
@@ -124,10 +162,28 @@ Status Rma::registerWindow(Comm* c, void* buff, size_t size, Window** out) {
   w->id = nextWindowId_++;
   w->base = buff;
   w->size = size;
-  for (const Entry& e : all) w->peers.push_back(Window::Peer{winRef(e), e.size});
+  w->device = device;
+  for (const Entry& e : all) {
+    Window::Peer p;
+    p.ref = winRef(e);
+    p.size = e.size;
+    p.ipc = e.ipc;
+    p.process = e.process;
+    p.addr = e.addr;
+    p.gpu = e.gpu;
+    w->peers.push_back(p);
+  }
+  if (device) {
+    // Collectives on the window's memory keep the peers' mappings between calls, as for commRegister.
+    Comm::Registration* reg = nullptr;
+    C4_CHECK(c->registerMemory(buff, size, &reg));
+    w->reg = reg;
+    ++deviceWindows_;
+  }
   windows_.push_back(std::move(w));
   *out = windows_.back().get();
-  C4_INFO(kLogInit, "rank %d: window %p registered (%zu bytes, %zu windows)", c->rank, buff, size, windows_.size());
+  C4_INFO(kLogInit, "rank %d: window %p registered (%zu bytes of %s memory, %zu windows)", c->rank, buff, size,
+          device ? "device" : "host", windows_.size());
   return Status::ok();
 }
 
@@ -175,8 +231,22 @@ Status Rma::deregisterWindow(Comm* c, Window* w) {
   if (!st.isOk())
     return makeError(st.code(), "rank %d: window deregistration (collective: every rank deregisters): %s", c->rank,
                      st.message().c_str());
+  Status first;
+  if (w->device) {
+    // Every rank closes its CUDA IPC mappings of the peers' registered buffers (the windows' among
+    // them; the others are opened again when next needed) and deregisters its buffer for
+    // collectives; the second barrier: once this returns, no peer holds a mapping of it, so it may
+    // be freed.
+    if (c->gpuGate) c->gpuGate->ipcCloseRegistered(-1);
+    first = c->deregisterMemory(static_cast<Comm::Registration*>(w->reg));
+    --deviceWindows_;
+    st = c->bootstrap->barrier();
+    if (!st.isOk() && first.isOk())
+      first = makeError(st.code(), "rank %d: window deregistration (collective: every rank deregisters): %s", c->rank,
+                        st.message().c_str());
+  }
   windows_.erase(std::find_if(windows_.begin(), windows_.end(), [w](const auto& p) { return p.get() == w; }));
-  return Status::ok();
+  return first;
 }
 
 Status Rma::checkPeer(const char* fn, Comm* c, int peer) const {
@@ -227,7 +297,7 @@ Status Rma::drainRemote(Comm* c) {
                          "(or not that far)",
                          c->rank, from, static_cast<unsigned long long>(h.bytes),
                          static_cast<unsigned long long>(h.offset), h.window);
-      memcpy(static_cast<char*>(w->base) + h.offset, msg.data() + sizeof(h), h.bytes);
+      C4_CHECK(writeLocal(c, w, h.offset, msg.data() + sizeof(h), h.bytes));
     } else if (h.kind != kKindPut && h.kind != kKindSignal) {
       return makeError(Code::kRemoteError, "rank %d: a one-sided message of unknown kind %u from rank %d", c->rank,
                        h.kind, from);
@@ -247,7 +317,21 @@ Status Rma::resolve(Comm* c, int peer, const MemRef& ref, uint64_t extra, size_t
   return Status::ok();
 }
 
-Status Rma::put(Comm* c, const void* src, size_t bytes, int peer, const Window* w, size_t offset) {
+Status Rma::writeLocal(Comm* c, const Window* w, size_t offset, const void* src, size_t bytes) {
+  char* to = static_cast<char*>(w->base) + offset;
+  if (!w->device) {
+    memcpy(to, src, bytes);
+    return Status::ok();
+  }
+  if (!c->gpuGate) return makeError(Code::kInternalError, "rank %d: a device window without a StreamGate", c->rank);
+  Status st = c->gpuGate->copySync(to, src, bytes);
+  if (!st.isOk())
+    return makeError(st.code(), "rank %d: a one-sided put into this rank's device window: %s", c->rank,
+                     st.message().c_str());
+  return Status::ok();
+}
+
+Status Rma::checkPut(Comm* c, size_t bytes, int peer, const Window* w, size_t offset) const {
   C4_CHECK(checkWindow("putSignal", w));
   C4_CHECK(checkPeer("putSignal", c, peer));
   const Window::Peer& dst = w->peers[static_cast<size_t>(peer)];
@@ -255,12 +339,63 @@ Status Rma::put(Comm* c, const void* src, size_t bytes, int peer, const Window* 
     return makeError(Code::kInvalidArgument,
                      "putSignal: %zu bytes at offset %zu do not fit rank %d's window of %llu bytes", bytes, offset,
                      peer, static_cast<unsigned long long>(dst.size));
+  return Status::ok();
+}
+
+Status Rma::put(Comm* c, const void* src, size_t bytes, int peer, const Window* w, size_t offset) {
+  C4_CHECK(checkPut(c, bytes, peer, w, offset));
+  const Window::Peer& dst = w->peers[static_cast<size_t>(peer)];
   if (viaNetwork(c, peer)) return sendRemote(c, peer, kKindPut, w->id, offset, src, bytes);
   if (bytes > 0) {
     char* to = nullptr;
     C4_CHECK(resolve(c, peer, dst.ref, offset, bytes, &to));
     memcpy(to, src, bytes);
   }
+  return signal(c, peer);
+}
+
+Status Rma::resolveDevice(Comm* c, int peer, const Window* w, size_t offset, size_t bytes, char** out) {
+  const Window::Peer& dst = w->peers[static_cast<size_t>(peer)];
+  if (peer == c->rank) {
+    *out = static_cast<char*>(w->base) + offset;
+    return Status::ok();
+  }
+  Status st;
+  if (dst.process == processToken()) {
+    // A rank of this process: its address is valid here, once this GPU may reach its GPU.
+    st = c->gpuGate->peerAccess(dst.gpu);
+    *out = reinterpret_cast<char*>(dst.addr) + offset;
+  } else {
+    gpu::IpcRef at = dst.ipc;
+    at.off += offset;
+    st = c->gpuGate->ipcOpen(peer, at, bytes, out, /*registered=*/true);
+  }
+  if (!st.isOk())
+    return makeError(st.code(),
+                     "rank %d: cannot map rank %d's device window for a put (%s); with GPUs that cannot reach each "
+                     "other set C4_RMA_MAPPED=0 (puts through host memory)",
+                     c->rank, peer, st.message().c_str());
+  return Status::ok();
+}
+
+Status Rma::putDevice(Comm* c, const void* src, size_t bytes, bool onHost, int peer, const Window* w, size_t offset) {
+  C4_CHECK(checkPut(c, bytes, peer, w, offset));
+  if (!c->gpuGate) return makeError(Code::kInternalError, "rank %d: a device window without a StreamGate", c->rank);
+  if (viaNetwork(c, peer)) {
+    if (bytes == 0 || onHost) return sendRemote(c, peer, kKindPut, w->id, offset, src, bytes);
+    // Pinned host memory the stream has reached: readable here as it is.
+    if (gpu::pointerInfo(src).mem != gpu::Mem::kDevice) return sendRemote(c, peer, kKindPut, w->id, offset, src, bytes);
+    return makeError(Code::kInternalError, "rank %d: a put to rank %d of another host was not staged", c->rank, peer);
+  }
+  if (bytes > 0) {
+    char* to = nullptr;
+    C4_CHECK(resolveDevice(c, peer, w, offset, bytes, &to));
+    Status st = c->gpuGate->copySync(to, src, bytes);
+    if (!st.isOk())
+      return makeError(st.code(), "rank %d: a put into rank %d's device window: %s", c->rank, peer,
+                       st.message().c_str());
+  }
+  // The copy is done (copySync waited for it): the peer that sees the signal sees the data.
   return signal(c, peer);
 }
 
@@ -275,19 +410,23 @@ Status Rma::signal(Comm* c, int peer) {
   return Status::ok();
 }
 
-Status Rma::wait(Comm* c, int n, const int* peers, const int* counts) {
+Status Rma::checkWait(Comm* c, int n, const int* peers, const int* counts) const {
   if (sigBlock_ == nullptr)
     return makeError(Code::kInvalidUsage, "waitSignal: no window was registered on this communicator yet");
-  std::vector<uint64_t> target(static_cast<size_t>(c->nranks), 0);
   for (int i = 0; i < n; ++i) {
-    const int p = peers[i];
-    if (p < 0 || p >= c->nranks)
-      return makeError(Code::kInvalidArgument, "waitSignal: descriptor %d: peer %d is not a rank (0..%d)", i, p,
+    if (peers[i] < 0 || peers[i] >= c->nranks)
+      return makeError(Code::kInvalidArgument, "waitSignal: descriptor %d: peer %d is not a rank (0..%d)", i, peers[i],
                        c->nranks - 1);
     if (counts[i] < 0)
       return makeError(Code::kInvalidArgument, "waitSignal: descriptor %d: count %d is negative", i, counts[i]);
-    target[static_cast<size_t>(p)] += static_cast<uint64_t>(counts[i]);
   }
+  return Status::ok();
+}
+
+Status Rma::wait(Comm* c, int n, const int* peers, const int* counts) {
+  C4_CHECK(checkWait(c, n, peers, counts));
+  std::vector<uint64_t> target(static_cast<size_t>(c->nranks), 0);
+  for (int i = 0; i < n; ++i) target[static_cast<size_t>(peers[i])] += static_cast<uint64_t>(counts[i]);
   auto* slots = static_cast<char*>(sigBlock_);
   auto have = [&](int p) {
     return __atomic_load_n(reinterpret_cast<uint64_t*>(slots + static_cast<size_t>(p) * kSlotBytes), __ATOMIC_ACQUIRE);

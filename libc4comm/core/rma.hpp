@@ -16,6 +16,17 @@
 // counts the signal) whenever it looks for signals (waitSignal) and before a window goes
 // (deregistration sends and awaits a fence on the same ordered channel), which is when NCCL's
 // contract makes the data visible. Messages from one rank apply in the order it sent them.
+//
+// Windows on CUDA device memory (docs/cuda.md, "Windows on device memory"): every rank's buffer is
+// device memory CUDA IPC can share (cudaMalloc, ncclMemAlloc with a GPU); a communicator's windows
+// are all on device memory or all on host memory. Each rank exports its buffer's IPC handle at
+// registration and registers it for collectives too (commRegister: the peers keep their mappings of
+// it between calls). One-sided calls then run in their stream's order on the progress thread
+// (core/api.cc): a put to a peer of this host copies from the source buffer into the peer's window,
+// mapped with CUDA IPC (kept until the window or the peer's registration goes), and signals; a put
+// to a peer of another host is copied to the host first (the stream does it) and goes through the
+// side channel, and the target copies it into its device window when it applies it. Signals stay in
+// host memory (the slots above); a wait holds its stream until they arrived.
 #pragma once
 
 #include <cstddef>
@@ -26,6 +37,7 @@
 
 #include "c4comm/status.hpp"
 #include "core/memory.hpp"
+#include "gpu/gpu.hpp"
 
 namespace c4 {
 
@@ -36,9 +48,16 @@ struct Window {
   uint32_t id = 0;       // the n-th registration of the communicator: the same on every rank
   void* base = nullptr;  // this rank's buffer
   size_t size = 0;
+  bool device = false;  // the buffers are CUDA device memory (every rank's)
+  void* reg = nullptr;  // a device window's commRegister registration (Comm::Registration)
   struct Peer {
-    MemRef ref;  // where the rank's buffer lies in its allocation
+    MemRef ref;  // host memory: where the rank's buffer lies in its allocation
     uint64_t size = 0;
+    // device memory:
+    gpu::IpcRef ipc;       // the buffer's CUDA IPC handle
+    uint64_t process = 0;  // processToken() of its process
+    uint64_t addr = 0;     // its address there (a rank of this process uses it as it is)
+    int gpu = -1;          // its GPU
   };
   std::vector<Peer> peers;  // per rank, this one included
 };
@@ -52,11 +71,30 @@ class Rma {
   Rma(const Rma&) = delete;
   Rma& operator=(const Rma&) = delete;
 
-  Status registerWindow(Comm* c, void* buff, size_t size, Window** out);
+  /// Collective. `prep`: whether this rank could get ready for a device window (its StreamGate);
+  /// a failure there fails the registration on every rank.
+  Status registerWindow(Comm* c, void* buff, size_t size, const Status& prep, Window** out);
+  /// Collective. With the communicator's drive held and nothing queued (device windows copy).
   Status deregisterWindow(Comm* c, Window* w);
   /// Ok if `w` is a live window of this communicator, else kInvalidArgument naming `fn`.
   Status checkWindow(const char* fn, const Window* w) const;
+  /// Ok if a put of `bytes` at `offset` of `peer`'s buffer of `w` is possible, else why not.
+  Status checkPut(Comm* c, size_t bytes, int peer, const Window* w, size_t offset) const;
+  /// Ok if `peer` is a rank and a window exists (so the signal blocks are known), else why not.
+  Status checkPeer(const char* fn, Comm* c, int peer) const;
+  /// Ok if the descriptors of a wait are valid.
+  Status checkWait(Comm* c, int n, const int* peers, const int* counts) const;
+  /// Whether `peer` is reached through the side channel (another host, or C4_RMA_MAPPED=0).
+  bool viaNetwork(const Comm* c, int peer) const;
+  /// Whether the communicator's windows are on device memory: its one-sided calls run in their
+  /// streams' order (core/api.cc).
+  bool deviceMode() const { return deviceWindows_ > 0; }
+
+  /// A put into a host-memory window, when called.
   Status put(Comm* c, const void* src, size_t bytes, int peer, const Window* w, size_t offset);
+  /// A put into a device-memory window, on the progress thread once the stream reached it: `src`
+  /// is device or pinned memory, or (`onHost`) host memory (staged from the device by the stream).
+  Status putDevice(Comm* c, const void* src, size_t bytes, bool onHost, int peer, const Window* w, size_t offset);
   Status signal(Comm* c, int peer);
   Status wait(Comm* c, int n, const int* peers, const int* counts);
 
@@ -65,10 +103,11 @@ class Rma {
   Status ensureSignalBlock(int nranks);
   /// The address of `bytes` at `ref` in rank `peer`'s memory (mapped on first use).
   Status resolve(Comm* c, int peer, const MemRef& ref, uint64_t extra, size_t bytes, char** out);
-  /// Ok if `peer` is a rank and a window exists (so the signal blocks are known), else why not.
-  Status checkPeer(const char* fn, Comm* c, int peer) const;
-  /// Whether `peer` is reached through the side channel (another host, or C4_RMA_MAPPED=0).
-  bool viaNetwork(const Comm* c, int peer) const;
+  /// The address here of `bytes` at `offset` of rank `peer`'s device window buffer (mapped with CUDA
+  /// IPC, kept as a registered buffer's mapping).
+  Status resolveDevice(Comm* c, int peer, const Window* w, size_t offset, size_t bytes, char** out);
+  /// Copies into this rank's window `w` (host or device memory).
+  Status writeLocal(Comm* c, const Window* w, size_t offset, const void* src, size_t bytes);
   /// Sends one message (put, signal or fence) to a peer through the side channel.
   Status sendRemote(Comm* c, int peer, uint32_t kind, uint32_t window, uint64_t offset, const void* data, size_t bytes);
   /// Applies every one-sided message that arrived through the side channel.
@@ -82,6 +121,7 @@ class Rma {
   std::vector<uint64_t> consumed_;  // per source rank: signals earlier waits consumed
   std::vector<std::unique_ptr<Window>> windows_;
   uint32_t nextWindowId_ = 0;
+  int deviceWindows_ = 0;             // live windows on device memory
   bool mapped_ = true;                // C4_RMA_MAPPED: same-host peers through the mapping
   std::vector<uint64_t> fencesSeen_;  // per rank: fences that arrived through the side channel
   uint64_t fencesSent_ = 0;           // deregistrations so far (each sends one fence per remote peer)

@@ -64,10 +64,6 @@ struct DeviceState {
 static_assert(sizeof(DeviceState) <= OneShot::kDeviceStateBytes, "fits its arena area");
 constexpr uint64_t kAckForGood = ~uint64_t{0};  // the rank left: it holds no mapping any more
 
-namespace {
-uint64_t loadAcq(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-
-/// A random number of this process, drawn once (never 0).
 uint64_t processToken() {
   static const uint64_t token = [] {
     std::random_device rd;
@@ -76,6 +72,9 @@ uint64_t processToken() {
   }();
   return token;
 }
+
+namespace {
+uint64_t loadAcq(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 void storeRel(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 
 constexpr uint64_t kProbeMagic = 0xc4d1ec7000000000ULL;

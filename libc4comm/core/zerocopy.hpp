@@ -42,6 +42,10 @@
 
 namespace c4 {
 
+/// A random number of this process, drawn once (never 0): tells ranks of one process (whose device
+/// addresses are valid here as they are) from ranks of another, also across pid namespaces.
+uint64_t processToken();
+
 class ZeroCopy {
  public:
   /// When every rank is on this host: publishes a probe page in this rank's arena, waits for the

@@ -166,6 +166,12 @@ class StreamGate {
   /// buffers beyond the C4_CUDA_IPC_CACHE most recently used (all of them by default; CUDA forbids
   /// freeing an exported allocation that another process still has open).
   void ipcTrim();
+  /// Copies `bytes` between any two buffers CUDA reaches (device memory of this process or mapped
+  /// from a peer's, pinned or pageable host memory) on the gate's own stream, and waits for it. The
+  /// one-sided calls' copies (core/rma.hpp): on the progress thread, or on a thread holding the
+  /// communicator's drive with nothing queued. Never on the legacy default stream, which a caller's
+  /// stream waiting for a ticket would hold up.
+  Status copySync(void* dst, const void* src, size_t bytes);
   /// This rank's share of a device zero-copy call (kernels on the gate's own stream), waited for:
   /// once it returns, this rank reads and writes no buffer of the call any more.
   Status runZeroCopy(const DeviceWork& w);

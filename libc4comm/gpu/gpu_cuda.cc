@@ -409,6 +409,17 @@ void StreamGate::Impl::releaseWork() {
   (void)cudaGetLastError();
 }
 
+Status StreamGate::copySync(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return Status::ok();
+  RelaxedCapture relaxed;
+  DeviceScope scope(device_);  // a caller's thread keeps its current GPU
+  if (!scope.ok()) return makeError(Code::kUnhandledCudaError, "CUDA: cannot make GPU %d current", device_);
+  cudaStream_t s = nullptr;
+  C4_CHECK(impl_->workStream(&s));
+  C4_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
+  return impl_->drainWork("a one-sided copy (cudaMemcpyAsync)");
+}
+
 bool StreamGate::deferred(const Ticket& t) const {
   return t.slot != nullptr && static_cast<const Slot*>(t.slot)->deferred;
 }

@@ -49,6 +49,9 @@ Status StreamGate::ipcOpen(int, const IpcRef&, size_t, char**, bool) {
 }
 Status StreamGate::peerAccess(int) { return makeError(Code::kInvalidUsage, "this c4comm was built without CUDA"); }
 void StreamGate::ipcTrim() {}
+Status StreamGate::copySync(void*, const void*, size_t) {
+  return makeError(Code::kInvalidUsage, "this c4comm was built without CUDA");
+}
 Status StreamGate::runZeroCopy(const DeviceWork&) {
   return makeError(Code::kInvalidUsage, "this c4comm was built without CUDA");
 }

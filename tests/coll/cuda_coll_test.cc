@@ -2,7 +2,8 @@
 // scripts/gpu-check.sh on one): the whole collective matrix with 1, 2 and 4 ranks sharing one GPU
 // (NVIDIA's NCCL refuses that; c4comm supports it), each call between an upload and a download on
 // the same stream with no wait between; many calls in flight on one stream; the host not blocked
-// by a busy stream; non-blocking communicators; buffers of mixed spaces refused.
+// by a busy stream; non-blocking communicators; buffers of mixed spaces refused; windows on device
+// memory and their one-sided calls in stream order.
 //
 // The test process itself never touches CUDA (a CUDA context does not survive fork): the ranks are
 // forked processes, and a GPU is detected by its device file.
@@ -507,6 +508,194 @@ TEST(CudaCollStream, NonBlockingCommunicator) {
     }
     if (!st.isOk()) f.push_back("commGetAsyncError: " + st.toString());
     cudaFree(buf);
+    return f;
+  });
+}
+
+// ---- windows on device memory: one-sided calls in stream order (docs/cuda.md) ----
+
+/// Rounds of every rank putting a block into every other rank's device window, all in stream order
+/// with no host wait between: wait for the peers' "ready" (they read the last round), upload the
+/// source, put to each peer, wait for each peer's put, download the window; then check it and
+/// signal "ready". Then collectives on the window's memory (registered for them) and the window
+/// goes. Returns what went wrong.
+Failures windowRounds(int rank, int n, c4::Comm* comm, cudaStream_t s, const char* how) {
+  constexpr size_t kBlock = size_t{1} << 18;  // floats: 1 MiB per rank
+  const size_t bytes = kBlock * sizeof(float) * static_cast<size_t>(n);
+  Failures f;
+  void* winMem = nullptr;
+  float* src = nullptr;
+  c4::Status st = c4::memAllocPreferDevice(&winMem, bytes);
+  if (!st.isOk()) return {std::string(how) + ": memAllocPreferDevice: " + st.toString()};
+  if (cudaMalloc(&src, kBlock * sizeof(float)) != cudaSuccess) return {"cudaMalloc"};
+  c4::Window* w = nullptr;
+  st = c4::windowRegister(comm, winMem, bytes, 0, &w);
+  if (!st.isOk()) return {std::string(how) + ": windowRegister: " + st.toString()};
+  std::vector<int> peers, ones;
+  for (int p = 0; p < n; ++p)
+    if (p != rank) {
+      peers.push_back(p);
+      ones.push_back(1);
+    }
+  std::vector<float> host(kBlock), got(kBlock * static_cast<size_t>(n));
+  for (int round = 0; round < 4 && f.empty(); ++round) {
+    if (round > 0) st = c4::waitSignal(static_cast<int>(peers.size()), peers.data(), ones.data(), comm, s);
+    for (size_t i = 0; i < kBlock; ++i) host[i] = static_cast<float>(rank * 1000 + round + static_cast<int>(i % 7));
+    cudaMemcpyAsync(src, host.data(), kBlock * sizeof(float), cudaMemcpyHostToDevice, s);
+    for (int p : peers)
+      if (st.isOk())
+        st = c4::putSignal(src, kBlock * sizeof(float), p, w, static_cast<size_t>(rank) * kBlock * sizeof(float), comm,
+                           s);
+    if (st.isOk()) st = c4::waitSignal(static_cast<int>(peers.size()), peers.data(), ones.data(), comm, s);
+    if (!st.isOk()) {
+      f.push_back(std::string(how) + ": round " + std::to_string(round) + ": " + st.toString());
+      break;
+    }
+    cudaMemcpyAsync(got.data(), winMem, bytes, cudaMemcpyDeviceToHost, s);
+    if (cudaStreamSynchronize(s) != cudaSuccess) f.push_back(std::string(how) + ": cudaStreamSynchronize");
+    for (int q : peers) {
+      for (size_t i = 0; i < kBlock && f.empty(); ++i) {
+        const float want = static_cast<float>(q * 1000 + round + static_cast<int>(i % 7));
+        const float have = got[static_cast<size_t>(q) * kBlock + i];
+        if (have != want)
+          f.push_back(std::string(how) + ": round " + std::to_string(round) + ": rank " + std::to_string(q) +
+                      "'s block, element " + std::to_string(i) + " is " + std::to_string(have) + ", expected " +
+                      std::to_string(want));
+      }
+    }
+    for (int p : peers)
+      if (st.isOk()) st = c4::signalPeer(p, comm, s);
+    if (!st.isOk()) f.push_back(std::string(how) + ": signalPeer: " + st.toString());
+  }
+  // Let every peer read its last round before the window is used for collectives.
+  if (f.empty()) st = c4::waitSignal(static_cast<int>(peers.size()), peers.data(), ones.data(), comm, s);
+  // Collectives on the window's memory: it is registered for them (the peers keep their mappings).
+  auto* buf = static_cast<float*>(winMem);
+  for (int c = 0; c < 3 && f.empty() && st.isOk(); ++c) {
+    std::vector<float> v(kBlock, static_cast<float>(rank + c));
+    cudaMemcpyAsync(buf, v.data(), kBlock * sizeof(float), cudaMemcpyHostToDevice, s);
+    st = c4::allReduce(buf, buf, kBlock, c4::DataType::kFloat32, c4::RedOp::kSum, comm, s);
+    cudaMemcpyAsync(v.data(), buf, kBlock * sizeof(float), cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
+    const float want = static_cast<float>(n * (n - 1) / 2 + n * c);
+    if (st.isOk() && (v[0] != want || v[kBlock - 1] != want))
+      f.push_back(std::string(how) + ": allReduce on the window: " + std::to_string(v[0]) + ", expected " +
+                  std::to_string(want));
+  }
+  if (!st.isOk()) f.push_back(std::string(how) + ": " + st.toString());
+  st = c4::commGetAsyncError(comm);
+  if (!st.isOk()) f.push_back(std::string(how) + ": commGetAsyncError: " + st.toString());
+  st = c4::windowDeregister(comm, w);
+  if (!st.isOk()) f.push_back(std::string(how) + ": windowDeregister: " + st.toString());
+  cudaFree(src);
+  st = c4::memFree(winMem);  // every peer closed its mapping: freeing is safe
+  if (!st.isOk()) f.push_back(std::string(how) + ": memFree: " + st.toString());
+  return f;
+}
+
+// Puts into peers' device windows with CUDA IPC (mapped), and through host memory and the side
+// channel as to ranks of another host (C4_RMA_MAPPED=0): the data is right, nothing waits on the
+// host, and the window is usable for collectives.
+class CudaWindow : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CudaWindow, PutSignalWaitInStreamOrder) {
+  SKIP_WITHOUT_GPU();
+  const std::string how = GetParam();
+  runRanks(
+      3, true,
+      [how](int rank, int n, c4::Comm* comm, cudaStream_t s) { return windowRounds(rank, n, comm, s, how.c_str()); },
+      240, [how](int) { setenv("C4_RMA_MAPPED", how == "mapped" ? "1" : "0", 1); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, CudaWindow, ::testing::Values("mapped", "sideChannel"),
+                         [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
+
+// Ranks of one process (commInitAll, a thread each): a put uses the peer's device address as it is.
+TEST(CudaWindowOneProcess, PutSignalWaitBetweenThreads) {
+  SKIP_WITHOUT_GPU();
+  const auto outs = c4test::runForked(
+      1,
+      [](int, int, const c4::UniqueId&) -> Failures {
+        constexpr int kRanks = 2;
+        if (cudaSetDevice(0) != cudaSuccess) return {"cudaSetDevice"};
+        c4::Comm* comms[kRanks] = {};
+        c4::Status st = c4::commInitAll(comms, kRanks, c4::Config{});
+        if (!st.isOk()) return {"commInitAll: " + st.toString()};
+        std::vector<Failures> fs(kRanks);
+        std::vector<std::thread> ts;
+        for (int r = 0; r < kRanks; ++r)
+          ts.emplace_back([&, r] {
+            cudaStream_t s = nullptr;
+            if (cudaSetDevice(0) != cudaSuccess ||
+                cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+              fs[static_cast<size_t>(r)] = {"stream"};
+              return;
+            }
+            fs[static_cast<size_t>(r)] = windowRounds(r, kRanks, comms[r], s, "one process");
+            cudaStreamDestroy(s);
+          });
+        for (auto& t : ts) t.join();
+        Failures f;
+        for (int r = 0; r < kRanks; ++r) {
+          for (const auto& m : fs[static_cast<size_t>(r)]) f.push_back("rank " + std::to_string(r) + ": " + m);
+          st = c4::commDestroy(comms[r]);
+          if (!st.isOk()) f.push_back("commDestroy: " + st.toString());
+        }
+        return f;
+      },
+      240);
+  for (const auto& o : outs) EXPECT_FALSE(o.crashed || !o.detail.empty()) << o.detail;
+}
+
+// What a window on device memory refuses, clearly and on every rank, leaving the communicator
+// usable: a window mixing device and host memory across ranks, host and device windows on one
+// communicator, a put from pageable memory into a device window, a put from device memory into a
+// host window.
+TEST(CudaWindowErrors, ClearErrorsOnEveryRank) {
+  SKIP_WITHOUT_GPU();
+  runRanks(2, true, [](int rank, int n, c4::Comm* comm, cudaStream_t s) -> Failures {
+    Failures f;
+    constexpr size_t kBytes = 1 << 16;
+    void* dev = nullptr;
+    void* hostMem = nullptr;
+    if (cudaMalloc(&dev, kBytes) != cudaSuccess) return {"cudaMalloc"};
+    c4::Status st = c4::memAlloc(&hostMem, kBytes);  // shareable host memory even with a GPU
+    if (!st.isOk()) return {"memAlloc: " + st.toString()};
+    c4::Window* w = nullptr;
+    // Rank 0 device memory, rank 1 host memory: refused on both.
+    st = c4::windowRegister(comm, rank == 0 ? dev : hostMem, kBytes, 0, &w);
+    if (st.code() != c4::Code::kInvalidArgument || st.message().find("device memory") == std::string::npos)
+      f.push_back("a window of device and host memory: " + st.toString());
+    // A host window, then a device window on the same communicator: refused on both.
+    c4::Window* hw = nullptr;
+    st = c4::windowRegister(comm, hostMem, kBytes, 0, &hw);
+    if (!st.isOk()) return {"host windowRegister: " + st.toString()};
+    st = c4::windowRegister(comm, dev, kBytes, 0, &w);
+    if (st.code() != c4::Code::kInvalidUsage) f.push_back("a device window beside a host window: " + st.toString());
+    st = c4::putSignal(dev, 64, 1 - rank, hw, 0, comm, s);
+    if (st.code() != c4::Code::kInvalidUsage)
+      f.push_back("a put from device memory into a host window: " + st.toString());
+    st = c4::windowDeregister(comm, hw);
+    if (!st.isOk()) f.push_back("host windowDeregister: " + st.toString());
+    // Now a device window: a put from pageable memory is refused, one from device memory runs.
+    st = c4::windowRegister(comm, dev, kBytes, 0, &w);
+    if (!st.isOk()) return {"device windowRegister: " + st.toString()};
+    std::vector<char> pageable(64, 1);
+    st = c4::putSignal(pageable.data(), 64, 1 - rank, w, 0, comm, s);
+    if (st.code() != c4::Code::kInvalidArgument) f.push_back("a put from pageable memory: " + st.toString());
+    st = c4::putSignal(dev, 64, 1 - rank, w, kBytes - 32, comm, s);
+    if (st.code() != c4::Code::kInvalidArgument) f.push_back("a put past the window's end: " + st.toString());
+    const int peer = 1 - rank, one = 1;
+    st = c4::putSignal(static_cast<char*>(dev) + 1024, 64, peer, w, 0, comm, s);
+    if (st.isOk()) st = c4::waitSignal(1, &peer, &one, comm, s);
+    if (!st.isOk()) f.push_back("a valid put after the refused ones: " + st.toString());
+    if (cudaStreamSynchronize(s) != cudaSuccess) f.push_back("cudaStreamSynchronize");
+    st = c4::commGetAsyncError(comm);
+    if (!st.isOk()) f.push_back("commGetAsyncError: " + st.toString());
+    st = c4::windowDeregister(comm, w);
+    if (!st.isOk()) f.push_back("device windowDeregister: " + st.toString());
+    cudaFree(dev);
+    (void)c4::memFree(hostMem);
     return f;
   });
 }

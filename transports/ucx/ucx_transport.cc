@@ -1010,8 +1010,11 @@ UcxTransportImpl::~UcxTransportImpl() {
 
 Status UcxTransportImpl::registerMemory(const void* base, size_t bytes, MemSpace space,
                                         std::unique_ptr<MemRegion>* out) {
-  if (!(kHostSpaces & spaceBit(space)))
-    return makeError(Code::kInvalidUsage, "ucx: cannot register %s memory", memSpaceName(space));
+  if (!(kHostSpaces & spaceBit(space))) {
+    // Device memory reaches this transport only staged through host memory: nothing to register.
+    *out = std::make_unique<UcxRegion>(base, bytes, space, nullptr);
+    return Status::ok();
+  }
   ucp_mem_map_params_t mp{};
   mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
   mp.address = const_cast<void*>(base);
