@@ -26,6 +26,7 @@
 #include "core/group.hpp"
 #include "core/memory.hpp"
 #include "core/progress.hpp"
+#include "core/staging.hpp"
 #include "gpu/gpu.hpp"
 
 namespace c4 {
@@ -40,7 +41,8 @@ C4_PARAM_INT(CudaSharedStaging, "C4_CUDA_SHARED_STAGING", nullptr, 0, 0, 1, kPar
              "Stage device buffers in shareable host memory registered with CUDA (1: calls staged on every rank "
              "of a host run on the zero-copy path) or in cudaHostAlloc memory (0, default)")
 C4_PARAM_INT(CudaPipelineBytes, "C4_CUDA_PIPELINE_BYTES", nullptr, 8 << 20, 0, INT64_C(1) << 40, kParamSameOnAllRanks,
-             "A staged AllReduce, Broadcast or Reduce on device buffers of at least twice this many bytes runs as "
+             "A staged AllReduce, Broadcast, Reduce, AllGather or ReduceScatter on device buffers of at least twice "
+             "this many bytes runs as "
              "pieces of about this size (at most 16), each its own call, so that one piece's copies between the "
              "device and host memory overlap another's network transfer; 0 stages every call whole")
 
@@ -189,8 +191,6 @@ void extentsOf(const Comm* c, const OpDesc& op, Extent* in, Extent* out) {
   *out = Extent{outBytes ? op.recvbuff : nullptr, outBytes};
 }
 
-constexpr size_t kStagingAlign = 256;
-
 /// The communicator's StreamGate, made for GPU `create` at its first call on CUDA memory;
 /// `buffers` (-1: none) is the GPU of the call's device buffers, which must be the gate's.
 Status ensureGate(Comm* comm, int create, int buffers, const char* fn) {
@@ -262,41 +262,24 @@ Status stageDeviceCall(Comm* comm, const char* fn, OpDesc* op) {
   }
   C4_CHECK(ensureGate(comm, dev, device, fn));
 
-  // Layout: device extents that overlap (in place) share one staged range, so the call stays in place.
-  std::vector<gpu::StreamGate::Copy> copiesIn, copiesOut;
-  size_t bytes = 0, inOff = 0, outOff = 0;
-  const bool inDev = in.bytes && ii.mem == gpu::Mem::kDevice, outDev = out.bytes && oi.mem == gpu::Mem::kDevice;
-  const auto ib = reinterpret_cast<uintptr_t>(in.p), ob = reinterpret_cast<uintptr_t>(out.p);
-  const bool overlap = inDev && outDev && ib < ob + out.bytes && ob < ib + in.bytes;
+  const StagingPlan plan = planStaging(*op, comm->rank, comm->nranks, {in.p, in.bytes, ii.mem == gpu::Mem::kDevice},
+                                       {out.p, out.bytes, oi.mem == gpu::Mem::kDevice});
   // Where every rank is on this host, a call on device memory alone is deferred: the progress thread
   // runs it on the device buffers themselves (CUDA IPC), or copies them to the staging itself if
-  // some rank cannot (gpu.hpp, "Deferred calls"; core/zerocopy.hpp). Groups are staged.
-  const bool defer =
-      tGroup.depth == 0 && (inDev || !in.bytes) && (outDev || !out.bytes) && comm->zeroCopy.mayDefer(*op, overlap);
-  if (overlap) {
-    const uintptr_t base = std::min(ib, ob);
-    inOff = ib - base;
-    outOff = ob - base;
-    bytes = std::max(ib + in.bytes, ob + out.bytes) - base;
-  } else {
-    if (inDev) bytes = (in.bytes + kStagingAlign - 1) / kStagingAlign * kStagingAlign;
-    if (outDev) {
-      outOff = bytes;
-      bytes += out.bytes;
-    }
-  }
-  if (inDev) copiesIn.push_back({const_cast<void*>(in.p), inOff, in.bytes});
-  if (outDev) copiesOut.push_back({const_cast<void*>(out.p), outOff, out.bytes});
+  // some rank cannot (gpu.hpp, "Deferred calls"; core/zerocopy.hpp). Groups are staged, and so are
+  // pieces (pipelinePieces cuts no call that may be deferred).
+  const bool defer = tGroup.depth == 0 && op->devicePitch == 0 && (plan.inStaged || !in.bytes) &&
+                     (plan.outStaged || !out.bytes) && comm->zeroCopy.mayDefer(*op, plan.overlap);
   void* host = nullptr;
-  C4_CHECK(comm->gpuGate->stageInputs(op->stream, bytes, copiesIn, copiesOut, &host, &op->staged, defer));
+  C4_CHECK(comm->gpuGate->stageInputs(op->stream, plan.bytes, plan.in, plan.out, &host, &op->staged, defer));
   if (defer) {
     op->deferred = true;
     op->deviceSend = in.bytes ? in.p : nullptr;
     op->deviceRecv = out.bytes ? const_cast<void*>(out.p) : nullptr;
   }
   char* h = static_cast<char*>(host);
-  if (inDev) op->sendbuff = h + inOff;
-  if (outDev) op->recvbuff = h + outOff;
+  if (plan.inStaged) op->sendbuff = h + plan.inOff;
+  if (plan.outStaged) op->recvbuff = h + plan.outOff;
   // Buffers this rank does not use (a non-root's) may be device pointers the host must not touch.
   if (!in.bytes && op->sendbuff && gpu::pointerInfo(op->sendbuff).mem == gpu::Mem::kDevice) op->sendbuff = nullptr;
   if (!out.bytes && op->recvbuff && gpu::pointerInfo(op->recvbuff).mem == gpu::Mem::kDevice) op->recvbuff = nullptr;
@@ -326,37 +309,6 @@ Status finishStaging(Comm* comm, std::vector<OpDesc>* ops) {
     first = comm->fail(st);
   }
   return first;
-}
-
-/// How many pieces a call on device buffers is staged in (pipelined staging, docs/cuda.md): 1 unless
-/// it is a large AllReduce, Broadcast or Reduce that will be staged (not deferred to the device
-/// zero-copy path). Depends only on the call and settings every rank shares, so every rank cuts it
-/// alike, inside a group or not (NCCL lets one rank wrap a call in a group where another does not);
-/// a rank passing pageable host memory where the others pass device memory does not: the ranks then
-/// disagree on the call, a clear error. Every piece holds at least one 256-byte unit (pieceOf).
-size_t pipelinePieces(const Comm* comm, const OpDesc& op) {
-  const auto piece = static_cast<size_t>(paramCudaPipelineBytes());
-  if (piece == 0) return 1;
-  if (op.coll != Coll::kAllReduce && op.coll != Coll::kBroadcast && op.coll != Coll::kReduce) return 1;
-  if (comm->zeroCopy.mayDefer(op, false)) return 1;
-  const size_t bytes = op.count * dataTypeSize(op.dtype);
-  if (bytes < 2 * piece) return 1;
-  const size_t units = (bytes + 255) / 256;
-  return std::min<size_t>({16, bytes / piece, units});
-}
-
-/// Piece i of n of an elementwise call (AllReduce, Broadcast, Reduce): its elements, cut at 256-byte
-/// multiples.
-OpDesc pieceOf(const OpDesc& op, size_t i, size_t n) {
-  const size_t es = dataTypeSize(op.dtype);
-  const size_t unit = std::max<size_t>(1, 256 / es);
-  const size_t units = (op.count + unit - 1) / unit;
-  const size_t b = std::min(op.count, units * i / n * unit), e = std::min(op.count, units * (i + 1) / n * unit);
-  OpDesc p = op;
-  p.count = e - b;
-  if (p.sendbuff) p.sendbuff = static_cast<const char*>(op.sendbuff) + b * es;
-  if (p.recvbuff) p.recvbuff = static_cast<char*>(op.recvbuff) + b * es;
-  return p;
 }
 
 /// A staged call in pieces, each with its own slot and ticket: every piece's inputs are copied on
@@ -423,7 +375,11 @@ Status enqueuePipelined(Comm* comm, const OpDesc& callOp, size_t pieces, bool* s
 /// A call on device buffers (stageDeviceCall): staged, then queued in the group or on the progress
 /// thread (no waiting: it runs when its stream gets there).
 Status enqueueDevice(Comm* comm, const OpDesc& callOp, bool* staged) {
-  const size_t pieces = pipelinePieces(comm, callOp);
+  // Every rank cuts a call alike (the settings agree, init checks), inside a group or not (NCCL lets
+  // one rank wrap a call in a group where another does not); a rank passing pageable host memory
+  // where the others pass device memory does not: the ranks then disagree on the call, a clear error.
+  const size_t pieces = pipelinePieces(callOp, comm->nranks, static_cast<size_t>(paramCudaPipelineBytes()),
+                                       comm->zeroCopy.mayDefer(callOp, false));
   if (pieces > 1) return enqueuePipelined(comm, callOp, pieces, staged);
   OpDesc op = callOp;
   C4_CHECK(stageDeviceCall(comm, collName(callOp.coll), &op));

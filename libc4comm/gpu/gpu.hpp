@@ -105,11 +105,15 @@ class StreamGate {
     void* slot = nullptr;
     uint32_t seq = 0;
   };
-  /// A copy between device memory and the staging buffer of one call.
+  /// A copy between device memory and the staging buffer of one call: `bytes`, or `rows` rows of
+  /// `bytes` each, `pitch` bytes apart on the device and back to back in the staging (a pipelined
+  /// piece of an AllGather's output or a ReduceScatter's input: each rank's block holds a slice).
   struct Copy {
     void* device = nullptr;
     size_t offset = 0;  // into the staging buffer
     size_t bytes = 0;
+    size_t rows = 1;
+    size_t pitch = 0;
   };
 
   /// Where staging memory comes from: cudaHostAlloc by default, or the caller's allocator (the core

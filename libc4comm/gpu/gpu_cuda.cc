@@ -127,8 +127,16 @@ Status enqueueCopies(const Slot& slot, const std::vector<StreamGate::Copy>& copi
   char* base = static_cast<char*>(slot.host);
   for (const StreamGate::Copy& c : copies) {
     if (!c.bytes) continue;
-    const cudaError_t e = toHost ? cudaMemcpyAsync(base + c.offset, c.device, c.bytes, cudaMemcpyDeviceToHost, s)
-                                 : cudaMemcpyAsync(c.device, base + c.offset, c.bytes, cudaMemcpyHostToDevice, s);
+    cudaError_t e = cudaSuccess;
+    if (c.rows > 1) {
+      // Rows may be pinned host memory too (a pipelined piece stages them whatever they are).
+      e = toHost
+              ? cudaMemcpy2DAsync(base + c.offset, c.bytes, c.device, c.pitch, c.bytes, c.rows, cudaMemcpyDefault, s)
+              : cudaMemcpy2DAsync(c.device, c.pitch, base + c.offset, c.bytes, c.bytes, c.rows, cudaMemcpyDefault, s);
+    } else {
+      e = toHost ? cudaMemcpyAsync(base + c.offset, c.device, c.bytes, cudaMemcpyDeviceToHost, s)
+                 : cudaMemcpyAsync(c.device, base + c.offset, c.bytes, cudaMemcpyHostToDevice, s);
+    }
     if (e != cudaSuccess && first.isOk())
       first = cudaFailed(e, toHost ? "cudaMemcpyAsync(device to staging)" : "cudaMemcpyAsync(staging to device)");
   }

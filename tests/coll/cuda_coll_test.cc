@@ -195,9 +195,10 @@ TEST(CudaIpcOff, MatrixStagedThroughHostMemory) {
       });
 }
 
-// Pipelined staging (docs/cuda.md): with 64 KiB pieces every larger AllReduce, Broadcast and Reduce
-// of the matrix runs as several staged pieces, each copied back while the next runs; every result
-// and guard byte must be right. Then many pipelined calls in flight on one stream.
+// Pipelined staging (docs/cuda.md): with 64 KiB pieces every larger AllReduce, Broadcast, Reduce,
+// AllGather and ReduceScatter of the matrix runs as several staged pieces, each copied back while
+// the next runs; every result and guard byte must be right. Then many pipelined calls in flight on
+// one stream, and an AllGather and a ReduceScatter in place in 16 pieces (their rows copied 2D).
 TEST(CudaPipeline, MatrixInPieces) {
   SKIP_WITHOUT_GPU();
   runRanks(
@@ -222,6 +223,22 @@ TEST(CudaPipeline, MatrixInPieces) {
         for (size_t i = 0; i < host.size() && f.empty(); ++i) {
           const float want = static_cast<float>(3 + 3 * (i % 13));
           if (host[i] != want) f.push_back("element " + std::to_string(i) + " is " + std::to_string(host[i]));
+        }
+        // In place: AllGather of each rank's block of buf, then ReduceScatter of it.
+        const size_t r = static_cast<size_t>(rank), n = static_cast<size_t>(nranks);
+        for (size_t i = 0; i < n * kCount; ++i) host[i] = static_cast<float>(i / kCount == r ? r * 7 + i % 11 : -1);
+        cudaMemcpyAsync(buf, host.data(), n * kCount * sizeof(float), cudaMemcpyHostToDevice, s);
+        c4::Status st = c4::allGather(buf + r * kCount, buf, kCount, c4::DataType::kFloat32, comm, s);
+        if (st.isOk())
+          st = c4::reduceScatter(buf, buf + r * kCount, kCount, c4::DataType::kFloat32, c4::RedOp::kSum, comm, s);
+        if (!st.isOk()) f.push_back("allGather/reduceScatter in place: " + st.toString());
+        cudaMemcpyAsync(host.data(), buf, n * kCount * sizeof(float), cudaMemcpyDeviceToHost, s);
+        if (cudaStreamSynchronize(s) != cudaSuccess) f.push_back("cudaStreamSynchronize failed");
+        for (size_t i = 0; i < n * kCount && f.empty(); ++i) {
+          const size_t b = i / kCount;  // block b: rank b's after the AllGather; this rank's: n times it
+          const float want = static_cast<float>(b == r ? n * (b * 7 + i % 11) : b * 7 + i % 11);
+          if (host[i] != want)
+            f.push_back("allGather/reduceScatter element " + std::to_string(i) + " is " + std::to_string(host[i]));
         }
         cudaFree(buf);
         return f;

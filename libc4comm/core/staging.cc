@@ -1,0 +1,98 @@
+#include "core/staging.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "c4comm/c4comm.hpp"
+
+namespace c4 {
+
+namespace {
+size_t aligned(size_t b) { return (b + kStagingAlign - 1) / kStagingAlign * kStagingAlign; }
+}  // namespace
+
+StagingPlan planStaging(const OpDesc& op, int rank, int nranks, const StagedSide& in, const StagedSide& out) {
+  StagingPlan plan;
+  const size_t pitch = op.devicePitch;
+  const bool outRows = pitch != 0 && op.coll == Coll::kAllGather;
+  const bool inRows = pitch != 0 && op.coll == Coll::kReduceScatter;
+  plan.inStaged = in.bytes && (in.device || inRows);
+  plan.outStaged = out.bytes && (out.device || outRows);
+  const auto ib = reinterpret_cast<uintptr_t>(in.p), ob = reinterpret_cast<uintptr_t>(out.p);
+  auto* inDev = const_cast<void*>(in.p);
+  auto* outDev = const_cast<void*>(out.p);
+  if (pitch != 0) {
+    // The rows first, back to back; in place (NCCL's: the rank's own block), the other side is the
+    // rank's row of them.
+    const auto n = static_cast<size_t>(nranks), r = static_cast<size_t>(rank);
+    const size_t row = outRows ? out.bytes / n : in.bytes / n;
+    plan.bytes = n * row;
+    if (outRows && plan.inStaged) {
+      plan.inOff = ib == ob + r * pitch ? r * row : aligned(plan.bytes);
+      plan.bytes = std::max(plan.bytes, plan.inOff + in.bytes);
+    }
+    if (inRows && plan.outStaged) {
+      plan.outOff = ob == ib + r * pitch ? r * row : aligned(plan.bytes);
+      plan.bytes = std::max(plan.bytes, plan.outOff + out.bytes);
+    }
+    if (plan.inStaged)
+      plan.in.push_back(inRows ? gpu::StreamGate::Copy{inDev, 0, row, n, pitch}
+                               : gpu::StreamGate::Copy{inDev, plan.inOff, in.bytes});
+    if (plan.outStaged)
+      plan.out.push_back(outRows ? gpu::StreamGate::Copy{outDev, 0, row, n, pitch}
+                                 : gpu::StreamGate::Copy{outDev, plan.outOff, out.bytes});
+    return plan;
+  }
+  plan.overlap = plan.inStaged && plan.outStaged && ib < ob + out.bytes && ob < ib + in.bytes;
+  if (plan.overlap) {
+    const uintptr_t base = std::min(ib, ob);
+    plan.inOff = ib - base;
+    plan.outOff = ob - base;
+    plan.bytes = std::max(ib + in.bytes, ob + out.bytes) - base;
+  } else {
+    if (plan.inStaged) plan.bytes = aligned(in.bytes);
+    if (plan.outStaged) {
+      plan.outOff = plan.bytes;
+      plan.bytes += out.bytes;
+    }
+  }
+  if (plan.inStaged) plan.in.push_back({inDev, plan.inOff, in.bytes});
+  if (plan.outStaged) plan.out.push_back({outDev, plan.outOff, out.bytes});
+  return plan;
+}
+
+size_t pipelinePieces(const OpDesc& op, int nranks, size_t pieceBytes, bool deferrable) {
+  if (pieceBytes == 0 || deferrable) return 1;
+  size_t blocks = 1;  // the call's bytes are this many times count elements
+  switch (op.coll) {
+    case Coll::kAllReduce:
+    case Coll::kBroadcast:
+    case Coll::kReduce:
+      break;
+    case Coll::kAllGather:
+    case Coll::kReduceScatter:
+      blocks = static_cast<size_t>(nranks);
+      break;
+    default:
+      return 1;
+  }
+  const size_t blockBytes = op.count * dataTypeSize(op.dtype);
+  const size_t bytes = blockBytes * blocks;
+  if (bytes < 2 * pieceBytes) return 1;
+  return std::min<size_t>({16, bytes / pieceBytes, (blockBytes + 255) / 256});
+}
+
+OpDesc pieceOf(const OpDesc& op, size_t i, size_t n) {
+  const size_t es = dataTypeSize(op.dtype);
+  const size_t unit = std::max<size_t>(1, 256 / es);
+  const size_t units = (op.count + unit - 1) / unit;
+  const size_t b = std::min(op.count, units * i / n * unit), e = std::min(op.count, units * (i + 1) / n * unit);
+  OpDesc p = op;
+  p.count = e - b;
+  if (p.sendbuff) p.sendbuff = static_cast<const char*>(op.sendbuff) + b * es;
+  if (p.recvbuff) p.recvbuff = static_cast<char*>(op.recvbuff) + b * es;
+  if (op.coll == Coll::kAllGather || op.coll == Coll::kReduceScatter) p.devicePitch = op.count * es;
+  return p;
+}
+
+}  // namespace c4

@@ -1,0 +1,55 @@
+// How a call on device buffers is staged through pinned host memory (core/api.cc, gpu/gpu.hpp):
+// where each buffer goes in the call's staging slot and which copies the stream makes, and how a
+// large call is cut into pipelined pieces (docs/cuda.md, "Pipelined staging"). Pure functions of
+// the call, so that every rank computes the same cut, and so that the layout is tested on a host
+// without a GPU (tests/coll/staging_test.cc).
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "core/opdesc.hpp"
+#include "gpu/gpu.hpp"
+
+namespace c4 {
+
+/// Staging slots are cut at this alignment.
+constexpr size_t kStagingAlign = 256;
+
+/// One side of a call as this rank uses it: its buffer and bytes (0: unused here), and whether it is
+/// device memory (staged) or memory the host reads as it is (pinned host memory).
+struct StagedSide {
+  const void* p = nullptr;
+  size_t bytes = 0;
+  bool device = false;
+};
+
+/// Where a staged call's buffers lie in its slot, and the stream's copies.
+struct StagingPlan {
+  size_t bytes = 0;        ///< the slot's size
+  bool inStaged = false;   ///< the input is copied into the slot, at inOff
+  bool outStaged = false;  ///< the output is copied back from the slot, at outOff
+  size_t inOff = 0, outOff = 0;
+  bool overlap = false;  ///< device input and output overlap (in place): one staged range
+  std::vector<gpu::StreamGate::Copy> in, out;
+};
+
+/// The layout of `op` (op.devicePitch: a pipelined piece, see pieceOf) for rank `rank` of `nranks`.
+/// Device extents that overlap (in place) share one staged range, so the call stays in place. A
+/// piece of an AllGather (ReduceScatter) holds a slice of every rank's block of its output (input):
+/// that side is staged as rows, even from pinned memory, which the host path would take as
+/// contiguous.
+StagingPlan planStaging(const OpDesc& op, int rank, int nranks, const StagedSide& in, const StagedSide& out);
+
+/// How many pieces a call on device buffers is staged in: 1 unless it is an AllReduce, Broadcast,
+/// Reduce, AllGather or ReduceScatter of at least twice `pieceBytes` (0: never cut) that is not
+/// `deferrable` (to the device zero-copy path); at most 16, each with at least one 256-byte unit of
+/// each rank's block. Depends only on the call and settings every rank shares.
+size_t pipelinePieces(const OpDesc& op, int nranks, size_t pieceBytes, bool deferrable);
+
+/// Piece i of n of a call: elements [b, e) of count, cut at 256-byte multiples. AllReduce, Broadcast
+/// and Reduce: those elements of each buffer. AllGather (ReduceScatter): those of the input (output),
+/// and of each rank's block of the output (input): devicePitch is the blocks' distance.
+OpDesc pieceOf(const OpDesc& op, size_t i, size_t n);
+
+}  // namespace c4
