@@ -744,6 +744,46 @@ TEST(CudaCollErrors, MixedSpacesAreRefused) {
   });
 }
 
+// One rank passes device memory, the other pageable host memory, to a call large enough to be
+// pipelined (which NCCL does not allow at all): the first cuts it into pieces, the second does not,
+// so the ranks disagree on the call. Both must fail (the device rank through its communicator's
+// asynchronous error, its stream released) within the timeout, not hang.
+TEST(CudaCollErrors, DeviceOnOneRankPageableOnAnotherFailsNotHangs) {
+  SKIP_WITHOUT_GPU();
+  runRanks(
+      2, true,
+      [](int rank, int n, c4::Comm* comm, cudaStream_t s) -> Failures {
+        constexpr size_t kCount = size_t{8} << 20;  // 32 MiB of floats: 16 pieces of 2 MiB on rank 0
+        Failures f;
+        std::vector<float> host(kCount, 1.0f);
+        float* dev = nullptr;
+        if (rank == 0 && cudaMalloc(&dev, kCount * sizeof(float)) != cudaSuccess) return {"cudaMalloc"};
+        float* buf = rank == 0 ? dev : host.data();
+        const auto t0 = std::chrono::steady_clock::now();
+        c4::Status st = c4::allReduce(buf, buf, kCount, c4::DataType::kFloat32, c4::RedOp::kSum, comm, s);
+        if (rank == 0 && st.isOk()) {
+          if (cudaStreamSynchronize(s) != cudaSuccess) f.push_back("cudaStreamSynchronize failed");
+          for (int k = 0; k < 600; ++k) {
+            st = c4::commGetAsyncError(comm);
+            if (!st.isOk() && st.code() != c4::Code::kInProgress) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          }
+        }
+        const double s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (st.isOk())
+          f.push_back("the ranks disagreed on the call and rank " + std::to_string(rank) + " saw no error");
+        if (s_ > 90) f.push_back("the error took " + std::to_string(s_) + " s");
+        if (dev) cudaFree(dev);
+        return f;
+      },
+      180,
+      [](int) {
+        setenv("C4_CUDA_IPC", "0", 1);
+        setenv("C4_CUDA_PIPELINE_BYTES", "2097152", 1);
+        setenv("C4_TIMEOUT", "20", 1);
+      });
+}
+
 // A call on a stream being captured into a CUDA graph fails clearly (its host side could not run
 // at each replay), leaves the capture usable, and the communicator goes on working.
 TEST(CudaCollErrors, GraphCaptureIsRefused) {
