@@ -58,7 +58,7 @@ GPU_TESTS=(
   "cuda_coll_test:Ranks/CudaIpc.*2ranks*:150"
   "cuda_coll_test:Ranks/CudaIpc.*3ranks*:Ranks/CudaIpc.*4ranks*:Modes/CudaIpcFallback.*:300"
   "cuda_coll_test:CudaPipeline.*:CudaIpcRegistered.*:240"
-  "cuda_coll_test:Modes/CudaWindow.*:CudaWindowOneProcess.*:CudaWindowErrors.*:180"
+  "cuda_coll_test:Modes/CudaWindow.*:CudaWindowOneProcess.*:CudaWindowErrors.*:CudaWindowStreams.*:180"
 )
 step tests || GPU_TESTS=()
 pass=0

@@ -47,7 +47,7 @@ EXPECTED = {
     "CUDA device tests (registered; they skip without a GPU: scripts/gpu-check.sh)":
         (["Cuda.*", "CudaColl*", "Ranks/CudaColl.*", "Ranks/CudaIpc.*", "CudaIpcOff.*", "Modes/CudaIpcFallback.*",
           "CudaMem.*", "CudaPipeline.*", "CudaIpcRegistered.*", "Modes/CudaWindow.*", "CudaWindowOneProcess.*",
-          "CudaWindowErrors.*"], 27),
+          "CudaWindowErrors.*", "CudaWindowStreams.*"], 28),
 }
 # The fuzz build (-DC4_FUZZ=ON, tests/fuzz): one ctest per target (docs/fuzzing.md), the Python one included.
 EXPECTED_FUZZ = {

@@ -1011,16 +1011,27 @@ Status windowRegister(Comm* comm, void* buff, size_t size, int flags, Window** w
   if (size == 0) return record(makeError(Code::kInvalidArgument, "windowRegister: size is 0"));
   (void)flags;  // NCCL's window flags change nothing here: puts are always ordered (docs/api-coverage.md)
   // A window on device memory needs the communicator's StreamGate (its one-sided calls run in
-  // stream order); a failure to make it fails the registration on every rank (registerWindow).
+  // stream order) and is registered for collectives; a failure there fails the registration on
+  // every rank (registerWindow). The exchange itself runs without the drive, so that this rank's
+  // progress thread answers the peers meanwhile.
   Status prep;
+  Comm::Registration* reg = nullptr;
   const gpu::PtrInfo where = gpu::pointerInfo(buff);
-  if (where.mem == gpu::Mem::kDevice) prep = ensureGate(comm, where.device, where.device, "windowRegister");
-  return record(onDataPath(comm, [&] { return comm->rma.registerWindow(comm, buff, size, prep, win); }));
+  if (where.mem == gpu::Mem::kDevice)
+    prep = onDataPath(comm, [&] {
+      C4_CHECK(ensureGate(comm, where.device, where.device, "windowRegister"));
+      return comm->registerMemory(buff, size, &reg);
+    });
+  if (comm->engine) comm->engine->drain();
+  const Rma::OnPath onPath = [comm](const std::function<Status()>& fn) { return onDataPath(comm, fn); };
+  return record(comm->rma.registerWindow(comm, buff, size, prep, reg, onPath, win));
 }
 
 Status windowDeregister(Comm* comm, Window* win) {
   C4_CHECK_RECORD(checkComm(comm));
-  return record(onDataPath(comm, [&] { return comm->rma.deregisterWindow(comm, win); }));
+  if (comm->engine) comm->engine->drain();
+  const Rma::OnPath onPath = [comm](const std::function<Status()>& fn) { return onDataPath(comm, fn); };
+  return record(comm->rma.deregisterWindow(comm, win, onPath));
 }
 
 Status windowUserPtr(const Comm* comm, const Window* win, void** ptr) {
@@ -1045,13 +1056,28 @@ Status beforeOneSided(Comm* comm) {
 /// memory, into a staging slot: a put to a peer of another host), then waits while the progress
 /// thread runs `run` (given the staged copy, or null); the caller returns at once. A failure there
 /// fails the communicator (commGetAsyncError), and the stream goes on.
-Status enqueueOneSided(Comm* comm, const char* fn, void* stream, const void* src, size_t stageBytes,
-                       std::function<Status(const void* staged)> run) {
+/// The checks of a one-sided call on device windows: not in a CUDA graph capture, and not behind
+/// calls of this communicator in the same open group (the group's calls run at groupEnd, after it).
+Status checkStreamOneSided(Comm* comm, const char* fn, void* stream) {
   if (gpu::StreamGate::capturing(stream))
     return makeError(Code::kInvalidUsage,
                      "%s: the stream is being captured into a CUDA graph; c4comm's one-sided calls on device windows "
                      "cannot be captured (docs/cuda.md)",
                      fn);
+  if (tGroup.depth > 0)
+    for (const GroupItem& item : tGroup.items)
+      if (item.comm == comm && !item.ops.empty())
+        return makeError(Code::kInvalidUsage,
+                         "%s: a one-sided call on device windows after a collective or send/recv of the same "
+                         "communicator in one group is not supported (it would run before them); end the group first, "
+                         "or put the one-sided calls first (docs/cuda.md)",
+                         fn);
+  return Status::ok();
+}
+
+Status enqueueOneSided(Comm* comm, const char* fn, void* stream, const void* src, size_t stageBytes,
+                       std::function<Status(const void* staged)> run) {
+  C4_CHECK(checkStreamOneSided(comm, fn, stream));
   std::vector<gpu::StreamGate::Copy> in;
   if (stageBytes > 0) in.push_back({const_cast<void*>(src), 0, stageBytes});
   void* host = nullptr;
@@ -1122,10 +1148,9 @@ Status waitSignal(int n, const int* peers, const int* counts, Comm* comm, void* 
     C4_CHECK_RECORD(beforeOneSided(comm));
     return record(comm->rma.wait(comm, n, peers, counts));
   }
-  std::vector<int> p(peers, peers + n), k(counts, counts + n);
-  return record(enqueueOneSided(comm, "waitSignal", stream, nullptr, 0, [comm, p, k](const void*) {
-    return comm->rma.wait(comm, static_cast<int>(p.size()), p.data(), k.data());
-  }));
+  // No job: the stream waits for a flag the driving thread sets once the signals arrived (rma.hpp).
+  C4_CHECK_RECORD(checkStreamOneSided(comm, "waitSignal", stream));
+  return record(comm->rma.waitDevice(comm, n, peers, counts, stream));
 }
 
 Status commFinalize(Comm* comm) {

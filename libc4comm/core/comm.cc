@@ -1072,6 +1072,8 @@ Status Comm::watchIdle(const Prepared* p) {
   // rank may wait for that peer (to enter this call, say): answer here, or both wait. The zero-copy
   // path answers itself where it may (not while it holds this call's mappings).
   if (!(p && p->kind == PathKind::kZeroCopy)) zeroCopy.serviceDeregistrations();
+  // Streams of this rank may wait for one-sided signals (windows on device memory) meanwhile.
+  rma.pollDevice(this);
   // A path that waits on shared memory alone (one-shot) polls no transport: take an abort or a
   // revoke from another thread here, so the call fails at once rather than at the timeout.
   if (abortRequested.load(std::memory_order_relaxed)) {

@@ -201,6 +201,7 @@ Status ProgressEngine::waitForStreams(const Job& job) {
         return makeError(Code::kInvalidUsage, "rank %d: aborted while waiting for a CUDA stream to reach a call",
                          comm_->rank);
       (void)comm_->progressTransports();
+      comm_->rma.pollDevice(comm_);  // the stream may wait for signals (a one-sided wait before the call)
       if (sleepUs > 0) std::this_thread::sleep_for(std::chrono::microseconds(sleepUs));
       sleepUs = sleepUs < 50 ? sleepUs + 5 : 50;
     }
@@ -230,7 +231,9 @@ void ProgressEngine::idle(int rounds) {
   // The transports are driven only with the drive lock (a blocking call may run inline meanwhile).
   auto progress = [this] {
     std::unique_lock<std::mutex> drive(driveMu_, std::try_to_lock);
-    if (!drive.owns_lock() || comm_->transports.empty() || comm_->failed.load()) return;
+    if (!drive.owns_lock()) return;
+    comm_->rma.pollDevice(comm_);  // streams waiting for signals (failed: released)
+    if (comm_->transports.empty() || comm_->failed.load()) return;
     if (comm_->abortRequested.load(std::memory_order_acquire)) (void)comm_->failure();
     comm_->zeroCopy.serviceDeregistrations();  // a peer may wait for this rank to close a mapping
     Status st = comm_->progressTransports();
@@ -241,6 +244,12 @@ void ProgressEngine::idle(int rounds) {
   if (idleNs < kSpinNs) {
     if ((rounds & 63) == 0) progress();
     sched_yield();
+    return;
+  }
+  // Streams wait for signals this thread looks for: poll every 20 us rather than block.
+  if (comm_->rma.devicePolling()) {
+    progress();
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
     return;
   }
   // Block: on the network transports' fds (data to acknowledge) and the wake-up eventfd.

@@ -84,7 +84,20 @@ Status Rma::ensureSignalBlock(int nranks) {
   return Status::ok();
 }
 
-Status Rma::registerWindow(Comm* c, void* buff, size_t size, const Status& prep, Window** out) {
+Status Rma::registerWindow(Comm* c, void* buff, size_t size, const Status& prep, void* reg, const OnPath& onPath,
+                           Window** out) {
+  // The registration for collectives is the window's from here: deregistered on any failure.
+  bool keepReg = false;
+  struct DropReg {
+    Comm* c;
+    void* reg;
+    const OnPath& onPath;
+    const bool& keep;
+    ~DropReg() {
+      if (reg != nullptr && !keep)
+        (void)onPath([this] { return c->deregisterMemory(static_cast<Comm::Registration*>(reg)); });
+    }
+  } dropReg{c, reg, onPath, keepReg};
   C4_CHECK(ensureSignalBlock(c->nranks));
   Entry mine;
   memset(static_cast<void*>(&mine), 0, sizeof(mine));  // no padding (static_assert), but plainly zero
@@ -156,8 +169,6 @@ Status Rma::registerWindow(Comm* c, void* buff, size_t size, const Status& prep,
                      "ranks (host memory not from memAlloc, or device memory CUDA IPC cannot share)",
                      c->rank, rankList(bad).c_str());
   }
-  if (peerSig_.empty())
-    for (const Entry& e : all) peerSig_.push_back(sigRef(e));
   auto w = std::make_unique<Window>();
   w->id = nextWindowId_++;
   w->base = buff;
@@ -173,14 +184,22 @@ Status Rma::registerWindow(Comm* c, void* buff, size_t size, const Status& prep,
     p.gpu = e.gpu;
     w->peers.push_back(p);
   }
-  if (device) {
-    // Collectives on the window's memory keep the peers' mappings between calls, as for commRegister.
-    Comm::Registration* reg = nullptr;
-    C4_CHECK(c->registerMemory(buff, size, &reg));
-    w->reg = reg;
-    ++deviceWindows_;
-  }
-  windows_.push_back(std::move(w));
+  // Collectives on a device window's memory keep the peers' mappings between calls, as for
+  // commRegister (`reg`, made before the exchange).
+  w->reg = reg;
+  bool remote = false;
+  for (int p = 0; p < c->nranks; ++p) remote |= viaNetwork(c, p);
+  C4_CHECK(onPath([&] {
+    if (peerSig_.empty())
+      for (const Entry& e : all) peerSig_.push_back(sigRef(e));
+    if (device) {
+      ++deviceWindows_;
+      if (remote) remoteDevice_.store(true);
+    }
+    windows_.push_back(std::move(w));
+    return Status::ok();
+  }));
+  keepReg = true;
   *out = windows_.back().get();
   C4_INFO(kLogInit, "rank %d: window %p registered (%zu bytes of %s memory, %zu windows)", c->rank, buff, size,
           device ? "device" : "host", windows_.size());
@@ -202,51 +221,70 @@ Window* Rma::findWindow(uint32_t id) const {
   return nullptr;
 }
 
-Status Rma::deregisterWindow(Comm* c, Window* w) {
+Status Rma::deregisterWindow(Comm* c, Window* w, const OnPath& onPath) {
   C4_CHECK(checkWindow("windowDeregister", w));
   // Collective. What the peers of the side channel sent before they got here is applied first: each
   // sends a fence after its puts on the same ordered channel, and this rank waits for every fence.
+  Status st;
   ++fencesSent_;
   bool remote = false;
-  for (int p = 0; p < c->nranks; ++p) {
+  for (int p = 0; p < c->nranks && st.isOk(); ++p) {
     if (p == c->rank || !viaNetwork(c, p)) continue;
     remote = true;
-    C4_CHECK(sendRemote(c, p, kKindFence, 0, 0, nullptr, 0));
+    st = sendRemote(c, p, kKindFence, 0, 0, nullptr, 0);
   }
   const int64_t start = detail::nowNs();
-  for (int p = 0; remote && p < c->nranks; ++p) {
+  for (int p = 0; remote && st.isOk() && p < c->nranks; ++p) {
     if (p == c->rank || !viaNetwork(c, p)) continue;
-    while (fencesSeen_[static_cast<size_t>(p)] < fencesSent_) {
-      C4_CHECK(drainRemote(c));
-      if (fencesSeen_[static_cast<size_t>(p)] >= fencesSent_) break;
-      C4_CHECK(c->failure());
-      if ((detail::nowNs() - start) / 1000000 > c->timeoutMs)
-        return makeError(Code::kTimeout, "rank %d: window deregistration: rank %d did not deregister within %lld ms",
-                         c->rank, p, static_cast<long long>(c->timeoutMs));
+    for (;;) {
+      st = drainRemote(c);
+      if (!st.isOk() || fencesFrom(p) >= fencesSent_) break;
+      st = c->failure();
+      if (!st.isOk()) break;
+      if ((detail::nowNs() - start) / 1000000 > c->timeoutMs) {
+        st = makeError(Code::kTimeout, "rank %d: window deregistration: rank %d did not deregister within %lld ms",
+                       c->rank, p, static_cast<long long>(c->timeoutMs));
+        break;
+      }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
   // Once every rank is here, no put into this window is in flight any more.
-  Status st = c->bootstrap->barrier();
-  if (!st.isOk())
-    return makeError(st.code(), "rank %d: window deregistration (collective: every rank deregisters): %s", c->rank,
-                     st.message().c_str());
-  Status first;
-  if (w->device) {
-    // Every rank closes its CUDA IPC mappings of the peers' registered buffers (the windows' among
-    // them; the others are opened again when next needed) and deregisters its buffer for
-    // collectives; the second barrier: once this returns, no peer holds a mapping of it, so it may
-    // be freed.
-    if (c->gpuGate) c->gpuGate->ipcCloseRegistered(-1);
-    first = c->deregisterMemory(static_cast<Comm::Registration*>(w->reg));
-    --deviceWindows_;
+  if (st.isOk()) {
     st = c->bootstrap->barrier();
-    if (!st.isOk() && first.isOk())
-      first = makeError(st.code(), "rank %d: window deregistration (collective: every rank deregisters): %s", c->rank,
-                        st.message().c_str());
+    if (!st.isOk())
+      st = makeError(st.code(), "rank %d: window deregistration (collective: every rank deregisters): %s", c->rank,
+                     st.message().c_str());
   }
-  windows_.erase(std::find_if(windows_.begin(), windows_.end(), [w](const auto& p) { return p.get() == w; }));
-  return first;
+  // Whatever happened: this rank closes its CUDA IPC mappings of the peers' registered buffers (the
+  // windows' among them; the others are opened again when next needed), deregisters its buffer
+  // for collectives (answering the peers' deregistrations while it waits for their answers), and
+  // forgets the window.
+  const bool device = w->device;
+  Status local = onPath([&] {
+    Status first;
+    if (device) {
+      if (c->gpuGate) c->gpuGate->ipcCloseRegistered(-1);
+      first = c->deregisterMemory(static_cast<Comm::Registration*>(w->reg));
+      if (--deviceWindows_ == 0) remoteDevice_.store(false);
+    }
+    windows_.erase(std::find_if(windows_.begin(), windows_.end(), [w](const auto& p) { return p.get() == w; }));
+    return first;
+  });
+  // The second barrier: once it returns, no peer holds a mapping of this rank's buffer, which may
+  // then be freed.
+  if (device && st.isOk()) {
+    st = c->bootstrap->barrier();
+    if (!st.isOk())
+      st = makeError(st.code(), "rank %d: window deregistration (collective: every rank deregisters): %s", c->rank,
+                     st.message().c_str());
+  }
+  return st.isOk() ? local : st;
+}
+
+uint64_t Rma::fencesFrom(int peer) {
+  std::lock_guard<std::mutex> g(drainMu_);
+  return fencesSeen_[static_cast<size_t>(peer)];
 }
 
 Status Rma::checkPeer(const char* fn, Comm* c, int peer) const {
@@ -274,6 +312,7 @@ Status Rma::sendRemote(Comm* c, int peer, uint32_t kind, uint32_t window, uint64
 }
 
 Status Rma::drainRemote(Comm* c) {
+  std::lock_guard<std::mutex> g(drainMu_);
   std::vector<std::pair<int, std::vector<char>>> msgs;
   c->bootstrap->take(kTagRma, &msgs);
   auto* slots = static_cast<char*>(sigBlock_);
@@ -464,6 +503,68 @@ Status Rma::wait(Comm* c, int n, const int* peers, const int* counts) {
   }
   for (int p = 0; p < c->nranks; ++p) consumed_[static_cast<size_t>(p)] += target[static_cast<size_t>(p)];
   return Status::ok();
+}
+
+Status Rma::waitDevice(Comm* c, int n, const int* peers, const int* counts, void* stream) {
+  C4_CHECK(checkWait(c, n, peers, counts));
+  if (!c->gpuGate) return makeError(Code::kInternalError, "rank %d: a device window without a StreamGate", c->rank);
+  std::vector<uint64_t> target(static_cast<size_t>(c->nranks), 0);
+  for (int i = 0; i < n; ++i) target[static_cast<size_t>(peers[i])] += static_cast<uint64_t>(counts[i]);
+  PendingWait w;
+  for (int p = 0; p < c->nranks; ++p)
+    if (target[static_cast<size_t>(p)] > 0)
+      w.want.emplace_back(p, consumed_[static_cast<size_t>(p)] + target[static_cast<size_t>(p)]);
+  if (w.want.empty()) return Status::ok();
+  C4_CHECK(c->gpuGate->waitFlag(stream, &w.flag));
+  // The stream waits from here: the signals are consumed now (call order, as waits consume them).
+  for (const auto& [p, want] : w.want) consumed_[static_cast<size_t>(p)] = want;
+  w.startNs = detail::nowNs();
+  std::lock_guard<std::mutex> g(pendingMu_);
+  pending_.push_back(std::move(w));
+  pendingCount_.store(pending_.size(), std::memory_order_relaxed);
+  return Status::ok();
+}
+
+void Rma::pollDevice(Comm* c) {
+  if (!devicePolling()) return;
+  if (remoteDevice_.load(std::memory_order_relaxed) && !c->failed.load()) {
+    Status st = drainRemote(c);
+    if (!st.isOk()) (void)c->fail(st);
+  }
+  if (pendingCount_.load(std::memory_order_relaxed) == 0) return;
+  std::lock_guard<std::mutex> g(pendingMu_);
+  auto* slots = static_cast<char*>(sigBlock_);
+  const int64_t now = detail::nowNs();
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    bool done = c->failed.load();
+    if (!done) {
+      done = true;
+      for (const auto& [p, want] : it->want) {
+        const uint64_t have =
+            __atomic_load_n(reinterpret_cast<uint64_t*>(slots + static_cast<size_t>(p) * kSlotBytes), __ATOMIC_ACQUIRE);
+        if (have >= want) continue;
+        done = false;
+        const int64_t waitedMs = (now - it->startNs) / 1000000;
+        if (waitedMs > c->timeoutMs) {
+          // The stream goes on (its work after the wait sees no data); the error is the communicator's.
+          (void)c->fail(makeError(Code::kTimeout,
+                                  "rank %d: waitSignal (in stream order): waited %lld ms for signals from rank %d, "
+                                  "%llu of the %llu awaited arrived (C4_TIMEOUT)",
+                                  c->rank, static_cast<long long>(waitedMs), p, static_cast<unsigned long long>(have),
+                                  static_cast<unsigned long long>(want)));
+          done = true;
+        }
+        break;
+      }
+    }
+    if (done) {
+      c->gpuGate->setFlag(it->flag);
+      it = pending_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  pendingCount_.store(pending_.size(), std::memory_order_relaxed);
 }
 
 }  // namespace c4

@@ -26,11 +26,15 @@
 // mapped with CUDA IPC (kept until the window or the peer's registration goes), and signals; a put
 // to a peer of another host is copied to the host first (the stream does it) and goes through the
 // side channel, and the target copies it into its device window when it applies it. Signals stay in
-// host memory (the slots above); a wait holds its stream until they arrived.
+// host memory (the slots above). A wait is no job: its stream waits for a flag of the StreamGate
+// (so waits on different streams hold nothing else up), which the driving thread sets once the
+// signals arrived (pollDevice, on every idle poll), applying what came through the side channel.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -71,11 +75,18 @@ class Rma {
   Rma(const Rma&) = delete;
   Rma& operator=(const Rma&) = delete;
 
-  /// Collective. `prep`: whether this rank could get ready for a device window (its StreamGate);
-  /// a failure there fails the registration on every rank.
-  Status registerWindow(Comm* c, void* buff, size_t size, const Status& prep, Window** out);
-  /// Collective. With the communicator's drive held and nothing queued (device windows copy).
-  Status deregisterWindow(Comm* c, Window* w);
+  /// Runs a function on the communicator's data path (the drive held, nothing queued): core/api.cc.
+  using OnPath = std::function<Status(const std::function<Status()>&)>;
+  /// Collective; blocks on the other ranks without the drive (their deregistrations are answered
+  /// meanwhile). A device window: `prep` says whether this rank got ready for it (its StreamGate
+  /// and `reg`, the buffer's registration for collectives, which the window then owns; it is
+  /// deregistered when the registration fails); a failure there fails it on every rank.
+  Status registerWindow(Comm* c, void* buff, size_t size, const Status& prep, void* reg, const OnPath& onPath,
+                        Window** out);
+  /// Collective, likewise. Once it returns (even with an error), this rank holds no mapping of a
+  /// peer's device window; after an error the peers may still hold this rank's (free it after
+  /// commDestroy).
+  Status deregisterWindow(Comm* c, Window* w, const OnPath& onPath);
   /// Ok if `w` is a live window of this communicator, else kInvalidArgument naming `fn`.
   Status checkWindow(const char* fn, const Window* w) const;
   /// Ok if a put of `bytes` at `offset` of `peer`'s buffer of `w` is possible, else why not.
@@ -96,7 +107,20 @@ class Rma {
   /// is device or pinned memory, or (`onHost`) host memory (staged from the device by the stream).
   Status putDevice(Comm* c, const void* src, size_t bytes, bool onHost, int peer, const Window* w, size_t offset);
   Status signal(Comm* c, int peer);
+  /// A wait on host-memory windows: blocks until the signals arrived.
   Status wait(Comm* c, int n, const int* peers, const int* counts);
+  /// A wait on device-memory windows: `stream` waits for a flag that pollDevice sets once the
+  /// signals arrived; returns at once. The API thread.
+  Status waitDevice(Comm* c, int n, const int* peers, const int* counts, void* stream);
+  /// The driving thread, on every idle poll (a call's, the progress thread's, a stream wait's):
+  /// applies what came through the side channel to device windows and releases the streams whose
+  /// signals arrived. A wait past the communicator's timeout fails it (its stream goes on); a failed
+  /// communicator releases every waiting stream. Two loads where nothing waits.
+  void pollDevice(Comm* c);
+  /// Whether streams wait for signals (the progress thread then polls instead of sleeping).
+  bool devicePolling() const {
+    return pendingCount_.load(std::memory_order_relaxed) != 0 || remoteDevice_.load(std::memory_order_relaxed);
+  }
 
  private:
   /// The first registration: this rank's signal block.
@@ -112,6 +136,8 @@ class Rma {
   Status sendRemote(Comm* c, int peer, uint32_t kind, uint32_t window, uint64_t offset, const void* data, size_t bytes);
   /// Applies every one-sided message that arrived through the side channel.
   Status drainRemote(Comm* c);
+  /// Fences that arrived from `peer` (under drainMu_).
+  uint64_t fencesFrom(int peer);
   Window* findWindow(uint32_t id) const;
 
   static constexpr size_t kSlotBytes = 64;
@@ -121,7 +147,17 @@ class Rma {
   std::vector<uint64_t> consumed_;  // per source rank: signals earlier waits consumed
   std::vector<std::unique_ptr<Window>> windows_;
   uint32_t nextWindowId_ = 0;
-  int deviceWindows_ = 0;             // live windows on device memory
+  int deviceWindows_ = 0;                  // live windows on device memory
+  std::atomic<bool> remoteDevice_{false};  // device windows and a peer through the side channel
+  std::mutex drainMu_;                     // drainRemote: the API thread (deregistration) and the driving thread
+  struct PendingWait {
+    gpu::StreamGate::Flag flag;
+    std::vector<std::pair<int, uint64_t>> want;  // (peer, slot value) all of which must be reached
+    int64_t startNs = 0;
+  };
+  std::mutex pendingMu_;
+  std::vector<PendingWait> pending_;
+  std::atomic<size_t> pendingCount_{0};
   bool mapped_ = true;                // C4_RMA_MAPPED: same-host peers through the mapping
   std::vector<uint64_t> fencesSeen_;  // per rank: fences that arrived through the side channel
   uint64_t fencesSent_ = 0;           // deregistrations so far (each sends one fence per remote peer)

@@ -122,6 +122,16 @@ struct StreamGate::Impl {
   uint32_t issued = 0;              // the last ticket handed out (the calling thread's)
   std::mutex mu;                    // slots: stage*() on the calling thread against the destructor
   std::vector<std::unique_ptr<Slot>> slots;
+  // Flags (waitFlag): kMaxFlags words of pinned mapped memory, made at the first waitFlag.
+  struct FlagUse {
+    uint32_t value = 0;  // the last value waited for
+    bool busy = false;   // a stream waits for it, or has not passed it yet
+    bool set = false;    // its value was stored
+    cudaEvent_t passed = nullptr;
+  };
+  volatile uint32_t* flags = nullptr;
+  uint32_t* flagsDevice = nullptr;
+  std::vector<FlagUse> flagUse;
 
   // The progress thread's own (created at its first use there, released by the destructor).
   cudaStream_t work = nullptr;  // deferred copies and zero-copy kernels
@@ -133,7 +143,10 @@ struct StreamGate::Impl {
   Status acquire(size_t bytes, Slot** out);
   Status allocHost(Slot* s, size_t cap);
   void freeHost(Slot* s);
-  Status enqueueWait(cudaStream_t s, uint32_t seq);
+  Status enqueueWait(cudaStream_t s, uint32_t seq) { return enqueueWaitAt(s, counterDevice, seq); }
+  /// The stream waits until the word at `word` (device address of pinned mapped memory) reaches
+  /// `value` (wrapping compare).
+  Status enqueueWaitAt(cudaStream_t s, uint32_t* word, uint32_t value);
   /// The work stream (and the progress thread's current device), made on first use.
   Status workStream(cudaStream_t* s);
   /// Waits until everything enqueued on the work stream is done (polling, yielding the core).

@@ -141,6 +141,18 @@ class StreamGate {
   Status stageOutputs(Ticket* pending);
   /// Gives back a slot whose call will not run (step 1 done, step 2 not): nothing waits for it.
   void cancel(const Ticket& pending);
+  /// A stream wait the host releases (one-sided waits, core/rma.hpp): the stream waits until the
+  /// flag is set. Independent of tickets, so waits on different streams do not order each other.
+  struct Flag {
+    uint32_t id = 0;
+    uint32_t value = 0;
+  };
+  static constexpr uint32_t kMaxFlags = 1024;
+  /// Enqueues on `stream` a wait for a new flag (a word of pinned mapped memory, used again once its
+  /// stream has passed it). kInvalidUsage while kMaxFlags flags are unset or not yet passed.
+  Status waitFlag(void* stream, Flag* out);
+  /// Releases the stream waiting for `f`. Any thread; a flag set already is left alone.
+  void setFlag(const Flag& f);
   /// Whether the ticket's inputs have reached the staging buffer (an error: the stream failed).
   Status inputsReady(const Ticket& t, bool* ready);
   /// The ticket's call is over (done or failed): its stream goes on. Idempotent; any thread.

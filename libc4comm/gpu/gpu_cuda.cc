@@ -171,7 +171,8 @@ Status StreamGate::Impl::acquire(size_t bytes, Slot** out) {
     }
     if (reuse == nullptr) reuse = s.get();
   }
-  size_t cap = static_cast<size_t>(paramCudaStagingMin());
+  // A call that stages nothing (a one-sided call's slot) holds no host memory.
+  size_t cap = bytes == 0 ? 0 : static_cast<size_t>(paramCudaStagingMin());
   while (cap < bytes) cap *= 2;
   if (reuse == nullptr) {
     auto s = std::make_unique<Slot>();
@@ -182,7 +183,7 @@ Status StreamGate::Impl::acquire(size_t bytes, Slot** out) {
   } else if (reuse->host != nullptr) {
     freeHost(reuse);
   }
-  C4_CHECK(allocHost(reuse, cap));
+  if (cap > 0) C4_CHECK(allocHost(reuse, cap));
   *out = reuse;
   return Status::ok();
 }
@@ -226,16 +227,16 @@ void StreamGate::Impl::freeHost(Slot* s) {
   s->capacity = 0;
 }
 
-Status StreamGate::Impl::enqueueWait(cudaStream_t s, uint32_t seq) {
+Status StreamGate::Impl::enqueueWaitAt(cudaStream_t s, uint32_t* word, uint32_t value) {
   if (memop) {
-    const CUresult r = driver().streamWaitValue32(
-        reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(counterDevice), seq, CU_STREAM_WAIT_VALUE_GEQ);
+    const CUresult r = driver().streamWaitValue32(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(word),
+                                                  value, CU_STREAM_WAIT_VALUE_GEQ);
     if (r == CUDA_SUCCESS) return Status::ok();
     C4_WARN(kLogInit, "CUDA: cuStreamWaitValue32 failed (error %d); streams wait with a polling kernel from now on",
             static_cast<int>(r));
     memop = false;
   }
-  const kernels::cuda::Err e = kernels::cuda::waitFlag(counterDevice, seq, s);
+  const kernels::cuda::Err e = kernels::cuda::waitFlag(word, value, s);
   if (e != 0) return cudaFailed(static_cast<cudaError_t>(e), "the stream's wait kernel");
   return Status::ok();
 }
@@ -274,12 +275,19 @@ Status StreamGate::create(int device, const HostAllocator& staging, std::unique_
 StreamGate::~StreamGate() {
   if (!impl_) return;
   RelaxedCapture relaxed;
-  // Nothing may wait for a ticket that will never complete; then let every stream pass its copies
-  // before their staging memory goes.
+  // Nothing may wait for a ticket or a flag that will never complete; then let every stream pass
+  // its copies and waits before their memory goes.
   __atomic_store_n(const_cast<uint32_t*>(impl_->counter), impl_->issued, __ATOMIC_RELEASE);
+  for (size_t i = 0; i < impl_->flagUse.size(); ++i)
+    __atomic_store_n(const_cast<uint32_t*>(impl_->flags + i), impl_->flagUse[i].value, __ATOMIC_RELEASE);
   DeviceScope scope(device_);
   impl_->releaseWork();
   std::lock_guard<std::mutex> g(impl_->mu);
+  for (auto& u : impl_->flagUse) {
+    if (u.busy) (void)cudaEventSynchronize(u.passed);
+    if (u.passed) (void)cudaEventDestroy(u.passed);
+  }
+  if (impl_->flags) (void)cudaFreeHost(const_cast<uint32_t*>(impl_->flags));
   for (auto& s : impl_->slots) {
     if (s->reserved) (void)cudaEventSynchronize(s->inputsReady);
     if (s->used) (void)cudaEventSynchronize(s->free);
@@ -369,6 +377,61 @@ Status StreamGate::inputsReady(const Ticket& t, bool* ready) {
   *ready = q == cudaSuccess;
   if (q == cudaSuccess || q == cudaErrorNotReady) return Status::ok();
   return cudaFailed(q, "the stream before a staged call (cudaEventQuery)");
+}
+
+Status StreamGate::waitFlag(void* stream, Flag* out) {
+  RelaxedCapture relaxed;
+  DeviceScope scope(device_);
+  if (!scope.ok()) return makeError(Code::kUnhandledCudaError, "CUDA: cannot make GPU %d current", device_);
+  std::lock_guard<std::mutex> g(impl_->mu);
+  Impl& im = *impl_;
+  if (im.flags == nullptr) {
+    void* p = nullptr;
+    C4_CUDA_TRY(cudaHostAlloc(&p, kMaxFlags * sizeof(uint32_t), cudaHostAllocMapped | cudaHostAllocPortable));
+    std::memset(p, 0, kMaxFlags * sizeof(uint32_t));
+    void* dev = nullptr;
+    const cudaError_t e = cudaHostGetDevicePointer(&dev, p, 0);
+    if (e != cudaSuccess) {
+      (void)cudaFreeHost(p);
+      return cudaFailed(e, "cudaHostGetDevicePointer(flags)");
+    }
+    im.flags = static_cast<volatile uint32_t*>(p);
+    im.flagsDevice = static_cast<uint32_t*>(dev);
+    im.flagUse.resize(kMaxFlags);
+  }
+  const auto s = static_cast<cudaStream_t>(stream);
+  for (uint32_t i = 0; i < kMaxFlags; ++i) {
+    Impl::FlagUse& u = im.flagUse[i];
+    if (u.busy) {
+      if (!u.set) continue;
+      const cudaError_t q = queryEvent(u.passed);
+      if (q == cudaErrorNotReady) continue;
+      if (q != cudaSuccess) return cudaFailed(q, "cudaEventQuery(flag passed)");
+      u.busy = false;
+    }
+    if (u.passed == nullptr) C4_CUDA_TRY(cudaEventCreateWithFlags(&u.passed, cudaEventDisableTiming));
+    // The word holds u.value (its last use was set): the next use waits for one more.
+    const uint32_t value = u.value + 1;
+    C4_CHECK(im.enqueueWaitAt(s, im.flagsDevice + i, value));
+    C4_CUDA_TRY(cudaEventRecord(u.passed, s));
+    u.value = value;
+    u.busy = true;
+    u.set = false;
+    *out = Flag{i, value};
+    return Status::ok();
+  }
+  return makeError(Code::kInvalidUsage,
+                   "CUDA: %u one-sided waits are outstanding on this communicator's streams (the most there may be)",
+                   kMaxFlags);
+}
+
+void StreamGate::setFlag(const Flag& f) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  if (f.id >= impl_->flagUse.size()) return;
+  Impl::FlagUse& u = impl_->flagUse[f.id];
+  if (u.value != f.value || u.set) return;
+  __atomic_store_n(const_cast<uint32_t*>(impl_->flags + f.id), f.value, __ATOMIC_RELEASE);
+  u.set = true;
 }
 
 void StreamGate::complete(const Ticket& t) {

@@ -38,6 +38,10 @@ Status StreamGate::inputsReady(const Ticket&, bool* ready) {
   return Status::ok();
 }
 void StreamGate::complete(const Ticket&) {}
+Status StreamGate::waitFlag(void*, Flag*) {
+  return makeError(Code::kInvalidUsage, "this c4comm was built without CUDA");
+}
+void StreamGate::setFlag(const Flag&) {}
 bool StreamGate::deferred(const Ticket&) const { return false; }
 Status StreamGate::copyInputsNow(const Ticket&) {
   return makeError(Code::kInvalidUsage, "this c4comm was built without CUDA");
