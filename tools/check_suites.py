@@ -26,7 +26,7 @@ EXPECTED = {
         (["abi_header_decls", "abi_layout", "abi_nccl_new_*", "abi_allreduce_newest_*"], 5),
     "one-sided calls (windows, put/signal/wait)": (["OneSided.*"], 2),
     "staging of device-buffer calls and their pipelined pieces (on the host)":
-        (["All/Staging.*", "StagingPinned.*", "StagingPieces.*"], 242),
+        (["All/Staging.*", "StagingPinned.*", "StagingPieces.*"], 386),
     "netlab (emulated hosts and fabrics)": (["netlab_*"], 10),
     "transport conformance": (["*Conformance*"], 10),
     "trace report screenshot": (["trace_report_screenshot"], 1),

@@ -41,8 +41,8 @@ C4_PARAM_INT(CudaSharedStaging, "C4_CUDA_SHARED_STAGING", nullptr, 0, 0, 1, kPar
              "Stage device buffers in shareable host memory registered with CUDA (1: calls staged on every rank "
              "of a host run on the zero-copy path) or in cudaHostAlloc memory (0, default)")
 C4_PARAM_INT(CudaPipelineBytes, "C4_CUDA_PIPELINE_BYTES", nullptr, 8 << 20, 0, INT64_C(1) << 40, kParamSameOnAllRanks,
-             "A staged AllReduce, Broadcast, Reduce, AllGather or ReduceScatter on device buffers of at least twice "
-             "this many bytes runs as "
+             "A staged collective on device buffers moving at least twice this many bytes (counting every rank's "
+             "block of a buffer holding one per rank) runs as "
              "pieces of about this size (at most 16), each its own call, so that one piece's copies between the "
              "device and host memory overlap another's network transfer; 0 stages every call whole")
 
@@ -1051,11 +1051,6 @@ Status beforeOneSided(Comm* comm) {
   return Status::ok();
 }
 
-/// A one-sided call on a communicator whose windows are device memory (core/rma.hpp), in `stream`'s
-/// order as NCCL runs them: the stream reaches the call (and copies `stageBytes` of `src`, device
-/// memory, into a staging slot: a put to a peer of another host), then waits while the progress
-/// thread runs `run` (given the staged copy, or null); the caller returns at once. A failure there
-/// fails the communicator (commGetAsyncError), and the stream goes on.
 /// The checks of a one-sided call on device windows: not in a CUDA graph capture, and not behind
 /// calls of this communicator in the same open group (the group's calls run at groupEnd, after it).
 Status checkStreamOneSided(Comm* comm, const char* fn, void* stream) {
@@ -1075,6 +1070,11 @@ Status checkStreamOneSided(Comm* comm, const char* fn, void* stream) {
   return Status::ok();
 }
 
+/// A one-sided call on a communicator whose windows are device memory (core/rma.hpp), in `stream`'s
+/// order as NCCL runs them: the stream reaches the call (and copies `stageBytes` of `src`, device
+/// memory, into a staging slot: a put to a peer of another host), then waits while the progress
+/// thread runs `run` (given the staged copy, or null); the caller returns at once. A failure there
+/// fails the communicator (commGetAsyncError), and the stream goes on.
 Status enqueueOneSided(Comm* comm, const char* fn, void* stream, const void* src, size_t stageBytes,
                        std::function<Status(const void* staged)> run) {
   C4_CHECK(checkStreamOneSided(comm, fn, stream));

@@ -31,9 +31,10 @@ struct OpDesc {
   bool deferred = false;
   const void* deviceSend = nullptr;
   void* deviceRecv = nullptr;
-  /// A pipelined piece of an AllGather (its output) or ReduceScatter (its input) on device memory
-  /// (core/api.cc, pieceOf): that buffer holds the piece's slice of every rank's block, blocks this
-  /// many bytes apart. 0: the buffers are contiguous.
+  /// A pipelined piece on device memory of a collective whose buffer holds a block per rank
+  /// (AllGather, Gather: the output; ReduceScatter, Scatter: the input; AlltoAll: both;
+  /// core/staging.hpp, pieceOf): that buffer holds the piece's slice of every rank's block, blocks
+  /// this many bytes apart. 0: the buffers are contiguous.
   size_t devicePitch = 0;
 };
 

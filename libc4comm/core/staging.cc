@@ -9,37 +9,49 @@ namespace c4 {
 
 namespace {
 size_t aligned(size_t b) { return (b + kStagingAlign - 1) / kStagingAlign * kStagingAlign; }
+
+/// Whether a piece's input (output) holds a slice of every rank's block (pieceOf).
+bool rowsIn(Coll c) { return c == Coll::kReduceScatter || c == Coll::kScatter || c == Coll::kAlltoAll; }
+bool rowsOut(Coll c) { return c == Coll::kAllGather || c == Coll::kGather || c == Coll::kAlltoAll; }
 }  // namespace
 
 StagingPlan planStaging(const OpDesc& op, int rank, int nranks, const StagedSide& in, const StagedSide& out) {
   StagingPlan plan;
   const size_t pitch = op.devicePitch;
-  const bool outRows = pitch != 0 && op.coll == Coll::kAllGather;
-  const bool inRows = pitch != 0 && op.coll == Coll::kReduceScatter;
+  const bool outRows = pitch != 0 && rowsOut(op.coll);
+  const bool inRows = pitch != 0 && rowsIn(op.coll);
   plan.inStaged = in.bytes && (in.device || inRows);
   plan.outStaged = out.bytes && (out.device || outRows);
   const auto ib = reinterpret_cast<uintptr_t>(in.p), ob = reinterpret_cast<uintptr_t>(out.p);
   auto* inDev = const_cast<void*>(in.p);
   auto* outDev = const_cast<void*>(out.p);
   if (pitch != 0) {
-    // The rows first, back to back; in place (NCCL's: the rank's own block), the other side is the
-    // rank's row of them.
+    // The rows first, back to back. In place (NCCL's): AlltoAll, the same rows; otherwise the
+    // contiguous side is the rank's own row of the other.
     const auto n = static_cast<size_t>(nranks), r = static_cast<size_t>(rank);
-    const size_t row = outRows ? out.bytes / n : in.bytes / n;
-    plan.bytes = n * row;
-    if (outRows && plan.inStaged) {
-      plan.inOff = ib == ob + r * pitch ? r * row : aligned(plan.bytes);
-      plan.bytes = std::max(plan.bytes, plan.inOff + in.bytes);
+    const size_t row = op.count * dataTypeSize(op.dtype);
+    if (inRows && plan.inStaged) {
+      plan.bytes = n * row;  // the input's rows at 0
+    } else if (outRows && plan.outStaged) {
+      plan.bytes = n * row;  // the output's rows at 0
     }
-    if (inRows && plan.outStaged) {
-      plan.outOff = ob == ib + r * pitch ? r * row : aligned(plan.bytes);
+    if (inRows && outRows) {
+      if (plan.inStaged && plan.outStaged) {
+        plan.outOff = ib == ob ? 0 : aligned(plan.bytes);
+        plan.bytes = std::max(plan.bytes, plan.outOff + n * row);
+      }
+    } else if (outRows && plan.inStaged) {
+      plan.inOff = plan.outStaged && ib == ob + r * pitch ? r * row : aligned(plan.bytes);
+      plan.bytes = std::max(plan.bytes, plan.inOff + in.bytes);
+    } else if (inRows && plan.outStaged) {
+      plan.outOff = plan.inStaged && ob == ib + r * pitch ? r * row : aligned(plan.bytes);
       plan.bytes = std::max(plan.bytes, plan.outOff + out.bytes);
     }
     if (plan.inStaged)
-      plan.in.push_back(inRows ? gpu::StreamGate::Copy{inDev, 0, row, n, pitch}
+      plan.in.push_back(inRows ? gpu::StreamGate::Copy{inDev, plan.inOff, row, n, pitch}
                                : gpu::StreamGate::Copy{inDev, plan.inOff, in.bytes});
     if (plan.outStaged)
-      plan.out.push_back(outRows ? gpu::StreamGate::Copy{outDev, 0, row, n, pitch}
+      plan.out.push_back(outRows ? gpu::StreamGate::Copy{outDev, plan.outOff, row, n, pitch}
                                  : gpu::StreamGate::Copy{outDev, plan.outOff, out.bytes});
     return plan;
   }
@@ -71,7 +83,10 @@ size_t pipelinePieces(const OpDesc& op, int nranks, size_t pieceBytes, bool defe
       break;
     case Coll::kAllGather:
     case Coll::kReduceScatter:
-      blocks = static_cast<size_t>(nranks);
+    case Coll::kAlltoAll:
+    case Coll::kGather:
+    case Coll::kScatter:
+      blocks = static_cast<size_t>(nranks);  // the root's, for Gather and Scatter: every rank counts alike
       break;
     default:
       return 1;
@@ -91,7 +106,7 @@ OpDesc pieceOf(const OpDesc& op, size_t i, size_t n) {
   p.count = e - b;
   if (p.sendbuff) p.sendbuff = static_cast<const char*>(op.sendbuff) + b * es;
   if (p.recvbuff) p.recvbuff = static_cast<char*>(op.recvbuff) + b * es;
-  if (op.coll == Coll::kAllGather || op.coll == Coll::kReduceScatter) p.devicePitch = op.count * es;
+  if (rowsIn(op.coll) || rowsOut(op.coll)) p.devicePitch = op.count * es;
   return p;
 }
 

@@ -36,20 +36,22 @@ struct StagingPlan {
 
 /// The layout of `op` (op.devicePitch: a pipelined piece, see pieceOf) for rank `rank` of `nranks`.
 /// Device extents that overlap (in place) share one staged range, so the call stays in place. A
-/// piece of an AllGather (ReduceScatter) holds a slice of every rank's block of its output (input):
-/// that side is staged as rows, even from pinned memory, which the host path would take as
-/// contiguous.
+/// piece of an AllGather or Gather (ReduceScatter or Scatter; AlltoAll: both) holds a slice of every
+/// rank's block of its output (input): that side is staged as rows, even from pinned memory, which
+/// the host path would take as contiguous.
 StagingPlan planStaging(const OpDesc& op, int rank, int nranks, const StagedSide& in, const StagedSide& out);
 
-/// How many pieces a call on device buffers is staged in: 1 unless it is an AllReduce, Broadcast,
-/// Reduce, AllGather or ReduceScatter of at least twice `pieceBytes` (0: never cut) that is not
-/// `deferrable` (to the device zero-copy path); at most 16, each with at least one 256-byte unit of
-/// each rank's block. Depends only on the call and settings every rank shares.
+/// How many pieces a collective on device buffers is staged in: 1 unless it moves at least twice
+/// `pieceBytes` (0: never cut; counting every rank's block of an AllGather, ReduceScatter, AlltoAll,
+/// Gather or Scatter) and is not `deferrable` (to the device zero-copy path); at most 16, each with
+/// at least one 256-byte unit of each rank's block. Send/recv are not cut. Depends only on the call
+/// and settings every rank shares.
 size_t pipelinePieces(const OpDesc& op, int nranks, size_t pieceBytes, bool deferrable);
 
 /// Piece i of n of a call: elements [b, e) of count, cut at 256-byte multiples. AllReduce, Broadcast
-/// and Reduce: those elements of each buffer. AllGather (ReduceScatter): those of the input (output),
-/// and of each rank's block of the output (input): devicePitch is the blocks' distance.
+/// and Reduce: those elements of each buffer. The others: those of each rank's block of a buffer
+/// that holds one per rank (AllGather's and Gather's output, ReduceScatter's and Scatter's input,
+/// both of AlltoAll; devicePitch is the blocks' distance) and of the other buffer.
 OpDesc pieceOf(const OpDesc& op, size_t i, size_t n);
 
 }  // namespace c4

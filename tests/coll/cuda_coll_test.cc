@@ -195,9 +195,9 @@ TEST(CudaIpcOff, MatrixStagedThroughHostMemory) {
       });
 }
 
-// Pipelined staging (docs/cuda.md): with 64 KiB pieces every larger AllReduce, Broadcast, Reduce,
-// AllGather and ReduceScatter of the matrix runs as several staged pieces, each copied back while
-// the next runs; every result and guard byte must be right. Then many pipelined calls in flight on
+// Pipelined staging (docs/cuda.md): with 64 KiB pieces every larger collective of the matrix runs
+// as several staged pieces, each copied back while the next runs; every result and guard byte must
+// be right. Then many pipelined calls in flight on
 // one stream, and an AllGather and a ReduceScatter in place in 16 pieces (their rows copied 2D).
 TEST(CudaPipeline, MatrixInPieces) {
   SKIP_WITHOUT_GPU();

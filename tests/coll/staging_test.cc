@@ -33,8 +33,9 @@ struct RankMem {
 };
 
 size_t blocks(Coll c, int n, bool input) {
-  if (c == Coll::kAllGather) return input ? 1 : static_cast<size_t>(n);
-  if (c == Coll::kReduceScatter) return input ? static_cast<size_t>(n) : 1;
+  if (c == Coll::kAllGather || c == Coll::kGather) return input ? 1 : static_cast<size_t>(n);
+  if (c == Coll::kReduceScatter || c == Coll::kScatter) return input ? static_cast<size_t>(n) : 1;
+  if (c == Coll::kAlltoAll) return static_cast<size_t>(n);
   return 1;
 }
 
@@ -72,6 +73,19 @@ void runCollective(Coll coll, int n, int root, size_t count, const std::vector<c
         for (int q = 0; q < n; ++q)
           for (size_t j = 0; j < count; ++j) v[j] += in[static_cast<size_t>(q)][static_cast<size_t>(r) * count + j];
         break;
+      case Coll::kGather:
+        if (r != root) break;
+        for (int q = 0; q < n; ++q) v.insert(v.end(), in[static_cast<size_t>(q)], in[static_cast<size_t>(q)] + count);
+        break;
+      case Coll::kScatter:
+        v.assign(in[static_cast<size_t>(root)] + static_cast<size_t>(r) * count,
+                 in[static_cast<size_t>(root)] + static_cast<size_t>(r + 1) * count);
+        break;
+      case Coll::kAlltoAll:
+        for (int q = 0; q < n; ++q)
+          v.insert(v.end(), in[static_cast<size_t>(q)] + static_cast<size_t>(r) * count,
+                   in[static_cast<size_t>(q)] + static_cast<size_t>(r + 1) * count);
+        break;
       default:
         FAIL() << "not a pipelined collective";
     }
@@ -89,14 +103,16 @@ struct Case {
 };
 
 std::string caseName(const Case& c) {
-  static const char* names[] = {"AllReduce", "AllGather", "Broadcast", "ReduceScatter", "Reduce"};
+  static const char* names[] = {"AllReduce", "AllGather", "Broadcast", "ReduceScatter",
+                                "Reduce",    "AlltoAll",  "Gather",    "Scatter"};
   return std::string(names[static_cast<int>(c.coll)]) + "_" + std::to_string(c.nranks) + "ranks_" +
          std::to_string(c.count) + (c.inPlace ? "_inPlace" : "_outOfPlace");
 }
 
 class Staging : public ::testing::TestWithParam<Case> {};
 
-// The whole call through its pieces equals the whole call, on every rank.
+// The whole call through its pieces equals the whole call, on every rank (Gather and Scatter: the
+// root is the last rank).
 TEST_P(Staging, PiecesEqualTheWholeCall) {
   const Case k = GetParam();
   const int n = k.nranks, root = n - 1;
@@ -116,8 +132,8 @@ TEST_P(Staging, PiecesEqualTheWholeCall) {
       auto* base = reinterpret_cast<int32_t*>(m.a.data() + kGuard);
       m.recv = base;
       m.send = base;
-      if (k.coll == Coll::kAllGather) m.send = base + static_cast<size_t>(r) * k.count;
-      if (k.coll == Coll::kReduceScatter) m.recv = base + static_cast<size_t>(r) * k.count;
+      if (k.coll == Coll::kAllGather || k.coll == Coll::kGather) m.send = base + static_cast<size_t>(r) * k.count;
+      if (k.coll == Coll::kReduceScatter || k.coll == Coll::kScatter) m.recv = base + static_cast<size_t>(r) * k.count;
     } else {
       m.a.assign(inElems * 4 + 2 * kGuard, kGuardByte);
       m.b.assign(outElems * 4 + 2 * kGuard, kGuardByte);
@@ -199,10 +215,10 @@ TEST_P(Staging, PiecesEqualTheWholeCall) {
       // out of place, its staged buffers do not overlap.
       if (ib && ob) {
         const size_t row = p.count * 4, rr = static_cast<size_t>(r);
-        if (k.inPlace && k.coll == Coll::kAllGather) {
-          EXPECT_EQ(plan.inOff, plan.outOff + rr * row) << "rank " << r << ": the staged AllGather is not in place";
-        } else if (k.inPlace && k.coll == Coll::kReduceScatter) {
-          EXPECT_EQ(plan.outOff, plan.inOff + rr * row) << "rank " << r << ": the staged ReduceScatter is not in place";
+        if (k.inPlace && (k.coll == Coll::kAllGather || k.coll == Coll::kGather)) {
+          EXPECT_EQ(plan.inOff, plan.outOff + rr * row) << "rank " << r << ": the staged call is not in place";
+        } else if (k.inPlace && (k.coll == Coll::kReduceScatter || k.coll == Coll::kScatter)) {
+          EXPECT_EQ(plan.outOff, plan.inOff + rr * row) << "rank " << r << ": the staged call is not in place";
         } else if (k.inPlace) {
           EXPECT_EQ(plan.inOff, plan.outOff) << "rank " << r << ": the staged call is not in place";
         } else {
@@ -220,7 +236,7 @@ TEST_P(Staging, PiecesEqualTheWholeCall) {
 
   for (int r = 0; r < n; ++r) {
     const RankMem& m = mem[static_cast<size_t>(r)];
-    if (k.coll == Coll::kReduce && r != root) continue;  // its output is not written
+    if ((k.coll == Coll::kReduce || k.coll == Coll::kGather) && r != root) continue;  // its output is not written
     const auto* got = static_cast<const int32_t*>(m.recv);
     for (size_t j = 0; j < outElems; ++j)
       if (got[j] != want[static_cast<size_t>(r)][j]) {
@@ -241,7 +257,8 @@ TEST_P(Staging, PiecesEqualTheWholeCall) {
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  for (Coll c : {Coll::kAllReduce, Coll::kBroadcast, Coll::kReduce, Coll::kAllGather, Coll::kReduceScatter})
+  for (Coll c : {Coll::kAllReduce, Coll::kBroadcast, Coll::kReduce, Coll::kAllGather, Coll::kReduceScatter,
+                 Coll::kAlltoAll, Coll::kGather, Coll::kScatter})
     for (int n : {1, 2, 3, 4})
       for (size_t count : {size_t{1}, size_t{64}, size_t{1000}, size_t{2048}, size_t{5000}, size_t{65537}})
         for (bool inPlace : {false, true}) out.push_back({c, n, count, inPlace});
@@ -280,12 +297,12 @@ TEST(StagingPinned, PinnedSidesStayWhereTheyAreExceptRows) {
   EXPECT_TRUE(whole.in.empty() && whole.out.empty());
 }
 
-// Other collectives are staged whole; an elementwise piece of any type is cut at 256 bytes.
+// Send/recv are staged whole; an elementwise piece of any type is cut at 256 bytes.
 TEST(StagingPieces, WhatIsCutAndWhere) {
   OpDesc op;
   op.count = 1 << 20;
   op.dtype = c4::DataType::kInt8;
-  for (Coll c : {Coll::kAlltoAll, Coll::kGather, Coll::kScatter, Coll::kSend, Coll::kRecv}) {
+  for (Coll c : {Coll::kSend, Coll::kRecv, Coll::kBarrier}) {
     op.coll = c;
     EXPECT_EQ(c4::pipelinePieces(op, 4, 4096, false), 1u) << static_cast<int>(c);
   }
