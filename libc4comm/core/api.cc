@@ -9,6 +9,7 @@
 #include <functional>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -1005,6 +1006,12 @@ Status commMemStats(const Comm* comm, MemStats* out) {
   return Status::ok();
 }
 
+/// How window (de)registration runs its local changes: on the data path (core/rma.hpp, OnPath);
+/// without a progress thread the caller's thread drives the communicator already (a BusyScope).
+static Rma::OnPath windowPath(Comm* comm) {
+  return [comm](const std::function<Status()>& fn) { return comm->engine ? onDataPath(comm, fn) : fn(); };
+}
+
 Status windowRegister(Comm* comm, void* buff, size_t size, int flags, Window** win) {
   C4_CHECK_RECORD(checkUsable(comm));
   if (!buff || !win) return record(makeError(Code::kInvalidArgument, "windowRegister: a NULL argument"));
@@ -1023,15 +1030,19 @@ Status windowRegister(Comm* comm, void* buff, size_t size, int flags, Window** w
       return comm->registerMemory(buff, size, &reg);
     });
   if (comm->engine) comm->engine->drain();
-  const Rma::OnPath onPath = [comm](const std::function<Status()>& fn) { return onDataPath(comm, fn); };
-  return record(comm->rma.registerWindow(comm, buff, size, prep, reg, onPath, win));
+  // Without a progress thread this thread drives the communicator throughout (commAbort from
+  // another thread waits for it); with one, it takes the drive only for the window's local changes.
+  std::optional<BusyScope> busy;
+  if (!comm->engine) busy.emplace(comm);
+  return record(comm->rma.registerWindow(comm, buff, size, prep, reg, windowPath(comm), win));
 }
 
 Status windowDeregister(Comm* comm, Window* win) {
   C4_CHECK_RECORD(checkComm(comm));
   if (comm->engine) comm->engine->drain();
-  const Rma::OnPath onPath = [comm](const std::function<Status()>& fn) { return onDataPath(comm, fn); };
-  return record(comm->rma.deregisterWindow(comm, win, onPath));
+  std::optional<BusyScope> busy;
+  if (!comm->engine) busy.emplace(comm);
+  return record(comm->rma.deregisterWindow(comm, win, windowPath(comm)));
 }
 
 Status windowUserPtr(const Comm* comm, const Window* win, void** ptr) {

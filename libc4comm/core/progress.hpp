@@ -83,6 +83,8 @@ class ProgressEngine {
   void failQueued(const Status& st);
   /// Runs the queue to its end, stops the thread and joins it. Idempotent.
   void stop();
+  /// Makes the thread look at its work now if it sleeps (a stream started waiting for signals).
+  void nudge() { wake(); }
   /// The calling thread is the progress thread.
   bool onThread() const { return std::this_thread::get_id() == thread_.get_id(); }
 

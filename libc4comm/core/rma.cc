@@ -12,6 +12,7 @@
 #include "common/params.hpp"
 #include "common/status.hpp"
 #include "core/comm.hpp"
+#include "core/progress.hpp"
 #include "core/zerocopy.hpp"
 #include "gpu/gpu.hpp"
 
@@ -266,7 +267,7 @@ Status Rma::deregisterWindow(Comm* c, Window* w, const OnPath& onPath) {
     if (device) {
       if (c->gpuGate) c->gpuGate->ipcCloseRegistered(-1);
       first = c->deregisterMemory(static_cast<Comm::Registration*>(w->reg));
-      if (--deviceWindows_ == 0) remoteDevice_.store(false);
+      --deviceWindows_;
     }
     windows_.erase(std::find_if(windows_.begin(), windows_.end(), [w](const auto& p) { return p.get() == w; }));
     return first;
@@ -518,25 +519,29 @@ Status Rma::waitDevice(Comm* c, int n, const int* peers, const int* counts, void
   C4_CHECK(c->gpuGate->waitFlag(stream, &w.flag));
   // The stream waits from here: the signals are consumed now (call order, as waits consume them).
   for (const auto& [p, want] : w.want) consumed_[static_cast<size_t>(p)] = want;
-  w.startNs = detail::nowNs();
-  std::lock_guard<std::mutex> g(pendingMu_);
-  pending_.push_back(std::move(w));
-  pendingCount_.store(pending_.size(), std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> g(pendingMu_);
+    pending_.push_back(std::move(w));
+    pendingCount_.store(pending_.size(), std::memory_order_relaxed);
+  }
+  if (c->engine) c->engine->nudge();  // it may sleep for up to its idle check: look now
   return Status::ok();
 }
 
 void Rma::pollDevice(Comm* c) {
   if (!devicePolling()) return;
-  if (remoteDevice_.load(std::memory_order_relaxed) && !c->failed.load()) {
+  const int64_t now = detail::nowNs();
+  if (remoteDevice_.load(std::memory_order_relaxed) && !c->failed.load() && now - lastDrainNs_ > 50000) {
+    lastDrainNs_ = now;
     Status st = drainRemote(c);
     if (!st.isOk()) (void)c->fail(st);
   }
-  if (pendingCount_.load(std::memory_order_relaxed) == 0) return;
   std::lock_guard<std::mutex> g(pendingMu_);
   auto* slots = static_cast<char*>(sigBlock_);
-  const int64_t now = detail::nowNs();
   for (auto it = pending_.begin(); it != pending_.end();) {
     bool done = c->failed.load();
+    // A stream is not a peer: the time counts from when the stream got to the wait.
+    if (!done && it->startNs == 0 && c->gpuGate->flagReached(it->flag)) it->startNs = now;
     if (!done) {
       done = true;
       for (const auto& [p, want] : it->want) {
@@ -544,7 +549,7 @@ void Rma::pollDevice(Comm* c) {
             __atomic_load_n(reinterpret_cast<uint64_t*>(slots + static_cast<size_t>(p) * kSlotBytes), __ATOMIC_ACQUIRE);
         if (have >= want) continue;
         done = false;
-        const int64_t waitedMs = (now - it->startNs) / 1000000;
+        const int64_t waitedMs = it->startNs == 0 ? 0 : (now - it->startNs) / 1000000;
         if (waitedMs > c->timeoutMs) {
           // The stream goes on (its work after the wait sees no data); the error is the communicator's.
           (void)c->fail(makeError(Code::kTimeout,

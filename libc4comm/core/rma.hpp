@@ -113,14 +113,13 @@ class Rma {
   /// signals arrived; returns at once. The API thread.
   Status waitDevice(Comm* c, int n, const int* peers, const int* counts, void* stream);
   /// The driving thread, on every idle poll (a call's, the progress thread's, a stream wait's):
-  /// applies what came through the side channel to device windows and releases the streams whose
-  /// signals arrived. A wait past the communicator's timeout fails it (its stream goes on); a failed
-  /// communicator releases every waiting stream. Two loads where nothing waits.
+  /// while streams wait, applies what came through the side channel (every 50 us at most) and
+  /// releases the streams whose signals arrived. A wait longer than the communicator's timeout from
+  /// when its stream got there fails it (its stream goes on); a failed communicator releases every
+  /// waiting stream. One load where nothing waits.
   void pollDevice(Comm* c);
   /// Whether streams wait for signals (the progress thread then polls instead of sleeping).
-  bool devicePolling() const {
-    return pendingCount_.load(std::memory_order_relaxed) != 0 || remoteDevice_.load(std::memory_order_relaxed);
-  }
+  bool devicePolling() const { return pendingCount_.load(std::memory_order_relaxed) != 0; }
 
  private:
   /// The first registration: this rank's signal block.
@@ -148,12 +147,13 @@ class Rma {
   std::vector<std::unique_ptr<Window>> windows_;
   uint32_t nextWindowId_ = 0;
   int deviceWindows_ = 0;                  // live windows on device memory
-  std::atomic<bool> remoteDevice_{false};  // device windows and a peer through the side channel
+  std::atomic<bool> remoteDevice_{false};  // a device window was registered and a peer is through the side channel
+  int64_t lastDrainNs_ = 0;                // pollDevice's last look at the side channel
   std::mutex drainMu_;                     // drainRemote: the API thread (deregistration) and the driving thread
   struct PendingWait {
     gpu::StreamGate::Flag flag;
     std::vector<std::pair<int, uint64_t>> want;  // (peer, slot value) all of which must be reached
-    int64_t startNs = 0;
+    int64_t startNs = 0;                         // when the stream got to the wait (0: not yet)
   };
   std::mutex pendingMu_;
   std::vector<PendingWait> pending_;

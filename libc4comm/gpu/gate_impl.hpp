@@ -5,6 +5,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -122,16 +123,25 @@ struct StreamGate::Impl {
   uint32_t issued = 0;              // the last ticket handed out (the calling thread's)
   std::mutex mu;                    // slots: stage*() on the calling thread against the destructor
   std::vector<std::unique_ptr<Slot>> slots;
-  // Flags (waitFlag): kMaxFlags words of pinned mapped memory, made at the first waitFlag.
+  // Flags (waitFlag): kMaxFlags words of pinned mapped memory, made at the first waitFlag (under
+  // mu; setFlag takes no lock: it may run while the caller's thread holds mu in a CUDA call that
+  // waits for room in a stream held up by that very flag).
   struct FlagUse {
-    uint32_t value = 0;  // the last value waited for
-    bool busy = false;   // a stream waits for it, or has not passed it yet
-    bool set = false;    // its value was stored
-    cudaEvent_t passed = nullptr;
+    uint32_t value = 0;             // the last value waited for; the flag is set once its word reaches it
+    bool busy = false;              // a stream waits for it, or has not passed it yet
+    bool retired = false;           // its wait could not be followed by its event: never used again
+    cudaEvent_t reached = nullptr;  // the stream got to the wait
+    cudaEvent_t passed = nullptr;   // the stream went past it
   };
   volatile uint32_t* flags = nullptr;
   uint32_t* flagsDevice = nullptr;
   std::vector<FlagUse> flagUse;
+  std::atomic<int> flagsUnset{0};  // waits enqueued and not yet set: slots are not freed meanwhile
+  /// Stores `value` into flag `id` unless its word is there already (wrapping compare); lock-free.
+  /// Whether this call set it.
+  bool storeFlag(uint32_t id, uint32_t value);
+  /// Whether flag `id`'s word has reached its last value.
+  bool flagIsSet(uint32_t id) const;
 
   // The progress thread's own (created at its first use there, released by the destructor).
   cudaStream_t work = nullptr;  // deferred copies and zero-copy kernels

@@ -151,8 +151,10 @@ class StreamGate {
   /// Enqueues on `stream` a wait for a new flag (a word of pinned mapped memory, used again once its
   /// stream has passed it). kInvalidUsage while kMaxFlags flags are unset or not yet passed.
   Status waitFlag(void* stream, Flag* out);
-  /// Releases the stream waiting for `f`. Any thread; a flag set already is left alone.
+  /// Releases the stream waiting for `f`. Any thread, no lock; a flag set already is left alone.
   void setFlag(const Flag& f);
+  /// Whether `f`'s stream has got to its wait (the time it waits for a peer counts from there).
+  bool flagReached(const Flag& f) const;
   /// Whether the ticket's inputs have reached the staging buffer (an error: the stream failed).
   Status inputsReady(const Ticket& t, bool* ready);
   /// The ticket's call is over (done or failed): its stream goes on. Idempotent; any thread.

@@ -120,6 +120,10 @@ PtrInfo pointerInfo(const void* p) {
 // ---- StreamGate ----
 
 namespace {
+/// cudaMemcpy2DAsync refuses pitches above the device's cudaDevAttrMaxPitch (2^31 - 1 on the GPUs
+/// we know): rows further apart are copied one by one.
+constexpr size_t kMax2DPitch = (size_t{1} << 31) - 1;
+
 /// Enqueues `copies` between a slot's staging and the device on `s` (to the host: `toHost`), every
 /// one of them even after a failure (a ticket's copies back must all be tried); the first error.
 Status enqueueCopies(const Slot& slot, const std::vector<StreamGate::Copy>& copies, bool toHost, cudaStream_t s) {
@@ -127,15 +131,20 @@ Status enqueueCopies(const Slot& slot, const std::vector<StreamGate::Copy>& copi
   char* base = static_cast<char*>(slot.host);
   for (const StreamGate::Copy& c : copies) {
     if (!c.bytes) continue;
+    // cudaMemcpyDefault: the device side may be pinned host memory (the rows of a pipelined piece
+    // are staged whatever they are).
     cudaError_t e = cudaSuccess;
-    if (c.rows > 1) {
-      // Rows may be pinned host memory too (a pipelined piece stages them whatever they are).
+    if (c.rows > 1 && c.pitch <= kMax2DPitch) {
       e = toHost
               ? cudaMemcpy2DAsync(base + c.offset, c.bytes, c.device, c.pitch, c.bytes, c.rows, cudaMemcpyDefault, s)
               : cudaMemcpy2DAsync(c.device, c.pitch, base + c.offset, c.bytes, c.bytes, c.rows, cudaMemcpyDefault, s);
     } else {
-      e = toHost ? cudaMemcpyAsync(base + c.offset, c.device, c.bytes, cudaMemcpyDeviceToHost, s)
-                 : cudaMemcpyAsync(c.device, base + c.offset, c.bytes, cudaMemcpyHostToDevice, s);
+      for (size_t r = 0; r < c.rows && e == cudaSuccess; ++r) {
+        char* dev = static_cast<char*>(c.device) + r * c.pitch;
+        char* host = base + c.offset + r * c.bytes;
+        e = toHost ? cudaMemcpyAsync(host, dev, c.bytes, cudaMemcpyDefault, s)
+                   : cudaMemcpyAsync(dev, host, c.bytes, cudaMemcpyDefault, s);
+      }
     }
     if (e != cudaSuccess && first.isOk())
       first = cudaFailed(e, toHost ? "cudaMemcpyAsync(device to staging)" : "cudaMemcpyAsync(staging to device)");
@@ -169,7 +178,9 @@ Status StreamGate::Impl::acquire(size_t bytes, Slot** out) {
       *out = s.get();
       return Status::ok();
     }
-    if (reuse == nullptr) reuse = s.get();
+    // Freeing pinned memory may wait for the device, where a stream may wait for a flag that only
+    // this thread's later calls lead to: while flags are unset, a larger slot is a new one.
+    if (reuse == nullptr && flagsUnset.load(std::memory_order_acquire) == 0) reuse = s.get();
   }
   // A call that stages nothing (a one-sided call's slot) holds no host memory.
   size_t cap = bytes == 0 ? 0 : static_cast<size_t>(paramCudaStagingMin());
@@ -279,12 +290,13 @@ StreamGate::~StreamGate() {
   // its copies and waits before their memory goes.
   __atomic_store_n(const_cast<uint32_t*>(impl_->counter), impl_->issued, __ATOMIC_RELEASE);
   for (size_t i = 0; i < impl_->flagUse.size(); ++i)
-    __atomic_store_n(const_cast<uint32_t*>(impl_->flags + i), impl_->flagUse[i].value, __ATOMIC_RELEASE);
+    (void)impl_->storeFlag(static_cast<uint32_t>(i), impl_->flagUse[i].value);
   DeviceScope scope(device_);
   impl_->releaseWork();
   std::lock_guard<std::mutex> g(impl_->mu);
   for (auto& u : impl_->flagUse) {
-    if (u.busy) (void)cudaEventSynchronize(u.passed);
+    if (u.busy && !u.retired) (void)cudaEventSynchronize(u.passed);
+    if (u.reached) (void)cudaEventDestroy(u.reached);
     if (u.passed) (void)cudaEventDestroy(u.passed);
   }
   if (impl_->flags) (void)cudaFreeHost(const_cast<uint32_t*>(impl_->flags));
@@ -379,6 +391,20 @@ Status StreamGate::inputsReady(const Ticket& t, bool* ready) {
   return cudaFailed(q, "the stream before a staged call (cudaEventQuery)");
 }
 
+bool StreamGate::Impl::storeFlag(uint32_t id, uint32_t value) {
+  auto* word = const_cast<uint32_t*>(flags + id);
+  uint32_t cur = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+  while (static_cast<int32_t>(value - cur) > 0) {
+    if (__atomic_compare_exchange_n(word, &cur, value, false, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) return true;
+  }
+  return false;
+}
+
+bool StreamGate::Impl::flagIsSet(uint32_t id) const {
+  const uint32_t cur = __atomic_load_n(const_cast<const uint32_t*>(flags + id), __ATOMIC_ACQUIRE);
+  return static_cast<int32_t>(cur - flagUse[id].value) >= 0;
+}
+
 Status StreamGate::waitFlag(void* stream, Flag* out) {
   RelaxedCapture relaxed;
   DeviceScope scope(device_);
@@ -395,28 +421,37 @@ Status StreamGate::waitFlag(void* stream, Flag* out) {
       (void)cudaFreeHost(p);
       return cudaFailed(e, "cudaHostGetDevicePointer(flags)");
     }
-    im.flags = static_cast<volatile uint32_t*>(p);
-    im.flagsDevice = static_cast<uint32_t*>(dev);
     im.flagUse.resize(kMaxFlags);
+    im.flagsDevice = static_cast<uint32_t*>(dev);
+    im.flags = static_cast<volatile uint32_t*>(p);
   }
   const auto s = static_cast<cudaStream_t>(stream);
   for (uint32_t i = 0; i < kMaxFlags; ++i) {
     Impl::FlagUse& u = im.flagUse[i];
+    if (u.retired) continue;
     if (u.busy) {
-      if (!u.set) continue;
+      if (!im.flagIsSet(i)) continue;
       const cudaError_t q = queryEvent(u.passed);
       if (q == cudaErrorNotReady) continue;
       if (q != cudaSuccess) return cudaFailed(q, "cudaEventQuery(flag passed)");
       u.busy = false;
     }
+    if (u.reached == nullptr) C4_CUDA_TRY(cudaEventCreateWithFlags(&u.reached, cudaEventDisableTiming));
     if (u.passed == nullptr) C4_CUDA_TRY(cudaEventCreateWithFlags(&u.passed, cudaEventDisableTiming));
     // The word holds u.value (its last use was set): the next use waits for one more.
     const uint32_t value = u.value + 1;
+    C4_CUDA_TRY(cudaEventRecord(u.reached, s));
     C4_CHECK(im.enqueueWaitAt(s, im.flagsDevice + i, value));
-    C4_CUDA_TRY(cudaEventRecord(u.passed, s));
+    // From here the stream waits for `value`: whatever follows, someone must store it.
     u.value = value;
     u.busy = true;
-    u.set = false;
+    const cudaError_t e = cudaEventRecord(u.passed, s);
+    if (e != cudaSuccess) {
+      (void)im.storeFlag(i, value);  // let the stream go; without its event the word is not used again
+      u.retired = true;
+      return cudaFailed(e, "cudaEventRecord(flag passed)");
+    }
+    im.flagsUnset.fetch_add(1, std::memory_order_acq_rel);
     *out = Flag{i, value};
     return Status::ok();
   }
@@ -426,12 +461,14 @@ Status StreamGate::waitFlag(void* stream, Flag* out) {
 }
 
 void StreamGate::setFlag(const Flag& f) {
-  std::lock_guard<std::mutex> g(impl_->mu);
-  if (f.id >= impl_->flagUse.size()) return;
-  Impl::FlagUse& u = impl_->flagUse[f.id];
-  if (u.value != f.value || u.set) return;
-  __atomic_store_n(const_cast<uint32_t*>(impl_->flags + f.id), f.value, __ATOMIC_RELEASE);
-  u.set = true;
+  // No lock (gate_impl.hpp): the flag was handed out, so its word and state exist.
+  if (impl_->flags == nullptr || f.id >= kMaxFlags) return;
+  if (impl_->storeFlag(f.id, f.value)) impl_->flagsUnset.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+bool StreamGate::flagReached(const Flag& f) const {
+  if (impl_->flags == nullptr || f.id >= kMaxFlags) return true;
+  return queryEvent(impl_->flagUse[f.id].reached) != cudaErrorNotReady;
 }
 
 void StreamGate::complete(const Ticket& t) {

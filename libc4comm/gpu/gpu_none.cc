@@ -42,6 +42,7 @@ Status StreamGate::waitFlag(void*, Flag*) {
   return makeError(Code::kInvalidUsage, "this c4comm was built without CUDA");
 }
 void StreamGate::setFlag(const Flag&) {}
+bool StreamGate::flagReached(const Flag&) const { return true; }
 bool StreamGate::deferred(const Ticket&) const { return false; }
 Status StreamGate::copyInputsNow(const Ticket&) {
   return makeError(Code::kInvalidUsage, "this c4comm was built without CUDA");
