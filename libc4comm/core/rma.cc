@@ -553,8 +553,8 @@ void Rma::pollDevice(Comm* c) {
         if (waitedMs > c->timeoutMs) {
           // The stream goes on (its work after the wait sees no data); the error is the communicator's.
           (void)c->fail(makeError(Code::kTimeout,
-                                  "rank %d: waitSignal (in stream order): waited %lld ms for signals from rank %d, "
-                                  "%llu of the %llu awaited arrived (C4_TIMEOUT)",
+                                  "rank %d: waitSignal (in stream order): waited %lld ms for signals from rank %d "
+                                  "(%llu have come from it so far, the wait needs %llu) (C4_TIMEOUT)",
                                   c->rank, static_cast<long long>(waitedMs), p, static_cast<unsigned long long>(have),
                                   static_cast<unsigned long long>(want)));
           done = true;
