@@ -192,6 +192,16 @@ void extentsOf(const Comm* c, const OpDesc& op, Extent* in, Extent* out) {
   *out = Extent{outBytes ? op.recvbuff : nullptr, outBytes};
 }
 
+/// kInvalidUsage where `stream` is being captured into a CUDA graph: a call on device memory runs
+/// its host side at the call (or on the progress thread), not at each replay of the graph.
+Status refuseCapture(void* stream, const char* fn) {
+  if (!gpu::StreamGate::capturing(stream)) return Status::ok();
+  return makeError(Code::kInvalidUsage,
+                   "%s: the stream is being captured into a CUDA graph; c4comm calls on device memory cannot be "
+                   "captured (their host side runs at the call, not at each replay; docs/cuda.md)",
+                   fn);
+}
+
 /// The communicator's StreamGate, made for GPU `create` at its first call on CUDA memory;
 /// `buffers` (-1: none) is the GPU of the call's device buffers, which must be the gate's.
 Status ensureGate(Comm* comm, int create, int buffers, const char* fn) {
@@ -242,11 +252,7 @@ Status stageDeviceCall(Comm* comm, const char* fn, OpDesc* op) {
                        oi.device);
     device = pi->device;
   }
-  if (gpu::StreamGate::capturing(op->stream))
-    return makeError(Code::kInvalidUsage,
-                     "%s: the stream is being captured into a CUDA graph; c4comm calls on device buffers cannot be "
-                     "captured (their host side runs at the call, not at each replay; docs/cuda.md)",
-                     fn);
+  C4_CHECK(refuseCapture(op->stream, fn));
   if (static_cast<int>(op->op) >= kNumBuiltinOps) {
     const UserOp& u = comm->userOps[static_cast<size_t>(static_cast<int>(op->op) - kNumBuiltinOps)];
     if (u.residence == ScalarResidence::kDevice && gpu::pointerInfo(u.pointer).mem == gpu::Mem::kDevice)
@@ -1065,11 +1071,7 @@ Status beforeOneSided(Comm* comm) {
 /// The checks of a one-sided call on device windows: not in a CUDA graph capture, and not behind
 /// calls of this communicator in the same open group (the group's calls run at groupEnd, after it).
 Status checkStreamOneSided(Comm* comm, const char* fn, void* stream) {
-  if (gpu::StreamGate::capturing(stream))
-    return makeError(Code::kInvalidUsage,
-                     "%s: the stream is being captured into a CUDA graph; c4comm's one-sided calls on device windows "
-                     "cannot be captured (docs/cuda.md)",
-                     fn);
+  C4_CHECK(refuseCapture(stream, fn));
   if (tGroup.depth > 0)
     for (const GroupItem& item : tGroup.items)
       if (item.comm == comm && !item.ops.empty())
@@ -1094,20 +1096,15 @@ Status enqueueOneSided(Comm* comm, const char* fn, void* stream, const void* src
   void* host = nullptr;
   gpu::StreamGate::Ticket t;
   C4_CHECK(comm->gpuGate->stageInputs(stream, stageBytes, in, {}, &host, &t, /*deferred=*/stageBytes == 0));
+  // Step 2 as for any staged call (its failure completes or cancels the ticket, fails the communicator).
+  std::vector<OpDesc> step2(1);
+  step2[0].staged = t;
+  C4_CHECK(finishStaging(comm, &step2));
   auto job = std::make_shared<Job>();
   job->kind = Job::Kind::kCall;
   const void* staged = stageBytes > 0 ? host : nullptr;
   job->call = [run = std::move(run), staged] { return run(staged); };
-  Status st = comm->gpuGate->stageOutputs(&t);
-  if (!st.isOk()) {
-    if (t.seq != 0) {
-      comm->gpuGate->complete(t);
-    } else {
-      comm->gpuGate->cancel(t);
-    }
-    return comm->fail(st);
-  }
-  job->tickets.push_back(t);
+  job->tickets.push_back(step2[0].staged);
   comm->engine->submit(job);
   return Status::ok();
 }
@@ -1133,10 +1130,10 @@ Status putSignal(const void* src, size_t bytes, int peer, Window* win, size_t of
                             "put into a device window reads device (or pinned host) memory in the stream's order"));
   // To a peer of another host the data goes through host memory: the stream copies device memory there.
   const bool stage = srcMem == gpu::Mem::kDevice && comm->rma.viaNetwork(comm, peer);
-  return record(enqueueOneSided(
-      comm, "putSignal", stream, src, stage ? bytes : 0, [comm, src, bytes, peer, win, offset](const void* staged) {
-        return comm->rma.putDevice(comm, staged ? staged : src, bytes, staged != nullptr, peer, win, offset);
-      }));
+  return record(enqueueOneSided(comm, "putSignal", stream, src, stage ? bytes : 0,
+                                [comm, src, bytes, peer, win, offset](const void* staged) {
+                                  return comm->rma.putDevice(comm, staged ? staged : src, bytes, peer, win, offset);
+                                }));
 }
 
 Status signalPeer(int peer, Comm* comm, void* stream) {

@@ -363,7 +363,6 @@ Status Rma::writeLocal(Comm* c, const Window* w, size_t offset, const void* src,
     memcpy(to, src, bytes);
     return Status::ok();
   }
-  if (!c->gpuGate) return makeError(Code::kInternalError, "rank %d: a device window without a StreamGate", c->rank);
   Status st = c->gpuGate->copySync(to, src, bytes);
   if (!st.isOk())
     return makeError(st.code(), "rank %d: a one-sided put into this rank's device window: %s", c->rank,
@@ -418,15 +417,10 @@ Status Rma::resolveDevice(Comm* c, int peer, const Window* w, size_t offset, siz
   return Status::ok();
 }
 
-Status Rma::putDevice(Comm* c, const void* src, size_t bytes, bool onHost, int peer, const Window* w, size_t offset) {
+Status Rma::putDevice(Comm* c, const void* src, size_t bytes, int peer, const Window* w, size_t offset) {
   C4_CHECK(checkPut(c, bytes, peer, w, offset));
-  if (!c->gpuGate) return makeError(Code::kInternalError, "rank %d: a device window without a StreamGate", c->rank);
-  if (viaNetwork(c, peer)) {
-    if (bytes == 0 || onHost) return sendRemote(c, peer, kKindPut, w->id, offset, src, bytes);
-    // Pinned host memory the stream has reached: readable here as it is.
-    if (gpu::pointerInfo(src).mem != gpu::Mem::kDevice) return sendRemote(c, peer, kKindPut, w->id, offset, src, bytes);
-    return makeError(Code::kInternalError, "rank %d: a put to rank %d of another host was not staged", c->rank, peer);
-  }
+  // Through the side channel `src` is host memory: staged by the stream (api.cc) or pinned.
+  if (viaNetwork(c, peer)) return sendRemote(c, peer, kKindPut, w->id, offset, src, bytes);
   if (bytes > 0) {
     char* to = nullptr;
     C4_CHECK(resolveDevice(c, peer, w, offset, bytes, &to));
@@ -450,7 +444,7 @@ Status Rma::signal(Comm* c, int peer) {
   return Status::ok();
 }
 
-Status Rma::checkWait(Comm* c, int n, const int* peers, const int* counts) const {
+Status Rma::checkWait(Comm* c, int n, const int* peers, const int* counts, std::vector<uint64_t>* target) const {
   if (sigBlock_ == nullptr)
     return makeError(Code::kInvalidUsage, "waitSignal: no window was registered on this communicator yet");
   for (int i = 0; i < n; ++i) {
@@ -460,13 +454,16 @@ Status Rma::checkWait(Comm* c, int n, const int* peers, const int* counts) const
     if (counts[i] < 0)
       return makeError(Code::kInvalidArgument, "waitSignal: descriptor %d: count %d is negative", i, counts[i]);
   }
+  if (target) {
+    target->assign(static_cast<size_t>(c->nranks), 0);
+    for (int i = 0; i < n; ++i) (*target)[static_cast<size_t>(peers[i])] += static_cast<uint64_t>(counts[i]);
+  }
   return Status::ok();
 }
 
 Status Rma::wait(Comm* c, int n, const int* peers, const int* counts) {
-  C4_CHECK(checkWait(c, n, peers, counts));
-  std::vector<uint64_t> target(static_cast<size_t>(c->nranks), 0);
-  for (int i = 0; i < n; ++i) target[static_cast<size_t>(peers[i])] += static_cast<uint64_t>(counts[i]);
+  std::vector<uint64_t> target;
+  C4_CHECK(checkWait(c, n, peers, counts, &target));
   auto* slots = static_cast<char*>(sigBlock_);
   auto have = [&](int p) {
     return __atomic_load_n(reinterpret_cast<uint64_t*>(slots + static_cast<size_t>(p) * kSlotBytes), __ATOMIC_ACQUIRE);
@@ -507,10 +504,8 @@ Status Rma::wait(Comm* c, int n, const int* peers, const int* counts) {
 }
 
 Status Rma::waitDevice(Comm* c, int n, const int* peers, const int* counts, void* stream) {
-  C4_CHECK(checkWait(c, n, peers, counts));
-  if (!c->gpuGate) return makeError(Code::kInternalError, "rank %d: a device window without a StreamGate", c->rank);
-  std::vector<uint64_t> target(static_cast<size_t>(c->nranks), 0);
-  for (int i = 0; i < n; ++i) target[static_cast<size_t>(peers[i])] += static_cast<uint64_t>(counts[i]);
+  std::vector<uint64_t> target;
+  C4_CHECK(checkWait(c, n, peers, counts, &target));
   PendingWait w;
   for (int p = 0; p < c->nranks; ++p)
     if (target[static_cast<size_t>(p)] > 0)

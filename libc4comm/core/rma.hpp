@@ -52,7 +52,7 @@ struct Window {
   uint32_t id = 0;       // the n-th registration of the communicator: the same on every rank
   void* base = nullptr;  // this rank's buffer
   size_t size = 0;
-  bool device = false;  // the buffers are CUDA device memory (every rank's)
+  bool device = false;  // the buffers are CUDA device memory (every rank's; the communicator has a StreamGate)
   void* reg = nullptr;  // a device window's commRegister registration (Comm::Registration)
   struct Peer {
     MemRef ref;  // host memory: where the rank's buffer lies in its allocation
@@ -93,8 +93,8 @@ class Rma {
   Status checkPut(Comm* c, size_t bytes, int peer, const Window* w, size_t offset) const;
   /// Ok if `peer` is a rank and a window exists (so the signal blocks are known), else why not.
   Status checkPeer(const char* fn, Comm* c, int peer) const;
-  /// Ok if the descriptors of a wait are valid.
-  Status checkWait(Comm* c, int n, const int* peers, const int* counts) const;
+  /// Ok if the descriptors of a wait are valid; `target` (optional): the signals it waits for per rank.
+  Status checkWait(Comm* c, int n, const int* peers, const int* counts, std::vector<uint64_t>* target = nullptr) const;
   /// Whether `peer` is reached through the side channel (another host, or C4_RMA_MAPPED=0).
   bool viaNetwork(const Comm* c, int peer) const;
   /// Whether the communicator's windows are on device memory: its one-sided calls run in their
@@ -104,8 +104,9 @@ class Rma {
   /// A put into a host-memory window, when called.
   Status put(Comm* c, const void* src, size_t bytes, int peer, const Window* w, size_t offset);
   /// A put into a device-memory window, on the progress thread once the stream reached it: `src`
-  /// is device or pinned memory, or (`onHost`) host memory (staged from the device by the stream).
-  Status putDevice(Comm* c, const void* src, size_t bytes, bool onHost, int peer, const Window* w, size_t offset);
+  /// is device or pinned memory, or, to a peer through the side channel, host memory (the stream
+  /// staged device memory there).
+  Status putDevice(Comm* c, const void* src, size_t bytes, int peer, const Window* w, size_t offset);
   Status signal(Comm* c, int peer);
   /// A wait on host-memory windows: blocks until the signals arrived.
   Status wait(Comm* c, int n, const int* peers, const int* counts);
