@@ -14,6 +14,9 @@
 namespace c4 {
 C4_PARAM_STR(KernelsIsa, "C4_KERNELS_ISA", nullptr, "auto", "auto|avx512|avx2|scalar", kParamNone,
              "Host reduction kernels' instruction set: auto, avx512, avx2 or scalar")
+C4_PARAM_STR(KernelsIsaMax, "C4_KERNELS_ISA_MAX", nullptr, "auto", "auto|avx512|avx2|scalar", kParamNone,
+             "Highest instruction set the host kernels take the CPU to have (auto: what it reports); avx2 or "
+             "scalar runs a CPU with AVX-512 as one without it, as the tests of docs/testing.md do")
 // Default measured on the development machine (docs/kernels-performance.md): streaming stores only
 // pay off once the copy is far larger than the last-level cache.
 C4_PARAM_INT(CopyNtThreshold, "C4_COPY_NT_THRESHOLD", nullptr, 64 << 20, -1, INT64_MAX, kParamNone,
@@ -137,6 +140,16 @@ bool cpuHasAvx512() {
 #endif
 }
 
+// The ISA levels in order; C4_KERNELS_ISA_MAX caps what the dispatch takes the CPU to have.
+enum class Level { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+
+Level capLevel() {
+  const std::string cap = paramKernelsIsaMax();
+  if (cap == "scalar") return Level::kScalar;
+  if (cap == "avx2") return Level::kAvx2;
+  return Level::kAvx512;  // auto, avx512 (the registry refuses other values)
+}
+
 struct Tables {
   KernelTable scalar{};
   KernelTable avx2{};
@@ -144,6 +157,9 @@ struct Tables {
   KernelTable avx512NoVbmi{};  // tests: the AVX-512 table as a CPU without AVX512-VBMI gets it
   bool haveAvx2 = false;
   bool haveAvx512 = false;
+  bool cpuAvx2 = false;  // what the CPU reports, before the cap
+  bool cpuAvx512 = false;
+  Level capped = Level::kAvx512;
 };
 
 const Tables& tables() {
@@ -151,11 +167,15 @@ const Tables& tables() {
     Tables r;
     detail::fillScalarTable(&r.scalar);
     r.avx2 = r.scalar;
-    r.haveAvx2 = cpuHasAvx2() && detail::fillAvx2Table(&r.avx2);
+    const Level cap = capLevel();
+    r.cpuAvx2 = cpuHasAvx2();
+    r.cpuAvx512 = cpuHasAvx512();
+    r.capped = cap;
+    r.haveAvx2 = cap >= Level::kAvx2 && r.cpuAvx2 && detail::fillAvx2Table(&r.avx2);
     // AVX-512 starts from the AVX2 table so that anything it leaves out still runs vectorized.
     r.avx512 = r.haveAvx2 ? r.avx2 : r.scalar;
     r.avx512NoVbmi = r.avx512;
-    r.haveAvx512 = r.haveAvx2 && cpuHasAvx512() && detail::fillAvx512Table(&r.avx512, true) &&
+    r.haveAvx512 = r.haveAvx2 && cap >= Level::kAvx512 && r.cpuAvx512 && detail::fillAvx512Table(&r.avx512, true) &&
                    detail::fillAvx512Table(&r.avx512NoVbmi, false);
     r.avx512NoVbmi.name = "avx512novbmi";
     return r;
@@ -183,7 +203,8 @@ const KernelTable* initActive() {
   const KernelTable* t = tableFor(want.c_str());
   if (t == nullptr) {
     t = tableFor("auto");
-    C4_WARN(kLogInit, "C4_KERNELS_ISA=%s cannot run on this build/CPU; using %s", want.c_str(), t->name);
+    const char* why = isaUnavailableReason(want.c_str());
+    C4_WARN(kLogInit, "C4_KERNELS_ISA=%s cannot run here (%s); using %s", want.c_str(), why ? why : "?", t->name);
   }
   const KernelTable* expected = nullptr;
   if (gActive.compare_exchange_strong(expected, t, std::memory_order_acq_rel)) {
@@ -305,6 +326,28 @@ void copyStreaming(void* dst, const void* src, size_t bytes) {
 }
 
 const char* isaName() { return active().name; }
+
+const char* isaUnavailableReason(const char* isa) {
+  if (isa == nullptr) return "no instruction set named";
+  if (tableFor(isa) != nullptr) return nullptr;
+  const Tables& t = tables();
+  const bool wants512 = std::strcmp(isa, "avx512") == 0 || std::strcmp(isa, "avx512novbmi") == 0;
+  const bool wants2 = std::strcmp(isa, "avx2") == 0;
+  if (!wants512 && !wants2) return "unknown instruction set (scalar, avx2, avx512, avx512novbmi or auto)";
+#if !defined(__x86_64__)
+  return "the AVX kernels are built for x86-64 only";
+#else
+  if (wants2 || !t.cpuAvx2) {
+    if (!t.cpuAvx2) return "the CPU lacks AVX2 (avx2, fma, f16c)";
+    return "C4_KERNELS_ISA_MAX=scalar caps the kernels below AVX2 (the CPU has AVX2)";
+  }
+  if (!t.cpuAvx512) return "the CPU lacks AVX-512 (avx512f, avx512bw, avx512dq, avx512vl)";
+  if (t.capped < Level::kAvx512)
+    return t.capped == Level::kAvx2 ? "C4_KERNELS_ISA_MAX=avx2 caps the kernels below AVX-512 (the CPU has AVX-512)"
+                                    : "C4_KERNELS_ISA_MAX=scalar caps the kernels below AVX-512 (the CPU has AVX-512)";
+  return "the AVX-512 kernels failed to build their table";
+#endif
+}
 
 bool setIsaForTesting(const char* isa) {
   const KernelTable* t = isa != nullptr ? tableFor(isa) : nullptr;

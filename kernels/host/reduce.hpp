@@ -39,9 +39,15 @@ void copy(void* dst, const void* src, size_t bytes);
 void copyStreaming(void* dst, const void* src, size_t bytes);
 
 /// Name of the instruction set the dispatch chose ("avx512", "avx2", "scalar"). The choice is made
-/// once, at first use, from the CPU (__builtin_cpu_supports) and C4_KERNELS_ISA (auto|avx512|avx2|
-/// scalar; a choice the CPU cannot run falls back to the best it can, with a warning).
+/// once, at first use, from the CPU (__builtin_cpu_supports), capped by C4_KERNELS_ISA_MAX
+/// (auto|avx512|avx2|scalar: the highest level the CPU is taken to have), and C4_KERNELS_ISA
+/// (auto|avx512|avx2|scalar; a choice the CPU or the cap rules out falls back to the best allowed,
+/// with a warning).
 const char* isaName();
+
+/// Null if `isa` ("scalar", "avx2", "avx512", "avx512novbmi") can run here, else why not: the CPU
+/// lacks it, or C4_KERNELS_ISA_MAX caps it (a static string, for tests that cannot apply here).
+const char* isaUnavailableReason(const char* isa);
 
 /// Forces the instruction set for every later call ("scalar", "avx2", "avx512", "avx512novbmi" (the
 /// AVX-512 kernels a CPU without AVX512-VBMI runs), or "auto" for the CPU's best). Returns false, changing nothing, if

@@ -384,10 +384,21 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
                  chosen.end());
   }
   bool haveNetwork = false;
+  // Whether the transports made so far reach every peer (the same answer on every rank: a same-host
+  // transport decides collectively whom it reaches, e.g. shm where /dev/shm has no room).
+  auto reachAll = [&] {
+    for (int p = 0; p < n; ++p) {
+      bool reached = p == r;
+      for (const auto& t : transports) reached = reached || t->canConnect(p);
+      if (!reached) return false;
+    }
+    return true;
+  };
   for (const transport::TransportEntry* e : chosen) {
-    // Automatically, a network transport is only worth its setup when some rank is elsewhere, and
-    // only the first (in order of preference): it reaches every rank, so no peer would use another.
-    if (!listed && !e->sameHostOnly && (n == 1 || hosts.size() == 1 || haveNetwork)) continue;
+    // Automatically, a network transport is only worth its setup when some peer is not reached
+    // yet (a rank elsewhere), and only the first (in order of preference): it reaches every rank,
+    // so no peer would use another.
+    if (!listed && !e->sameHostOnly && (n == 1 || haveNetwork || (hosts.size() == 1 && reachAll()))) continue;
     std::unique_ptr<transport::Transport> t;
     Status made = e->create(ctx, &t);
     // Under auto, an AUTO_FIRST transport (RDMA) is only a candidate: where any rank cannot use it

@@ -24,15 +24,17 @@
 #include "kernels/cuda/cuda_kernels.hpp"
 #include "tests/coll/coll_matrix.hpp"
 #include "tests/coll/harness.hpp"
+#include "tests/common/not_applicable.hpp"
 
 namespace {
 
 using c4test::Failures;
 
-bool haveGpu() { return access("/dev/nvidia0", F_OK) == 0; }
+using c4test::haveGpuDevice;
 
 #define SKIP_WITHOUT_GPU() \
-  if (!haveGpu()) GTEST_SKIP() << "no CUDA GPU here (/dev/nvidia0); scripts/gpu-check.sh runs these on one"
+  if (!haveGpuDevice())    \
+  C4_NOT_APPLICABLE("no-gpu", "no CUDA GPU here (/dev/nvidia0); scripts/gpu-check.sh runs these on one")
 
 std::string cudaWhy(const char* what, cudaError_t e) { return std::string(what) + ": " + cudaGetErrorString(e); }
 

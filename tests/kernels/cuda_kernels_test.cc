@@ -16,6 +16,7 @@
 
 #include "c4comm/types.hpp"
 #include "kernels/host/reduce.hpp"
+#include "tests/common/not_applicable.hpp"
 
 namespace c4::kernels {
 namespace {
@@ -80,7 +81,8 @@ bool isNan(DataType dt, const unsigned char* p) {
 class Cuda : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (cuda::deviceCount() == 0) GTEST_SKIP() << "no CUDA GPU here (scripts/gpu-check.sh runs these on one)";
+    if (cuda::deviceCount() == 0)
+      C4_NOT_APPLICABLE("no-gpu", "no CUDA GPU here (scripts/gpu-check.sh runs these on one)");
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
   }
   void TearDown() override {
@@ -271,7 +273,7 @@ TEST_F(Cuda, BadArgumentsAreRefusedAndNothingRuns) {
 TEST(CudaRuntime, AHostWithoutAGpuGetsErrorsNotCrashes) {
   const int n = cuda::deviceCount();
   ASSERT_GE(n, 0);
-  if (n > 0) GTEST_SKIP() << "this host has " << n << " GPU(s); the no-GPU path runs in CI";
+  if (n > 0) C4_NOT_APPLICABLE("has-gpu", "this host has " << n << " GPU(s); the no-GPU path runs in CI");
   unsigned char host[64] = {};
   const cuda::Err e = cuda::reduce(host, host, host, 16, DataType::kFloat32, KOp::kSum, nullptr);
   EXPECT_NE(e, 0);

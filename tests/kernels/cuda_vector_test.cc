@@ -12,6 +12,7 @@
 #include "c4comm/types.hpp"
 #include "kernels/cuda/vector.hpp"
 #include "kernels/host/reduce.hpp"
+#include "tests/common/not_applicable.hpp"
 
 namespace c4::kernels::cuda {
 namespace {
@@ -73,7 +74,8 @@ void checkFamily(DataType dt, std::mt19937_64& rng) {
 class CudaVectorPacks : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(CudaVectorPacks, MatchTheHostKernelsBitForBit) {
-  if (!setIsaForTesting(GetParam())) GTEST_SKIP() << GetParam() << " cannot run on this CPU";
+  if (!setIsaForTesting(GetParam()))
+    C4_NOT_APPLICABLE("cpu-lacks-avx512", GetParam() << ": " << isaUnavailableReason(GetParam()));
   std::mt19937_64 rng(0xc4c0de);
   checkFamily<arith::Int<int8_t>>(DataType::kInt8, rng);
   checkFamily<arith::Int<uint8_t>>(DataType::kUint8, rng);

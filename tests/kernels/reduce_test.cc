@@ -8,7 +8,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <string>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "c4comm/types.hpp"
+#include "tests/common/not_applicable.hpp"
 
 namespace c4::kernels {
 namespace {
@@ -247,10 +251,16 @@ void fillRandom(uint8_t* p, size_t count, DataType dt, std::mt19937_64& rng) {
   }
 }
 
+// The reason key (tests/common/not_applicable.hpp) of an instruction set this machine cannot run.
+const char* isaSkipKey(const char* isa) {
+  return std::strcmp(isa, "avx2") == 0 ? "cpu-lacks-avx2" : "cpu-lacks-avx512";
+}
+
 class IsaTest : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    if (!setIsaForTesting(GetParam())) GTEST_SKIP() << GetParam() << " not supported by this build/CPU";
+    if (!setIsaForTesting(GetParam()))
+      C4_NOT_APPLICABLE(isaSkipKey(GetParam()), GetParam() << ": " << isaUnavailableReason(GetParam()));
     ASSERT_STREQ(isaName(), GetParam());
   }
   void TearDown() override { ASSERT_TRUE(setIsaForTesting("auto")); }
@@ -261,7 +271,8 @@ class IsaTest : public ::testing::TestWithParam<const char*> {
 class ReduceTest : public ::testing::TestWithParam<std::tuple<const char*, DataType, KOp>> {
  protected:
   void SetUp() override {
-    if (!setIsaForTesting(std::get<0>(GetParam()))) GTEST_SKIP() << "ISA not supported here";
+    const char* isa = std::get<0>(GetParam());
+    if (!setIsaForTesting(isa)) C4_NOT_APPLICABLE(isaSkipKey(isa), isa << ": " << isaUnavailableReason(isa));
   }
   void TearDown() override { ASSERT_TRUE(setIsaForTesting("auto")); }
 };
@@ -555,20 +566,57 @@ TEST_P(IsaTest, CopyAllSizesAndOffsets) {
 INSTANTIATE_TEST_SUITE_P(Isas, IsaTest, ::testing::ValuesIn(kIsas),
                          [](const auto& info) { return std::string(info.param); });
 
-TEST(KernelsDispatch, AutoPicksBestAndRejectsUnknown) {
+// The CPU's flags as the kernel reports them (what tools/check_suites.py reads too), so that the
+// dispatch is checked against a source other than the __builtin_cpu_supports it uses itself.
+std::string cpuFlags() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("flags", 0) == 0) return " " + line.substr(line.find(':') + 1) + " ";
+  return "";
+}
+
+bool hasFlags(const std::string& flags, std::initializer_list<const char*> want) {
+  for (const char* f : want)
+    if (flags.find(std::string(" ") + f + " ") == std::string::npos) return false;
+  return true;
+}
+
+// auto is the best level the CPU has, capped by C4_KERNELS_ISA_MAX (its ctest runs set it to avx2
+// and scalar: on a CPU with AVX-512 they run the suite as a CPU without it would).
+TEST(KernelsDispatch, AutoPicksTheBestTheCpuHasUnderTheCap) {
   ASSERT_TRUE(setIsaForTesting("auto"));
   const std::string best = isaName();
-  EXPECT_TRUE(best == "avx512" || best == "avx2" || best == "scalar");
   EXPECT_FALSE(setIsaForTesting("sse9"));
   EXPECT_FALSE(setIsaForTesting(nullptr));
+  EXPECT_NE(isaUnavailableReason("sse9"), nullptr);
   EXPECT_EQ(best, isaName());
+  const std::string flags = cpuFlags();
 #if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512vl")) {
-    EXPECT_EQ(best, "avx512");
-  }
+  ASSERT_FALSE(flags.empty()) << "no flags line in /proc/cpuinfo";
 #endif
+  const char* capEnv = std::getenv("C4_KERNELS_ISA_MAX");
+  const std::string cap = capEnv != nullptr ? capEnv : "auto";
+  const bool has512 = hasFlags(flags, {"avx512f", "avx512bw", "avx512dq", "avx512vl"});
+  const bool has2 = hasFlags(flags, {"avx2", "fma", "f16c"});
+  std::string want = "scalar";
+  if (has2 && cap != "scalar") want = "avx2";
+  if (has2 && has512 && cap != "scalar" && cap != "avx2") want = "avx512";
+  EXPECT_EQ(best, want) << "flags:" << flags.substr(0, 200) << "... cap " << cap;
+  // Every level above the one chosen says why it cannot run here; every level up to it runs.
+  EXPECT_EQ(isaUnavailableReason("scalar"), nullptr);
+  const bool run2 = want != "scalar", run512 = want == "avx512";
+  EXPECT_EQ(isaUnavailableReason("avx2") == nullptr, run2);
+  EXPECT_EQ(isaUnavailableReason("avx512") == nullptr, run512);
+  EXPECT_EQ(isaUnavailableReason("avx512novbmi") == nullptr, run512);
+  if (!run512) {
+    const std::string why = isaUnavailableReason("avx512");
+    EXPECT_NE(why.find(has512 ? "C4_KERNELS_ISA_MAX" : "the CPU lacks AVX-512"), std::string::npos) << why;
+  }
+  if (!run2) {
+    const std::string why = isaUnavailableReason("avx2");
+    EXPECT_NE(why.find(has2 ? "C4_KERNELS_ISA_MAX" : "the CPU lacks AVX2"), std::string::npos) << why;
+  }
 }
 
 TEST(KernelsDispatch, InvalidArgumentsDoNothing) {

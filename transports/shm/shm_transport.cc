@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -45,6 +46,19 @@ constexpr size_t kSlotHeaderBytes = 64;
 // prefetcher does not pull the control line into the sender's cache with the first slot.
 constexpr size_t kSlotsOffset = 128;
 constexpr size_t kPageBytes = 4096;
+// Ring slots sized automatically (C4_SHM_SLOT_BYTES=0) start at kMaxAutoSlot and halve until every
+// channel of the host fits the budget: 2 GiB, or less where /dev/shm has less room. Below
+// kMinAutoSlot the rings are not worth it: same-host peers then go over the network transport.
+constexpr uint64_t kMaxAutoSlot = 512u << 10;
+constexpr uint64_t kMinAutoSlot = 8u << 10;
+constexpr uint64_t kHostRingBudget = uint64_t{2} << 30;
+
+/// Bytes /dev/shm can still take (UINT64_MAX where it cannot be asked).
+uint64_t shmFreeBytes() {
+  struct statvfs v;
+  if (statvfs("/dev/shm", &v) != 0) return UINT64_MAX;
+  return static_cast<uint64_t>(v.f_bavail) * v.f_frsize;
+}
 
 // Slot kinds. A message is either kFirst followed by kNext pieces (data in the ring), or one
 // kSingle descriptor that the receiver answers by pulling from the sender's buffer.
@@ -921,12 +935,47 @@ char* ShmTransport::staging() {
 
 Status ShmTransport::setup() {
   if (slotBytes_ == 0) {
-    // Every channel may be used (AlltoAll): n^2 rings on the host must fit the budget.
+    // Every channel may be used (AlltoAll): n^2 rings on the host, plus each rank's header and
+    // arena, must fit the budget. The pages are only touched when a channel is first used, so a
+    // /dev/shm too small for them (a container's is often 64 MiB) would otherwise end in SIGBUS.
     const uint64_t n = static_cast<uint64_t>(std::max(1, localRanks()));
-    const uint64_t budget = uint64_t{2} << 30;
-    uint64_t fit = budget / (n * n * std::max<uint64_t>(1, numSlots_));
-    slotBytes_ = 512u << 10;
-    while (slotBytes_ > (32u << 10) && slotBytes_ > fit) slotBytes_ /= 2;
+    const uint64_t free = shmFreeBytes();
+    const uint64_t fixed = n * (kHeaderBytes + kArenaBytes);
+    const uint64_t room = free == UINT64_MAX ? kHostRingBudget : free / 4 * 3;  // leave some to others
+    const uint64_t budget = std::min(kHostRingBudget, room > fixed ? room - fixed : 0);
+    const uint64_t fit = budget / (n * n * std::max<uint64_t>(1, numSlots_)) / kPageBytes * kPageBytes;
+    uint64_t want = kMaxAutoSlot;
+    while (want > kMinAutoSlot && want > fit) want /= 2;
+    if (want > fit) want = 0;
+    // Collective: the ranks of a host share one /dev/shm but look at it at different moments, and
+    // must use the same slots: every rank takes the smallest its host's ranks found.
+    std::vector<uint64_t> fits(static_cast<size_t>(nranks_), 0);
+    fits[static_cast<size_t>(rank_)] = want;
+    C4_CHECK(oob_->allGather(fits.data(), sizeof(uint64_t)));
+    for (int r = 0; r < nranks_; ++r)
+      if (hostIds_[r] == hostIds_[rank_]) want = std::min(want, fits[static_cast<size_t>(r)]);
+    int first = rank_;  // the host's lowest rank says it once
+    for (int r = rank_ - 1; r >= 0; --r)
+      if (hostIds_[r] == hostIds_[rank_]) first = r;
+    if (want == 0) {
+      // No segment at all: the transport reaches no peer, and the network transport carries the
+      // same-host peers (core/comm.cc adds one wherever a peer is left unreached).
+      const std::string msg = strFormat(
+          "shm: /dev/shm has %llu MiB free, too little for the rings of %llu local ranks (at least %llu MiB); "
+          "ranks of this host talk over the network transport (make /dev/shm larger, e.g. docker --shm-size)",
+          static_cast<unsigned long long>(free == UINT64_MAX ? 0 : free >> 20), static_cast<unsigned long long>(n),
+          static_cast<unsigned long long>((n * n * numSlots_ * kMinAutoSlot + fixed) / 3 * 4 / (1u << 20) + 1));
+      if (first == rank_) {
+        C4_WARN(kLogShm, "%s", msg.c_str());
+      } else {
+        C4_INFO(kLogShm, "%s", msg.c_str());
+      }
+      return Status::ok();
+    }
+    slotBytes_ = want;
+    if (slotBytes_ < (32u << 10) && first == rank_)
+      C4_INFO(kLogShm, "shm: rank %d: /dev/shm has %llu MiB free: ring slots of %llu KiB", rank_,
+              static_cast<unsigned long long>(free >> 20), static_cast<unsigned long long>(slotBytes_ >> 10));
   }
   if (slotBytes_ < 2 * kSlotHeaderBytes || slotBytes_ % 64 != 0 || slotBytes_ > (64u << 20))
     return makeError(Code::kInvalidArgument, "shm: C4_SHM_SLOT_BYTES=%llu must be a multiple of 64 in [128, 64M]",
@@ -1115,8 +1164,16 @@ Status ShmTransport::connect(int peer, Connection** out) {
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
-    (void)madvise(out, channelBytes_, MADV_POPULATE_WRITE);
-    (void)madvise(in, channelBytes_, MADV_POPULATE_WRITE);
+    // Where /dev/shm ran out of room since setup, this fails (EFAULT) instead of a SIGBUS later.
+    for (char* ring : {out, in}) {
+      if (madvise(ring, channelBytes_, MADV_POPULATE_WRITE) == 0 || errno == EINVAL) continue;
+      const int e = errno;
+      return makeError(Code::kSystemError,
+                       "shm: rank %d: /dev/shm has no room for the ring %s rank %d (%zu bytes, %llu MiB free): %s; "
+                       "make /dev/shm larger or set C4_SHM_SLOT_BYTES smaller",
+                       rank_, ring == out ? "to" : "from", peer, channelBytes_,
+                       static_cast<unsigned long long>(shmFreeBytes() >> 20), strerror(e));
+    }
     conns_[peer] = std::make_unique<ShmConnection>(this, peer, pids_[peer], seg, out, in);
   }
   *out = conns_[peer].get();

@@ -20,7 +20,8 @@ namespace c4::transport {
 C4_PARAM_INT(ShmSlotBytes, "C4_SHM_SLOT_BYTES", nullptr, 0, 128, int64_t{64} << 20,
              kParamSameOnAllRanks | kParamZeroToo,
              "shm: bytes per ring slot including its 64-byte header (multiple of 64); 0 = by "
-             "ranks on the host: 512 KiB, less above 16 ranks so that every channel fits a 2 GiB host budget")
+             "ranks on the host: 512 KiB, less above 16 ranks so that every channel fits a 2 GiB host budget and "
+             "3/4 of /dev/shm's free space (down to 8 KiB; below that same-host ranks use the network transport)")
 C4_PARAM_INT(ShmSlots, "C4_SHM_SLOTS", nullptr, 8, 2, 4096, kParamSameOnAllRanks, "shm: slots per channel ring")
 C4_PARAM_INT(ShmCma, "C4_SHM_CMA", nullptr, 1, 0, 1, kParamSameOnAllRanks,
              "shm: 1 = single-copy large messages allowed (CMA between processes, memcpy between ranks of one "
