@@ -1,6 +1,8 @@
 #include "common/logging.hpp"
 
+#include <fcntl.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -14,6 +16,7 @@
 #include <string>
 
 #include "common/params.hpp"
+#include "common/status.hpp"
 
 namespace c4 {
 
@@ -43,7 +46,8 @@ C4_PARAM_STR(DebugSubsys, "C4_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS",
              "Comma list of subsystems to log (INIT, COLL, P2P, SHM, NET, BOOTSTRAP, TUNING, ENV, ALLOC, CALL, PLAN, "
              "SCHED, ALL); a leading ^ excludes the listed ones")
 C4_PARAM_STR(DebugFile, "C4_DEBUG_FILE", "NCCL_DEBUG_FILE", "", {}, kParamNone,
-             "Write the log to this file instead of stderr; %h expands to the host name, %p to the pid")
+             "Write the log to this file instead of stderr, appended; %h expands to the host name, %p to the pid, %% "
+             "to %; a symbolic link or FIFO is refused (the log stays on stderr, saying why)")
 
 namespace {
 
@@ -126,25 +130,31 @@ void init(LogState& s, const LogConfig& cfg) {
   const int level = std::max(0, levelOf(cfg.level));
   s.mask.store(logSubsysMask(cfg.subsys));
   const std::string& file = cfg.file;
+  std::string refused;
   if (!file.empty() && level > 0) {
-    std::string path;
-    for (size_t i = 0; i < file.size(); ++i) {
-      if (file[i] == '%' && i + 1 < file.size() && file[i + 1] == 'h') {
-        path += s.host;
-        ++i;
-      } else if (file[i] == '%' && i + 1 < file.size() && file[i + 1] == 'p') {
-        path += std::to_string(getpid());
-        ++i;
+    const std::string path = expandPathPattern(file);
+    if (path == "/dev/stdout") {
+      s.out = stdout;
+    } else if (path == "/dev/stderr") {
+      s.out = stderr;
+    } else {
+      std::string why;
+      const int fd = openAppend(path, &why);
+      FILE* f = fd >= 0 ? fdopen(fd, "a") : nullptr;
+      if (f != nullptr) {
+        setvbuf(f, nullptr, _IOLBF, 0);
+        s.out = f;
       } else {
-        path += file[i];
+        if (fd >= 0) close(fd);
+        refused = "C4_DEBUG_FILE=" + file + ": " + (why.empty() ? std::string(strerror(errno)) : why) +
+                  "; logging to standard error";
       }
-    }
-    if (FILE* f = fopen(path.c_str(), "a")) {
-      setvbuf(f, nullptr, _IOLBF, 0);
-      s.out = f;
     }
   }
   s.level.store(level);
+  // Said once, where the log goes now (the lock is not held by the caller of init during it).
+  if (!refused.empty() && level >= static_cast<int>(LogLevel::kWarn))
+    fprintf(s.out, "%s:%d:%ld c4 WARN %s\n", s.host, getpid(), static_cast<long>(syscall(SYS_gettid)), refused.c_str());
 }
 
 // Read the settings when the library loads, before the program starts threads: a process that
@@ -196,6 +206,93 @@ void logMessage(LogLevel level, uint32_t subsys, const char* file, int line, con
   else
     fprintf(s.out, "%s:%d:%ld c4 %s %s\n", s.host, getpid(), static_cast<long>(syscall(SYS_gettid)),
             kLevelNames[static_cast<int>(level)], msg);
+}
+
+void DropLog::drop(const std::string& from, const std::string& why, int64_t nowMs) {
+  flush(nowMs);
+  if (windowStartMs_ < 0) windowStartMs_ = nowMs;
+  if (++inWindow_ <= kVerbatim) {
+    const char* more = inWindow_ == kVerbatim ? " (further drops in the next 10 s are counted, not logged)" : "";
+    if (logEnabled(LogLevel::kWarn, subsys_))
+      logMessage(LogLevel::kWarn, subsys_, __FILE__, __LINE__, "%s: dropped connection from %s: %s%s", who_.c_str(),
+                 from.c_str(), why.c_str(), more);
+    return;
+  }
+  // Folded: counted per source host (the port changes with every connection).
+  const std::string host = from.substr(0, from.rfind(':'));
+  ++foldedCount_;
+  ++foldedTotal_;
+  lastWhy_ = why;
+  for (auto& [h, n] : folded_)
+    if (h == host) {
+      ++n;
+      return;
+    }
+  folded_.emplace_back(host, 1);
+}
+
+void DropLog::flush(int64_t nowMs) {
+  if (windowStartMs_ < 0 || (nowMs >= 0 && nowMs - windowStartMs_ < kWindowMs)) return;
+  if (foldedCount_ > 0 && logEnabled(LogLevel::kWarn, subsys_)) {
+    std::sort(folded_.begin(), folded_.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::string from;
+    for (size_t i = 0; i < folded_.size() && i < 4; ++i)
+      from += (i ? ", " : "") + folded_[i].first + " (" + std::to_string(folded_[i].second) + ")";
+    if (folded_.size() > 4) from += strFormat(" and %zu more hosts", folded_.size() - 4);
+    const int64_t spanS = nowMs >= 0 ? (nowMs - windowStartMs_) / 1000 : kWindowMs / 1000;
+    logMessage(LogLevel::kWarn, subsys_, __FILE__, __LINE__,
+               "%s: %llu more connections dropped in the last %lld s, from %s (the last: %s)", who_.c_str(),
+               static_cast<unsigned long long>(foldedCount_), static_cast<long long>(spanS), from.c_str(),
+               lastWhy_.c_str());
+  }
+  windowStartMs_ = -1;
+  inWindow_ = 0;
+  foldedCount_ = 0;
+  folded_.clear();
+}
+
+std::string expandPathPattern(const std::string& pattern, int rank) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] != '%' || i + 1 == pattern.size()) {
+      out += pattern[i];
+      continue;
+    }
+    const char c = pattern[++i];
+    if (c == 'h') {
+      char h[256] = {0};
+      gethostname(h, sizeof(h) - 1);
+      if (char* dot = strchr(h, '.')) *dot = 0;  // the short name, as log lines say it
+      out += h;
+    } else if (c == 'p') {
+      out += std::to_string(getpid());
+    } else if (c == 'r' && rank >= 0) {
+      out += std::to_string(rank);
+    } else if (c == '%') {
+      out += '%';
+    } else {
+      out += '%';
+      out += c;
+    }
+  }
+  return out;
+}
+
+int openAppend(const std::string& path, std::string* why) {
+  const int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  if (fd < 0) {
+    const int e = errno;
+    *why = e == ELOOP ? "is a symbolic link, not followed" : e == ENXIO ? "is a FIFO nobody reads" : strerror(e);
+    return -1;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISCHR(st.st_mode))) {
+    close(fd);
+    *why = "is not a regular file";
+    return -1;
+  }
+  (void)fcntl(fd, F_SETFL, O_WRONLY | O_APPEND);  // writes may block again (a full disk, a slow terminal)
+  return fd;
 }
 
 }  // namespace c4

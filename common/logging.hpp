@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace c4 {
 
@@ -36,6 +38,47 @@ void logMessage(LogLevel level, uint32_t subsys, const char* file, int line, con
 uint32_t logSubsysMask(const std::string& spec);
 /// Re-reads C4_DEBUG* (tests use it after setenv).
 void logReload();
+
+/// A file name pattern with %h (short host name), %p (pid), %r (`rank`; kept as is when rank < 0) and
+/// %% (a percent sign) expanded; any other %x stays as written.
+std::string expandPathPattern(const std::string& pattern, int rank = -1);
+
+/// Opens `path` for appending the way c4comm writes its files (C4_DEBUG_FILE, C4_DIAG_FILE): never
+/// through a symbolic link at the final name, never blocking on a FIFO, only a regular file or a
+/// character device (/dev/null, a terminal); created 0644. -1 with *why set otherwise.
+int openAppend(const std::string& path, std::string* why);
+
+/// Warnings about connections a listener dropped (strangers: junk, a wrong secret, a handshake too
+/// slow), folded so that a flood or a slowloris on a job's ports cannot fill its log: the first
+/// kVerbatim of each 10 s window are logged as they come; the rest are counted and summarized once
+/// the window is over ("412 more connections dropped in the last 10 s, from 10.0.0.7 (400),
+/// 10.0.0.9 (12)"), at the next drop, at flush() or at destruction. One per listener; not
+/// thread-safe (its owner's thread).
+class DropLog {
+ public:
+  static constexpr int kVerbatim = 3;
+  static constexpr int64_t kWindowMs = 10000;
+  DropLog(std::string who, uint32_t subsys) : who_(std::move(who)), subsys_(subsys) {}
+  ~DropLog() { flush(); }
+  DropLog(const DropLog&) = delete;
+  DropLog& operator=(const DropLog&) = delete;
+  /// A connection from `from` ("host:port") was dropped because `why`. `nowMs`: the monotonic clock.
+  void drop(const std::string& from, const std::string& why, int64_t nowMs);
+  /// Logs the summary of the folded drops if the window is over (`nowMs` < 0: whatever the time).
+  void flush(int64_t nowMs = -1);
+  /// Drops folded into a summary so far (tests).
+  uint64_t folded() const { return foldedTotal_; }
+
+ private:
+  std::string who_;
+  uint32_t subsys_;
+  int64_t windowStartMs_ = -1;
+  int inWindow_ = 0;  // drops logged or folded in this window
+  uint64_t foldedTotal_ = 0;
+  std::vector<std::pair<std::string, uint64_t>> folded_;  // by source host, this window
+  uint64_t foldedCount_ = 0;
+  std::string lastWhy_;
+};
 
 }  // namespace c4
 

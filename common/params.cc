@@ -35,8 +35,14 @@ void warnOnce(const ParamInfo& info, const char* setBy, const char* value, const
     std::lock_guard<std::mutex> g(*mu);
     if (!seen->insert(std::string(setBy) + "=" + value).second) return;
   }
-  C4_WARN_ALWAYS(kLogEnv, "ignoring %s=%s: %s; using the default %s%s%s", setBy, value, why.c_str(),
-                 info.isString ? "'" : "", info.defaultText, info.isString ? "'" : "");
+  // One statement of what happens: a value set by its C4_ name makes communicator init fail
+  // (core/settings.cc), so "using the default" would be wrong there; an NCCL_ alias's is a warning.
+  if (strncmp(setBy, "C4_", 3) == 0)
+    C4_WARN_ALWAYS(kLogEnv, "refusing %s=%s: %s; communicator init fails while it is set (docs/params.md)", setBy,
+                   value, why.c_str());
+  else
+    C4_WARN_ALWAYS(kLogEnv, "ignoring %s=%s: %s; using the default %s%s%s", setBy, value, why.c_str(),
+                   info.isString ? "'" : "", info.defaultText, info.isString ? "'" : "");
 }
 
 bool isChoice(const char* choices, const std::string& v) {
@@ -56,7 +62,7 @@ namespace detail {
 bool parseIntParam(const char* text, int64_t* out) {
   char* end = nullptr;
   errno = 0;
-  long long x = strtoll(text, &end, 0);
+  long long x = strtoll(text, &end, 0);  // skips leading blanks
   if (errno != 0 || end == text) return false;
   int shift = 0;
   if (*end == 'K' || *end == 'k')
@@ -65,6 +71,7 @@ bool parseIntParam(const char* text, int64_t* out) {
     shift = 20, ++end;
   else if (*end == 'G' || *end == 'g')
     shift = 30, ++end;
+  while (*end == ' ' || *end == '\t' || *end == '\n') ++end;  // trailing blanks too, as leading ones
   if (*end != '\0') return false;
   // The suffix must not overflow.
   if (shift > 0 && (x > (INT64_MAX >> shift) || x < (INT64_MIN >> shift))) return false;

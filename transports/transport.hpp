@@ -261,8 +261,11 @@ struct Context {
   int nranks = 1;
   std::string commTag;            // unique per communicator (hex); use it to name OS objects
   std::vector<uint64_t> hostIds;  // same host id => same host
+  // A rank's pid where this process can use it (same host and pid namespace), else 0: another
+  // host, or a pid namespace where its pid would name another process (containers of one pod).
   std::vector<int32_t> pids;
-  Oob* oob = nullptr;  // collective over all ranks during setup (allGather, barrier)
+  std::vector<uint64_t> processes;  // processToken() per rank: equal only within one process
+  Oob* oob = nullptr;               // collective over all ranks during setup (allGather, barrier)
   // Give up on a pending request that sees no progress for this long; 0: never (a communicator's
   // watchdog decides, with C4_TIMEOUT, and names what it waited for). Standalone users (tests) set it.
   int64_t timeoutMs = 300000;

@@ -148,9 +148,4 @@ bool ProcessWatch::exited() const {
   return paren && (paren[2] == 'Z' || paren[2] == 'X');
 }
 
-uint64_t pidNamespaceId() {
-  struct stat st {};
-  return stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
-}
-
 }  // namespace c4::transport

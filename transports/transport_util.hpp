@@ -74,8 +74,4 @@ class ProcessWatch {
   int pidfd_ = -1;
 };
 
-/// The inode of this process's pid namespace (0 if unknown): equal on two processes of one host
-/// means their pids name the same processes.
-uint64_t pidNamespaceId();
-
 }  // namespace c4::transport

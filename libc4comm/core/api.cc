@@ -124,6 +124,19 @@ class BusyScope {
   Comm* c_;
 };
 
+/// While it lives, C4D's heartbeats say this rank waits inside c4comm in `what`, a blocking call
+/// that is no collective (so a peer's hang diagnosis does not call it busy outside c4comm).
+class InsideCall {
+ public:
+  InsideCall(Comm* c, const char* what) : c_(c) { c_->health->telemetry().setInside(what); }
+  ~InsideCall() { c_->health->telemetry().setInside(nullptr); }
+  InsideCall(const InsideCall&) = delete;
+  InsideCall& operator=(const InsideCall&) = delete;
+
+ private:
+  Comm* c_;
+};
+
 /// Runs `job` on comm's progress thread: waits for it (blocking communicators) or returns
 /// kInProgress (non-blocking: commGetAsyncError reports the outcome).
 Status submitJob(Comm* comm, const std::shared_ptr<Job>& job, bool forceWait = false) {
@@ -813,6 +826,7 @@ Status commSplit(Comm* comm, int color, int key, Comm** newcomm, const Config* c
   if (comm->engine) comm->engine->drain();
   if (!newcomm) return record(makeError(Code::kInvalidArgument, "newcomm is NULL"));
   if (color < -1) return record(makeError(Code::kInvalidArgument, "color %d is negative (use -1 for no color)", color));
+  InsideCall inside(comm, "ncclCommSplit");
   struct Entry {
     int32_t color, key;
   };
@@ -1040,6 +1054,7 @@ Status windowRegister(Comm* comm, void* buff, size_t size, int flags, Window** w
   // another thread waits for it); with one, it takes the drive only for the window's local changes.
   std::optional<BusyScope> busy;
   if (!comm->engine) busy.emplace(comm);
+  InsideCall inside(comm, "ncclCommWindowRegister");
   return record(comm->rma.registerWindow(comm, buff, size, prep, reg, windowPath(comm), win));
 }
 
@@ -1048,6 +1063,7 @@ Status windowDeregister(Comm* comm, Window* win) {
   if (comm->engine) comm->engine->drain();
   std::optional<BusyScope> busy;
   if (!comm->engine) busy.emplace(comm);
+  InsideCall inside(comm, "ncclCommWindowDeregister");
   return record(comm->rma.deregisterWindow(comm, win, windowPath(comm)));
 }
 
@@ -1163,15 +1179,25 @@ Status waitSignal(int n, const int* peers, const int* counts, Comm* comm, void* 
 
 Status commFinalize(Comm* comm) {
   C4_CHECK_RECORD(checkComm(comm));
-  // Host collectives complete before they return; a progress thread's queue runs to its end first.
-  if (comm->engine) comm->engine->drain();
-  if (!comm->finalized) {
+  if (comm->finalized) return Status::ok();
+  comm->finalized = true;
+  auto finish = [comm] {
     // A second clock sample (so c4-trace can correct drift); bounded, as a rank may not finalize.
     if (comm->recorder.allocated() && !comm->failed.load()) comm->traceClockSync(1, 2000);
     dumpTrace(comm, trace::DumpReason::kFinalize);
+    return Status::ok();
+  };
+  if (comm->engine && !comm->config.blocking && !comm->failed.load()) {
+    // Non-blocking (NCCL): queued behind the calls before it; kInProgress until commGetAsyncError
+    // says it is done, so a late peer holds up nothing but the queue.
+    auto job = std::make_shared<Job>();
+    job->kind = Job::Kind::kCall;
+    job->call = finish;
+    return submitJob(comm, job);
   }
-  comm->finalized = true;
-  return Status::ok();
+  // Host collectives complete before they return; a progress thread's queue runs to its end first.
+  if (comm->engine) comm->engine->drain();
+  return finish();
 }
 
 Status commDestroy(Comm* comm) {
@@ -1179,6 +1205,8 @@ Status commDestroy(Comm* comm) {
   C4_CHECK_RECORD(checkComm(comm));
   unregisterComm(comm);
   dropGroupWork(comm, "destroyed");
+  // A nonblocking init still waiting for its peers ends now rather than at C4_TIMEOUT.
+  comm->cancelInit();
   // C4D's goodbye first: from now on the health thread asks this communicator for nothing.
   comm->health->stop(comm->failed.load() ? "failed" : "left");
   // What is queued on a progress thread runs first (NCCL's destroy also completes pending work).
@@ -1194,6 +1222,7 @@ Status commAbort(Comm* comm) {
   C4_CHECK_RECORD(checkComm(comm));
   unregisterComm(comm);
   dropGroupWork(comm, "aborted");
+  comm->cancelInit();  // a nonblocking init still waiting for its peers ends now
   comm->health->stop("aborted");
   const Status why = makeError(Code::kRemoteError, "rank %d aborted the communicator", comm->rank);
   if (comm->engine) {

@@ -177,7 +177,7 @@ struct ServerConn {
 // Accepts every pending connection on listenFd and sends each its challenge.
 // Through `guard`: out of file descriptors, the listener pauses instead of spinning (AcceptGuard).
 void acceptPending(int listenFd, int64_t handshakeMs, std::vector<std::unique_ptr<ServerConn>>* conns,
-                   detail::AcceptGuard* guard, const char* who) {
+                   detail::AcceptGuard* guard, DropLog* drops, const char* who) {
   for (;;) {
     auto c = std::make_unique<ServerConn>();
     Status st = guard->accept(listenFd, &c->fd, &c->peer);
@@ -194,7 +194,7 @@ void acceptPending(int listenFd, int64_t handshakeMs, std::vector<std::unique_pt
     size_t n = 0;
     if (!randomBytes(ch.nonce, 16).isOk() || !detail::writeSome(c->fd.get(), &ch, sizeof(ch), &n).isOk() ||
         n != sizeof(ch)) {
-      C4_WARN(kLogBootstrap, "%s: could not send the challenge to %s; dropped", who, c->peer.toString().c_str());
+      drops->drop(c->peer.toString(), "could not send it the challenge", nowMs());
       continue;
     }
     memcpy(c->nonce, ch.nonce, 16);
@@ -299,13 +299,15 @@ void rootMain(std::unique_ptr<Root> root) {
   int arrived = 0;
   bool done = false;
 
+  DropLog drops(who, kLogBootstrap);
   auto dropPending = [&](size_t i, const std::string& why) {
-    C4_WARN(kLogBootstrap, "%s: dropped connection from %s: %s", who, pending[i]->peer.toString().c_str(), why.c_str());
+    drops.drop(pending[i]->peer.toString(), why, nowMs());
     pending.erase(pending.begin() + static_cast<long>(i));
   };
 
   while (!done) {
     const int64_t now = nowMs();
+    drops.flush(now);
     const int64_t giveUp = std::min(lifetimeDeadline, failDeadline);
     if (now >= giveUp) break;
     int64_t wake = giveUp;
@@ -383,7 +385,7 @@ void rootMain(std::unique_ptr<Root> root) {
     }
     if (!done && ((rc > 0 && (pfds[0].revents & POLLIN)) || accepts.retryDue(t))) {
       accepted.clear();
-      acceptPending(root->listen.get(), root->handshakeMs, &accepted, &accepts, who);
+      acceptPending(root->listen.get(), root->handshakeMs, &accepted, &accepts, &drops, who);
       for (auto& a : accepted) {
         auto c = std::make_unique<RootConn>();
         c->fd = std::move(a->fd);
@@ -682,7 +684,8 @@ struct Bootstrap::Impl {
   Fd listen;
   Fd wakeFd;  // eventfd: written by abort() / the destructor, never drained
   std::atomic<bool> aborted{false};
-  Fd ringWakeFd;  // eventfd: written by abort() and interruptCollectives(), never drained
+  int cancelFd = -1;  // the creator's: readable once it cancels (create's cancelFd); not owned
+  Fd ringWakeFd;      // eventfd: written by abort() and interruptCollectives(), never drained
   std::atomic<bool> ringInterrupted{false};
   std::atomic<bool> stopping{false};
   std::thread progress;
@@ -724,6 +727,15 @@ struct Bootstrap::Impl {
   Status abortedError(const char* op) const {
     return makeError(Code::kRemoteError, "%s: %s: aborted", prefix.c_str(), op);
   }
+  /// Every blocked and later call fails fast (Bootstrap::abort, or the creator's cancelFd).
+  void abortCalls() {
+    {
+      std::lock_guard<std::mutex> g(mu);  // pairs with the predicate checks of waiting recvs
+      aborted.store(true);
+    }
+    wake();
+    cv.notify_all();
+  }
   int64_t deadline() const { return nowMs() + timeoutMs; }
 
   void progressMain();
@@ -746,9 +758,9 @@ void Bootstrap::Impl::progressMain() {
   std::vector<std::unique_ptr<InStream>> streams;
   const int64_t handshakeMs = std::max<int64_t>(1, paramBootstrapHandshakeTimeout());
   const std::string who = prefix;
+  DropLog drops(who, kLogBootstrap);
   auto drop = [&](size_t i, const std::string& why) {
-    C4_WARN(kLogBootstrap, "%s: dropped connection from %s: %s", who.c_str(), hs[i]->peer.toString().c_str(),
-            why.c_str());
+    drops.drop(hs[i]->peer.toString(), why, nowMs());
     hs.erase(hs.begin() + static_cast<long>(i));
   };
   auto streamFailed = [&](size_t i, const std::string& why) {
@@ -772,15 +784,21 @@ void Bootstrap::Impl::progressMain() {
     pfds.push_back({paused ? -1 : listen.get(), POLLIN, 0});
     for (auto& c : hs) pfds.push_back({c->fd.get(), POLLIN, 0});
     for (auto& s : streams) pfds.push_back({s->fd.get(), POLLIN, 0});
+    pfds.push_back({cancelFd, POLLIN, 0});  // ignored while -1
     int rc = ::poll(pfds.data(), pfds.size(), wakeAt == INT64_MAX ? -1 : detail::msLeft(wakeAt));
     if (rc < 0) {
       if (errno == EINTR) continue;
       C4_WARN(kLogBootstrap, "%s: progress thread: poll: %s; stopping", who.c_str(), strerror(errno));
       return;
     }
+    if (pfds.back().revents) {
+      abortCalls();  // the creator cancelled (an abort during a nonblocking init)
+      return;
+    }
     if (pfds[0].revents) return;  // abort or destruction: every call fails fast from now on
     const size_t nHs = hs.size();
     const int64_t t = nowMs();
+    drops.flush(t);
     // Streams (after the handshakes in pfds), newest first so erasing keeps indices valid.
     for (size_t i = streams.size(); i-- > 0;) {
       if (pfds[2 + nHs + i].revents == 0) continue;
@@ -859,12 +877,12 @@ void Bootstrap::Impl::progressMain() {
       }
     }
     if ((pfds[1].revents & POLLIN) || accepts.retryDue(nowMs()))
-      acceptPending(listen.get(), handshakeMs, &hs, &accepts, who.c_str());
+      acceptPending(listen.get(), handshakeMs, &hs, &accepts, &drops, who.c_str());
   }
 }
 
 Status Bootstrap::create(const UniqueId& id, int rank, int nranks, const RankInfo& mine, int64_t timeoutMs,
-                         std::unique_ptr<Bootstrap>* out) {
+                         std::unique_ptr<Bootstrap>* out, int cancelFd) {
   const int64_t start = nowMs();
   if (out == nullptr) return makeError(Code::kInvalidArgument, "Bootstrap::create: out is null");
   if (nranks <= 0 || rank < 0 || rank >= nranks)
@@ -879,6 +897,7 @@ Status Bootstrap::create(const UniqueId& id, int rank, int nranks, const RankInf
   impl->rank = rank;
   impl->nranks = nranks;
   impl->timeoutMs = timeoutMs;
+  impl->cancelFd = cancelFd;
   impl->prefix = strFormat("bootstrap rank %d/%d comm %s", rank, nranks, commTagOf(id).c_str());
   const char* pfx = impl->prefix.c_str();
   impl->inboundOpen.assign(nranks, 0);
@@ -905,9 +924,12 @@ Status Bootstrap::create(const UniqueId& id, int rank, int nranks, const RankInf
   // 2. Join through the root.
   const std::string rootWho = "the bootstrap root at " + rootAddr.toString();
   Fd rootFd;
-  st = detail::connectSocket(rootAddr, deadline, -1, &rootFd);
+  // Until the ring is up, every wait also ends when the creator cancels (impl->wakeFd: the progress
+  // thread posts it then).
+  const int abortFd = impl->wakeFd.get();
+  st = detail::connectSocket(rootAddr, deadline, abortFd, &rootFd);
   if (!st.isOk()) return makeError(st.code(), "%s: %s", pfx, st.message().c_str());
-  st = clientHandshake(rootFd.get(), impl->secret, kRoleRoot, rank, deadline, -1, rootWho);
+  st = clientHandshake(rootFd.get(), impl->secret, kRoleRoot, rank, deadline, abortFd, rootWho);
   if (!st.isOk()) return makeError(st.code(), "%s: %s", pfx, st.message().c_str());
   RegisterMsg reg;
   memset(static_cast<void*>(&reg), 0, sizeof(reg));
@@ -917,10 +939,11 @@ Status Bootstrap::create(const UniqueId& id, int rank, int nranks, const RankInf
   reg.remainingMs = static_cast<uint32_t>(std::min<int64_t>(detail::msLeft(deadline), UINT32_MAX));
   reg.info = mine;
   reg.listen = detail::toWire(myAddr);
-  C4_CHECK(detail::sendAll(rootFd.get(), &reg, sizeof(reg), deadline, -1, impl->prefix + ": registering"));
+  C4_CHECK(detail::sendAll(rootFd.get(), &reg, sizeof(reg), deadline, abortFd, impl->prefix + ": registering"));
   ReplyHdr rh;
-  st = detail::recvAll(rootFd.get(), &rh, sizeof(rh), deadline, -1, "waiting for " + rootWho);
+  st = detail::recvAll(rootFd.get(), &rh, sizeof(rh), deadline, abortFd, "waiting for " + rootWho);
   if (!st.isOk()) {
+    if (impl->aborted.load()) return impl->abortedError("joining");
     if (st.message().find("timed out") != std::string::npos)
       return makeError(Code::kRemoteError,
                        "%s: timed out after %lld ms waiting for %s to report all %d ranks (the root did not say which "
@@ -930,7 +953,8 @@ Status Bootstrap::create(const UniqueId& id, int rank, int nranks, const RankInf
   }
   C4_CHECK(bootwire::checkReplyHdr(rh, pfx, rootWho));
   std::vector<char> body(rh.bytes);
-  C4_CHECK(detail::recvAll(rootFd.get(), body.data(), body.size(), deadline, -1, impl->prefix + ": reading the reply"));
+  C4_CHECK(
+      detail::recvAll(rootFd.get(), body.data(), body.size(), deadline, abortFd, impl->prefix + ": reading the reply"));
   rootFd.reset();
   C4_CHECK(bootwire::decodeReply(rh, body, nranks, pfx, &impl->infos, &impl->addrs));
 
@@ -945,6 +969,7 @@ Status Bootstrap::create(const UniqueId& id, int rank, int nranks, const RankInf
     std::unique_lock<std::mutex> lk(impl->mu);
     const int prev = (rank - 1 + nranks) % nranks;
     while (!impl->ringPrev.valid()) {
+      if (impl->aborted.load()) return impl->abortedError("waiting for the ring link");
       if (impl->cv.wait_until(lk, std::chrono::steady_clock::now() +
                                       std::chrono::milliseconds(detail::msLeft(deadline))) == std::cv_status::timeout &&
           !impl->ringPrev.valid() && nowMs() >= deadline)
@@ -966,14 +991,7 @@ int Bootstrap::rank() const { return impl_->rank; }
 int Bootstrap::nranks() const { return impl_->nranks; }
 const std::vector<RankInfo>& Bootstrap::rankInfo() const { return impl_->infos; }
 
-void Bootstrap::abort() {
-  {
-    std::lock_guard<std::mutex> g(impl_->mu);  // pairs with the predicate checks of waiting recvs
-    impl_->aborted.store(true);
-  }
-  impl_->wake();
-  impl_->cv.notify_all();
-}
+void Bootstrap::abort() { impl_->abortCalls(); }
 
 void Bootstrap::interruptCollectives() {
   impl_->ringInterrupted.store(true);
@@ -1058,6 +1076,13 @@ std::string Bootstrap::peerStreamError(int peer) const {
   if (peer < 0 || peer >= m.nranks) return "no such rank";
   std::lock_guard<std::mutex> g(m.mu);
   return m.inboundOpen[static_cast<size_t>(peer)] == 0 ? m.peerErrors[static_cast<size_t>(peer)] : std::string();
+}
+
+bool Bootstrap::peerStreamOpen(int peer) const {
+  Impl& m = *impl_;
+  if (peer < 0 || peer >= m.nranks) return false;
+  std::lock_guard<std::mutex> g(m.mu);
+  return m.inboundOpen[static_cast<size_t>(peer)] > 0;
 }
 
 Status Bootstrap::send(int peer, uint32_t tag, const void* data, size_t bytes, int64_t timeoutMs) {

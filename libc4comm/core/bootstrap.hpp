@@ -51,9 +51,11 @@ std::string commTagOf(const UniqueId& id);
 class Bootstrap : public transport::Oob {
  public:
   /// Joins the communicator `id` as `rank` of `nranks`. Blocks until every rank joined or
-  /// `timeoutMs` passed (error names the ranks that never arrived, if known).
+  /// `timeoutMs` passed (error names the ranks that never arrived, if known). `cancelFd` (optional,
+  /// not owned, must outlive the bootstrap): once it is readable, the join and every later blocking
+  /// call fail fast, as after abort() (an abort during a nonblocking init).
   static Status create(const UniqueId& id, int rank, int nranks, const RankInfo& mine, int64_t timeoutMs,
-                       std::unique_ptr<Bootstrap>* out);
+                       std::unique_ptr<Bootstrap>* out, int cancelFd = -1);
   ~Bootstrap() override;
 
   int rank() const;
@@ -79,6 +81,9 @@ class Bootstrap : public transport::Oob {
   std::string peerAddress(int peer) const;
   /// Why `peer`'s incoming send/recv stream closed or broke ("" while it is open or never was).
   std::string peerStreamError(int peer) const;
+  /// Whether an incoming send/recv stream from `peer` is open: what it sent last may not have been
+  /// read yet (a process that exited closed it, but this side has not seen the end).
+  bool peerStreamOpen(int peer) const;
   Status recv(int peer, uint32_t tag, void* data, size_t bytes, int64_t timeoutMs = -1);
   /// recv from whichever rank of `from` has a message with `tag` first (lowest rank among those
   /// already there); *peer says which. Fails if one of them closed with an error before sending.

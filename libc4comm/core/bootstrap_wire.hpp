@@ -20,12 +20,20 @@ namespace c4 {
 
 /// What each rank tells the others at bootstrap.
 struct RankInfo {
-  uint64_t hostId = 0;   // see localHostId()
-  uint64_t clockId = 0;  // see localClockId()
-  int32_t pid = 0;
+  uint64_t hostId = 0;         // see localHostId()
+  uint64_t clockId = 0;        // see localClockId()
+  int32_t pid = 0;             // in the rank's own pid namespace: see visiblePid()
   int32_t localRankHint = -1;  // from the launcher, if known
+  uint64_t process = 0;        // processToken(): equal only for ranks of one process
+  uint64_t pidNs = 0;          // pidNamespaceId()
   char hostname[64] = {0};     // NUL-terminated once decoded (decodeReply)
 };
+
+/// `peer`'s pid as this process can use it (/proc/<pid>, pidfd, CMA): its pid where both are on one
+/// host and in one pid namespace, else 0 (its pid would name another process here, or none).
+inline int32_t visiblePid(const RankInfo& me, const RankInfo& peer) {
+  return peer.hostId == me.hostId && peer.pidNs != 0 && peer.pidNs == me.pidNs ? peer.pid : 0;
+}
 
 }  // namespace c4
 

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sched.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "common/clock.hpp"
 #include "common/logging.hpp"
 #include "common/params.hpp"
+#include "common/process.hpp"
 #include "common/siphash.hpp"
 #include "common/socket.hpp"
 #include "common/status.hpp"
@@ -58,6 +60,19 @@ C4_PARAM_INT(ScheduleCache, "C4_SCHEDULE_CACHE", nullptr, 64, 1, 65536, kParamNo
              "Generated schedules kept per communicator (LRU)")
 C4_PARAM_INT(TraceClockRounds, "C4_TRACE_CLOCK_ROUNDS", nullptr, 8, 0, 1000, kParamSameOnAllRanks,
              "Ping-pongs per rank with rank 0 that align trace clocks at init and finalize (0: none)")
+C4_PARAM_STR(TestInitStall, "C4_TEST_INIT_STALL", nullptr, "", "|bootstrap|transports|zerocopy|schedules|lanes|clock",
+             kParamNone,
+             "Tests only: this rank stops before the named phase of communicator init until it is killed, so that "
+             "its peers wait for it there (an abort must still end their init at once)")
+
+namespace {
+/// C4_TEST_INIT_STALL: stops this rank before init phase `phase` for good.
+void stallForTest(const char* phase) {
+  if (paramTestInitStall() != phase) return;
+  C4_WARN(kLogInit, "C4_TEST_INIT_STALL: stopped before init phase %s until killed", phase);
+  for (;;) sleep(1);
+}
+}  // namespace
 
 int64_t commTimeoutMs(const Config& config) {
   // The environment wins over the Config, as NCCL's variables win over ncclConfig_t.
@@ -269,6 +284,16 @@ Comm::Comm()
       oneShotPath_(std::make_unique<OneShotPath>(this)),
       zeroCopyPath_(std::make_unique<ZeroCopyPath>(this, messagePath_.get())) {
   health = std::make_unique<HealthMonitor>(this);
+  cancelFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);  // -1: init cannot be cancelled (it times out)
+}
+
+void Comm::cancelInit() {
+  if (initDone_.load(std::memory_order_acquire)) return;
+  cancelled_.store(true, std::memory_order_release);
+  if (cancelFd_ >= 0) {
+    uint64_t one = 1;
+    (void)!write(cancelFd_, &one, sizeof(one));  // readable for good
+  }
 }
 
 void Comm::flushSends() {
@@ -302,6 +327,7 @@ Comm::~Comm() {
   transports.clear();
   bootstrap.reset();
   free(scratch_);
+  if (cancelFd_ >= 0) close(cancelFd_);
 }
 
 Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
@@ -321,8 +347,11 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   mine.hostId = localHostId();
   mine.clockId = localClockId(trace::configuredSkewNs());
   mine.pid = static_cast<int32_t>(getpid());
+  mine.process = processToken();
+  mine.pidNs = pidNamespaceId();
   gethostname(mine.hostname, sizeof(mine.hostname) - 1);
-  C4_CHECK(Bootstrap::create(id, r, n, mine, timeoutMs, &bootstrap));
+  stallForTest("bootstrap");
+  C4_CHECK(Bootstrap::create(id, r, n, mine, timeoutMs, &bootstrap, cancelFd_));
   peers = bootstrap->rankInfo();
   const double tBootstrap = msNow();
 
@@ -353,11 +382,13 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   ctx.timeoutMs = 0;  // the watchdog decides (C4_TIMEOUT); transports only detect failures
   for (const RankInfo& p : peers) {
     ctx.hostIds.push_back(p.hostId);
-    ctx.pids.push_back(p.pid);
+    ctx.pids.push_back(visiblePid(mine, p));
+    ctx.processes.push_back(p.process);
   }
   deriveAuthKey(id, ctx.authKey);
   ctx.lanePlan = lanePlanner.hook();
 
+  stallForTest("transports");
   // Every rank's settings must be acceptable, and those that shape the schedules or the wire
   // (C4_TRANSPORT among them) the same on every rank: one collective check (core/settings.hpp).
   C4_CHECK(checkSettings(*bootstrap, r, n));
@@ -490,9 +521,10 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   transport::setOversubscribed(oversubscribed);
   const double tTransports = msNow();
   oneShot.init(this, localRanks, arenaT);
-  std::vector<int32_t> pids;
-  for (const RankInfo& p : peers) pids.push_back(p.pid);
-  C4_CHECK(zeroCopy.init(this, pids, timeoutMs, &oneShot, arenaT, &gpuGate,
+  stallForTest("zerocopy");
+  std::vector<PeerProcess> procs;
+  for (const RankInfo& p : peers) procs.push_back(PeerProcess{visiblePid(mine, p), p.process});
+  C4_CHECK(zeroCopy.init(this, procs, timeoutMs, &oneShot, arenaT, &gpuGate,
                          [this](const void* p, size_t len) { return registeredRange(p, len); }));
   const double tZeroCopy = msNow();
   shmTransport = localRanks > 1 ? arenaT : nullptr;
@@ -507,12 +539,13 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   if (hosts.size() > 1 && interT != nullptr)
     tuner.setHosts(hostOf, intraT != nullptr ? intraT->caps() : interT->caps(), interT->caps());
   // Schedule files (C4_SCHEDULE_FILE) before C4P plans: its flows follow the schedules in use.
+  stallForTest("schedules");
   {
     uint64_t topoHash = 0;
     const bool haveTopo = lanePlanner.readTopology(&topoHash);
     // Every rank takes part in the comparison, a rank whose files did not load too (as a record
     // no rank accepts), so that none waits for it.
-    Status local = tuner.loadSchedules(haveTopo, topoHash);
+    Status local = tuner.loadSchedules(haveTopo, topoHash, timeoutMs);
     struct {
       uint64_t hash;
       int32_t ok;
@@ -545,11 +578,14 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   transport::Transport* laneT = nullptr;
   for (transport::Transport* t : peerTransport)
     if (t != nullptr && laneT == nullptr && t->caps().lanes) laneT = t;
+  stallForTest("lanes");
   C4_CHECK(lanePlanner.init(r, n, bootstrap.get(), hostOf, laneT, tuner, &recorder));
   // Transports that open their lanes at init (ibverbs' queue pairs) do it now, on the plan.
   for (auto& t : transports) C4_CHECK(t->startLanes());
+  stallForTest("clock");
   traceClockSync(0, timeoutMs);
   C4_CHECK(health->start());
+  initDone_.store(true, std::memory_order_release);
   const double tEnd = msNow();
   C4_INFO(kLogInit,
           "comm %s rank %d/%d pid %d: %zu host(s), %d rank(s) on this host%s, transports: %s; init %.1f ms (bootstrap "

@@ -148,6 +148,12 @@ struct Comm final : public ExecContext {
   /// From any thread: makes the driving thread fail the communicator with `st` at its next poll
   /// (or does it now if no operation runs), so transports are only ever touched by one thread.
   void requestAbort(const Status& st);
+  /// From any thread, while init runs on another (a nonblocking init): its waits for the peers end
+  /// at once and init fails, so that an abort or destroy does not wait for C4_TIMEOUT. A no-op
+  /// once init completed.
+  void cancelInit();
+  /// init was cancelled (ExecContext: the zero-copy probe's wait ends).
+  bool cancelled() const override { return cancelled_.load(std::memory_order_acquire); }
   /// Ok, or the error every call on a failed communicator returns.
   Status failure();
 
@@ -262,6 +268,9 @@ struct Comm final : public ExecContext {
   /// Tells C4D whom the stalled operation `p` waits for.
   void reportStall(const PreparedCall* p);
   std::map<Registration*, std::unique_ptr<Registration>> registrations_;  // live commRegister handles
+  int cancelFd_ = -1;                   // eventfd, readable once cancelInit() was called
+  std::atomic<bool> cancelled_{false};  // cancelInit() was called before init completed
+  std::atomic<bool> initDone_{false};   // init completed
 };
 
 /// How long any wait (bootstrap, a peer, a collective) may see no progress, in ms: C4_TIMEOUT if

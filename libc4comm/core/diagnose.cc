@@ -51,6 +51,8 @@ std::string standing(const RankView& v, int64_t seq) {
                   seconds(v.enteredAgoMs));
   else if (v.inP2p)
     s = "in a send/receive batch";
+  else if (!v.inside.empty())
+    s = "inside c4comm in " + v.inside;
   else if (v.left > 0)
     s = strFormat("idle since it left collective seq %llu %.1f s ago", static_cast<unsigned long long>(v.left - 1),
                   seconds(v.leftAgoMs));
@@ -159,6 +161,9 @@ Diagnosis classifyHang(const HangInput& in) {
         last += strFormat("; its heartbeat stopped %.1f s ago (process stopped, frozen or unreachable)",
                           seconds(v.silentMs));
         d.confidence = 0.8;
+      } else if (!v.inside.empty()) {
+        last += "; it waits inside c4comm in " + v.inside +
+                ", a call the other ranks did not make (the ranks' calls do not match)";
       } else {
         last += "; it is alive (heartbeats), so it is busy outside c4comm";
       }

@@ -37,6 +37,7 @@ struct RankView {
   uint64_t left = 0;     ///< collective seq + 1 it left last
   int64_t enteredAgoMs = 0, leftAgoMs = 0;
   bool inP2p = false;     ///< inside a point-to-point batch
+  std::string inside;     ///< a blocking library call that is no collective it waits in ("" = none)
   int64_t stalledMs = 0;  ///< its running operation made no progress for this long (0: not stalled)
   std::vector<int> waitingOn;
   std::vector<int> stuckTo;  ///< ranks it has data in flight to that does not move (lanes busy)

@@ -32,6 +32,9 @@ class ExecContext {
   virtual uint64_t transportProgress() const = 0;
   virtual trace::Recorder& tracer() = 0;
   virtual Watchdog& watchdog() = 0;
+  /// The communicator's init was cancelled (an abort or destroy while it initializes): waits of the
+  /// init phase end.
+  virtual bool cancelled() const { return false; }
 };
 
 }  // namespace c4

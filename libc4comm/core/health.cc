@@ -82,30 +82,6 @@ class HealthService {
   std::thread thread_;
 };
 
-std::string substitutePath(const std::string& pattern, int rank) {
-  std::string out;
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    if (pattern[i] != '%' || i + 1 == pattern.size()) {
-      out += pattern[i];
-      continue;
-    }
-    const char c = pattern[++i];
-    if (c == 'h') {
-      char h[256] = {0};
-      gethostname(h, sizeof(h) - 1);
-      out += h;
-    } else if (c == 'p') {
-      out += std::to_string(getpid());
-    } else if (c == 'r') {
-      out += std::to_string(rank);
-    } else {
-      out += '%';
-      out += c;
-    }
-  }
-  return out;
-}
-
 /// Whether process `pid` of this host is gone (no such process, or a zombie).
 bool processGone(int pid, std::string* why) {
   if (pid <= 0) return false;
@@ -291,6 +267,7 @@ bool HealthMonitor::isFatal(const Diagnosis& d) {
 
 struct HealthMonitor::Peer {
   RankView v;
+  int32_t localPid = 0;  // its pid where this process can look it up (visiblePid), else 0
   int64_t startNs = 0;
   int64_t lastHeardNs = 0;
   int64_t enteredAtNs = 0, leftAtNs = 0;  // this rank's clock
@@ -317,7 +294,7 @@ Status HealthMonitor::start() {
   periodMs_ = std::max<int64_t>(50, paramHeartbeatMs());
   timeoutMs_ = std::max<int64_t>(2 * periodMs_, paramHeartbeatTimeout());
   const std::string df = paramDiagFile();
-  if (!df.empty()) diagPath_ = substitutePath(df, comm_->rank);
+  if (!df.empty()) diagPath_ = expandPathPattern(df, comm_->rank);
   SlowDetector::Config sc;
   sc.stragglerMs = std::max<int64_t>(1, paramStragglerMs());
   sc.slowPercent = static_cast<int>(std::min<int64_t>(99, std::max<int64_t>(1, paramSlowLinkPercent())));
@@ -344,6 +321,7 @@ Status HealthMonitor::start() {
       p.v.rank = r;
       p.v.host = label(r);
       p.v.pid = comm_->peers[static_cast<size_t>(r)].pid;
+      p.localPid = visiblePid(comm_->peers[static_cast<size_t>(comm_->rank)], comm_->peers[static_cast<size_t>(r)]);
       p.startNs = now;
     }
   }
@@ -436,6 +414,7 @@ RankView HealthMonitor::viewOf(int r, int64_t now) const {
     v.enteredAgoMs = agoTicks(telemetry_.enteredTicks());
     v.leftAgoMs = agoTicks(telemetry_.leftTicks());
     v.inP2p = telemetry_.inP2p();
+    if (const char* in = telemetry_.inside()) v.inside = in;
     v.stalledMs = stallSinceNs_ ? ago(stallSinceNs_) : 0;
     v.waitingOn = waitingOn_;
     v.stuckTo = stuckTo_;
@@ -462,8 +441,11 @@ bool HealthMonitor::isReporter() const {
 }
 
 void HealthMonitor::tick(int64_t now) {
+  // The evidence of deaths first, the messages second: a goodbye is read off a peer's stream before
+  // its end is, so whatever ended before this look has its goodbye taken by receive().
+  const std::vector<std::string> gone = deathEvidence(now, true);
   receive(now, false);
-  checkLinks(now);
+  checkLinks(now, gone);
   if (now >= nextBeatNs_) {
     nextBeatNs_ = now + periodMs_ * 1000000;
     sendHeartbeats(now);
@@ -508,6 +490,7 @@ void HealthMonitor::sendHeartbeats(int64_t now) {
     base["l"] = me.left;
     base["la"] = me.leftAgoMs;
     base["p2p"] = me.inP2p;
+    if (!me.inside.empty()) base["in"] = me.inside;
     base["st"] = me.stalledMs;
     base["w"] = me.waitingOn;
     base["k"] = me.stuckTo;
@@ -593,15 +576,18 @@ void HealthMonitor::receive(int64_t now, bool failing) {
       p.v.leftInOrder = true;
       continue;
     }
-    p.delay.align(detail::nowNs(), &hb);  // the same clock as the sender's "t" (same host: the very same)
-    p.v.entered = hb.entered;
-    p.v.left = hb.left;
-    p.enteredAtNs = hb.enteredAtNs;
-    p.leftAtNs = hb.leftAtNs;
-    p.v.inP2p = hb.inP2p;
-    p.stalledAtNs = hb.stalledAtNs;
-    p.v.waitingOn = std::move(hb.waitingOn);
-    p.v.stuckTo = std::move(hb.stuckTo);
+    if (hb.hasState) {
+      p.delay.align(detail::nowNs(), &hb);  // the same clock as the sender's "t" (same host: the very same)
+      p.v.entered = hb.entered;
+      p.v.left = hb.left;
+      p.enteredAtNs = hb.enteredAtNs;
+      p.leftAtNs = hb.leftAtNs;
+      p.v.inP2p = hb.inP2p;
+      p.v.inside = std::move(hb.inside);
+      p.stalledAtNs = hb.stalledAtNs;
+      p.v.waitingOn = std::move(hb.waitingOn);
+      p.v.stuckTo = std::move(hb.stuckTo);
+    }
     if (hb.hasFailed) p.v.failed = hb.failed;
     for (const Heartbeat::Op& op : hb.ops) slow_.addOp(from, op.seq, op.enterNs, op.gapNs);
     if (hb.hasRates) slow_.addRates(from, now, hb.rates);
@@ -626,7 +612,33 @@ void HealthMonitor::receive(int64_t now, bool failing) {
   }
 }
 
-void HealthMonitor::checkLinks(int64_t now) {
+std::vector<std::string> HealthMonitor::deathEvidence(int64_t now, bool silentOnly) {
+  std::vector<std::string> gone(static_cast<size_t>(comm_->nranks));
+  for (int r = 0; r < comm_->nranks; ++r) {
+    if (r == comm_->rank) continue;
+    int32_t pid;
+    int64_t silent;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      const Peer& p = peers_[static_cast<size_t>(r)];
+      if (p.v.gone || p.v.leftInOrder) continue;
+      pid = p.localPid;
+      silent = now - (p.lastHeardNs ? p.lastHeardNs : p.startNs);
+    }
+    std::string& why = gone[static_cast<size_t>(r)];
+    const std::string err = comm_->bootstrap->peerStreamError(r);
+    if (!err.empty()) {
+      why = "its side-channel link closed without a goodbye (" + err + ")";
+    } else if (pid > 0 && (!silentOnly || silent > 2 * periodMs_ * 1000000) && processGone(pid, &why) &&
+               comm_->bootstrap->peerStreamOpen(r)) {
+      // Its process is gone, but what it sent last (a goodbye, maybe) is not read yet: look again.
+      why.clear();
+    }
+  }
+  return gone;
+}
+
+void HealthMonitor::checkLinks(int64_t now, const std::vector<std::string>& gone) {
   std::vector<Diagnosis> found;
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -634,29 +646,23 @@ void HealthMonitor::checkLinks(int64_t now) {
       if (r == comm_->rank) continue;
       Peer& p = peers_[static_cast<size_t>(r)];
       if (p.v.gone || p.v.leftInOrder) continue;
-      std::string why;
-      const std::string err = comm_->bootstrap->peerStreamError(r);
-      if (!err.empty() && !p.v.failed.empty()) {
+      const std::string& why = gone[static_cast<size_t>(r)];
+      if (!why.empty() && !p.v.failed.empty() && why.rfind("its side-channel link closed", 0) == 0) {
         // It exited after its communicator failed (and said so): not a death to diagnose.
         p.v.gone = true;
         p.v.goneWhy = "exited after its communicator failed (" + p.v.failed + ")";
         p.reportedGone = true;
         continue;
       }
-      if (!err.empty()) {
-        why = "its side-channel link closed without a goodbye (" + err + ")";
-      } else {
-        const bool sameHost =
-            comm_->peers[static_cast<size_t>(r)].hostId == comm_->peers[static_cast<size_t>(comm_->rank)].hostId;
+      if (why.empty()) {
         const int64_t silent = now - (p.lastHeardNs ? p.lastHeardNs : p.startNs);
-        if (sameHost && silent > 2 * periodMs_ * 1000000) processGone(p.v.pid, &why);
-        if (why.empty() && silent > timeoutMs_ * 1000000 && !p.warnedSilent) {
+        if (silent > timeoutMs_ * 1000000 && !p.warnedSilent) {
           p.warnedSilent = true;
           C4_WARN(kLogInit, "rank %d: C4D: no heartbeat from rank %d (host %s) for %lld ms: unresponsive", comm_->rank,
                   r, p.v.host.c_str(), static_cast<long long>(silent / 1000000));
         }
+        continue;
       }
-      if (why.empty()) continue;
       p.v.gone = true;
       p.v.goneWhy = why;
     }
@@ -712,7 +718,8 @@ void HealthMonitor::record(Diagnosis& d, bool mine) {
           mine ? "" : std::to_string(d.reporter).c_str(), mine ? "" : ")", d.summary.c_str());
   C4_INFO(kLogColl, "rank %d: C4D record: %s", comm_->rank, d.json.c_str());
   if (!diagPath_.empty()) {
-    int fd = open(diagPath_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    std::string why;
+    const int fd = openAppend(diagPath_, &why);
     if (fd >= 0) {
       const std::string line = d.json + "\n";
       ssize_t w = write(fd, line.data(), line.size());  // one write: lines of several ranks do not interleave
@@ -720,7 +727,7 @@ void HealthMonitor::record(Diagnosis& d, bool mine) {
       close(fd);
     } else {
       C4_WARN(kLogColl, "rank %d: C4D: cannot append to C4_DIAG_FILE %s: %s", comm_->rank, diagPath_.c_str(),
-              strerror(errno));
+              why.c_str());
     }
   }
   DiagnosisCallback cb;
@@ -783,6 +790,27 @@ void HealthMonitor::failComm(const Diagnosis& d, bool fromPeer) {
 
 Status HealthMonitor::diagnoseHang(const Status& st, int64_t seq) {
   if (!running_) return st;
+  // A rank is alive when a heartbeat came within two periods, unresponsive once none came for
+  // C4_HEARTBEAT_TIMEOUT. In between (a frozen rank, with C4_TIMEOUT shorter than the heartbeat
+  // timeout) what its last heartbeat said is stale: wait for either, so that the diagnosis never
+  // depends on which of the two timeouts is shorter.
+  const int64_t freshMs = 2 * periodMs_ + 250;
+  for (;;) {
+    const int64_t now = nowNs();
+    bool undecided = false;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (!failedWith_.empty()) return st;
+      for (int r = 0; r < comm_->nranks; ++r) {
+        if (r == comm_->rank) continue;
+        const RankView v = viewOf(r, now);
+        undecided |= !v.gone && !v.leftInOrder && v.failed.empty() && !v.unresponsive && v.silentMs > freshMs;
+      }
+    }
+    if (!undecided) break;
+    receive(now, true);
+    usleep(20000);
+  }
   Diagnosis d;
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -818,6 +846,8 @@ Status HealthMonitor::explainFailure(const Status& st) {
   const int64_t until = nowNs() + 500 * 1000000LL;
   for (;;) {
     const int64_t now = nowNs();
+    // Deaths before messages, as in tick(): a goodbye read now wins over the end of its stream.
+    const std::vector<std::string> gone = deathEvidence(now, false);
     receive(now, true);  // what the peers said meanwhile (a diagnosis, a failure, a goodbye)
     Diagnosis d;
     bool fromPeer = false;
@@ -835,13 +865,8 @@ Status HealthMonitor::explainFailure(const Status& st) {
           if (r == comm_->rank) continue;
           Peer& p = peers_[static_cast<size_t>(r)];
           if (p.v.gone || p.v.leftInOrder) continue;
-          std::string why;
-          const std::string err = comm_->bootstrap->peerStreamError(r);
-          if (!err.empty() && !p.v.failed.empty()) continue;  // it failed first (and said so), then exited
-          if (!err.empty())
-            why = "its side-channel link closed without a goodbye (" + err + ")";
-          else if (comm_->peers[static_cast<size_t>(r)].hostId == comm_->peers[static_cast<size_t>(comm_->rank)].hostId)
-            processGone(p.v.pid, &why);
+          const std::string& why = gone[static_cast<size_t>(r)];
+          if (!why.empty() && !p.v.failed.empty()) continue;  // it failed first (and said so), then exited
           if (!why.empty()) {
             p.v.gone = true;
             p.v.goneWhy = why;

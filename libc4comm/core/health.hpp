@@ -44,7 +44,8 @@ C4_PARAM_INT(HeartbeatTimeout, "C4_HEARTBEAT_TIMEOUT", nullptr, 10000, 100, 8640
              "C4D: milliseconds without a heartbeat after which a rank counts as unresponsive")
 C4_PARAM_STR(DiagFile, "C4_DIAG_FILE", nullptr, "", {}, kParamNone,
              "C4D: file the diagnosis records are appended to, one JSON object per line (%h = host, %p = pid, "
-             "%r = rank); empty = none (they still go to the log and the trace)")
+             "%r = rank, %% = %; a symbolic link is not followed); empty = none (they still go to the log and the "
+             "trace)")
 C4_PARAM_INT(StragglerMs, "C4_STRAGGLER_MS", nullptr, 100, 1, 3600000, kParamNone,
              "C4D: a rank that arrives at collectives this many milliseconds (median) after the others, in most "
              "of at least 8 recent ones, is reported as a straggler")
@@ -94,6 +95,10 @@ class Telemetry {
     }
   }
   bool inP2p() const { return p2p_.load(std::memory_order_relaxed); }
+  /// A blocking library call that is no collective (window registration, split, shrink) starts
+  /// (`what`: a string literal) or ends (null): a rank waiting in it is inside c4comm.
+  void setInside(const char* what) { inside_.store(what, std::memory_order_relaxed); }
+  const char* inside() const { return inside_.load(std::memory_order_relaxed); }
   uint64_t entered() const { return entered_.load(std::memory_order_acquire); }  // seq + 1, 0: none
   uint64_t left() const { return left_.load(std::memory_order_acquire); }
   uint64_t enteredTicks() const { return enteredTicks_.load(std::memory_order_relaxed); }
@@ -114,6 +119,7 @@ class Telemetry {
   Slot ring_[kHistory];
   std::atomic<uint64_t> entered_{0}, left_{0}, enteredTicks_{0}, leftTicks_{0}, bytes_{0};
   std::atomic<bool> p2p_{false};
+  std::atomic<const char*> inside_{nullptr};
   uint64_t p2pSince_ = 0, p2pTotal_ = 0;  // driving thread
 };
 
@@ -187,7 +193,12 @@ class HealthMonitor {
   /// it), so a peer's fatal diagnosis is recorded but does not fail it again.
   void receive(int64_t nowNs, bool failing);
   static bool isFatal(const Diagnosis& d);
-  void checkLinks(int64_t nowNs);
+  /// Per rank, why it is gone ("" = no evidence): its side-channel stream ended without a goodbye,
+  /// or its process is gone and its stream was read to the end. Taken before receive() takes the
+  /// messages, so a goodbye that came before the end always wins. `silentOnly`: look for the process
+  /// only of ranks silent for two heartbeat periods.
+  std::vector<std::string> deathEvidence(int64_t nowNs, bool silentOnly);
+  void checkLinks(int64_t nowNs, const std::vector<std::string>& gone);
   void sendHeartbeats(int64_t nowNs);
   void sendTo(int rank, const std::string& payload);
   void analyzeSlow(int64_t nowNs);

@@ -97,11 +97,17 @@ Status parseHeartbeat(const char* data, size_t bytes, int from, int64_t nowNs, H
   // such as 6.7e22 for "e" was converted to uint64_t, which is undefined, and an age times 10^6
   // overflowed).
   try {
+    h.hasState = j.contains("e");
     h.entered = integerField<uint64_t>(j, "e", 0);
     h.left = integerField<uint64_t>(j, "l", 0);
     h.enteredAtNs = nowNs - ageField(j, "ea", kMaxAgeMs) * 1000000;
     h.leftAtNs = nowNs - ageField(j, "la", kMaxAgeMs) * 1000000;
     h.inP2p = j.value("p2p", false);
+    if (j.contains("in")) {
+      if (!j["in"].is_string() || j["in"].get_ref<const std::string&>().size() > 64)
+        throw Malformed("\"in\" is not a short string");
+      h.inside = j["in"].get<std::string>();
+    }
     if (j.contains("t")) {
       const int64_t t = integer<int64_t>(j["t"], "t");
       if (t < 0 || t > kMaxAgeUs) throw Malformed("\"t\" is out of range: " + j["t"].dump());

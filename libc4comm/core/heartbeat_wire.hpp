@@ -17,10 +17,14 @@ namespace c4 {
 
 /// What one heartbeat says, its times converted to the receiver's clock.
 struct Heartbeat {
-  bool bye = false;                ///< the peer leaves in order (destroy, abort); nothing below is set
+  bool bye = false;  ///< the peer leaves in order (destroy, abort); nothing below is set
+  /// It says where the peer stands (the fields down to stuckTo): a periodic heartbeat. A diagnosis
+  /// or failure notice sent between heartbeats does not, and must not erase what the last said.
+  bool hasState = false;
   uint64_t entered = 0, left = 0;  ///< collective seq + 1 it entered / left last
   int64_t enteredAtNs = 0, leftAtNs = 0;
   bool inP2p = false;
+  std::string inside;       ///< a blocking library call it waits in that is no collective ("" = none)
   int64_t stalledAtNs = 0;  ///< since when its running operation made no progress (0: it does not)
   std::vector<int> waitingOn, stuckTo;
   bool hasFailed = false;

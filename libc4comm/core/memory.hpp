@@ -5,6 +5,13 @@
 // /proc/<pid>/fd/<fd> (the same check as reading /proc/<pid>/mem, weaker than CMA's), so
 // collectives on such buffers can read and write the peers' buffers directly (core/zerocopy.hpp).
 // Ranks of one process find each other's allocations in the registry and use them in place.
+//
+// What is opened is checked before it is mapped: the fd number may have been closed and reused
+// (the peer freed the buffer, then opened a file), and the pid may name another process (the peer
+// exited and its pid was reused, or it lives in another pid namespace). Each memfd is named after
+// its process's token and its allocation id ("c4comm-mem:<token>:<id>") and sealed against
+// shrinking, so a mapping is made only of a file that is that very allocation, and a peer's
+// mapping can never turn into SIGBUS. A pid is only used where the owner's pid namespace is ours.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +22,12 @@
 #include "c4comm/status.hpp"
 
 namespace c4 {
+
+/// The process that owns an allocation, as a rank of this host sees it.
+struct PeerProcess {
+  int32_t pid = 0;       // usable here (same host and pid namespace), else 0
+  uint64_t process = 0;  // its processToken()
+};
 
 /// Where a buffer lies inside a shareable allocation.
 struct MemRef {
@@ -45,14 +58,15 @@ class PeerMappings {
   PeerMappings(const PeerMappings&) = delete;
   PeerMappings& operator=(const PeerMappings&) = delete;
 
-  /// The address of [ref.off, ref.off + len) of allocation ref.id of process `pid` (this process:
-  /// in place). Maps the allocation on first use.
-  Status resolve(int32_t pid, const MemRef& ref, size_t len, char** out);
+  /// The address of [ref.off, ref.off + len) of allocation ref.id of process `owner` (this process:
+  /// in place). Maps the allocation on first use, once the file behind the owner's fd proves to be
+  /// that allocation (else kRemoteError: it was freed, or the pid names another process).
+  Status resolve(const PeerProcess& owner, const MemRef& ref, size_t len, char** out);
   size_t size() const { return maps_.size(); }
 
  private:
   struct Map {
-    int32_t pid;
+    uint64_t process;
     uint64_t id;
     char* base;
     size_t bytes;

@@ -22,11 +22,16 @@ C4_PARAM_INT(RmaMapped, "C4_RMA_MAPPED", nullptr, 1, 0, 1, kParamSameOnAllRanks,
              "One-sided calls (ncclPutSignal) to ranks of the same host: 1 write through the mapping of the "
              "peer's window (ncclMemAlloc memory); 0 send them through the bootstrap's side channel, as to ranks "
              "of other hosts")
+C4_PARAM_INT(RmaWindowBytes, "C4_RMA_WINDOW_BYTES", nullptr, 64 << 20, 4096, int64_t{1} << 40, kParamNone,
+             "One-sided puts through the side channel (to ranks of other hosts) that one rank may have sent to "
+             "another and that the target has not applied yet, in bytes; a put beyond waits for the target to "
+             "apply (its waitSignal), up to C4_TIMEOUT. Bounds the target's buffer")
 
 namespace {
 
 constexpr uint32_t kTagRma = 0xC4A30001u;
-constexpr uint32_t kRmaMagic = 0x52344d41u;  // "AM4R"
+constexpr uint32_t kTagRmaCredit = 0xC4A30002u;  // target -> sender: bytes applied so far (uint64_t)
+constexpr uint32_t kRmaMagic = 0x52344d41u;      // "AM4R"
 enum : uint32_t { kKindPut = 1, kKindSignal = 2, kKindFence = 3 };
 
 /// The header of a one-sided message on the side channel; a put's data follows it.
@@ -81,7 +86,12 @@ Status Rma::ensureSignalBlock(int nranks) {
   }
   consumed_.assign(static_cast<size_t>(nranks), 0);
   fencesSeen_.assign(static_cast<size_t>(nranks), 0);
+  sent_.assign(static_cast<size_t>(nranks), 0);
+  credited_.assign(static_cast<size_t>(nranks), 0);
+  applied_.assign(static_cast<size_t>(nranks), 0);
+  creditSent_.assign(static_cast<size_t>(nranks), 0);
   mapped_ = paramRmaMapped() != 0;
+  windowBytes_ = static_cast<uint64_t>(paramRmaWindowBytes());
   return Status::ok();
 }
 
@@ -250,12 +260,27 @@ Status Rma::deregisterWindow(Comm* c, Window* w, const OnPath& onPath) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
-  // Once every rank is here, no put into this window is in flight any more.
+  // Once every rank is here, no put into this window is in flight any more. Every rank says which
+  // window it deregisters: ranks that deregister windows in different orders would otherwise each
+  // drop a different one, and a rank would go on putting into a buffer its owner freed.
   if (st.isOk()) {
-    st = c->bootstrap->barrier();
+    std::vector<uint32_t> ids(static_cast<size_t>(c->nranks), 0);
+    ids[static_cast<size_t>(c->rank)] = w->id;
+    st = c->bootstrap->allGather(ids.data(), sizeof(uint32_t));
     if (!st.isOk())
       st = makeError(st.code(), "rank %d: window deregistration (collective: every rank deregisters): %s", c->rank,
                      st.message().c_str());
+    for (int p = 0; st.isOk() && p < c->nranks; ++p) {
+      if (ids[static_cast<size_t>(p)] == w->id) continue;
+      // The same answer on every rank; nothing is deregistered, so the program may deregister
+      // again in the right order.
+      return makeError(
+          Code::kInvalidUsage,
+          "rank %d: window deregistration: this rank deregisters window #%u but rank %d deregisters window #%u "
+          "(numbered in registration order); every rank must deregister the same window in the same "
+          "order (none was deregistered)",
+          c->rank, w->id, p, ids[static_cast<size_t>(p)]);
+    }
   }
   // Whatever happened: this rank closes its CUDA IPC mappings of the peers' registered buffers (the
   // windows' among them; the others are opened again when next needed), deregisters its buffer
@@ -300,15 +325,63 @@ Status Rma::checkPeer(const char* fn, Comm* c, int peer) const {
 bool Rma::viaNetwork(const Comm* c, int peer) const {
   if (peer == c->rank) return false;
   if (!mapped_) return true;
-  return c->peers[static_cast<size_t>(peer)].hostId != c->peers[static_cast<size_t>(c->rank)].hostId;
+  const RankInfo& me = c->peers[static_cast<size_t>(c->rank)];
+  const RankInfo& them = c->peers[static_cast<size_t>(peer)];
+  // A rank of this process, or one whose pid this process can use (same host and pid namespace),
+  // is mapped; another pid namespace of this host (a container beside ours) is like another host.
+  return them.process != me.process && visiblePid(me, them) == 0;
+}
+
+Status Rma::awaitCredit(Comm* c, int peer, uint64_t bytes) {
+  const size_t sp = static_cast<size_t>(peer);
+  const uint64_t window = windowBytes_;
+  const int64_t start = detail::nowNs();
+  for (uint32_t round = 0;; ++round) {
+    // What the peers put here meanwhile is applied (and credited) while this rank waits: two ranks
+    // that both put more than a window to each other before they wait would otherwise wait for
+    // each other's credit until the timeout.
+    if (round > 0) C4_CHECK(drainRemote(c));
+    std::vector<std::pair<int, std::vector<char>>> credits;
+    c->bootstrap->take(kTagRmaCredit, &credits);
+    for (const auto& [from, msg] : credits) {
+      uint64_t applied = 0;
+      if (from < 0 || from >= c->nranks || msg.size() != sizeof(applied)) continue;
+      memcpy(&applied, msg.data(), sizeof(applied));
+      // Cumulative, so a late or repeated one changes nothing; never more than was sent.
+      if (applied > credited_[static_cast<size_t>(from)] && applied <= sent_[static_cast<size_t>(from)])
+        credited_[static_cast<size_t>(from)] = applied;
+    }
+    const uint64_t inFlight = sent_[sp] - credited_[sp];
+    // A put larger than the window goes once nothing else is in flight.
+    if (inFlight == 0 || inFlight + bytes <= window) return Status::ok();
+    C4_CHECK(c->failure());
+    const int64_t waitedMs = (detail::nowNs() - start) / 1000000;
+    if (waitedMs > c->timeoutMs)
+      return makeError(Code::kTimeout,
+                       "rank %d: one-sided put to rank %d: %llu bytes sent through the side channel are not applied "
+                       "there after %lld ms (C4_RMA_WINDOW_BYTES=%llu): it does not wait for signals (C4_TIMEOUT)",
+                       c->rank, peer, static_cast<unsigned long long>(inFlight), static_cast<long long>(waitedMs),
+                       static_cast<unsigned long long>(window));
+    if (round < 200) {
+      sched_yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
 }
 
 Status Rma::sendRemote(Comm* c, int peer, uint32_t kind, uint32_t window, uint64_t offset, const void* data,
                        size_t bytes) {
+  // Back-pressure: the target buffers what arrives until it applies it (its waitSignal); at most
+  // C4_RMA_WINDOW_BYTES from this rank, which waits here for room (credits the target sends back).
+  // Fences carry no data and must never wait (deregistration sends them to every rank first).
+  const uint64_t cost = kind == kKindFence ? 0 : bytes + sizeof(RmaHdr);
+  if (cost > 0) C4_CHECK(awaitCredit(c, peer, cost));
   RmaHdr h{kRmaMagic, kind, window, 0, offset, bytes};
   Status st = c->bootstrap->sendParts(peer, kTagRma, &h, sizeof(h), data, bytes, c->timeoutMs);
   if (!st.isOk())
     return makeError(st.code(), "rank %d: one-sided message to rank %d: %s", c->rank, peer, st.message().c_str());
+  sent_[static_cast<size_t>(peer)] += cost;
   return Status::ok();
 }
 
@@ -329,6 +402,7 @@ Status Rma::drainRemote(Comm* c) {
       ++fencesSeen_[static_cast<size_t>(from)];
       continue;
     }
+    applied_[static_cast<size_t>(from)] += h.bytes + sizeof(RmaHdr);
     if (h.kind == kKindPut && h.bytes > 0) {
       const Window* w = findWindow(h.window);
       if (w == nullptr || h.offset > w->size || h.bytes > w->size - h.offset)
@@ -345,13 +419,29 @@ Status Rma::drainRemote(Comm* c) {
     __atomic_fetch_add(reinterpret_cast<uint64_t*>(slots + static_cast<size_t>(from) * kSlotBytes), 1,
                        __ATOMIC_RELEASE);
   }
+  // Tell each sender how much of what it sent is applied once that is a quarter of its window more
+  // than last told (cumulative, so a lost or late one is made good by the next).
+  const uint64_t quarter = windowBytes_ / 4;
+  for (int p = 0; p < c->nranks; ++p) {
+    const size_t sp = static_cast<size_t>(p);
+    // A quarter of the window, or whatever is owed once nothing more came (a sender may wait for less).
+    const uint64_t owed = applied_[sp] - creditSent_[sp];
+    if (owed == 0 || (owed < quarter && !msgs.empty())) continue;
+    Status st = c->bootstrap->send(p, kTagRmaCredit, &applied_[sp], sizeof(uint64_t), c->timeoutMs);
+    if (!st.isOk())
+      return makeError(st.code(), "rank %d: telling rank %d that its puts are applied: %s", c->rank, p,
+                       st.message().c_str());
+    creditSent_[sp] = applied_[sp];
+  }
   return Status::ok();
 }
 
 Status Rma::resolve(Comm* c, int peer, const MemRef& ref, uint64_t extra, size_t bytes, char** out) {
   MemRef at = ref;
   at.off += extra;
-  Status st = maps_.resolve(c->peers[static_cast<size_t>(peer)].pid, at, bytes, out);
+  const RankInfo& owner = c->peers[static_cast<size_t>(peer)];
+  Status st = maps_.resolve(PeerProcess{visiblePid(c->peers[static_cast<size_t>(c->rank)], owner), owner.process}, at,
+                            bytes, out);
   if (!st.isOk())
     return makeError(st.code(), "rank %d: cannot map rank %d's memory: %s", c->rank, peer, st.message().c_str());
   return Status::ok();

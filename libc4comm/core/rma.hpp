@@ -132,6 +132,9 @@ class Rma {
   Status resolveDevice(Comm* c, int peer, const Window* w, size_t offset, size_t bytes, char** out);
   /// Copies into this rank's window `w` (host or device memory).
   Status writeLocal(Comm* c, const Window* w, size_t offset, const void* src, size_t bytes);
+  /// Waits until `bytes` more to `peer` fit its window (C4_RMA_WINDOW_BYTES of what it has not
+  /// applied yet), taking the credits it sent back; kTimeout after C4_TIMEOUT.
+  Status awaitCredit(Comm* c, int peer, uint64_t bytes);
   /// Sends one message (put, signal or fence) to a peer through the side channel.
   Status sendRemote(Comm* c, int peer, uint32_t kind, uint32_t window, uint64_t offset, const void* data, size_t bytes);
   /// Applies every one-sided message that arrived through the side channel.
@@ -161,6 +164,12 @@ class Rma {
   std::atomic<size_t> pendingCount_{0};
   bool mapped_ = true;                // C4_RMA_MAPPED: same-host peers through the mapping
   std::vector<uint64_t> fencesSeen_;  // per rank: fences that arrived through the side channel
+  // Flow control of the side channel, per rank (bytes of puts and signals, headers included):
+  std::vector<uint64_t> sent_;        // this rank sent to it
+  std::vector<uint64_t> credited_;    // of those, it said it applied (kTagRmaCredit)
+  std::vector<uint64_t> applied_;     // it sent to this rank, and this rank applied (under drainMu_)
+  std::vector<uint64_t> creditSent_;  // of those, this rank told it
+  uint64_t windowBytes_ = 0;          // C4_RMA_WINDOW_BYTES
   uint64_t fencesSent_ = 0;           // deregistrations so far (each sends one fence per remote peer)
   PeerMappings maps_{1024};
 };

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 
+#include "common/clock.hpp"
 #include "common/hash.hpp"
 #include "common/logging.hpp"
 #include "common/params.hpp"
@@ -83,8 +84,10 @@ C4_PARAM_STR(ScheduleFile, "C4_SCHEDULE_FILE", nullptr, "", {}, kParamSameOnAllR
              "Schedule files to use (comma separated; docs/schedules.md): each replaces the tuner's algorithm for "
              "its collective on communicators of its rank count (and topology, if it names one)")
 
-Status Tuner::loadSchedules(bool haveTopo, uint64_t topoHash) {
+Status Tuner::loadSchedules(bool haveTopo, uint64_t topoHash, int64_t timeoutMs) {
   schedules_.clear();
+  // The checks of the files may take at most half the time the peers wait for this rank.
+  const int64_t deadlineNs = detail::nowNs() + std::max<int64_t>(1, timeoutMs / 2) * 1000000;
   const std::string list = paramScheduleFile();
   size_t pos = 0;
   while (pos < list.size()) {
@@ -93,7 +96,17 @@ Status Tuner::loadSchedules(bool haveTopo, uint64_t topoHash) {
     const std::string path = trim(list.substr(pos, end - pos));
     pos = end + 1;
     if (path.empty()) continue;
-    Result<sched::Algo> id = sched::loadAndRegister(path);
+    // A file for another size of communicator costs only a look at its header.
+    int fileRanks = 0;
+    std::string fileColl;
+    Status peek = sched::peekScheduleFile(path, &fileRanks, &fileColl);
+    if (!peek.isOk()) return makeError(peek.code(), "C4_SCHEDULE_FILE: %s", peek.message().c_str());
+    if (fileRanks != nranks_) {
+      C4_INFO(kLogTuning, "schedule file %s (%s of %d ranks) not used: this communicator has %d ranks", path.c_str(),
+              fileColl.c_str(), fileRanks, nranks_);
+      continue;
+    }
+    Result<sched::Algo> id = sched::loadAndRegister(path, deadlineNs);
     if (!id.isOk()) return makeError(id.status().code(), "C4_SCHEDULE_FILE: %s", id.status().message().c_str());
     std::shared_ptr<const sched::ScheduleFile> f = sched::registeredSchedule(id.value());
     if (f->nranks != nranks_) {

@@ -65,7 +65,7 @@ class Tuner {
   /// Loads and registers the schedule files of C4_SCHEDULE_FILE (docs/schedules.md) and keeps those
   /// for this communicator: same rank count, and no topology or `topoHash` (the hash of
   /// C4_TOPO_FILE; `haveTopo` false without one). A file that fails to load is an error.
-  Status loadSchedules(bool haveTopo, uint64_t topoHash);
+  Status loadSchedules(bool haveTopo, uint64_t topoHash, int64_t timeoutMs);
   /// Drops kept schedules whose file places rank r on another topology host than `rankHosts[r]`
   /// (C4P's placement; empty: unknown, nothing dropped).
   void checkScheduleHosts(const std::vector<std::string>& rankHosts);

@@ -64,15 +64,6 @@ struct DeviceState {
 static_assert(sizeof(DeviceState) <= OneShot::kDeviceStateBytes, "fits its arena area");
 constexpr uint64_t kAckForGood = ~uint64_t{0};  // the rank left: it holds no mapping any more
 
-uint64_t processToken() {
-  static const uint64_t token = [] {
-    std::random_device rd;
-    const uint64_t v = (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
-    return v == 0 ? 1 : v;
-  }();
-  return token;
-}
-
 namespace {
 uint64_t loadAcq(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 void storeRel(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
@@ -128,13 +119,13 @@ ZeroCopy::~ZeroCopy() {
   if (probePage_) (void)memFreeShared(probePage_);
 }
 
-Status ZeroCopy::init(ExecContext* ctx, const std::vector<int32_t>& pids, int64_t timeoutMs, OneShot* os,
+Status ZeroCopy::init(ExecContext* ctx, const std::vector<PeerProcess>& procs, int64_t timeoutMs, OneShot* os,
                       transport::Transport* t, const std::unique_ptr<gpu::StreamGate>* gate,
                       std::function<bool(const void*, size_t)> registered) {
   ctx_ = ctx;
   gate_ = gate;
   registered_ = std::move(registered);
-  pids_ = pids;
+  procs_ = procs;
   timeoutMs_ = timeoutMs;
   os_ = os;
   t_ = t;
@@ -165,6 +156,8 @@ Status ZeroCopy::init(ExecContext* ctx, const std::vector<int32_t>& pids, int64_
   watch_.reset();
   uint64_t ps;
   for (int idle = 1; (ps = loadAcq(&theirs->probeState)) == 0; ++idle) {
+    if (ctx_->cancelled())
+      return makeError(Code::kRemoteError, "rank %d: init cancelled (aborted or destroyed)", rank_);
     C4_CHECK(watch_.check(rank_, timeoutMs_, t_, next, OpSig(), "the zero-copy probe at init"));
     transport::waitHint(idle);
   }
@@ -173,7 +166,7 @@ Status ZeroCopy::init(ExecContext* ctx, const std::vector<int32_t>& pids, int64_
   if (ok) {
     PeerMappings probe(1);
     char* q = nullptr;
-    Status rs = probe.resolve(pids_[static_cast<size_t>(next)], theirs->probe, 8, &q);
+    Status rs = probe.resolve(procs_[static_cast<size_t>(next)], theirs->probe, 8, &q);
     ok = rs.isOk() && *reinterpret_cast<uint64_t*>(q) == (kProbeMagic ^ static_cast<uint64_t>(next));
     if (!rs.isOk()) why = rs.message();
   }
@@ -336,12 +329,12 @@ Status ZeroCopy::resolvePeers() {
       return makeError(Code::kInternalError, "rank %d: rank %d offered %s for the zero-copy path without its record",
                        rank_, r, describeSig(sig_).c_str());
     const Bytes need = bytesOf(op_, r, nranks_);
-    const int32_t pid = pids_[static_cast<size_t>(r)];
+    const PeerProcess& owner = procs_[static_cast<size_t>(r)];
     char* p = nullptr;
-    if (need.send) C4_CHECK(maps_.resolve(pid, rec->send, need.send, &p));
+    if (need.send) C4_CHECK(maps_.resolve(owner, rec->send, need.send, &p));
     in_[static_cast<size_t>(r)] = need.send ? p : nullptr;
     p = nullptr;
-    if (need.recv) C4_CHECK(maps_.resolve(pid, rec->recv, need.recv, &p));
+    if (need.recv) C4_CHECK(maps_.resolve(owner, rec->recv, need.recv, &p));
     out_[static_cast<size_t>(r)] = need.recv ? p : nullptr;
   }
   return Status::ok();

@@ -34,6 +34,7 @@
 
 #include "c4comm/status.hpp"
 #include "common/opsig.hpp"
+#include "common/process.hpp"
 #include "core/memory.hpp"
 #include "core/oneshot.hpp"
 #include "core/opdesc.hpp"
@@ -42,16 +43,12 @@
 
 namespace c4 {
 
-/// A random number of this process, drawn once (never 0): tells ranks of one process (whose device
-/// addresses are valid here as they are) from ranks of another, also across pid namespaces.
-uint64_t processToken();
-
 class ZeroCopy {
  public:
   /// When every rank is on this host: publishes a probe page in this rank's arena, waits for the
   /// next rank's, maps it and publishes whether that worked (no collective: each rank waits only
   /// for its neighbour, which publishes before it waits). Otherwise a no-op.
-  Status init(ExecContext* ctx, const std::vector<int32_t>& pids, int64_t timeoutMs, OneShot* oneShot,
+  Status init(ExecContext* ctx, const std::vector<PeerProcess>& procs, int64_t timeoutMs, OneShot* oneShot,
               transport::Transport* t, const std::unique_ptr<gpu::StreamGate>* gate,
               std::function<bool(const void*, size_t)> registered);
   ~ZeroCopy();
@@ -115,8 +112,8 @@ class ZeroCopy {
   Status computeDevice();
 
   ExecContext* ctx_ = nullptr;
-  std::vector<int32_t> pids_;
-  int64_t timeoutMs_ = 0;  // for the blocking waits of the probe (not the calls: the watchdog)
+  std::vector<PeerProcess> procs_;  // per rank
+  int64_t timeoutMs_ = 0;           // for the blocking waits of the probe (not the calls: the watchdog)
   OneShot* os_ = nullptr;
   transport::Transport* t_ = nullptr;
   const std::unique_ptr<gpu::StreamGate>* gate_ = nullptr;

@@ -1,5 +1,10 @@
 #include "sched/schedule_file.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -15,12 +20,22 @@
 
 #include "common/hash.hpp"
 #include "common/logging.hpp"
+#include "common/params.hpp"
 #include "common/status.hpp"
 #include "sched/builder.hpp"
 #include "sched/simulate.hpp"
 
 namespace c4::sched {
+
+C4_PARAM_INT(ScheduleFileMaxBytes, "C4_SCHEDULE_FILE_MAX_BYTES", nullptr, int64_t{64} << 20, 1024, int64_t{1} << 40,
+             kParamNone, "Largest schedule file (C4_SCHEDULE_FILE) read, in bytes; a larger one is an error")
+
 namespace {
+
+// The hazard check of one simulation run costs the sum over ranks of steps^2 (about 5 ns each here);
+// beyond this it checks a spread of ranks (SimOptions::maxHazardWork), so that a file of thousands of
+// ranks is checked in seconds, not minutes.
+constexpr size_t kHazardWorkPerRun = size_t{60} << 20;
 
 using json = nlohmann::json;
 using detail::Range;
@@ -244,7 +259,7 @@ Status checkAvailability(const ScheduleFile& f, const std::vector<std::vector<in
 
 // Runs all ranks' schedules on the simulator with int32 sums and compares every output with the
 // collective's definition. Fills the file's cost-model figures (depth from the first run).
-Status simulateFile(ScheduleFile& f) {
+Status simulateFile(ScheduleFile& f, int64_t deadlineNs) {
   const int n = f.nranks;
   const size_t nc = static_cast<size_t>(numBlocks(f)) * static_cast<size_t>(f.chunks);
   const bool a2a = f.coll == Coll::kAlltoAll;
@@ -280,6 +295,8 @@ Status simulateFile(ScheduleFile& f) {
   for (const auto& run : runs) {
     // AllToAll has no in-place form (the communicator works from a copy of an aliased input).
     if (a2a && run.inPlace) continue;
+    // Without pieces, the third and fourth runs would repeat the first two (another seed only).
+    if (!small && run.seed > 2) continue;
     a.aliased = run.inPlace;
     a.chunkBytes = run.chunkBytes;
     std::vector<Schedule> scheds;
@@ -315,8 +332,19 @@ Status simulateFile(ScheduleFile& f) {
     }
     SimOptions opts;
     opts.seed = run.seed;
+    opts.maxHazardWork = kHazardWorkPerRun;
+    opts.deadlineNs = deadlineNs;
     SimStats stats;
     Status st = simulate(scheds, bufs, sum, opts, &stats);
+    if (st.code() == Code::kTimeout)
+      return makeError(Code::kInvalidUsage,
+                       "schedule file %s: checking it (%d ranks, %zu steps) takes longer than this communicator's "
+                       "init may wait (half of C4_TIMEOUT); raise C4_TIMEOUT or use a smaller schedule",
+                       f.source.c_str(), n, [&] {
+                         size_t k = 0;
+                         for (const auto& rs : f.ranks) k += rs.size();
+                         return k;
+                       }());
     if (!st.isOk())
       return makeError(Code::kInvalidUsage, "schedule file %s: the schedule simulator refuses it (%s): %s",
                        f.source.c_str(), run.inPlace ? "in place" : "out of place", st.message().c_str());
@@ -371,14 +399,47 @@ Status simulateFile(ScheduleFile& f) {
   return Status::ok();
 }
 
-// The bytes of a schedule file.
-Result<std::string> readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return makeError(Code::kInvalidUsage, "schedule file %s: cannot open it: %s", path.c_str(), strerror(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return makeError(Code::kInvalidUsage, "schedule file %s: read error", path.c_str());
-  return ss.str();
+// The bytes of a schedule file: a regular file of at most C4_SCHEDULE_FILE_MAX_BYTES (a FIFO would
+// block init, /dev/zero never end, a directory is no file). `head` > 0: its first `head` bytes only.
+Result<std::string> readFile(const std::string& path, size_t head = 0) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0)
+    return makeError(Code::kInvalidUsage, "schedule file %s: cannot open it: %s", path.c_str(), strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const char* what = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a regular file";
+    close(fd);
+    return makeError(Code::kInvalidUsage, "schedule file %s: is %s, not a regular file", path.c_str(), what);
+  }
+  const uint64_t cap = static_cast<uint64_t>(paramScheduleFileMaxBytes());
+  if (head == 0 && static_cast<uint64_t>(st.st_size) > cap) {
+    close(fd);
+    return makeError(Code::kInvalidUsage, "schedule file %s: %lld bytes, more than C4_SCHEDULE_FILE_MAX_BYTES=%llu",
+                     path.c_str(), static_cast<long long>(st.st_size), static_cast<unsigned long long>(cap));
+  }
+  // Read what is there now, at most the cap (a file that grows meanwhile is cut there).
+  const size_t want =
+      head > 0 ? std::min<size_t>(head, static_cast<size_t>(st.st_size)) : static_cast<size_t>(st.st_size);
+  std::string text(want, '\0');
+  size_t got = 0;
+  while (got < want) {
+    const ssize_t k = read(fd, &text[got], want - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    got += static_cast<size_t>(k);
+  }
+  const int e = errno;
+  close(fd);
+  if (got < want && head == 0)
+    return makeError(Code::kInvalidUsage, "schedule file %s: read error after %zu of %zu bytes: %s", path.c_str(), got,
+                     want, strerror(e));
+  text.resize(got);
+  return text;
 }
 
 struct Registry {
@@ -407,7 +468,7 @@ const char* fileOpName(FileStep::Op op) {
   return "?";
 }
 
-Status parseScheduleFile(const std::string& text, const std::string& source, ScheduleFile* out) {
+Status parseScheduleFile(const std::string& text, const std::string& source, ScheduleFile* out, int64_t deadlineNs) {
   ScheduleFile f;
   f.source = source;
   f.hash = fnv1a(text);
@@ -522,7 +583,7 @@ Status parseScheduleFile(const std::string& text, const std::string& source, Sch
   for (int r = 0; r < f.nranks; ++r)
     C4_CHECK(orderSteps(f, r, f.ranks[static_cast<size_t>(r)], &fileIndex[static_cast<size_t>(r)]));
   C4_CHECK(checkAvailability(f, fileIndex));
-  C4_CHECK(simulateFile(f));
+  C4_CHECK(simulateFile(f, deadlineNs));
   *out = std::move(f);
   return Status::ok();
 }
@@ -690,7 +751,82 @@ int numRegisteredSchedules() {
   return static_cast<int>(reg.files.size());
 }
 
-Result<Algo> loadAndRegister(const std::string& path) {
+namespace {
+
+// Reads a schedule file's top-level "nranks" and "collective" without building the document: stops
+// once it has both (writers put them before "ranks"), else goes through the whole text.
+class HeaderSax : public nlohmann::json_sax<json> {
+ public:
+  int64_t nranks = -1;
+  std::string coll;
+  bool done() const { return nranks >= 0 && !coll.empty(); }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t v) override { return take(static_cast<int64_t>(v)); }
+  bool number_unsigned(number_unsigned_t v) override {
+    return take(v > static_cast<number_unsigned_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(v));
+  }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t& v) override {
+    if (depth_ == 1 && key_ == "collective") coll = v;
+    key_.clear();
+    return !done();
+  }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override {
+    ++depth_;
+    key_.clear();
+    return true;
+  }
+  bool end_object() override {
+    --depth_;
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    ++depth_;
+    key_.clear();
+    return true;
+  }
+  bool end_array() override {
+    --depth_;
+    return true;
+  }
+  bool key(string_t& k) override {
+    if (depth_ == 1) key_ = k;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  bool take(int64_t v) {
+    if (depth_ == 1 && key_ == "nranks") nranks = v;
+    key_.clear();
+    return !done();
+  }
+  int depth_ = 0;
+  std::string key_;
+};
+
+}  // namespace
+
+Status peekScheduleFile(const std::string& path, int* nranks, std::string* collective) {
+  HeaderSax sax;
+  // Most files say it in their first bytes; read the rest only when they do not.
+  for (size_t head : {size_t{65536}, size_t{0}}) {
+    C4_ASSIGN_OR_RETURN(std::string text, readFile(path, head));
+    sax = HeaderSax();
+    (void)json::sax_parse(text, &sax);
+    if (sax.done() || head == 0 || text.size() < head) break;
+  }
+  if (sax.nranks < 1 || sax.nranks > INT32_MAX)
+    return makeError(Code::kInvalidUsage,
+                     "schedule file %s: no valid \"nranks\" at its top level (not a schedule file?)", path.c_str());
+  *nranks = static_cast<int>(sax.nranks);
+  *collective = sax.coll;
+  return Status::ok();
+}
+
+Result<Algo> loadAndRegister(const std::string& path, int64_t deadlineNs) {
   C4_ASSIGN_OR_RETURN(std::string text, readFile(path));
   const uint64_t h = fnv1a(text);
   {
@@ -700,7 +836,7 @@ Result<Algo> loadAndRegister(const std::string& path) {
     if (it != reg.byPath.end() && it->second.first == h) return it->second.second;
   }
   auto f = std::make_shared<ScheduleFile>();
-  C4_CHECK(parseScheduleFile(text, path, f.get()));
+  C4_CHECK(parseScheduleFile(text, path, f.get(), deadlineNs));
   C4_INFO(kLogSched, "schedule file %s: %s of %d ranks, %d chunk(s) per block, %lld messages deep", path.c_str(),
           collName(f->coll), f->nranks, f->chunks, static_cast<long long>(f->depth));
   C4_ASSIGN_OR_RETURN(Algo id, registerSchedule(f));

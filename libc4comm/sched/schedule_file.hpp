@@ -51,9 +51,14 @@ const char* fileOpName(FileStep::Op op);
 
 /// Parses and checks a schedule file's text (every check of docs/schedules.md, the simulation
 /// included); `source` names it in errors. kInvalidUsage naming the rank and step on failure.
-Status parseScheduleFile(const std::string& text, const std::string& source, ScheduleFile* out);
-/// Reads `path` and parses it.
+/// `deadlineNs` (CLOCK_MONOTONIC, 0: none): the check stops there with kInvalidUsage saying so.
+/// The simulation's hazard check samples ranks where checking all would cost too much.
+Status parseScheduleFile(const std::string& text, const std::string& source, ScheduleFile* out, int64_t deadlineNs = 0);
+/// Reads `path` (a regular file of at most C4_SCHEDULE_FILE_MAX_BYTES) and parses it.
 Status loadScheduleFile(const std::string& path, ScheduleFile* out);
+/// The file's "nranks" and "collective" (as written), read without parsing its steps (cheap for a
+/// file of thousands of ranks): whether it is worth loading for a communicator.
+Status peekScheduleFile(const std::string& path, int* nranks, std::string* collective);
 
 /// Rank args.rank's schedule from `f` (args.coll and args.nranks must match the file; chunkBytes
 /// pipelines each chunk's transfers in pieces). kInvalidArgument on a mismatch.
@@ -68,6 +73,6 @@ std::shared_ptr<const ScheduleFile> registeredSchedule(Algo a);
 /// How many schedules are registered (ids kNumAlgos .. kNumAlgos + n - 1).
 int numRegisteredSchedules();
 /// Loads (once per process per path and content) and registers a file.
-Result<Algo> loadAndRegister(const std::string& path);
+Result<Algo> loadAndRegister(const std::string& path, int64_t deadlineNs = 0);
 
 }  // namespace c4::sched

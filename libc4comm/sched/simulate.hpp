@@ -46,6 +46,12 @@ struct SimOptions {
   bool checkHazards = true;
   /// Ranks with more steps than this skip the hazard check.
   size_t maxHazardSteps = 16384;
+  /// The hazard check costs the sum over ranks of steps^2; beyond this much, it checks a spread of
+  /// ranks whose cost fits (rank 0, the last rank, and every k-th: schedules are mostly alike
+  /// across ranks). SIZE_MAX: every rank.
+  size_t maxHazardWork = SIZE_MAX;
+  /// CLOCK_MONOTONIC ns after which the run stops with kTimeout (0: never).
+  int64_t deadlineNs = 0;
   /// Fail when a step reads scratch bytes no earlier step wrote.
   bool checkScratchInit = true;
 };

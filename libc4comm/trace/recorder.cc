@@ -237,6 +237,9 @@ Status makeDirs(const std::string& dir) {
     if (mkdir(cur.c_str(), mode) != 0 && errno != EEXIST)
       return makeError(Code::kSystemError, "trace: cannot create directory %s: %s", cur.c_str(), strerror(errno));
   }
+  struct stat st;
+  if (stat(dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+    return makeError(Code::kSystemError, "trace: %s is not a directory", dir.c_str());
   if (access(dir.c_str(), W_OK | X_OK) != 0)
     return makeError(Code::kSystemError, "trace: cannot write into %s: %s", dir.c_str(), strerror(errno));
   return Status::ok();

@@ -2,6 +2,7 @@
 // and the operation signatures every message carries.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -90,6 +91,13 @@ TEST(Params, EnvAliasesSuffixesAndBadValues) {
   EXPECT_EQ(paramTestInt(), 16);
   setenv("C4_TEST_PARAM_INT", "12abc", 1);
   EXPECT_EQ(paramTestInt(), 7);  // not a number: default (and a warning)
+  // Blanks around a number, before or after, are taken alike (issue 42: " 5" passed, "5 " did not).
+  setenv("C4_TEST_PARAM_INT", " 5", 1);
+  EXPECT_EQ(paramTestInt(), 5);
+  setenv("C4_TEST_PARAM_INT", "5 ", 1);
+  EXPECT_EQ(paramTestInt(), 5);
+  setenv("C4_TEST_PARAM_INT", " 5K\t", 1);
+  EXPECT_EQ(paramTestInt(), 5120);
   setenv("C4_TEST_PARAM_INT", "0x7fffffffffffffffG", 1);
   EXPECT_EQ(paramTestInt(), 7);  // the suffix would overflow
   unsetenv("C4_TEST_PARAM_INT");
@@ -136,15 +144,27 @@ TEST(Params, RangesChoicesAndChecksAreEnforcedAndReportedWhateverTheLogLevel) {
     setenv("C4_TEST_PARAM_ZERO", "1", 1);
     EXPECT_EQ(paramTestZero(), 0);
   });
-  EXPECT_NE(log.find("c4 WARN ignoring C4_TEST_PARAM_INT=0: out of range 1..4194304; using the default 7"),
+  // Set by its C4_ name, a refused value makes init fail: the warning says that, and nothing about
+  // a default (issue 42: it said "using the default", then init failed anyway).
+  EXPECT_NE(log.find("c4 WARN refusing C4_TEST_PARAM_INT=0: out of range 1..4194304; communicator init fails while "
+                     "it is set (docs/params.md)"),
             std::string::npos)
       << log;
+  EXPECT_EQ(log.find("using the default"), std::string::npos) << log;
   EXPECT_EQ(log.find("C4_TEST_PARAM_INT=0"), log.rfind("C4_TEST_PARAM_INT=0")) << log;
-  EXPECT_NE(log.find("ignoring C4_TEST_PARAM_CHOICE=zz: expected one of a|bb|c; using the default 'a'"),
+  EXPECT_NE(log.find("refusing C4_TEST_PARAM_CHOICE=zz: expected one of a|bb|c;"), std::string::npos) << log;
+  EXPECT_NE(log.find("refusing C4_TEST_PARAM_CHECK=odd: odd length"), std::string::npos) << log;
+  EXPECT_NE(log.find("refusing C4_TEST_PARAM_ZERO=1: out of range 0 or 64..128"), std::string::npos) << log;
+  // By its NCCL_ alias (NVIDIA's library may take the value): ignored, the default used.
+  log = logOf([] {
+    unsetenv("C4_TEST_PARAM_INT");
+    setenv("NCCL_TEST_PARAM_INT", "-5", 1);
+    EXPECT_EQ(paramTestInt(), 7);
+    unsetenv("NCCL_TEST_PARAM_INT");
+  });
+  EXPECT_NE(log.find("ignoring NCCL_TEST_PARAM_INT=-5: out of range 1..4194304; using the default 7"),
             std::string::npos)
       << log;
-  EXPECT_NE(log.find("ignoring C4_TEST_PARAM_CHECK=odd: odd length"), std::string::npos) << log;
-  EXPECT_NE(log.find("ignoring C4_TEST_PARAM_ZERO=1: out of range 0 or 64..128"), std::string::npos) << log;
 
   // invalidParams: set by the C4_ name, fatal; by the NCCL alias, a warning.
   setenv("C4_TEST_PARAM_CHOICE", "zz", 1);
@@ -184,7 +204,7 @@ TEST(Params, RefusedLogLevelIsReported) {
     EXPECT_FALSE(logEnabled(LogLevel::kWarn, kLogAll));
     unsetenv("C4_DEBUG");
   });
-  EXPECT_NE(log.find("ignoring C4_DEBUG=LOUD: expected VERSION, WARN, INFO, ABORT or TRACE"), std::string::npos) << log;
+  EXPECT_NE(log.find("refusing C4_DEBUG=LOUD: expected VERSION, WARN, INFO, ABORT or TRACE"), std::string::npos) << log;
 }
 
 std::string slurp(const std::string& path) {
@@ -227,6 +247,54 @@ TEST(Logging, LevelsSubsystemsAndFileWithHostAndPid) {
   EXPECT_NE(text.find(h + ":" + std::to_string(getpid())), std::string::npos) << text;
   unlink(expect.c_str());
   EXPECT_FALSE(logEnabled(LogLevel::kWarn, kLogAll));  // off again
+}
+
+// Issue 42: C4_DEBUG_FILE followed a symbolic link (fopen "a"), unlike the trace and diagnosis
+// files: a predictable name such as /tmp/c4.%h.%p.log let another user point it anywhere. Now a
+// link is not followed (the log goes to standard error, saying why), nor a FIFO opened; and %%
+// is a percent sign.
+TEST(Logging, TheLogFileIsNeverALinkAndPercentIsExpanded) {
+  const std::string dir = "/tmp/c4-log-link-" + std::to_string(getpid());
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  const std::string target = dir + "/victim", link = dir + "/c4.log";
+  { std::ofstream(target) << "untouched\n"; }
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  std::string log = logOf([&] {
+    setenv("C4_DEBUG", "WARN", 1);
+    setenv("C4_DEBUG_FILE", link.c_str(), 1);
+    logReload();
+    C4_WARN(kLogNet, "through the link?");
+    unsetenv("C4_DEBUG_FILE");
+    unsetenv("C4_DEBUG");
+    logReload();
+  });
+  EXPECT_EQ(slurp(target), "untouched\n");
+  EXPECT_NE(log.find("C4_DEBUG_FILE=" + link + ": is a symbolic link, not followed; logging to standard error"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("through the link?"), std::string::npos) << log;
+  // A FIFO nobody reads: refused at once, not a hang.
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::string why;
+  EXPECT_EQ(openAppend(fifo, &why), -1);
+  EXPECT_EQ(why, "is a FIFO nobody reads");
+  // %% and the other patterns.
+  EXPECT_EQ(expandPathPattern("a%%b.%p.%r.%x", 3), "a%b." + std::to_string(getpid()) + ".3.%x");
+  EXPECT_EQ(expandPathPattern("%r", -1), "%r");
+  const std::string pct = dir + "/x%%y.log";
+  log = logOf([&] {
+    setenv("C4_DEBUG", "WARN", 1);
+    setenv("C4_DEBUG_FILE", pct.c_str(), 1);
+    logReload();
+    C4_WARN(kLogNet, "into x%%y");
+    unsetenv("C4_DEBUG_FILE");
+    unsetenv("C4_DEBUG");
+    logReload();
+  });
+  EXPECT_NE(slurp(dir + "/x%y.log").find("into x%y"), std::string::npos);
+  for (const char* f : {"/victim", "/c4.log", "/fifo", "/x%y.log"}) unlink((dir + f).c_str());
+  rmdir(dir.c_str());
 }
 
 TEST(OpSig, MatchingDescriptionAndDifferences) {

@@ -176,6 +176,84 @@ TEST(C4D, StoppedRankBetweenCollectivesIsANonCommunicationHang) {
     EXPECT_TRUE(outs[r].detail.empty() && !outs[r].crashed) << "rank " << r << ": " << outs[r].detail;
 }
 
+// Defect (issue 42): with C4_TIMEOUT below C4_HEARTBEAT_TIMEOUT, a SIGSTOPped rank was called
+// "alive, busy outside c4comm" (its last heartbeat was younger than the heartbeat timeout, and its
+// sequence number stale). Now a rank whose heartbeats stopped is frozen or unreachable whichever
+// timeout is shorter: the diagnosis waits until its silence reaches the heartbeat timeout or a
+// fresh heartbeat comes.
+TEST(C4D, StoppedRankIsFrozenWhenTheTimeoutIsShorterThanTheHeartbeatTimeout) {
+  ScopedEnv timeout("C4_TIMEOUT", "2");
+  ScopedEnv hb("C4_HEARTBEAT_MS", "200");
+  ScopedEnv hbt("C4_HEARTBEAT_TIMEOUT", "4000");
+  Shared* sh = Shared::make();
+  auto outs = runForked(
+      3,
+      [&](int rank, int n, const c4::UniqueId& id) -> Failures {
+        sh->pid[rank] = getpid();
+        c4::Comm* comm = nullptr;
+        c4::Status st = c4::commInitRank(&comm, n, id, rank);
+        if (!st.isOk()) return {"init: " + st.toString()};
+        std::vector<float> b(4096, 1.0f);
+        for (int k = 0; k < 3; ++k) {
+          st = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+          if (!st.isOk()) return {"warm-up: " + st.toString()};
+        }
+        if (rank == 1) {
+          raise(SIGSTOP);  // rank 0 kills this process
+          return {"rank 1 ran on after SIGSTOP"};
+        }
+        st = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+        Failures f = expectDiagnosis(comm, st, "noncomm_hang", 1);
+        if (st.message().find("heartbeat stopped") == std::string::npos ||
+            st.message().find("busy outside c4comm") != std::string::npos)
+          f.push_back("does not say its heartbeat stopped: " + st.message());
+        sh->flag[0].fetch_add(1);
+        for (int i = 0; i < 1000 && sh->flag[0].load() < 2; ++i) usleep(10000);
+        if (rank == 0) kill(sh->pid[1].load(), SIGKILL);
+        (void)c4::commAbort(comm);
+        return f;
+      },
+      60);
+  sh->killAll();
+  for (int r : {0, 2})
+    EXPECT_TRUE(outs[r].detail.empty() && !outs[r].crashed) << "rank " << r << ": " << outs[r].detail;
+}
+
+// Defect (issue 42): a rank waiting in ncclCommWindowRegister (a collective registration the others
+// did not call) was called "busy outside c4comm". Now its heartbeats say where it waits.
+TEST(C4D, ARankInAnotherLibraryCallIsNotBusyOutsideC4comm) {
+  ScopedEnv timeout("C4_TIMEOUT", "2");
+  ScopedEnv hb("C4_HEARTBEAT_MS", "200");
+  auto outs = runForked(
+      3,
+      [&](int rank, int n, const c4::UniqueId& id) -> Failures {
+        c4::Comm* comm = nullptr;
+        c4::Status st = c4::commInitRank(&comm, n, id, rank);
+        if (!st.isOk()) return {"init: " + st.toString()};
+        std::vector<float> b(1024, 1.0f);
+        st = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+        if (!st.isOk()) return {"warm-up: " + st.toString()};
+        Failures f;
+        if (rank == 1) {
+          void* win = nullptr;
+          c4::Window* w = nullptr;
+          if (!c4::memAlloc(&win, 4096).isOk()) return {"memAlloc"};
+          st = c4::windowRegister(comm, win, 4096, 0, &w);  // the others never register: it fails
+          if (st.isOk()) f.push_back("windowRegister succeeded alone");
+        } else {
+          st = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
+          append(&f, expectDiagnosis(comm, st, "noncomm_hang", 1));
+          if (st.message().find("inside c4comm in ncclCommWindowRegister") == std::string::npos)
+            f.push_back("does not say where rank 1 waits: " + st.message());
+        }
+        (void)c4::commAbort(comm);
+        return f;
+      },
+      60);
+  for (int r : {0, 1, 2})
+    EXPECT_TRUE(outs[r].detail.empty() && !outs[r].crashed) << "rank " << r << ": " << outs[r].detail;
+}
+
 // A rank busy outside c4comm (alive: its heartbeats go on) longer than C4_TIMEOUT: a
 // non-communication hang naming it, and saying it is alive. C4_FAULT injects the delay.
 TEST(C4D, BusyRankIsANonCommunicationHangAndAlive) {

@@ -3,6 +3,9 @@
 #include "sched/schedule_file.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -230,6 +233,62 @@ TEST(ScheduleFile, LoadsFromDiskAndNamesAMissingFile) {
   ASSERT_FALSE(missing.isOk());
   EXPECT_NE(missing.status().message().find("cannot open"), std::string::npos) << missing.status().message();
   EXPECT_NE(missing.status().message().find(path), std::string::npos);
+}
+
+// Issue 42: what a schedule file may cost init. Only regular files (a FIFO blocked init past
+// C4_TIMEOUT, /dev/zero read until memory ran out, a directory was "not JSON"), at most
+// C4_SCHEDULE_FILE_MAX_BYTES, and the header of a file for another size of communicator is read
+// without its steps.
+TEST(ScheduleFile, OnlyRegularFilesOfBoundedSize) {
+  auto errorOf = [](const std::string& path) {
+    Result<Algo> id = loadAndRegister(path);
+    return id.isOk() ? std::string() : id.status().message();
+  };
+  EXPECT_NE(errorOf("/dev/zero").find("is a character device, not a regular file"), std::string::npos)
+      << errorOf("/dev/zero");
+  EXPECT_NE(errorOf("/tmp").find("is a directory, not a regular file"), std::string::npos) << errorOf("/tmp");
+  const std::string fifo = "/tmp/c4-sched-fifo-" + std::to_string(getpid());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(errorOf(fifo).find("is a FIFO, not a regular file"), std::string::npos) << errorOf(fifo);
+  int ranks = 0;
+  std::string coll;
+  EXPECT_FALSE(peekScheduleFile(fifo, &ranks, &coll).isOk());
+  unlink(fifo.c_str());
+  const std::string path = writeTemp(ringFile("allreduce", 4, 1, "capped"), "c4-sched-capped");
+  setenv("C4_SCHEDULE_FILE_MAX_BYTES", "1024", 1);
+  const std::string capped = errorOf(path);
+  unsetenv("C4_SCHEDULE_FILE_MAX_BYTES");
+  EXPECT_NE(capped.find("more than C4_SCHEDULE_FILE_MAX_BYTES=1024"), std::string::npos) << capped;
+  EXPECT_EQ(errorOf(path), "");
+  unlink(path.c_str());
+}
+
+TEST(ScheduleFile, TheHeaderOfALargeFileIsReadAloneAndTheCheckHasADeadline) {
+  const std::string text = ringFile("allreduce", 256, 1, "big-ring");
+  const std::string path = writeTemp(text, "c4-sched-big");
+  int ranks = 0;
+  std::string coll;
+  ASSERT_TRUE(peekScheduleFile(path, &ranks, &coll).isOk());
+  EXPECT_EQ(ranks, 256);
+  EXPECT_EQ(coll, "allreduce");
+  // The header after the steps: found all the same.
+  json j = json::parse(text);
+  const std::string late = "{\"ranks\": " + j["ranks"].dump() + ", \"nranks\": 256, \"collective\": \"allreduce\"}";
+  const std::string latePath = writeTemp(late, "c4-sched-late");
+  ASSERT_TRUE(peekScheduleFile(latePath, &ranks, &coll).isOk());
+  EXPECT_EQ(ranks, 256);
+  unlink(latePath.c_str());
+  const std::string junk = writeTemp("{\"x\": 1}", "c4-sched-junk");
+  EXPECT_FALSE(peekScheduleFile(junk, &ranks, &coll).isOk());
+  unlink(junk.c_str());
+  // Checking 256 ranks takes a while; with no time left it stops at once and says why.
+  ScheduleFile f;
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const Status st = parseScheduleFile(text, path, &f, static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec);
+  EXPECT_NE(st.message().find("takes longer than this communicator's init may wait"), std::string::npos)
+      << st.toString();
+  unlink(path.c_str());
 }
 
 TEST(ScheduleFile, BuildRefusesAnotherCollectiveOrRankCount) {

@@ -692,4 +692,35 @@ TEST(TraceFiles, UnwritableDirectoryIsReportedWhateverTheLogLevel) {
   EXPECT_EQ(lines, 2u) << "one warning per process (2 ranks, 2 communicators each):\n" << log;
 }
 
+// Issue 42: C4_TRACE_DIR naming a regular file said "Permission denied"; it says what it is.
+TEST(TraceFiles, ADirectoryThatIsAFileIsCalledSo) {
+  const std::string dir = tempDir();
+  const std::string file = dir + "/a-file";
+  { std::ofstream(file) << "x"; }
+  char logPath[] = "/tmp/c4-trace-file-log-XXXXXX";
+  int logFd = mkstemp(logPath);
+  ASSERT_GE(logFd, 0);
+  auto outs = c4test::runForked(1, [&](int rank, int n, const c4::UniqueId& id) {
+    Failures f;
+    unsetenv("C4_DEBUG");
+    c4::reloadLogConfig();
+    setenv("C4_TRACE_DIR", file.c_str(), 1);
+    setenv("C4_TRACE", "op", 1);
+    dup2(logFd, 2);
+    c4::Comm* comm = nullptr;
+    if (!c4::commInitRank(&comm, n, id, rank).isOk()) return Failures{"init failed"};
+    must(c4::commDestroy(comm), &f);
+    return f;
+  });
+  ASSERT_EQ(c4test::summarize(outs), "");
+  std::ifstream in(logPath);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string log = ss.str();
+  close(logFd);
+  unlink(logPath);
+  EXPECT_NE(log.find(file + " is not a directory"), std::string::npos) << log;
+  EXPECT_EQ(log.find("Permission denied"), std::string::npos) << log;
+}
+
 }  // namespace

@@ -7,7 +7,10 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <ucs/debug/log_def.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -15,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/logging.hpp"
 #include "tests/shm/shm_test_util.hpp"
 #include "transports/registry.hpp"
 #include "transports/ucx/ucx_transport.hpp"
@@ -53,6 +57,48 @@ TEST(UcxAuto, RegisteredAfterIbverbsAndOnlyWhereUcxReachesRdma) {
   if (!devices) {
     EXPECT_FALSE(e.autoEnabled());
   }
+}
+
+// Issue 42: after a ucx peer died, UCX's own messages (a flush that timed out, "shmat failed", "mm ep
+// failed to connect", requests not returned to a memory pool) came out raw as UCX ERRORs. Now they
+// are reworded into c4comm's log saying what they mean; other UCX messages pass through unchanged.
+TEST(UcxLog, MessagesAboutADeadPeerSayWhatTheyMean) {
+  installUcxLogHandler();
+  setenv("C4_DEBUG", "WARN", 1);  // c4comm's default prints no warnings: UCX's then go unsaid
+  logReload();
+  char path[] = "/tmp/c4-ucxlog-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  fflush(stdout);
+  fflush(stderr);
+  const int saved = dup(2), savedOut = dup(1);
+  dup2(fd, 2);
+  dup2(fd, 1);  // UCX prints to standard output
+  ucs_log_dispatch("src/uct/sm/mm/sysv/mm_sysv.c", 57, "uct_sysv_mem_attach", UCS_LOG_LEVEL_ERROR,
+                   &ucs_global_opts.log_component, "shmat(shmid=%d) failed: Invalid argument", 458812);
+  ucs_log_dispatch("src/ucs/datastruct/mpool.c", 90, "ucs_mpool_cleanup", UCS_LOG_LEVEL_WARN,
+                   &ucs_global_opts.log_component, "object %p was not returned to mpool ucp_requests",
+                   static_cast<void*>(path));
+  ucs_log_dispatch("src/ucp/core/ucp_context.c", 1014, "f", UCS_LOG_LEVEL_WARN, &ucs_global_opts.log_component,
+                   "an unrelated warning %d", 7);
+  fflush(stdout);
+  fflush(stderr);
+  dup2(saved, 2);
+  dup2(savedOut, 1);
+  close(saved);
+  close(savedOut);
+  unsetenv("C4_DEBUG");
+  logReload();
+  std::string text(8192, '\0');
+  text.resize(static_cast<size_t>(std::max<ssize_t>(0, pread(fd, &text[0], text.size(), 0))));
+  close(fd);
+  unlink(path);
+  EXPECT_NE(text.find("ucx: a same-host peer's shared memory is gone (that peer exited) [UCX mm_sysv.c:57: shmat"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("ucx: requests UCX still held when it was torn down"), std::string::npos) << text;
+  EXPECT_EQ(text.find("UCX  ERROR"), std::string::npos) << text;
+  EXPECT_NE(text.find("an unrelated warning 7"), std::string::npos) << "other messages pass through: " << text;
 }
 
 // A rank whose UCX cannot start (here: UCX_TLS names no transport) fails its creation, and the

@@ -26,6 +26,7 @@
 #include "common/clock.hpp"
 #include "common/logging.hpp"
 #include "common/params.hpp"
+#include "common/process.hpp"
 #include "common/status.hpp"
 #include "kernels/host/reduce.hpp"
 #include "transports/transport_util.hpp"
@@ -149,9 +150,11 @@ struct SetupInfo {
   uint64_t slotBytes;
   uint64_t numSlots;
   int32_t pid;
-  int32_t created;  // round 1: segment created and mapped
-  int32_t mapped;   // round 2: every same-host peer's segment mapped
-  int32_t cmaOk;    // round 2: process_vm_readv from a peer process worked (or nothing to probe)
+  int32_t created;   // round 1: segment created and mapped
+  int32_t mapped;    // round 2: every same-host peer's segment mapped
+  int32_t cmaOk;     // round 2: process_vm_readv from a peer process worked (or nothing to probe)
+  uint64_t process;  // processToken(): ranks of one process share mappings (equal pids may not)
+  uint64_t pidNs;    // pidNamespaceId(): the pid is usable (CMA, process watch) only in the same one
 };
 
 class ShmTransport;
@@ -194,7 +197,8 @@ class ShmConnection final : public Connection {
  public:
   /// Ok unless the peer aborted, closed its transport or exited.
   Status health();
-  ShmConnection(ShmTransport* t, int peer, int peerPid, std::shared_ptr<Mapping> peerSeg, char* out, char* in);
+  ShmConnection(ShmTransport* t, int peer, int peerPid, bool sameProcess, std::shared_ptr<Mapping> peerSeg, char* out,
+                char* in);
 
   int peer() const override { return peer_; }
   Status isend(const MemRef& buf, size_t bytes, const OpSig& sig, Request* req, SendHint hint = {}) override;
@@ -362,7 +366,8 @@ class ShmTransport final : public Transport {
   bool unlinked_ = false;
   std::shared_ptr<Mapping> own_;
   std::vector<std::shared_ptr<Mapping>> segs_;  // by rank; null for other hosts
-  std::vector<int32_t> pids_;
+  std::vector<int32_t> pids_;                   // by rank: usable here, else 0 (another pid namespace)
+  std::vector<char> sameProcess_;               // by rank: a rank of this very process
   std::vector<std::unique_ptr<ShmConnection>> conns_;
   std::vector<ShmConnection*> active_;  // connections that may have pending requests
   std::vector<char> staging_;
@@ -375,12 +380,12 @@ class ShmTransport final : public Transport {
 // ---------------------------------------------------------------------------------------------
 // ShmConnection
 
-ShmConnection::ShmConnection(ShmTransport* t, int peer, int peerPid, std::shared_ptr<Mapping> peerSeg, char* out,
-                             char* in)
+ShmConnection::ShmConnection(ShmTransport* t, int peer, int peerPid, bool sameProcess, std::shared_ptr<Mapping> peerSeg,
+                             char* out, char* in)
     : t_(t),
       peer_(peer),
       peerPid_(peerPid),
-      samePid_(peerPid == getpid()),
+      samePid_(sameProcess),
       watch_(samePid_ ? -1 : peerPid),
       peerSeg_(std::move(peerSeg)),
       peerHdr_(peerSeg_->header()),
@@ -914,7 +919,7 @@ Caps ShmTransport::caps() const {
   if (singleCopy_) {
     bool allSamePid = true;
     for (int r = 0; r < nranks_; ++r)
-      if (hostIds_[r] == hostIds_[rank_] && (r >= static_cast<int>(pids_.size()) || pids_[r] != pid_))
+      if (hostIds_[r] == hostIds_[rank_] && (r >= static_cast<int>(sameProcess_.size()) || !sameProcess_[r]))
         allSamePid = false;
     if (allSamePid) {
       c.singleCopyBytes = localCopyThreshold_;
@@ -1029,11 +1034,18 @@ Status ShmTransport::setup() {
   mine.slotBytes = slotBytes_;
   mine.numSlots = numSlots_;
   mine.pid = pid_;
+  mine.process = processToken();
+  mine.pidNs = pidNamespaceId();
   mine.created = local.isOk() ? 1 : 0;
   Status st = oob_->allGather(info.data(), sizeof(SetupInfo));
   if (!st.isOk()) return st;  // the destructor unlinks
+  // A peer's pid is used (CMA, its process watch) only where it names that peer here.
   pids_.resize(nranks_);
-  for (int r = 0; r < nranks_; ++r) pids_[r] = info[r].pid;
+  sameProcess_.resize(nranks_);
+  for (int r = 0; r < nranks_; ++r) {
+    pids_[r] = info[r].pidNs != 0 && info[r].pidNs == mine.pidNs ? info[r].pid : 0;
+    sameProcess_[r] = info[r].process == mine.process;
+  }
 
   // 2. Map every same-host peer's segment now so that ours can be unlinked at the end of setup.
   segs_.assign(nranks_, nullptr);
@@ -1060,7 +1072,7 @@ Status ShmTransport::setup() {
         break;
       }
       std::string peerName = segmentName(tag_, r);
-      if (info[r].pid == pid_) {
+      if (sameProcess_[r]) {
         std::lock_guard<std::mutex> g(registryMu());
         auto it = registry().find(peerName);
         if (it != registry().end()) segs_[r] = it->second.lock();
@@ -1092,13 +1104,19 @@ Status ShmTransport::setup() {
         break;
       }
       segs_[r] = std::move(m);
+      if (pids_[r] == 0) {
+        // Another pid namespace: its pid names another process here (or none); no CMA with it.
+        cmaOk = 0;
+        probed = true;
+        C4_INFO(kLogShm, "shm: rank %d: rank %d is in another pid namespace: large messages use the ring", rank_, r);
+      }
       if (!probed) {
         // One cross-process read tells whether CMA is permitted (seccomp, ptrace scope, namespaces).
         probed = true;
         uint64_t got = 0;
         iovec liov{&got, sizeof(got)};
         iovec riov{reinterpret_cast<void*>(info[r].probeAddr), sizeof(got)};
-        ssize_t n = C4_SYSCALL_RETRY(process_vm_readv(info[r].pid, &liov, 1, &riov, 1, 0));
+        ssize_t n = C4_SYSCALL_RETRY(process_vm_readv(pids_[r], &liov, 1, &riov, 1, 0));
         if (n != static_cast<ssize_t>(sizeof(got)) || got != (kProbeMagic ^ static_cast<uint64_t>(r))) {
           cmaOk = 0;
           C4_INFO(kLogShm, "shm: rank %d cannot use CMA with rank %d (pid %d): %s; large messages use the ring", rank_,
@@ -1126,8 +1144,7 @@ Status ShmTransport::setup() {
   cmaOk_ = true;
   for (int r = 0; r < nranks_; ++r) {
     if (hostIds_[r] != hostIds_[rank_]) continue;
-    if (!info2[r].mapped)
-      return makeError(Code::kRemoteError, "shm: setup failed on rank %d (pid %d); see its log", r, pids_[r]);
+    if (!info2[r].mapped) return makeError(Code::kRemoteError, "shm: setup failed on rank %d; see its log", r);
     cmaOk_ = cmaOk_ && info2[r].cmaOk;
   }
   conns_.resize(nranks_);
@@ -1174,7 +1191,7 @@ Status ShmTransport::connect(int peer, Connection** out) {
                        rank_, ring == out ? "to" : "from", peer, channelBytes_,
                        static_cast<unsigned long long>(shmFreeBytes() >> 20), strerror(e));
     }
-    conns_[peer] = std::make_unique<ShmConnection>(this, peer, pids_[peer], seg, out, in);
+    conns_[peer] = std::make_unique<ShmConnection>(this, peer, pids_[peer], sameProcess_[peer], seg, out, in);
   }
   *out = conns_[peer].get();
   return Status::ok();

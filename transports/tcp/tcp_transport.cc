@@ -549,6 +549,7 @@ class TcpTransportImpl final : public TcpTransport {
   uint64_t savedBytes_ = 0;  // protect(): bytes of released sends saved before a receive overwrote them
   std::vector<TcpConnection*> active_;
   std::map<uint64_t, Incoming> incoming_;
+  std::unique_ptr<DropLog> drops_;  // incoming connections dropped (strangers), folded
   uint64_t nextIncoming_ = 1;
   Status firstError_;
   Status abortStatus_;
@@ -2494,8 +2495,8 @@ void TcpTransportImpl::dropIncoming(uint64_t id, const std::string& why) {
   if (it->second.probe) {
     C4_TRACE(kLogNet, "tcp: rank %d: %s, closed", rank_, why.c_str());
   } else {
-    C4_WARN(kLogNet, "tcp: rank %d dropped an incoming connection from %s: %s", rank_,
-            it->second.remote.toString().c_str(), why.c_str());
+    if (!drops_) drops_ = std::make_unique<DropLog>(strFormat("tcp: rank %d", rank_), kLogNet);
+    drops_->drop(it->second.remote.toString(), why, nowMs());
   }
   if (it->second.fd.valid()) epoll_ctl(ep_.get(), EPOLL_CTL_DEL, it->second.fd.get(), nullptr);
   incoming_.erase(it);
@@ -2575,6 +2576,7 @@ void TcpTransportImpl::onIncoming(uint64_t id, uint32_t ev) {
 
 Status TcpTransportImpl::progress() {
   if (!abortStatus_.isOk()) return abortStatus_;
+  if (drops_) drops_->flush(nowMs());  // only once a stranger was dropped
   for (size_t i = 0; i < active_.size(); ++i) active_[i]->flushAll();
   epoll_event evs[64];
   for (int round = 0; round < 4; ++round) {

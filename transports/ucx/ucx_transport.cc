@@ -1,19 +1,24 @@
 #include "transports/ucx/ucx_transport.hpp"
 
 #include <ucp/api/ucp.h>
+#include <ucs/debug/log_def.h>
 #include <uct/api/uct.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <list>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/clock.hpp"
 #include "common/logging.hpp"
+#include "common/process.hpp"
 #include "common/status.hpp"
 #include "transports/transport_util.hpp"
 
@@ -289,10 +294,56 @@ class UcxTransportImpl : public Transport {
   std::vector<std::pair<int, std::string>> notices_;  // (rank, reason) not handled yet
 };
 
+// ---- UCX's own messages after a peer died ----------------------------------------------------------
+
+// Peers this process's ucx transports lost (exited, aborted, or their endpoints failed).
+std::atomic<int> gPeersLost{0};
+
+// When a peer dies, UCX reports what it could not finish with it, in words that alarm: a flush that
+// timed out, the peer's shared memory gone (shmat), requests not returned to a memory pool when the
+// context goes. This handler (first in UCX's chain, pushed with the first ucx transport) rewords
+// those into c4comm's log with what they mean: an INFO line once a peer was lost, a WARN line
+// before (c4comm has not seen the death yet). Every other UCX message goes on as UCX prints it.
+ucs_log_func_rc_t afterDeathLog(const char* file, unsigned line, const char*, ucs_log_level_t level,
+                                const ucs_log_component_config_t*, const char* message, va_list ap) {
+  if (level > UCS_LOG_LEVEL_WARN) return UCS_LOG_FUNC_RC_CONTINUE;
+  const char* base = strrchr(file, '/');
+  base = base ? base + 1 : file;
+  static const struct {
+    const char* file;
+    const char* meaning;
+  } kKnown[] = {
+      {"mpool.c", "requests UCX still held when it was torn down (sends to a peer that died are abandoned)"},
+      {"flush.c", "a flush of an endpoint failed (its peer exited, or the network to it failed)"},
+      {"mm_sysv.c", "a same-host peer's shared memory is gone (that peer exited)"},
+      {"mm_posix.c", "a same-host peer's shared memory is gone (that peer exited)"},
+      {"mm_ep.c", "a same-host peer's shared memory is gone (that peer exited)"},
+      {"tcp_ep.c", "a tcp connection of UCX to a peer broke (it exited, or the network failed)"},
+  };
+  const char* meaning = nullptr;
+  for (const auto& k : kKnown)
+    if (strcmp(base, k.file) == 0) meaning = k.meaning;
+  if (meaning == nullptr) return UCS_LOG_FUNC_RC_CONTINUE;
+  char text[512];
+  va_list copy;
+  va_copy(copy, ap);
+  vsnprintf(text, sizeof text, message, copy);
+  va_end(copy);
+  if (gPeersLost.load(std::memory_order_relaxed) > 0) {
+    C4_INFO(kLogNet, "ucx: after a peer was lost, as expected: %s [UCX %s:%u: %s]", meaning, base, line, text);
+  } else {
+    C4_WARN(kLogNet, "ucx: %s [UCX %s:%u: %s]", meaning, base, line, text);
+  }
+  return UCS_LOG_FUNC_RC_STOP;
+}
+
+void notePeerLost() { gPeersLost.fetch_add(1, std::memory_order_relaxed); }
+
 // ---- connection ------------------------------------------------------------------------------------
 
 void UcxConnection::onEpError(void* arg, ucp_ep_h, ucs_status_t status) {
   auto* c = static_cast<UcxConnection*>(arg);
+  notePeerLost();
   c->fail(makeError(Code::kRemoteError,
                     "ucx: rank %d: the connection to rank %d failed: %s (rank %d exited or the "
                     "network between them failed)",
@@ -741,6 +792,7 @@ Status UcxTransportImpl::startWorker(std::vector<char>* address) {
   // instead of sleeping through it.
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   params.name = "c4comm";
+  installUcxLogHandler();
   s = ucp_init(&params, config, &context_);
   ucp_config_release(config);
   if (s != UCS_OK) {
@@ -903,6 +955,7 @@ void UcxTransportImpl::peerGone(UcxConnection& c, const Status& why, bool exited
   // An aborting rank settles for up to 0.5 s (flush) + 2 s (shutdown): its receives that had
   // asked for a payload finish meanwhile.
   constexpr int64_t kAbortGraceMs = 3000;
+  notePeerLost();
   c.fail(why);
   if (c.peerFailure() || exited)
     c.closeEndpoint();
@@ -1065,6 +1118,11 @@ bool ucxAutoEnabled() {
     return yes;
   }();
   return rdma;
+}
+
+void installUcxLogHandler() {
+  static std::once_flag pushed;
+  std::call_once(pushed, [] { ucs_log_push_handler(afterDeathLog); });
 }
 
 Status createUcxTransport(const Context& ctx, std::unique_ptr<Transport>* out) {

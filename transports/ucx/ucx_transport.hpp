@@ -43,6 +43,11 @@ C4_PARAM_INT(UcxAuto, "C4_UCX_AUTO", nullptr, 1, 0, 1, kParamSameOnAllRanks,
 /// tcp): C4_UCX_AUTO is 1 and UCX reaches an RDMA device. Asked of UCX once per process.
 bool ucxAutoEnabled();
 /// The decision on UCX's transport components (name, memory domains found): an "ib" component
+/// Installs (once per process; the first ucx transport does it) the handler that rewords what UCX
+/// logs about a peer that died (a failed flush, the peer's shared memory gone, requests not returned
+/// to a pool) into c4comm's log, saying what it means. Other UCX messages pass through.
+void installUcxLogHandler();
+
 /// with a memory domain, i.e. a verbs device UCX can use (rc, ud, dc).
 bool ucxComponentsReachRdma(const std::vector<std::pair<std::string, unsigned>>& components);
 
