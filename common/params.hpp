@@ -5,7 +5,7 @@
 // name. Values are read from the environment at each call: read them once at communicator init, not
 // on a hot path. `c4-perf --list-params` prints allParams(); docs/params.md documents them.
 //
-// One rule for settings (issue 22): every parameter says what it accepts (an integer range, a list of
+// One rule for settings: every parameter says what it accepts (an integer range, a list of
 // choices, or a syntax check) and whether it must be the same on every rank (kParamSameOnAllRanks).
 // A value it does not accept is never silently ignored: the getter warns once at the default log
 // level and uses the default, and communicator init fails on it (core/settings.hpp) when it was set

@@ -121,7 +121,7 @@ Status connectSocket(const SockAddr& addr, int64_t deadlineMs, int abortFd, Fd* 
 /// error `err` (optional) gets its errno.
 Status acceptSocket(int listenFd, Fd* out, SockAddr* peer, int* err = nullptr);
 
-/// Paces a listener through exhaustion (issue 22). An accept that fails for lack of resources
+/// Paces a listener through exhaustion. An accept that fails for lack of resources
 /// (EMFILE/ENFILE: out of file descriptors; ENOBUFS/ENOMEM) leaves the connection queued, so the
 /// listener stays readable and a loop polling it would spin at full CPU, logging every failure.
 /// Through a guard such a failure pauses the listener (1 ms, doubling to 1 s while failures go on;

@@ -13,7 +13,8 @@ have checked it stays green. CI runs this on ctest's JUnit report (ctest --outpu
     fails, unless C4_ALLOW_SKIPS=1 (a developer's machine without root, say).
 The summary lists what did not apply here and why.
 
-Usage: check_suites.py JUNIT.xml [--only-skips] [--expect fuzz]
+Usage: check_suites.py JUNIT.xml [JUNIT.xml ...] [--only-skips] [--expect fuzz]
+(several reports of one build: the suites are counted over all of them)
 
 The suites expected depend on the build: the main build's (build/) by default; with --expect fuzz, those of the fuzz
 build (build-fuzz/, scripts/fuzz.sh), whose report holds only the fuzz targets' tests.
@@ -29,12 +30,18 @@ import xml.etree.ElementTree as ET
 # suite -> (name patterns, minimum number of tests)
 EXPECTED = {
     "style (clang-format, docs/params.md, this script's own tests)":
-        (["style_clang_format", "docs_params_current", "tools_check_suites"], 3),
+        (["style_clang_format", "docs_params_current", "tools_check_suites", "tests_all_labelled"], 4),
     "host kernels (every dtype x op x ISA; the dispatch under C4_KERNELS_ISA_MAX=avx2 and scalar)":
         (["AllTypesOps/ReduceTest.*", "Isas/IsaTest.*", "KernelsDispatch.*", "kernels_isa_max_*"], 228),
     "ABI (against NVIDIA's nccl.h)": (["abi_*"], 6),
     "ABI against NVIDIA's newest nccl.h (2.32: its new functions, one-sided calls, grow)":
         (["abi_header_decls", "abi_layout", "abi_nccl_new_*", "abi_allreduce_newest_*"], 5),
+    "collective matrix (forked and thread ranks; every path and algorithm; tcp; zero-copy; staging)":
+        (["Ranks/ForkedMatrix.*", "Ranks/ThreadMatrix.*", "Paths/PathMatrix.*", "Tcp/TcpMatrix.*",
+          "ZeroCopy/ZeroCopyMatrix.*", "Exec/StagingMatrix.*"], 39),
+    "shm transport (every mode)": (["All/ShmModes.*", "shm_small_devshm"], 17),
+    "hardening against hostile or unlucky use (mappings, pid namespaces, abort, bounded buffers and logs)":
+        (["Hardening3.*"], 10),
     "one-sided calls (windows, put/signal/wait)": (["OneSided.*"], 2),
     "staging of device-buffer calls and their pipelined pieces (on the host)":
         (["All/Staging.*", "StagingPinned.*", "StagingPieces.*"], 386),
@@ -50,7 +57,7 @@ EXPECTED = {
     "ibverbs transport setup (no RDMA device here)": (["IbVerbs.*"], 5),
     "ibverbs over real verbs (Soft-RoCE VMs: conformance, collective matrix, two hosts, two ports)":
         (["rdma_vm_*"], 3),
-    "schedule files, c4-sim, c4-synth (issue 21)":
+    "schedule files, c4-sim, c4-synth":
         (["ScheduleFile.*", "Files/ScheduleFileMatrix.*", "ScheduleFiles.*", "Sim.*", "synth_pytest",
           "netlab_synth_*"], 20),
     "CUDA without a GPU (kernel arithmetic on the host, the library without a driver, NVIDIA's exports)":
@@ -143,21 +150,23 @@ def skip_reason(case):
 
 
 def main_args(argv):
-    """argv: the report and the options (sys.argv[1:]); returns the exit status."""
-    if len(argv) < 1:
+    """argv: the reports and the options (sys.argv[1:]); returns the exit status."""
+    reports = [a for i, a in enumerate(argv) if not a.startswith("--") and (i == 0 or argv[i - 1] != "--expect")]
+    if not reports:
         print(__doc__)
         return 2
-    only_skips = "--only-skips" in argv[1:]
+    only_skips = "--only-skips" in argv
     expected = EXPECTED
-    if "--expect" in argv[1:]:
+    if "--expect" in argv:
         i = argv.index("--expect")
         kind = argv[i + 1] if i + 1 < len(argv) else ""
         if kind != "fuzz":
             print("check_suites: --expect takes 'fuzz', not %r" % kind)
             return 2
         expected = EXPECTED_FUZZ
-    root = ET.parse(argv[0]).getroot()
-    cases = list(root.iter("testcase"))
+    cases = []
+    for report in reports:
+        cases += list(ET.parse(report).getroot().iter("testcase"))
     names = [c.get("name", "") for c in cases]
     bad = []
     if not only_skips:
@@ -200,7 +209,7 @@ def main_args(argv):
         print("check_suites: C4_ALLOW_SKIPS=1: %d other skipped test(s) accepted, e.g. %s" %
               (len(allowed_blindly), allowed_blindly[0]))
     if bad:
-        print("check_suites: %d problem(s) in %s:" % (len(bad), argv[0]))
+        print("check_suites: %d problem(s) in %s:" % (len(bad), " + ".join(reports)))
         for b in bad:
             print("  " + b)
         return 1

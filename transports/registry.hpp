@@ -1,5 +1,5 @@
 // The transports built into this library. Core creates transports through this list only, so it
-// names none of them; an optional transport (ucx, ibverbs, cuda-ipc) joins the list when its
+// names none of them; an optional transport (ucx, ibverbs) joins the list when its
 // dependency is found at configure time (transports/CMakeLists.txt generates the list).
 #pragma once
 

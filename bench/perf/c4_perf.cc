@@ -16,6 +16,7 @@
 
 #include "bench/perf/perf_driver.hpp"
 #include "c4comm/c4comm.hpp"
+#include "common/fdio.hpp"
 
 #if defined(C4_PERF_CUDA)
 #include <cuda_runtime.h>
@@ -204,30 +205,6 @@ int benchAndDestroy(const Options& opts, RunInfo info, Comm* comm, double initMs
     rc = 1;
   }
   return rc;
-}
-
-bool writeAll(int fd, const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    ssize_t w = write(fd, c, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    c += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-bool readAll(int fd, void* p, size_t n) {
-  char* c = static_cast<char*>(p);
-  while (n > 0) {
-    ssize_t r = read(fd, c, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    c += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
 }
 
 // What rank 0 hands the others: the id and the moment it started creating the

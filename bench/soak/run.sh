@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The long soak (issue 22): mixed random collectives on 2-4 ranks over shm and tcp, every result
+# The long soak: mixed random collectives on 2-4 ranks over shm and tcp, every result
 # checked, for DURATION_SECONDS; fails on a wrong result, a leak or a hang (docs/soak.md).
 #
 #   bench/soak/run.sh DURATION_SECONDS [BUILD_DIR]      e.g. bench/soak/run.sh 1800

@@ -42,6 +42,7 @@
 #include "bench/soak/soak_data.hpp"
 #include "bench/soak/soak_ops.hpp"
 #include "c4comm/c4comm.hpp"
+#include "common/fdio.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define C4_SOAK_ASAN 1
@@ -288,30 +289,6 @@ struct Done {
   double destroyMs;
   Sample sample;
 };
-
-bool writeAll(int fd, const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    ssize_t w = write(fd, c, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    c += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-bool readAll(int fd, void* p, size_t n) {
-  char* c = static_cast<char*>(p);
-  while (n > 0) {
-    ssize_t r = read(fd, c, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    c += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
 
 bool sendMsg(int fd, uint32_t type, const void* p, size_t len) {
   // One write when it fits a pipe's atomic size, so lines from a rank never interleave.

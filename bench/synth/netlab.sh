@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A synthesized schedule against the generated algorithms on a fabric with mixed link rates, in one
-# run (docs/performance.md, issue 21): 4 hosts on 2 leaves and 2 spines, host links 4x the
+# run (docs/performance.md): 4 hosts on 2 leaves and 2 spines, host links 4x the
 # leaf-spine links (--host-rate / --uplink-rate), one rank per host over tcp. c4-synth writes the
 # AllGather and AllReduce schedules for the fabric's topology file; then c4-perf runs each
 # collective with the file and with every generated algorithm (C4_ALGO), the modes interleaved

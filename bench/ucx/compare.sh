@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The ucx transport beside UCX's own ucx_perftest (issue 18), same machine, same run, same UCX
+# The ucx transport beside UCX's own ucx_perftest, same machine, same run, same UCX
 # transports (UCX_TLS):
 #   1. one-way point-to-point bandwidth at SIZE: ucx_perftest tag_bw vs c4-p2p-bw over C4_TRANSPORT=ucx;
 #   2. AllReduce over ucx vs over c4's own tcp transport (c4-perf -np 2, 1-64 MiB, in pairs).

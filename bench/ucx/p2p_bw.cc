@@ -1,5 +1,5 @@
 // c4-p2p-bw: one-way point-to-point bandwidth between two local ranks, the way ucx_perftest's tag_bw
-// measures UCX's (issue 18): rank 0 sends `iters` messages of `bytes` to rank 1, `window` at a time
+// measures UCX's: rank 0 sends `iters` messages of `bytes` to rank 1, `window` at a time
 // in one group (rank 1 receives them the same way), after `warmup` untimed ones; rank 1 answers the
 // last with one byte, and the time is rank 0's from the first send to that answer. Whatever
 // transport C4_TRANSPORT selects carries it (C4_TRANSPORT=ucx for the comparison).

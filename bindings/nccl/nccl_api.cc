@@ -332,16 +332,37 @@ ncclResult_t fromException(const char* fn) noexcept {
   return code;
 }
 
+/// Runs an entry point's body: no exception crosses the C API (fromException says what it was).
+template <class F>
+ncclResult_t guarded(const char* fn, F&& body) noexcept {
+  try {
+    return body();
+  } catch (...) {
+    return fromException(fn);
+  }
+}
+
+/// guarded() for an entry point that returns nothing (the error still goes to the log and
+/// ncclGetLastError).
+template <class F>
+void guardedVoid(const char* fn, F&& body) noexcept {
+  try {
+    body();
+  } catch (...) {
+    (void)fromException(fn);
+  }
+}
+
 }  // namespace
 
 // ================================ entry points (pnccl*) =========================================
 
-ncclResult_t pncclGetVersion(int* version) try {
-  C4_NCCL_CHECK(checkPtr("ncclGetVersion", "version", version));
-  *version = c4::version();
-  return ncclSuccess;
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclGetVersion(int* version) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    C4_NCCL_CHECK(checkPtr("ncclGetVersion", "version", version));
+    *version = c4::version();
+    return ncclSuccess;
+  });
 }
 
 const char* pncclGetErrorString(ncclResult_t result) {
@@ -378,41 +399,41 @@ const char* pncclGetLastError(ncclComm_t comm) {
   return tlsLastError;
 }
 
-void pncclResetDebugInit() try { c4::reloadLogConfig(); } catch (...) {
-  (void)fromException(__func__);
+void pncclResetDebugInit() {
+  guardedVoid(__func__, [&] { c4::reloadLogConfig(); });
 }
 
 // ---- memory -------------------------------------------------------------------------------------
 
-ncclResult_t pncclMemAlloc(void** ptr, size_t size) try {
-  C4_NCCL_CHECK(checkPtr("ncclMemAlloc", "ptr", ptr));
-  if (size == 0) return fail(ncclInvalidArgument, "ncclMemAlloc: size is 0");
-  // Device memory where the process has a GPU (as NCCL's); elsewhere page-aligned host memory that
-  // the ranks of a host can map (collectives on it run zero-copy, docs/shm-transport.md).
-  C4_NCCL_CHECK(fromStatus(c4::memAllocPreferDevice(ptr, size)));
-  return ncclSuccess;
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclMemAlloc(void** ptr, size_t size) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    C4_NCCL_CHECK(checkPtr("ncclMemAlloc", "ptr", ptr));
+    if (size == 0) return fail(ncclInvalidArgument, "ncclMemAlloc: size is 0");
+    // Device memory where the process has a GPU (as NCCL's); elsewhere page-aligned host memory that
+    // the ranks of a host can map (collectives on it run zero-copy, docs/shm-transport.md).
+    C4_NCCL_CHECK(fromStatus(c4::memAllocPreferDevice(ptr, size)));
+    return ncclSuccess;
+  });
 }
 
-ncclResult_t pncclMemFree(void* ptr) try {
-  C4_NCCL_CHECK(checkPtr("ncclMemFree", "ptr", ptr));
-  C4_NCCL_CHECK(fromStatus(c4::memFree(ptr)));
-  return ncclSuccess;
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclMemFree(void* ptr) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    C4_NCCL_CHECK(checkPtr("ncclMemFree", "ptr", ptr));
+    C4_NCCL_CHECK(fromStatus(c4::memFree(ptr)));
+    return ncclSuccess;
+  });
 }
 
 // ---- ids and communicators ----------------------------------------------------------------------
 
-ncclResult_t pncclGetUniqueId(ncclUniqueId* uniqueId) try {
-  C4_NCCL_CHECK(checkPtr("ncclGetUniqueId", "uniqueId", uniqueId));
-  c4::UniqueId id;
-  C4_NCCL_CHECK(fromStatus(c4::getUniqueId(&id)));
-  memcpy(uniqueId->internal, id.bytes, sizeof(uniqueId->internal));
-  return ncclSuccess;
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclGetUniqueId(ncclUniqueId* uniqueId) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    C4_NCCL_CHECK(checkPtr("ncclGetUniqueId", "uniqueId", uniqueId));
+    c4::UniqueId id;
+    C4_NCCL_CHECK(fromStatus(c4::getUniqueId(&id)));
+    memcpy(uniqueId->internal, id.bytes, sizeof(uniqueId->internal));
+    return ncclSuccess;
+  });
 }
 
 namespace {
@@ -435,17 +456,16 @@ ncclResult_t initRank(const char* fn, ncclComm_t* comm, int nranks, const ncclUn
 
 }  // namespace
 
-ncclResult_t pncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) try {
-  return initRank("ncclCommInitRank", comm, nranks, commId, rank, nullptr);
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  return guarded(__func__,
+                 [&]() -> ncclResult_t { return initRank("ncclCommInitRank", comm, nranks, commId, rank, nullptr); });
 }
 
 ncclResult_t pncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
-                                     ncclConfig_t* config) try {
-  return initRank("ncclCommInitRankConfig", comm, nranks, commId, rank, config);
-} catch (...) {
-  return fromException(__func__);
+                                     ncclConfig_t* config) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    return initRank("ncclCommInitRankConfig", comm, nranks, commId, rank, config);
+  });
 }
 
 // Several ids only spread NCCL's bootstrap load over several roots. c4comm's bootstrap serves one
@@ -453,480 +473,483 @@ ncclResult_t pncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId 
 // order, and the process that created commIds[0] with ncclGetUniqueId is one of the ranks and keeps
 // serving it.
 ncclResult_t pncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds,
-                                       ncclConfig_t* config) try {
-  const char* fn = "ncclCommInitRankScalable";
-  C4_NCCL_CHECK(checkPtr(fn, "commIds", commIds));
-  if (nId < 1) return fail(ncclInvalidArgument, "%s: nId %d is invalid (expected >= 1)", fn, nId);
-  return initRank(fn, newcomm, nranks, commIds[0], myrank, config);
-} catch (...) {
-  return fromException(__func__);
+                                       ncclConfig_t* config) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclCommInitRankScalable";
+    C4_NCCL_CHECK(checkPtr(fn, "commIds", commIds));
+    if (nId < 1) return fail(ncclInvalidArgument, "%s: nId %d is invalid (expected >= 1)", fn, nId);
+    return initRank(fn, newcomm, nranks, commIds[0], myrank, config);
+  });
 }
 
-ncclResult_t pncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) try {
-  const char* fn = "ncclCommInitAll";
-  C4_NCCL_CHECK(checkPtr(fn, "comm", comm));
-  if (ndev < 1) return fail(ncclInvalidArgument, "%s: ndev %d is invalid (expected >= 1)", fn, ndev);
-  // Host communicators have no device; devlist only orders CUDA devices, so it is ignored.
-  if (devlist != nullptr)
-    c4::log(c4::LogKind::kInfo, "INIT", (std::string(fn) + ": devlist ignored for host communicators").c_str());
-  static_assert(sizeof(ncclComm_t) == sizeof(c4::Comm*), "");
-  return fromStatus(c4::commInitAll(reinterpret_cast<c4::Comm**>(comm), ndev));
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclCommInitAll";
+    C4_NCCL_CHECK(checkPtr(fn, "comm", comm));
+    if (ndev < 1) return fail(ncclInvalidArgument, "%s: ndev %d is invalid (expected >= 1)", fn, ndev);
+    // Host communicators have no device; devlist only orders CUDA devices, so it is ignored.
+    if (devlist != nullptr)
+      c4::log(c4::LogKind::kInfo, "INIT", (std::string(fn) + ": devlist ignored for host communicators").c_str());
+    static_assert(sizeof(ncclComm_t) == sizeof(c4::Comm*), "");
+    return fromStatus(c4::commInitAll(reinterpret_cast<c4::Comm**>(comm), ndev));
+  });
 }
 
-ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) try {
-  const char* fn = "ncclCommSplit";
-  C4_NCCL_CHECK(checkComm(fn, comm));
-  C4_NCCL_CHECK(checkPtr(fn, "newcomm", newcomm));
-  if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
-    return fail(ncclInvalidArgument, "%s: color %d is invalid (expected >= 0 or NCCL_SPLIT_NOCOLOR)", fn, color);
-  }
-  c4::Config cfg;
-  const c4::Config* cfgPtr = nullptr;
-  C4_NCCL_CHECK(childConfig(fn, config, &cfg, &cfgPtr));
-  c4::Comm* c = nullptr;
-  c4::Status s = c4::commSplit(toC4(comm), color, key, &c, cfgPtr);
-  if (s.isOk() || s.code() == c4::Code::kInProgress) *newcomm = toNccl(c);
-  return fromStatus(s);
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclCommSplit";
+    C4_NCCL_CHECK(checkComm(fn, comm));
+    C4_NCCL_CHECK(checkPtr(fn, "newcomm", newcomm));
+    if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
+      return fail(ncclInvalidArgument, "%s: color %d is invalid (expected >= 0 or NCCL_SPLIT_NOCOLOR)", fn, color);
+    }
+    c4::Config cfg;
+    const c4::Config* cfgPtr = nullptr;
+    C4_NCCL_CHECK(childConfig(fn, config, &cfg, &cfgPtr));
+    c4::Comm* c = nullptr;
+    c4::Status s = c4::commSplit(toC4(comm), color, key, &c, cfgPtr);
+    if (s.isOk() || s.code() == c4::Code::kInProgress) *newcomm = toNccl(c);
+    return fromStatus(s);
+  });
 }
 
 ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
-                             ncclConfig_t* config, int shrinkFlags) try {
-  const char* fn = "ncclCommShrink";
-  C4_NCCL_CHECK(checkComm(fn, comm));
-  C4_NCCL_CHECK(checkPtr(fn, "newcomm", newcomm));
-  if (excludeRanksCount < 0) {
-    return fail(ncclInvalidArgument, "%s: excludeRanksCount %d is negative", fn, excludeRanksCount);
-  }
-  if (excludeRanksCount > 0) C4_NCCL_CHECK(checkPtr(fn, "excludeRanksList", excludeRanksList));
-  if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT) {
-    return fail(ncclInvalidArgument, "%s: shrinkFlags 0x%x is invalid", fn, shrinkFlags);
-  }
-  c4::Config cfg;
-  const c4::Config* cfgPtr = nullptr;
-  C4_NCCL_CHECK(childConfig(fn, config, &cfg, &cfgPtr));
-  c4::Comm* c = nullptr;
-  c4::Status s =
-      c4::commShrink(toC4(comm), excludeRanksList, excludeRanksCount, &c, cfgPtr, shrinkFlags == NCCL_SHRINK_ABORT);
-  if (s.isOk() || s.code() == c4::Code::kInProgress) *newcomm = toNccl(c);
-  return fromStatus(s);
-} catch (...) {
-  return fromException(__func__);
+                             ncclConfig_t* config, int shrinkFlags) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclCommShrink";
+    C4_NCCL_CHECK(checkComm(fn, comm));
+    C4_NCCL_CHECK(checkPtr(fn, "newcomm", newcomm));
+    if (excludeRanksCount < 0) {
+      return fail(ncclInvalidArgument, "%s: excludeRanksCount %d is negative", fn, excludeRanksCount);
+    }
+    if (excludeRanksCount > 0) C4_NCCL_CHECK(checkPtr(fn, "excludeRanksList", excludeRanksList));
+    if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT) {
+      return fail(ncclInvalidArgument, "%s: shrinkFlags 0x%x is invalid", fn, shrinkFlags);
+    }
+    c4::Config cfg;
+    const c4::Config* cfgPtr = nullptr;
+    C4_NCCL_CHECK(childConfig(fn, config, &cfg, &cfgPtr));
+    c4::Comm* c = nullptr;
+    c4::Status s =
+        c4::commShrink(toC4(comm), excludeRanksList, excludeRanksCount, &c, cfgPtr, shrinkFlags == NCCL_SHRINK_ABORT);
+    if (s.isOk() || s.code() == c4::Code::kInProgress) *newcomm = toNccl(c);
+    return fromStatus(s);
+  });
 }
 
-ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) try {
-  const char* fn = "ncclCommRevoke";
-  C4_NCCL_CHECK(checkComm(fn, comm));
-  if (revokeFlags != NCCL_REVOKE_DEFAULT) {
-    return fail(ncclInvalidArgument, "%s: revokeFlags 0x%x is invalid (must be NCCL_REVOKE_DEFAULT)", fn, revokeFlags);
-  }
-  return fromStatus(c4::commRevoke(toC4(comm)));
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclCommRevoke";
+    C4_NCCL_CHECK(checkComm(fn, comm));
+    if (revokeFlags != NCCL_REVOKE_DEFAULT) {
+      return fail(ncclInvalidArgument, "%s: revokeFlags 0x%x is invalid (must be NCCL_REVOKE_DEFAULT)", fn,
+                  revokeFlags);
+    }
+    return fromStatus(c4::commRevoke(toC4(comm)));
+  });
 }
 
-ncclResult_t pncclCommFinalize(ncclComm_t comm) try {
-  C4_NCCL_CHECK(checkComm("ncclCommFinalize", comm));
-  return fromStatus(c4::commFinalize(toC4(comm)));
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclCommFinalize(ncclComm_t comm) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    C4_NCCL_CHECK(checkComm("ncclCommFinalize", comm));
+    return fromStatus(c4::commFinalize(toC4(comm)));
+  });
 }
 
 // NCCL accepts a null communicator in destroy and abort (nothing to free).
-ncclResult_t pncclCommDestroy(ncclComm_t comm) try {
-  if (comm == nullptr) return ncclSuccess;
-  return fromStatus(c4::commDestroy(toC4(comm)));
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclCommDestroy(ncclComm_t comm) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    if (comm == nullptr) return ncclSuccess;
+    return fromStatus(c4::commDestroy(toC4(comm)));
+  });
 }
 
-ncclResult_t pncclCommAbort(ncclComm_t comm) try {
-  if (comm == nullptr) return ncclSuccess;
-  return fromStatus(c4::commAbort(toC4(comm)));
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclCommAbort(ncclComm_t comm) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    if (comm == nullptr) return ncclSuccess;
+    return fromStatus(c4::commAbort(toC4(comm)));
+  });
 }
 
-ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) try {
-  const char* fn = "ncclCommGetAsyncError";
-  C4_NCCL_CHECK(checkComm(fn, comm));
-  C4_NCCL_CHECK(checkPtr(fn, "asyncError", asyncError));
-  c4::Status s = c4::commGetAsyncError(toC4(comm));
-  *asyncError = fromStatus(s);  // also keeps the reason for ncclGetLastError
-  return ncclSuccess;
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclCommGetAsyncError";
+    C4_NCCL_CHECK(checkComm(fn, comm));
+    C4_NCCL_CHECK(checkPtr(fn, "asyncError", asyncError));
+    c4::Status s = c4::commGetAsyncError(toC4(comm));
+    *asyncError = fromStatus(s);  // also keeps the reason for ncclGetLastError
+    return ncclSuccess;
+  });
 }
 
-ncclResult_t pncclCommCount(const ncclComm_t comm, int* count) try {
-  C4_NCCL_CHECK(checkComm("ncclCommCount", comm));
-  C4_NCCL_CHECK(checkPtr("ncclCommCount", "count", count));
-  return fromStatus(c4::commCount(toC4(comm), count));
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclCommCount(const ncclComm_t comm, int* count) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    C4_NCCL_CHECK(checkComm("ncclCommCount", comm));
+    C4_NCCL_CHECK(checkPtr("ncclCommCount", "count", count));
+    return fromStatus(c4::commCount(toC4(comm), count));
+  });
 }
 
-ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int* device) try {
-  C4_NCCL_CHECK(checkComm("ncclCommCuDevice", comm));
-  C4_NCCL_CHECK(checkPtr("ncclCommCuDevice", "device", device));
-  return fromStatus(c4::commCuDevice(toC4(comm), device));
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int* device) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    C4_NCCL_CHECK(checkComm("ncclCommCuDevice", comm));
+    C4_NCCL_CHECK(checkPtr("ncclCommCuDevice", "device", device));
+    return fromStatus(c4::commCuDevice(toC4(comm), device));
+  });
 }
 
-ncclResult_t pncclCommUserRank(const ncclComm_t comm, int* rank) try {
-  C4_NCCL_CHECK(checkComm("ncclCommUserRank", comm));
-  C4_NCCL_CHECK(checkPtr("ncclCommUserRank", "rank", rank));
-  return fromStatus(c4::commUserRank(toC4(comm), rank));
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclCommUserRank(const ncclComm_t comm, int* rank) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    C4_NCCL_CHECK(checkComm("ncclCommUserRank", comm));
+    C4_NCCL_CHECK(checkPtr("ncclCommUserRank", "rank", rank));
+    return fromStatus(c4::commUserRank(toC4(comm), rank));
+  });
 }
 
 // ---- registration -------------------------------------------------------------------------------
 
-ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) try {
-  const char* fn = "ncclCommRegister";
-  C4_NCCL_CHECK(checkComm(fn, comm));
-  C4_NCCL_CHECK(checkPtr(fn, "buff", buff));
-  C4_NCCL_CHECK(checkPtr(fn, "handle", handle));
-  if (size == 0) return fail(ncclInvalidArgument, "%s: size is 0", fn);
-  // Registered with every transport of the communicator (a range for shm and tcp, which use host
-  // memory in place; RDMA memory regions and CUDA IPC handles later).
-  return fromStatus(c4::commRegister(toC4(comm), buff, size, handle));
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclCommRegister";
+    C4_NCCL_CHECK(checkComm(fn, comm));
+    C4_NCCL_CHECK(checkPtr(fn, "buff", buff));
+    C4_NCCL_CHECK(checkPtr(fn, "handle", handle));
+    if (size == 0) return fail(ncclInvalidArgument, "%s: size is 0", fn);
+    // Registered with every transport of the communicator (a range for shm and tcp, which use host
+    // memory in place; RDMA memory regions and CUDA IPC handles later).
+    return fromStatus(c4::commRegister(toC4(comm), buff, size, handle));
+  });
 }
 
-ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle) try {
-  const char* fn = "ncclCommDeregister";
-  C4_NCCL_CHECK(checkComm(fn, comm));
-  C4_NCCL_CHECK(checkPtr(fn, "handle", handle));
-  return fromStatus(c4::commDeregister(toC4(comm), handle));
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclCommDeregister";
+    C4_NCCL_CHECK(checkComm(fn, comm));
+    C4_NCCL_CHECK(checkPtr(fn, "handle", handle));
+    return fromStatus(c4::commDeregister(toC4(comm), handle));
+  });
 }
 
-ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) try {
-  const char* fn = "ncclCommWindowRegister";
-  C4_NCCL_CHECK(checkComm(fn, comm));
-  C4_NCCL_CHECK(checkPtr(fn, "buff", buff));
-  C4_NCCL_CHECK(checkPtr(fn, "win", win));
-  if (size == 0) return fail(ncclInvalidArgument, "%s: size is 0", fn);
-  constexpr int kKnown = NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING | NCCL_WIN_GIN_ONLY | NCCL_WIN_CFT_COUNTED;
-  if ((winFlags & ~kKnown) != 0) return fail(ncclInvalidArgument, "%s: winFlags 0x%x has unknown bits", fn, winFlags);
-  // Collective: the ranks learn where each other's buffers lie (they must come from ncclMemAlloc).
-  c4::Window* w = nullptr;
-  C4_NCCL_CHECK(fromStatus(c4::windowRegister(toC4(comm), buff, size, winFlags, &w)));
-  *win = reinterpret_cast<ncclWindow_t>(w);
-  return ncclSuccess;
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclCommWindowRegister";
+    C4_NCCL_CHECK(checkComm(fn, comm));
+    C4_NCCL_CHECK(checkPtr(fn, "buff", buff));
+    C4_NCCL_CHECK(checkPtr(fn, "win", win));
+    if (size == 0) return fail(ncclInvalidArgument, "%s: size is 0", fn);
+    constexpr int kKnown =
+        NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING | NCCL_WIN_GIN_ONLY | NCCL_WIN_CFT_COUNTED;
+    if ((winFlags & ~kKnown) != 0) return fail(ncclInvalidArgument, "%s: winFlags 0x%x has unknown bits", fn, winFlags);
+    // Collective: the ranks learn where each other's buffers lie (they must come from ncclMemAlloc).
+    c4::Window* w = nullptr;
+    C4_NCCL_CHECK(fromStatus(c4::windowRegister(toC4(comm), buff, size, winFlags, &w)));
+    *win = reinterpret_cast<ncclWindow_t>(w);
+    return ncclSuccess;
+  });
 }
 
-ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) try {
-  const char* fn = "ncclCommWindowDeregister";
-  C4_NCCL_CHECK(checkComm(fn, comm));
-  C4_NCCL_CHECK(checkPtr(fn, "win", win));
-  return fromStatus(c4::windowDeregister(toC4(comm), reinterpret_cast<c4::Window*>(win)));
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclCommWindowDeregister";
+    C4_NCCL_CHECK(checkComm(fn, comm));
+    C4_NCCL_CHECK(checkPtr(fn, "win", win));
+    return fromStatus(c4::windowDeregister(toC4(comm), reinterpret_cast<c4::Window*>(win)));
+  });
 }
 
-ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr) try {
-  const char* fn = "ncclWinGetUserPtr";
-  C4_NCCL_CHECK(checkComm(fn, comm));
-  C4_NCCL_CHECK(checkPtr(fn, "win", win));
-  C4_NCCL_CHECK(checkPtr(fn, "outUserPtr", outUserPtr));
-  return fromStatus(c4::windowUserPtr(toC4(comm), reinterpret_cast<c4::Window*>(win), outUserPtr));
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclWinGetUserPtr";
+    C4_NCCL_CHECK(checkComm(fn, comm));
+    C4_NCCL_CHECK(checkPtr(fn, "win", win));
+    C4_NCCL_CHECK(checkPtr(fn, "outUserPtr", outUserPtr));
+    return fromStatus(c4::windowUserPtr(toC4(comm), reinterpret_cast<c4::Window*>(win), outUserPtr));
+  });
 }
 
 // ---- user reduction operators -------------------------------------------------------------------
 
 ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
-                                       ncclScalarResidence_t residence, ncclComm_t comm) try {
-  const char* fn = "ncclRedOpCreatePreMulSum";
-  C4_NCCL_CHECK(checkPtr(fn, "op", op));
-  C4_NCCL_CHECK(checkPtr(fn, "scalar", scalar));
-  C4_NCCL_CHECK(checkComm(fn, comm));
-  C4_NCCL_CHECK(checkType(fn, &datatype));
-  if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate) {
-    return fail(ncclInvalidArgument, "%s: residence %d is invalid", fn, static_cast<int>(residence));
-  }
-  c4::RedOp out = c4::RedOp::kSum;
-  C4_NCCL_CHECK(fromStatus(
-      c4::redOpCreatePreMulSum(&out, scalar, toC4(datatype), static_cast<c4::ScalarResidence>(residence), toC4(comm))));
-  *op = static_cast<ncclRedOp_t>(out);
-  return ncclSuccess;
-} catch (...) {
-  return fromException(__func__);
+                                       ncclScalarResidence_t residence, ncclComm_t comm) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclRedOpCreatePreMulSum";
+    C4_NCCL_CHECK(checkPtr(fn, "op", op));
+    C4_NCCL_CHECK(checkPtr(fn, "scalar", scalar));
+    C4_NCCL_CHECK(checkComm(fn, comm));
+    C4_NCCL_CHECK(checkType(fn, &datatype));
+    if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate) {
+      return fail(ncclInvalidArgument, "%s: residence %d is invalid", fn, static_cast<int>(residence));
+    }
+    c4::RedOp out = c4::RedOp::kSum;
+    C4_NCCL_CHECK(fromStatus(c4::redOpCreatePreMulSum(&out, scalar, toC4(datatype),
+                                                      static_cast<c4::ScalarResidence>(residence), toC4(comm))));
+    *op = static_cast<ncclRedOp_t>(out);
+    return ncclSuccess;
+  });
 }
 
-ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) try {
-  const char* fn = "ncclRedOpDestroy";
-  C4_NCCL_CHECK(checkComm(fn, comm));
-  if (static_cast<int>(op) < static_cast<int>(ncclNumOps)) {
-    return fail(ncclInvalidArgument, "%s: operator %d is built in, not one from ncclRedOpCreatePreMulSum", fn,
-                static_cast<int>(op));
-  }
-  return fromStatus(c4::redOpDestroy(toC4(op), toC4(comm)));
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclRedOpDestroy";
+    C4_NCCL_CHECK(checkComm(fn, comm));
+    if (static_cast<int>(op) < static_cast<int>(ncclNumOps)) {
+      return fail(ncclInvalidArgument, "%s: operator %d is built in, not one from ncclRedOpCreatePreMulSum", fn,
+                  static_cast<int>(op));
+    }
+    return fromStatus(c4::redOpDestroy(toC4(op), toC4(comm)));
+  });
 }
 
 // ---- collectives --------------------------------------------------------------------------------
 
 ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
-                            ncclComm_t comm, cudaStream_t stream) try {
-  return fromStatus(c4::allReduce(sendbuff, recvbuff, count, toC4(datatype), toC4(op), toC4(comm), stream));
-} catch (...) {
-  return fromException(__func__);
+                            ncclComm_t comm, cudaStream_t stream) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    return fromStatus(c4::allReduce(sendbuff, recvbuff, count, toC4(datatype), toC4(op), toC4(comm), stream));
+  });
 }
 
 ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
-                            ncclComm_t comm, cudaStream_t stream) try {
-  return fromStatus(c4::allGather(sendbuff, recvbuff, sendcount, toC4(datatype), toC4(comm), stream));
-} catch (...) {
-  return fromException(__func__);
+                            ncclComm_t comm, cudaStream_t stream) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    return fromStatus(c4::allGather(sendbuff, recvbuff, sendcount, toC4(datatype), toC4(comm), stream));
+  });
 }
 
 ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-                            ncclComm_t comm, cudaStream_t stream) try {
-  return fromStatus(c4::broadcast(sendbuff, recvbuff, count, toC4(datatype), root, toC4(comm), stream));
-} catch (...) {
-  return fromException(__func__);
+                            ncclComm_t comm, cudaStream_t stream) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    return fromStatus(c4::broadcast(sendbuff, recvbuff, count, toC4(datatype), root, toC4(comm), stream));
+  });
 }
 
 // The deprecated in-place form: buff is both the source (on root) and the destination.
 ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
-                        cudaStream_t stream) try {
-  return fromStatus(c4::broadcast(buff, buff, count, toC4(datatype), root, toC4(comm), stream));
-} catch (...) {
-  return fromException(__func__);
+                        cudaStream_t stream) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    return fromStatus(c4::broadcast(buff, buff, count, toC4(datatype), root, toC4(comm), stream));
+  });
 }
 
 ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
-                         int root, ncclComm_t comm, cudaStream_t stream) try {
-  return fromStatus(c4::reduce(sendbuff, recvbuff, count, toC4(datatype), toC4(op), root, toC4(comm), stream));
-} catch (...) {
-  return fromException(__func__);
+                         int root, ncclComm_t comm, cudaStream_t stream) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    return fromStatus(c4::reduce(sendbuff, recvbuff, count, toC4(datatype), toC4(op), root, toC4(comm), stream));
+  });
 }
 
 ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
-                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) try {
-  return fromStatus(c4::reduceScatter(sendbuff, recvbuff, recvcount, toC4(datatype), toC4(op), toC4(comm), stream));
-} catch (...) {
-  return fromException(__func__);
+                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    return fromStatus(c4::reduceScatter(sendbuff, recvbuff, recvcount, toC4(datatype), toC4(op), toC4(comm), stream));
+  });
 }
 
 ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,
-                           cudaStream_t stream) try {
-  return fromStatus(c4::alltoAll(sendbuff, recvbuff, count, toC4(datatype), toC4(comm), stream));
-} catch (...) {
-  return fromException(__func__);
+                           cudaStream_t stream) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    return fromStatus(c4::alltoAll(sendbuff, recvbuff, count, toC4(datatype), toC4(comm), stream));
+  });
 }
 
 ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-                         ncclComm_t comm, cudaStream_t stream) try {
-  return fromStatus(c4::gather(sendbuff, recvbuff, count, toC4(datatype), root, toC4(comm), stream));
-} catch (...) {
-  return fromException(__func__);
+                         ncclComm_t comm, cudaStream_t stream) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    return fromStatus(c4::gather(sendbuff, recvbuff, count, toC4(datatype), root, toC4(comm), stream));
+  });
 }
 
 ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-                          ncclComm_t comm, cudaStream_t stream) try {
-  return fromStatus(c4::scatter(sendbuff, recvbuff, count, toC4(datatype), root, toC4(comm), stream));
-} catch (...) {
-  return fromException(__func__);
+                          ncclComm_t comm, cudaStream_t stream) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    return fromStatus(c4::scatter(sendbuff, recvbuff, count, toC4(datatype), root, toC4(comm), stream));
+  });
 }
 
 // ---- point to point -----------------------------------------------------------------------------
 
 ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                       cudaStream_t stream) try {
-  return fromStatus(c4::send(sendbuff, count, toC4(datatype), peer, toC4(comm), stream));
-} catch (...) {
-  return fromException(__func__);
+                       cudaStream_t stream) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    return fromStatus(c4::send(sendbuff, count, toC4(datatype), peer, toC4(comm), stream));
+  });
 }
 
 ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                       cudaStream_t stream) try {
-  return fromStatus(c4::recv(recvbuff, count, toC4(datatype), peer, toC4(comm), stream));
-} catch (...) {
-  return fromException(__func__);
+                       cudaStream_t stream) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    return fromStatus(c4::recv(recvbuff, count, toC4(datatype), peer, toC4(comm), stream));
+  });
 }
 
 // ---- groups -------------------------------------------------------------------------------------
 
-ncclResult_t pncclGroupStart() try { return fromStatus(c4::groupStart()); } catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclGroupStart() {
+  return guarded(__func__, [&] { return fromStatus(c4::groupStart()); });
 }
 
-ncclResult_t pncclGroupEnd() try { return fromStatus(c4::groupEnd()); } catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclGroupEnd() {
+  return guarded(__func__, [&] { return fromStatus(c4::groupEnd()); });
 }
 
-ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo) try {
-  const char* fn = "ncclGroupSimulateEnd";
-  C4_NCCL_CHECK(checkPtr(fn, "simInfo", simInfo));
-  if (simInfo->magic != kSimInfoMagic) {
-    return fail(ncclInvalidArgument,
-                "%s: simInfo was not initialized with NCCL_SIM_INFO_INITIALIZER (magic 0x%x, expected 0x%x)", fn,
-                simInfo->magic, kSimInfoMagic);
-  }
-  double us = 0;
-  c4::Status s = c4::groupSimulateEnd(&us);
-  if (s.isOk()) simInfo->estimatedTime = static_cast<float>(us);
-  return fromStatus(s);
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclGroupSimulateEnd";
+    C4_NCCL_CHECK(checkPtr(fn, "simInfo", simInfo));
+    if (simInfo->magic != kSimInfoMagic) {
+      return fail(ncclInvalidArgument,
+                  "%s: simInfo was not initialized with NCCL_SIM_INFO_INITIALIZER (magic 0x%x, expected 0x%x)", fn,
+                  simInfo->magic, kSimInfoMagic);
+    }
+    double us = 0;
+    c4::Status s = c4::groupSimulateEnd(&us);
+    if (s.isOk()) simInfo->estimatedTime = static_cast<float>(us);
+    return fromStatus(s);
+  });
 }
 
 // ---- collectives with per-call options (NCCL 2.32) ---------------------------------------------
 
 ncclResult_t pncclAllReduceConfig(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                   ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream,
-                                  const ncclCollConfig_t* config) try {
-  C4_NCCL_CHECK(checkCollConfig("ncclAllReduceConfig", config));
-  return pncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
-} catch (...) {
-  return fromException(__func__);
+                                  const ncclCollConfig_t* config) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    C4_NCCL_CHECK(checkCollConfig("ncclAllReduceConfig", config));
+    return pncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
+  });
 }
 
 ncclResult_t pncclBroadcastConfig(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-                                  ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config) try {
-  C4_NCCL_CHECK(checkCollConfig("ncclBroadcastConfig", config));
-  return pncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream);
-} catch (...) {
-  return fromException(__func__);
+                                  ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    C4_NCCL_CHECK(checkCollConfig("ncclBroadcastConfig", config));
+    return pncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream);
+  });
 }
 
 ncclResult_t pncclReduceConfig(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream,
-                               const ncclCollConfig_t* config) try {
-  C4_NCCL_CHECK(checkCollConfig("ncclReduceConfig", config));
-  return pncclReduce(sendbuff, recvbuff, count, datatype, op, root, comm, stream);
-} catch (...) {
-  return fromException(__func__);
+                               const ncclCollConfig_t* config) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    C4_NCCL_CHECK(checkCollConfig("ncclReduceConfig", config));
+    return pncclReduce(sendbuff, recvbuff, count, datatype, op, root, comm, stream);
+  });
 }
 
 ncclResult_t pncclAllGatherConfig(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
-                                  ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config) try {
-  C4_NCCL_CHECK(checkCollConfig("ncclAllGatherConfig", config));
-  return pncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream);
-} catch (...) {
-  return fromException(__func__);
+                                  ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    C4_NCCL_CHECK(checkCollConfig("ncclAllGatherConfig", config));
+    return pncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream);
+  });
 }
 
 ncclResult_t pncclReduceScatterConfig(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
                                       ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream,
-                                      const ncclCollConfig_t* config) try {
-  C4_NCCL_CHECK(checkCollConfig("ncclReduceScatterConfig", config));
-  return pncclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
-} catch (...) {
-  return fromException(__func__);
+                                      const ncclCollConfig_t* config) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    C4_NCCL_CHECK(checkCollConfig("ncclReduceScatterConfig", config));
+    return pncclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
+  });
 }
 
 ncclResult_t pncclAlltoAllConfig(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                 ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config) try {
-  C4_NCCL_CHECK(checkCollConfig("ncclAlltoAllConfig", config));
-  return pncclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream);
-} catch (...) {
-  return fromException(__func__);
+                                 ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    C4_NCCL_CHECK(checkCollConfig("ncclAlltoAllConfig", config));
+    return pncclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream);
+  });
 }
 
 ncclResult_t pncclGatherConfig(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-                               ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config) try {
-  C4_NCCL_CHECK(checkCollConfig("ncclGatherConfig", config));
-  return pncclGather(sendbuff, recvbuff, count, datatype, root, comm, stream);
-} catch (...) {
-  return fromException(__func__);
+                               ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    C4_NCCL_CHECK(checkCollConfig("ncclGatherConfig", config));
+    return pncclGather(sendbuff, recvbuff, count, datatype, root, comm, stream);
+  });
 }
 
 ncclResult_t pncclScatterConfig(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-                                ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config) try {
-  C4_NCCL_CHECK(checkCollConfig("ncclScatterConfig", config));
-  return pncclScatter(sendbuff, recvbuff, count, datatype, root, comm, stream);
-} catch (...) {
-  return fromException(__func__);
+                                ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t* config) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    C4_NCCL_CHECK(checkCollConfig("ncclScatterConfig", config));
+    return pncclScatter(sendbuff, recvbuff, count, datatype, root, comm, stream);
+  });
 }
 
 // ---- growing, suspending (NCCL 2.30) ------------------------------------------------------------
 
-ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId) try {
-  const char* fn = "ncclCommGetUniqueId";
-  C4_NCCL_CHECK(checkComm(fn, comm));
-  C4_NCCL_CHECK(checkPtr(fn, "uniqueId", uniqueId));
-  c4::UniqueId id;
-  C4_NCCL_CHECK(fromStatus(c4::commGrowId(toC4(comm), &id)));
-  memcpy(uniqueId->internal, id.bytes, sizeof(uniqueId->internal));
-  return ncclSuccess;
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclCommGetUniqueId";
+    C4_NCCL_CHECK(checkComm(fn, comm));
+    C4_NCCL_CHECK(checkPtr(fn, "uniqueId", uniqueId));
+    c4::UniqueId id;
+    C4_NCCL_CHECK(fromStatus(c4::commGrowId(toC4(comm), &id)));
+    memcpy(uniqueId->internal, id.bytes, sizeof(uniqueId->internal));
+    return ncclSuccess;
+  });
 }
 
 ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank, ncclComm_t* newcomm,
-                           ncclConfig_t* config) try {
-  const char* fn = "ncclCommGrow";
-  C4_NCCL_CHECK(checkPtr(fn, "newcomm", newcomm));
-  if (nRanks < 1) return fail(ncclInvalidArgument, "%s: nRanks %d is invalid (expected >= 1)", fn, nRanks);
-  c4::Config cfg;
-  const c4::Config* cfgPtr = nullptr;
-  C4_NCCL_CHECK(childConfig(fn, config, &cfg, &cfgPtr));
-  c4::UniqueId id;
-  if (uniqueId != nullptr) id = toC4(*uniqueId);
-  c4::Comm* c = nullptr;
-  c4::Status s = c4::commGrow(toC4(comm), nRanks, uniqueId ? &id : nullptr, rank, &c, cfgPtr);
-  if (s.isOk() || s.code() == c4::Code::kInProgress) *newcomm = toNccl(c);
-  return fromStatus(s);
-} catch (...) {
-  return fromException(__func__);
+                           ncclConfig_t* config) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclCommGrow";
+    C4_NCCL_CHECK(checkPtr(fn, "newcomm", newcomm));
+    if (nRanks < 1) return fail(ncclInvalidArgument, "%s: nRanks %d is invalid (expected >= 1)", fn, nRanks);
+    c4::Config cfg;
+    const c4::Config* cfgPtr = nullptr;
+    C4_NCCL_CHECK(childConfig(fn, config, &cfg, &cfgPtr));
+    c4::UniqueId id;
+    if (uniqueId != nullptr) id = toC4(*uniqueId);
+    c4::Comm* c = nullptr;
+    c4::Status s = c4::commGrow(toC4(comm), nRanks, uniqueId ? &id : nullptr, rank, &c, cfgPtr);
+    if (s.isOk() || s.code() == c4::Code::kInProgress) *newcomm = toNccl(c);
+    return fromStatus(s);
+  });
 }
 
-ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags) try {
-  const char* fn = "ncclCommSuspend";
-  C4_NCCL_CHECK(checkComm(fn, comm));
-  if ((flags & ~NCCL_SUSPEND_MEM) != 0) return fail(ncclInvalidArgument, "%s: flags 0x%x has unknown bits", fn, flags);
-  return fromStatus(c4::commSuspend(toC4(comm), (flags & NCCL_SUSPEND_MEM) != 0));
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclCommSuspend";
+    C4_NCCL_CHECK(checkComm(fn, comm));
+    if ((flags & ~NCCL_SUSPEND_MEM) != 0)
+      return fail(ncclInvalidArgument, "%s: flags 0x%x has unknown bits", fn, flags);
+    return fromStatus(c4::commSuspend(toC4(comm), (flags & NCCL_SUSPEND_MEM) != 0));
+  });
 }
 
-ncclResult_t pncclCommResume(ncclComm_t comm) try {
-  C4_NCCL_CHECK(checkComm("ncclCommResume", comm));
-  return fromStatus(c4::commResume(toC4(comm)));
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclCommResume(ncclComm_t comm) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    C4_NCCL_CHECK(checkComm("ncclCommResume", comm));
+    return fromStatus(c4::commResume(toC4(comm)));
+  });
 }
 
-ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value) try {
-  const char* fn = "ncclCommMemStats";
-  C4_NCCL_CHECK(checkComm(fn, comm));
-  C4_NCCL_CHECK(checkPtr(fn, "value", value));
-  c4::MemStats st;
-  C4_NCCL_CHECK(fromStatus(c4::commMemStats(toC4(comm), &st)));
-  switch (rawEnum(&stat)) {
-    case ncclStatGpuMemSuspend:
-      *value = st.gpuSuspendable;
-      return ncclSuccess;
-    case ncclStatGpuMemSuspended:
-      *value = st.suspended ? 1 : 0;
-      return ncclSuccess;
-    case ncclStatGpuMemPersist:
-      *value = st.gpuPersistent;
-      return ncclSuccess;
-    case ncclStatGpuMemTotal:
-      *value = st.gpuSuspendable + st.gpuPersistent;
-      return ncclSuccess;
-    default:
-      return fail(ncclInvalidArgument, "%s: stat %d is not an ncclCommMemStat_t", fn, rawEnum(&stat));
-  }
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclCommMemStats";
+    C4_NCCL_CHECK(checkComm(fn, comm));
+    C4_NCCL_CHECK(checkPtr(fn, "value", value));
+    c4::MemStats st;
+    C4_NCCL_CHECK(fromStatus(c4::commMemStats(toC4(comm), &st)));
+    switch (rawEnum(&stat)) {
+      case ncclStatGpuMemSuspend:
+        *value = st.gpuSuspendable;
+        return ncclSuccess;
+      case ncclStatGpuMemSuspended:
+        *value = st.suspended ? 1 : 0;
+        return ncclSuccess;
+      case ncclStatGpuMemPersist:
+        *value = st.gpuPersistent;
+        return ncclSuccess;
+      case ncclStatGpuMemTotal:
+        *value = st.gpuSuspendable + st.gpuPersistent;
+        return ncclSuccess;
+      default:
+        return fail(ncclInvalidArgument, "%s: stat %d is not an ncclCommMemStat_t", fn, rawEnum(&stat));
+    }
+  });
 }
 
 // ---- one-sided (NCCL 2.29) ------------------------------------------------------------------------
@@ -945,70 +968,70 @@ ncclResult_t checkSignalArgs(const char* fn, int sigIdx, int ctx, unsigned int f
 
 ncclResult_t pncclPutSignal(const void* localbuff, size_t count, ncclDataType_t datatype, int peer,
                             ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags,
-                            ncclComm_t comm, cudaStream_t stream) try {
-  const char* fn = "ncclPutSignal";
-  C4_NCCL_CHECK(checkComm(fn, comm));
-  C4_NCCL_CHECK(checkType(fn, &datatype));
-  C4_NCCL_CHECK(checkPtr(fn, "peerWin", peerWin));
-  if (count > 0) C4_NCCL_CHECK(checkPtr(fn, "localbuff", localbuff));
-  C4_NCCL_CHECK(checkSignalArgs(fn, sigIdx, ctx, flags));
-  const size_t elem = c4::dataTypeSize(toC4(datatype));
-  if (count > SIZE_MAX / elem) return fail(ncclInvalidArgument, "%s: count %zu overflows the byte size", fn, count);
-  return fromStatus(c4::putSignal(localbuff, count * elem, peer, reinterpret_cast<c4::Window*>(peerWin), peerWinOffset,
-                                  toC4(comm), stream));
-} catch (...) {
-  return fromException(__func__);
+                            ncclComm_t comm, cudaStream_t stream) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclPutSignal";
+    C4_NCCL_CHECK(checkComm(fn, comm));
+    C4_NCCL_CHECK(checkType(fn, &datatype));
+    C4_NCCL_CHECK(checkPtr(fn, "peerWin", peerWin));
+    if (count > 0) C4_NCCL_CHECK(checkPtr(fn, "localbuff", localbuff));
+    C4_NCCL_CHECK(checkSignalArgs(fn, sigIdx, ctx, flags));
+    const size_t elem = c4::dataTypeSize(toC4(datatype));
+    if (count > SIZE_MAX / elem) return fail(ncclInvalidArgument, "%s: count %zu overflows the byte size", fn, count);
+    return fromStatus(c4::putSignal(localbuff, count * elem, peer, reinterpret_cast<c4::Window*>(peerWin),
+                                    peerWinOffset, toC4(comm), stream));
+  });
 }
 
-ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream) try {
-  const char* fn = "ncclSignal";
-  C4_NCCL_CHECK(checkComm(fn, comm));
-  C4_NCCL_CHECK(checkSignalArgs(fn, sigIdx, ctx, flags));
-  return fromStatus(c4::signalPeer(peer, toC4(comm), stream));
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclSignal";
+    C4_NCCL_CHECK(checkComm(fn, comm));
+    C4_NCCL_CHECK(checkSignalArgs(fn, sigIdx, ctx, flags));
+    return fromStatus(c4::signalPeer(peer, toC4(comm), stream));
+  });
 }
 
-ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm, cudaStream_t stream) try {
-  const char* fn = "ncclWaitSignal";
-  C4_NCCL_CHECK(checkComm(fn, comm));
-  if (nDesc < 0) return fail(ncclInvalidArgument, "%s: nDesc %d is negative", fn, nDesc);
-  if (nDesc > 0) C4_NCCL_CHECK(checkPtr(fn, "signalDescs", signalDescs));
-  std::vector<int> peers(static_cast<size_t>(nDesc)), counts(static_cast<size_t>(nDesc));
-  for (int i = 0; i < nDesc; ++i) {
-    const ncclWaitSignalDesc_t& d = signalDescs[i];
-    C4_NCCL_CHECK(checkSignalArgs(fn, d.sigIdx, d.ctx, 0));
-    peers[static_cast<size_t>(i)] = d.peer;
-    counts[static_cast<size_t>(i)] = d.opCnt;
-  }
-  return fromStatus(c4::waitSignal(nDesc, peers.data(), counts.data(), toC4(comm), stream));
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm, cudaStream_t stream) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclWaitSignal";
+    C4_NCCL_CHECK(checkComm(fn, comm));
+    if (nDesc < 0) return fail(ncclInvalidArgument, "%s: nDesc %d is negative", fn, nDesc);
+    if (nDesc > 0) C4_NCCL_CHECK(checkPtr(fn, "signalDescs", signalDescs));
+    std::vector<int> peers(static_cast<size_t>(nDesc)), counts(static_cast<size_t>(nDesc));
+    for (int i = 0; i < nDesc; ++i) {
+      const ncclWaitSignalDesc_t& d = signalDescs[i];
+      C4_NCCL_CHECK(checkSignalArgs(fn, d.sigIdx, d.ctx, 0));
+      peers[static_cast<size_t>(i)] = d.peer;
+      counts[static_cast<size_t>(i)] = d.opCnt;
+    }
+    return fromStatus(c4::waitSignal(nDesc, peers.data(), counts.data(), toC4(comm), stream));
+  });
 }
 
 // ---- TCP encryption (NCCL 2.32) -------------------------------------------------------------------
 
-ncclResult_t pncclSetEncryption(const ncclEncryptionConfig_t* config) try {
-  const char* fn = "ncclSetEncryption";
-  C4_NCCL_CHECK(checkPtr(fn, "config", config));
-  if (config->magic != kConfigMagic) {
-    return fail(ncclInvalidArgument,
-                "%s: config was not initialized with NCCL_ENCRYPTION_CONFIG_INITIALIZER (magic 0x%x, expected 0x%x)",
-                fn, config->magic, kConfigMagic);
-  }
-  if (config->size < sizeof(ncclEncryptionConfig_t)) {
-    return fail(ncclInvalidArgument, "%s: config size %zu is invalid (expected %zu)", fn, config->size,
-                sizeof(ncclEncryptionConfig_t));
-  }
-  if (config->mode == NCCL_ENCRYPTION_MODE_NONE) return ncclSuccess;  // plaintext: what c4comm's sockets are
-  if (config->mode != NCCL_ENCRYPTION_MODE_PSK)
-    return fail(ncclInvalidArgument, "%s: mode %d is not an ncclEncryptionMode_t", fn, config->mode);
-  return fail(ncclInvalidUsage,
-              "%s: TLS (NCCL_ENCRYPTION_MODE_PSK) is not implemented by c4comm: its tcp transport and bootstrap are "
-              "plaintext (the bootstrap authenticates ranks with the unique id's key, docs/api-coverage.md)",
-              fn);
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclSetEncryption(const ncclEncryptionConfig_t* config) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclSetEncryption";
+    C4_NCCL_CHECK(checkPtr(fn, "config", config));
+    if (config->magic != kConfigMagic) {
+      return fail(ncclInvalidArgument,
+                  "%s: config was not initialized with NCCL_ENCRYPTION_CONFIG_INITIALIZER (magic 0x%x, expected 0x%x)",
+                  fn, config->magic, kConfigMagic);
+    }
+    if (config->size < sizeof(ncclEncryptionConfig_t)) {
+      return fail(ncclInvalidArgument, "%s: config size %zu is invalid (expected %zu)", fn, config->size,
+                  sizeof(ncclEncryptionConfig_t));
+    }
+    if (config->mode == NCCL_ENCRYPTION_MODE_NONE) return ncclSuccess;  // plaintext: what c4comm's sockets are
+    if (config->mode != NCCL_ENCRYPTION_MODE_PSK)
+      return fail(ncclInvalidArgument, "%s: mode %d is not an ncclEncryptionMode_t", fn, config->mode);
+    return fail(ncclInvalidUsage,
+                "%s: TLS (NCCL_ENCRYPTION_MODE_PSK) is not implemented by c4comm: its tcp transport and bootstrap are "
+                "plaintext (the bootstrap authenticates ranks with the unique id's key, docs/api-coverage.md)",
+                fn);
+  });
 }
 
 // ---- parameters (NCCL 2.32): c4comm's registry of settings (docs/params.md) --------------------------
@@ -1056,28 +1079,26 @@ thread_local std::vector<const char*> tlsParamKeyPtrs;
 
 }  // namespace
 
-ncclResult_t pncclParamBind(ncclParamHandle_t* out, const char* key) try {
-  const char* fn = "ncclParamBind";
-  C4_NCCL_CHECK(checkPtr(fn, "out", out));
-  C4_NCCL_CHECK(checkPtr(fn, "key", key));
-  std::string text;
-  bool isInt = false;
-  int64_t v = 0;
-  C4_NCCL_CHECK(fromStatus(c4::paramValue(key, &text, &isInt, &v)));
-  std::lock_guard<std::mutex> g(gParamMu);
-  auto& slot = paramHandles()[key];
-  if (!slot) slot.reset(new ncclParamHandle{key});
-  *out = slot.get();
-  return ncclSuccess;
-} catch (...) {
-  return fromException(__func__);
+ncclResult_t pncclParamBind(ncclParamHandle_t* out, const char* key) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclParamBind";
+    C4_NCCL_CHECK(checkPtr(fn, "out", out));
+    C4_NCCL_CHECK(checkPtr(fn, "key", key));
+    std::string text;
+    bool isInt = false;
+    int64_t v = 0;
+    C4_NCCL_CHECK(fromStatus(c4::paramValue(key, &text, &isInt, &v)));
+    std::lock_guard<std::mutex> g(gParamMu);
+    auto& slot = paramHandles()[key];
+    if (!slot) slot.reset(new ncclParamHandle{key});
+    *out = slot.get();
+    return ncclSuccess;
+  });
 }
 
-#define C4_PARAM_GET(Suffix, T)                                         \
-  ncclResult_t pncclParamGet##Suffix(ncclParamHandle_t h, T* out) try { \
-    return paramGetInt("ncclParamGet" #Suffix, h, out);                 \
-  } catch (...) {                                                       \
-    return fromException(__func__);                                     \
+#define C4_PARAM_GET(Suffix, T)                                                            \
+  ncclResult_t pncclParamGet##Suffix(ncclParamHandle_t h, T* out) {                        \
+    return guarded(__func__, [&] { return paramGetInt("ncclParamGet" #Suffix, h, out); }); \
   }
 C4_PARAM_GET(I8, int8_t)
 C4_PARAM_GET(I16, int16_t)
@@ -1089,85 +1110,86 @@ C4_PARAM_GET(U32, uint32_t)
 C4_PARAM_GET(U64, uint64_t)
 #undef C4_PARAM_GET
 
-ncclResult_t pncclParamGetStr(ncclParamHandle_t h, const char** out) try {
-  const char* fn = "ncclParamGetStr";
-  C4_NCCL_CHECK(checkPtr(fn, "out", out));
-  bool isInt = false;
-  int64_t v = 0;
-  C4_NCCL_CHECK(paramRead(fn, h, &tlsParamStr, &isInt, &v));
-  *out = tlsParamStr.c_str();
-  return ncclSuccess;
-} catch (...) {
-  return fromException(__func__);
-}
-
-ncclResult_t pncclParamGet(ncclParamHandle_t h, void* out, int maxLen, int* len) try {
-  const char* fn = "ncclParamGet";
-  C4_NCCL_CHECK(checkPtr(fn, "len", len));
-  if (maxLen < 0) return fail(ncclInvalidArgument, "%s: maxLen %d is negative", fn, maxLen);
-  std::string text;
-  bool isInt = false;
-  int64_t v = 0;
-  C4_NCCL_CHECK(paramRead(fn, h, &text, &isInt, &v));
-  const void* src = isInt ? static_cast<const void*>(&v) : static_cast<const void*>(text.data());
-  const size_t bytes = isInt ? sizeof(v) : text.size();
-  *len = static_cast<int>(bytes);
-  if (bytes > static_cast<size_t>(maxLen))
-    return fail(ncclInvalidArgument, "%s: %s takes %zu bytes, more than maxLen %d", fn, h->key.c_str(), bytes, maxLen);
-  if (bytes > 0) {
+ncclResult_t pncclParamGetStr(ncclParamHandle_t h, const char** out) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclParamGetStr";
     C4_NCCL_CHECK(checkPtr(fn, "out", out));
-    memcpy(out, src, bytes);
-  }
-  return ncclSuccess;
-} catch (...) {
-  return fromException(__func__);
+    bool isInt = false;
+    int64_t v = 0;
+    C4_NCCL_CHECK(paramRead(fn, h, &tlsParamStr, &isInt, &v));
+    *out = tlsParamStr.c_str();
+    return ncclSuccess;
+  });
 }
 
-ncclResult_t pncclParamGetParameter(const char* key, const char** value, int* valueLen) try {
-  const char* fn = "ncclParamGetParameter";
-  C4_NCCL_CHECK(checkPtr(fn, "key", key));
-  C4_NCCL_CHECK(checkPtr(fn, "value", value));
-  C4_NCCL_CHECK(checkPtr(fn, "valueLen", valueLen));
-  bool isInt = false;
-  int64_t v = 0;
-  C4_NCCL_CHECK(fromStatus(c4::paramValue(key, &tlsParamValue, &isInt, &v)));
-  *value = tlsParamValue.c_str();
-  *valueLen = static_cast<int>(tlsParamValue.size());
-  return ncclSuccess;
-} catch (...) {
-  return fromException(__func__);
-}
-
-ncclResult_t pncclParamGetAllParameterKeys(const char*** table, int* tableLen) try {
-  const char* fn = "ncclParamGetAllParameterKeys";
-  C4_NCCL_CHECK(checkPtr(fn, "table", table));
-  C4_NCCL_CHECK(checkPtr(fn, "tableLen", tableLen));
-  // Both names of each parameter: its C4_ name and its NCCL_ alias where it has one.
-  tlsParamKeys.clear();
-  for (const c4::ParamDesc& p : c4::params()) {
-    tlsParamKeys.push_back(p.env);
-    if (!p.ncclEnv.empty()) tlsParamKeys.push_back(p.ncclEnv);
-  }
-  tlsParamKeyPtrs.clear();
-  for (const std::string& k : tlsParamKeys) tlsParamKeyPtrs.push_back(k.c_str());
-  *table = tlsParamKeyPtrs.data();
-  *tableLen = static_cast<int>(tlsParamKeyPtrs.size());
-  return ncclSuccess;
-} catch (...) {
-  return fromException(__func__);
-}
-
-void pncclParamDumpAll() try {
-  for (const c4::ParamDesc& p : c4::params()) {
+ncclResult_t pncclParamGet(ncclParamHandle_t h, void* out, int maxLen, int* len) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclParamGet";
+    C4_NCCL_CHECK(checkPtr(fn, "len", len));
+    if (maxLen < 0) return fail(ncclInvalidArgument, "%s: maxLen %d is negative", fn, maxLen);
     std::string text;
     bool isInt = false;
     int64_t v = 0;
-    if (!c4::paramValue(p.env.c_str(), &text, &isInt, &v).isOk()) continue;
-    const std::string line = p.env + (p.ncclEnv.empty() ? "" : " (" + p.ncclEnv + ")") + " = " + text;
-    c4::log(c4::LogKind::kInfo, "ENV", line.c_str());
-  }
-} catch (...) {
-  (void)fromException(__func__);
+    C4_NCCL_CHECK(paramRead(fn, h, &text, &isInt, &v));
+    const void* src = isInt ? static_cast<const void*>(&v) : static_cast<const void*>(text.data());
+    const size_t bytes = isInt ? sizeof(v) : text.size();
+    *len = static_cast<int>(bytes);
+    if (bytes > static_cast<size_t>(maxLen))
+      return fail(ncclInvalidArgument, "%s: %s takes %zu bytes, more than maxLen %d", fn, h->key.c_str(), bytes,
+                  maxLen);
+    if (bytes > 0) {
+      C4_NCCL_CHECK(checkPtr(fn, "out", out));
+      memcpy(out, src, bytes);
+    }
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t pncclParamGetParameter(const char* key, const char** value, int* valueLen) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclParamGetParameter";
+    C4_NCCL_CHECK(checkPtr(fn, "key", key));
+    C4_NCCL_CHECK(checkPtr(fn, "value", value));
+    C4_NCCL_CHECK(checkPtr(fn, "valueLen", valueLen));
+    bool isInt = false;
+    int64_t v = 0;
+    C4_NCCL_CHECK(fromStatus(c4::paramValue(key, &tlsParamValue, &isInt, &v)));
+    *value = tlsParamValue.c_str();
+    *valueLen = static_cast<int>(tlsParamValue.size());
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t pncclParamGetAllParameterKeys(const char*** table, int* tableLen) {
+  return guarded(__func__, [&]() -> ncclResult_t {
+    const char* fn = "ncclParamGetAllParameterKeys";
+    C4_NCCL_CHECK(checkPtr(fn, "table", table));
+    C4_NCCL_CHECK(checkPtr(fn, "tableLen", tableLen));
+    // Both names of each parameter: its C4_ name and its NCCL_ alias where it has one.
+    tlsParamKeys.clear();
+    for (const c4::ParamDesc& p : c4::params()) {
+      tlsParamKeys.push_back(p.env);
+      if (!p.ncclEnv.empty()) tlsParamKeys.push_back(p.ncclEnv);
+    }
+    tlsParamKeyPtrs.clear();
+    for (const std::string& k : tlsParamKeys) tlsParamKeyPtrs.push_back(k.c_str());
+    *table = tlsParamKeyPtrs.data();
+    *tableLen = static_cast<int>(tlsParamKeyPtrs.size());
+    return ncclSuccess;
+  });
+}
+
+void pncclParamDumpAll() {
+  guardedVoid(__func__, [&] {
+    for (const c4::ParamDesc& p : c4::params()) {
+      std::string text;
+      bool isInt = false;
+      int64_t v = 0;
+      if (!c4::paramValue(p.env.c_str(), &text, &isInt, &v).isOk()) continue;
+      const std::string line = p.env + (p.ncclEnv.empty() ? "" : " (" + p.ncclEnv + ")") + " = " + text;
+      c4::log(c4::LogKind::kInfo, "ENV", line.c_str());
+    }
+  });
 }
 
 // ---- NCCL's device API (nccl_device.h, 2.28) ------------------------------------------------------

@@ -221,12 +221,12 @@ struct Comm final : public ExecContext {
   UniqueId growId;
   Rma rma;  // windows and signals (one-sided calls)
 
-  /// The progress thread (C4_PROGRESS_THREAD, or a non-blocking communicator); null: the caller
-  /// drives every operation on its own thread.
-  // Device buffers (created at the first call on them): declared before the engine, so that the
-  // engine's thread is gone when the gate releases the streams and frees the staging.
+  /// Device buffers' stream gate (created at the first call on them): declared before the engine,
+  /// so that the engine's thread is gone when the gate releases the streams and frees the staging.
   std::unique_ptr<gpu::StreamGate> gpuGate;
   int cudaDevice = -1;  // the caller's current GPU at init (ncclCommCuDevice); -1 without GPUs
+  /// The progress thread (C4_PROGRESS_THREAD, or a non-blocking communicator); null: the caller
+  /// drives every operation on its own thread.
   std::unique_ptr<ProgressEngine> engine;
 
   Tuner tuner;

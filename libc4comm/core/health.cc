@@ -790,11 +790,12 @@ void HealthMonitor::failComm(const Diagnosis& d, bool fromPeer) {
 
 Status HealthMonitor::diagnoseHang(const Status& st, int64_t seq) {
   if (!running_) return st;
-  // A rank is alive when a heartbeat came within two periods, unresponsive once none came for
-  // C4_HEARTBEAT_TIMEOUT. In between (a frozen rank, with C4_TIMEOUT shorter than the heartbeat
-  // timeout) what its last heartbeat said is stale: wait for either, so that the diagnosis never
-  // depends on which of the two timeouts is shorter.
+  // For a hang, a rank is alive when a heartbeat came within two periods, and its heartbeats have
+  // stopped (frozen, stopped or unreachable) once none came for five periods (at least 2 s, at most
+  // C4_HEARTBEAT_TIMEOUT). In between what its last heartbeat said is stale: wait for either, so
+  // that the diagnosis never depends on how C4_TIMEOUT compares with the heartbeat timeout.
   const int64_t freshMs = 2 * periodMs_ + 250;
+  const int64_t staleMs = std::min(timeoutMs_, std::max<int64_t>(5 * periodMs_, 2000));
   for (;;) {
     const int64_t now = nowNs();
     bool undecided = false;
@@ -804,7 +805,7 @@ Status HealthMonitor::diagnoseHang(const Status& st, int64_t seq) {
       for (int r = 0; r < comm_->nranks; ++r) {
         if (r == comm_->rank) continue;
         const RankView v = viewOf(r, now);
-        undecided |= !v.gone && !v.leftInOrder && v.failed.empty() && !v.unresponsive && v.silentMs > freshMs;
+        undecided |= !v.gone && !v.leftInOrder && v.failed.empty() && v.silentMs > freshMs && v.silentMs <= staleMs;
       }
     }
     if (!undecided) break;
@@ -824,7 +825,11 @@ Status HealthMonitor::diagnoseHang(const Status& st, int64_t seq) {
     in.waitingOn = waitingOn_;
     in.states = stallStates_;
     in.heartbeatTimeoutMs = timeoutMs_;
-    for (int r = 0; r < comm_->nranks; ++r) in.ranks.push_back(viewOf(r, now));
+    for (int r = 0; r < comm_->nranks; ++r) {
+      RankView v = viewOf(r, now);
+      if (r != comm_->rank && !v.gone && !v.leftInOrder && v.silentMs > staleMs) v.unresponsive = true;
+      in.ranks.push_back(std::move(v));
+    }
     d = classifyHang(in);
     failedWith_ = d.kind + ": " + d.summary;
   }

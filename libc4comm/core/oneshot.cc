@@ -1,7 +1,5 @@
 #include "core/oneshot.hpp"
 
-#include <time.h>
-
 #include <algorithm>
 #include <cstring>
 
@@ -9,7 +7,6 @@
 #include "common/logging.hpp"
 #include "common/params.hpp"
 #include "common/status.hpp"
-#include "core/comm.hpp"
 #include "trace/recorder.hpp"
 
 namespace c4 {

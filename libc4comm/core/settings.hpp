@@ -1,4 +1,4 @@
-// One rule for settings (issue 22), enforced at communicator init: every rank's settings must be
+// One rule for settings, enforced at communicator init: every rank's settings must be
 // acceptable (the parameter registry knows each one's range, choices or syntax: common/params.hpp)
 // and those that shape the schedules or the wire (kParamSameOnAllRanks) must be the same on every
 // rank. Both are checked with one allGather; a problem on any rank fails init on every rank with an

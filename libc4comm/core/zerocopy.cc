@@ -1,16 +1,12 @@
 #include "core/zerocopy.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
-#include <random>
 
 #include "common/clock.hpp"
 #include "common/logging.hpp"
 #include "common/params.hpp"
 #include "common/status.hpp"
-#include "core/comm.hpp"
 #include "transports/idle.hpp"
 
 namespace c4 {

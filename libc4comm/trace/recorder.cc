@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "common/clock.hpp"
+#include "common/fdio.hpp"
 #include "common/logging.hpp"
 #include "common/params.hpp"
 #include "common/status.hpp"
@@ -251,19 +252,7 @@ std::atomic<Recorder*> gRegistry[kMaxRecorders];
 std::atomic<int> gDumpers{0};
 std::atomic<int> gInFatal{0};
 
-// ---- async-signal-safe helpers ----
-bool writeAll(int fd, const void* data, size_t bytes) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    ssize_t k = write(fd, p, bytes);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return false;
-    p += k;
-    bytes -= static_cast<size_t>(k);
-  }
-  return true;
-}
-
+// ---- async-signal-safe helpers (and c4::writeAll of common/fdio.hpp) ----
 bool pwriteAll(int fd, const void* data, size_t bytes, off_t off) {
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {

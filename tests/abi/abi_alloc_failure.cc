@@ -1,4 +1,4 @@
-// No exception crosses the C API (issue 22): a program built against NVIDIA's nccl.h, whose global
+// No exception crosses the C API: a program built against NVIDIA's nccl.h, whose global
 // operator new is replaced by one that fails (std::bad_alloc) at the k-th allocation of the calling
 // thread, runs each NCCL call with the failure at k = 1, 2, ... until the call no longer reaches it.
 // Every call must return (never throw into the caller, never abort); an injected failure must come

@@ -8,34 +8,15 @@
 #include <cstddef>
 #include <cstdio>
 
+#include "common/fdio.hpp"
+
 namespace abi {
 
 inline int gRank = -1;     // the rank this process runs (-1: the parent)
 inline int gFailures = 0;  // failed checks in this process
 
-inline bool writeAll(int fd, const void* buf, size_t n) {
-  const char* p = static_cast<const char*>(buf);
-  while (n > 0) {
-    ssize_t k = write(fd, p, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return false;
-    p += k;
-    n -= static_cast<size_t>(k);
-  }
-  return true;
-}
-
-inline bool readAll(int fd, void* buf, size_t n) {
-  char* p = static_cast<char*>(buf);
-  while (n > 0) {
-    ssize_t k = read(fd, p, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return false;
-    p += k;
-    n -= static_cast<size_t>(k);
-  }
-  return true;
-}
+using c4::readAll;
+using c4::writeAll;
 
 }  // namespace abi
 

@@ -207,7 +207,7 @@ TEST_F(BootstrapTest, WrongSecretGarbageAndSlowClientsAreDroppedAndLogged) {
   EXPECT_NE(std::string::npos, log.find("too slow")) << log;
 }
 
-// Issue 22, defect 5: a burst of connections beyond `ulimit -n` made the root spin at full CPU,
+// A burst of connections beyond `ulimit -n` made the root spin at full CPU,
 // logging tens of thousands of "accept: Too many open files" lines a second; and a rank out of file
 // descriptors failed init with a misleading "no usable network interface". Now the root's accepts
 // pause (AcceptGuard), the failure is logged once with the limit, the recovery once, and the error
@@ -300,7 +300,7 @@ TEST_F(BootstrapTest, OutOfFileDescriptorsPausesAcceptsLogsOnceAndNamesTheCause)
   EXPECT_EQ(0, codes[1]);
 }
 
-// Issue 22: every unused getUniqueId kept a thread (and a listening socket) for C4_BOOTSTRAP_TIMEOUT.
+// Every unused getUniqueId kept a thread (and a listening socket) for C4_BOOTSTRAP_TIMEOUT.
 // Roots no rank has reached now share one watcher thread; a used one still serves its ranks, and the
 // unused ones close at their lifetime.
 TEST_F(BootstrapTest, UnusedIdsShareOneThreadAndCloseAtTheirLifetime) {
@@ -541,7 +541,7 @@ TEST_F(BootstrapTest, FixedCommIdFromEnvironment) {
   EXPECT_EQ("", errs[1]);
 }
 
-// Issue 22: a C4_COMM_ID whose address is not on this host made the root listen on every address
+// A C4_COMM_ID whose address is not on this host made the root listen on every address
 // without a word (a mistyped address, or a root exposed on all interfaces, went unnoticed); and
 // the interface error named C4_SOCKET_IFNAME when NCCL_SOCKET_IFNAME was what was set.
 TEST_F(BootstrapTest, NonLocalCommIdIsReportedAndInterfaceErrorsNameTheVariableSet) {

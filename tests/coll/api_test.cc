@@ -1450,7 +1450,7 @@ TEST(NonBlocking, FailedCommunicatorAndDestroyWithQueuedWork) {
   EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
 }
 
-// Issue 22, defect 2: destroying or aborting a communicator inside an open group used to leave the
+// Destroying or aborting a communicator inside an open group used to leave the
 // group's queued work pointing at freed memory (a crash in groupEnd). Now that work is dropped and
 // groupEnd fails with an error that says why; nothing runs, so no peer waits for it.
 TEST(Hardening, DestroyOrAbortInsideAnOpenGroupIsAnErrorNotACrash) {
@@ -1487,7 +1487,7 @@ TEST(Hardening, DestroyOrAbortInsideAnOpenGroupIsAnErrorNotACrash) {
   }
 }
 
-// Issue 22, defect 6: a huge nranks used to abort the process (std::bad_alloc through the API).
+// A huge nranks used to abort the process (std::bad_alloc through the API).
 TEST(Hardening, HugeNranksIsAnErrorNotAnAbort) {
   auto outs = runForked(
       1,
@@ -1505,7 +1505,7 @@ TEST(Hardening, HugeNranksIsAnErrorNotAnAbort) {
   EXPECT_EQ(summarize(outs), "");
 }
 
-// Issue 22, defect 1: ranks launched with different C4_ALGO (or another setting that shapes the
+// Ranks launched with different C4_ALGO (or another setting that shapes the
 // schedules or the wire) used to return wrong results (2 ranks) or hang (4 ranks). Now init fails
 // on every rank naming the setting, two ranks and their values.
 TEST(Hardening, RanksThatDisagreeOnASettingFailInitNamingIt) {
@@ -1580,7 +1580,7 @@ TEST(ScheduleFiles, BadFileFailsInitOnEveryRankNamingTheStep) {
   unlink(bad.c_str());
 }
 
-// Issue 22, "one rule for settings": a value a setting does not accept used to be ignored or clamped
+// A value a setting does not accept used to be ignored or clamped
 // in silence (C4_TIMEOUT=0, C4_CHUNK_SIZE=1, C4_TCP_PIECE_BYTES=0, C4_ALGO=bogus, C4_LANES=abc) or
 // printed as a huge number (C4_SHM_SLOTS=-1). Set on one rank, it now fails init on every rank, naming
 // that rank, the variable and what it accepts; through an NCCL alias it is a warning and init goes on.
@@ -1637,7 +1637,7 @@ TEST(Hardening, RefusedSettingFailsInitOnEveryRankNamingIt) {
   EXPECT_EQ(summarize(outs), "");
 }
 
-// Issue 22: a send to itself outside a group (it has no receive to pair with) used to fail the whole
+// A send to itself outside a group (it has no receive to pair with) used to fail the whole
 // communicator, so every later call failed too. Such mistakes are now found before anything starts
 // and fail only the call; the communicator goes on (blocking, and with a progress thread).
 TEST(Hardening, SendToSelfWithoutItsReceiveFailsTheCallNotTheCommunicator) {
@@ -1678,7 +1678,7 @@ TEST(Hardening, SendToSelfWithoutItsReceiveFailsTheCallNotTheCommunicator) {
   }
 }
 
-// Issue 22, defect 3: send and receive buffers that overlap without being the in-place layout used
+// Send and receive buffers that overlap without being the in-place layout used
 // to run and return wrong elements. Now they are rejected before anything runs; the in-place
 // layouts still run and give the right result.
 TEST(Hardening, PartlyOverlappingBuffersAreRejected) {

@@ -158,7 +158,7 @@ INSTANTIATE_TEST_SUITE_P(Tcp, TcpMatrix,
                            return std::string(std::get<1>(i.param).name) + "_np" + std::to_string(std::get<0>(i.param));
                          });
 
-/// The optional network transports of issue 18, each alone ("<name>") and with two emulated hosts
+/// The optional network transports each alone ("<name>") and with two emulated hosts
 /// that use shm within and it between them ("<name>_mixed"): ucx where it is built; ibverbs where it
 /// is built and this machine has an RDMA device (the Soft-RoCE VM, tests/rdma-vm).
 std::vector<std::string> netTransports() {

@@ -91,7 +91,7 @@ TEST(Params, EnvAliasesSuffixesAndBadValues) {
   EXPECT_EQ(paramTestInt(), 16);
   setenv("C4_TEST_PARAM_INT", "12abc", 1);
   EXPECT_EQ(paramTestInt(), 7);  // not a number: default (and a warning)
-  // Blanks around a number, before or after, are taken alike (issue 42: " 5" passed, "5 " did not).
+  // Blanks around a number, before or after, are taken alike (" 5" passed, "5 " did not).
   setenv("C4_TEST_PARAM_INT", " 5", 1);
   EXPECT_EQ(paramTestInt(), 5);
   setenv("C4_TEST_PARAM_INT", "5 ", 1);
@@ -111,7 +111,7 @@ TEST(Params, EnvAliasesSuffixesAndBadValues) {
   EXPECT_TRUE(listed);
 }
 
-// Issue 22: every setting is validated when read; a refused value is reported at the default log
+// Every setting is validated when read; a refused value is reported at the default log
 // level (once per value), never silently ignored, and invalidParams() lists it for init to fail on.
 TEST(Params, RangesChoicesAndChecksAreEnforcedAndReportedWhateverTheLogLevel) {
   const ParamInfo* pi = findParam("C4_TEST_PARAM_INT");
@@ -145,7 +145,7 @@ TEST(Params, RangesChoicesAndChecksAreEnforcedAndReportedWhateverTheLogLevel) {
     EXPECT_EQ(paramTestZero(), 0);
   });
   // Set by its C4_ name, a refused value makes init fail: the warning says that, and nothing about
-  // a default (issue 42: it said "using the default", then init failed anyway).
+  // a default (it said "using the default", then init failed anyway).
   EXPECT_NE(log.find("c4 WARN refusing C4_TEST_PARAM_INT=0: out of range 1..4194304; communicator init fails while "
                      "it is set (docs/params.md)"),
             std::string::npos)
@@ -249,7 +249,7 @@ TEST(Logging, LevelsSubsystemsAndFileWithHostAndPid) {
   EXPECT_FALSE(logEnabled(LogLevel::kWarn, kLogAll));  // off again
 }
 
-// Issue 42: C4_DEBUG_FILE followed a symbolic link (fopen "a"), unlike the trace and diagnosis
+// C4_DEBUG_FILE followed a symbolic link (fopen "a"), unlike the trace and diagnosis
 // files: a predictable name such as /tmp/c4.%h.%p.log let another user point it anywhere. Now a
 // link is not followed (the log goes to standard error, saying why), nor a FIFO opened; and %%
 // is a percent sign.

@@ -176,7 +176,7 @@ TEST(C4D, StoppedRankBetweenCollectivesIsANonCommunicationHang) {
     EXPECT_TRUE(outs[r].detail.empty() && !outs[r].crashed) << "rank " << r << ": " << outs[r].detail;
 }
 
-// Defect (issue 42): with C4_TIMEOUT below C4_HEARTBEAT_TIMEOUT, a SIGSTOPped rank was called
+// Defect: with C4_TIMEOUT below C4_HEARTBEAT_TIMEOUT, a SIGSTOPped rank was called
 // "alive, busy outside c4comm" (its last heartbeat was younger than the heartbeat timeout, and its
 // sequence number stale). Now a rank whose heartbeats stopped is frozen or unreachable whichever
 // timeout is shorter: the diagnosis waits until its silence reaches the heartbeat timeout or a
@@ -219,7 +219,7 @@ TEST(C4D, StoppedRankIsFrozenWhenTheTimeoutIsShorterThanTheHeartbeatTimeout) {
     EXPECT_TRUE(outs[r].detail.empty() && !outs[r].crashed) << "rank " << r << ": " << outs[r].detail;
 }
 
-// Defect (issue 42): a rank waiting in ncclCommWindowRegister (a collective registration the others
+// Defect: a rank waiting in ncclCommWindowRegister (a collective registration the others
 // did not call) was called "busy outside c4comm". Now its heartbeats say where it waits.
 TEST(C4D, ARankInAnotherLibraryCallIsNotBusyOutsideC4comm) {
   ScopedEnv timeout("C4_TIMEOUT", "2");

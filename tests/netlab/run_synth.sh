@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Synthesized schedules on an emulated fabric with mixed link rates (docs/schedules.md, issue 21):
+# Synthesized schedules on an emulated fabric with mixed link rates (docs/schedules.md):
 # 4 hosts on 2 leaves, 2 spines, host links 4x the leaf-spine links. c4-synth reads the fabric's
 # topology file and writes AllGather, AllReduce and AllToAll schedules for it; c4-perf runs them over tcp with
 # C4_TOPO_FILE and C4_SCHEDULE_FILE on every rank. Results must be right, every rank's log must show

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The ibverbs transport over real verbs (issue 18): Debian's own kernel under qemu with Soft-RoCE
+# The ibverbs transport over real verbs: Debian's own kernel under qemu with Soft-RoCE
 # (rdma_rxe), booted from a small initramfs that holds this build's test binaries. This machine's
 # kernel has no RDMA; the VM's has, so the queue pairs, memory registrations, RDMA writes with
 # immediate and completion errors below are the kernel's real ones (emulated NIC, real verbs).

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,12 @@ constexpr DtypeOp kReduceCombos[] = {
 constexpr DataType kCopyTypes[] = {DataType::kInt32, DataType::kInt8, DataType::kFloat16, DataType::kInt64,
                                    DataType::kFloat32};
 constexpr int kSeedsPerCase = 3;
+// C4_TEST_QUICK=1 (the sanitizer pass of scripts/test.sh): one seed per case, since that pass hunts
+// memory errors and the full run checked the values with every seed.
+int seedsPerCase() {
+  static const int seeds = getenv("C4_TEST_QUICK") != nullptr ? 1 : kSeedsPerCase;
+  return seeds;
+}
 
 struct Pair {
   Coll coll;
@@ -71,7 +78,7 @@ TEST_P(CollAlgoTest, MatchesReference) {
     for (const CountCase& cc : kCounts) {
       for (int inPlace = 0; inPlace < (hasInPlace(p.coll) ? 2 : 1); ++inPlace) {
         for (int root : roots) {
-          for (int s = 0; s < kSeedsPerCase; ++s) {
+          for (int s = 0; s < seedsPerCase(); ++s) {
             CaseSpec c;
             c.coll = p.coll;
             c.algo = p.algo;

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/fdio.hpp"
 #include "common/status.hpp"
 #include "transports/idle.hpp"
 #include "transports/transport.hpp"
@@ -96,26 +97,8 @@ class ThreadOob : public Oob {
   int rank_;
 };
 
-inline bool writeAll(int fd, const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n) {
-    ssize_t r = C4_SYSCALL_RETRY(write(fd, c, n));
-    if (r <= 0) return false;
-    c += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-inline bool readAll(int fd, void* p, size_t n) {
-  char* c = static_cast<char*>(p);
-  while (n) {
-    ssize_t r = C4_SYSCALL_RETRY(read(fd, c, n));
-    if (r <= 0) return false;
-    c += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
+using c4::readAll;
+using c4::writeAll;
 
 /// allGather through the parent process: send our slice, get everything back.
 class ForkOob : public Oob {

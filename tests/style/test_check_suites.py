@@ -121,6 +121,18 @@ class CheckSuites(unittest.TestCase):
         self.assertEqual(rc, 0, out)
         self.assertIn("C4_ALLOW_SKIPS=1", out)
 
+    def test_several_reports_are_counted_together(self):
+        paths = []
+        for i, names in enumerate((["fuzz_a", "fuzz_b", "fuzz_c", "fuzz_d"], ["fuzz_e", "fuzz_f", "fuzz_g", "fuzz_h"])):
+            path = os.path.join(self.dir.name, "junit%d.xml" % i)
+            with open(path, "w") as f:
+                f.write('<?xml version="1.0"?><testsuite>%s</testsuite>' % "".join(case(n) for n in names))
+            paths.append(path)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(check_suites.main_args([paths[0], "--expect", "fuzz"]), 1)
+            self.assertEqual(check_suites.main_args(paths + ["--expect", "fuzz"]), 0, out.getvalue())
+
     def test_expected_suites_counted(self):
         path = os.path.join(self.dir.name, "junit.xml")
         with open(path, "w") as f:

@@ -566,7 +566,7 @@ TEST(Trace, ClockSkewIsRecoveredAndMergedTimelinesLineUp) {
   EXPECT_LT(span, kSkew / 2);
 }
 
-// Issue 22, defect 4: the writer used to open "<file>.tmp" with O_CREAT|O_TRUNC, following a link
+// The writer used to open "<file>.tmp" with O_CREAT|O_TRUNC, following a link
 // planted there (a predictable name: the tag repeats between torchrun runs). Now neither a link at
 // the temporary name nor one at the final name gets written through.
 TEST(TraceFiles, DumpDoesNotWriteThroughAPlantedLink) {
@@ -652,7 +652,7 @@ TEST(TraceFiles, DefaultDirectoryIsPrivateRefusedOrPruned) {
   }
 }
 
-// Issue 22: a C4_TRACE_DIR that cannot be written used to be noticed only with C4_DEBUG=WARN. The
+// A C4_TRACE_DIR that cannot be written used to be noticed only with C4_DEBUG=WARN. The
 // warning is now printed whatever the log level, once per directory; init still succeeds.
 TEST(TraceFiles, UnwritableDirectoryIsReportedWhateverTheLogLevel) {
   const std::string dir = tempDir();
@@ -692,7 +692,7 @@ TEST(TraceFiles, UnwritableDirectoryIsReportedWhateverTheLogLevel) {
   EXPECT_EQ(lines, 2u) << "one warning per process (2 ranks, 2 communicators each):\n" << log;
 }
 
-// Issue 42: C4_TRACE_DIR naming a regular file said "Permission denied"; it says what it is.
+// C4_TRACE_DIR naming a regular file said "Permission denied"; it says what it is.
 TEST(TraceFiles, ADirectoryThatIsAFileIsCalledSo) {
   const std::string dir = tempDir();
   const std::string file = dir + "/a-file";

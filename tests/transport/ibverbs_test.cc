@@ -1,4 +1,4 @@
-// The ibverbs transport's setup (issue 18) where it can be checked without RDMA hardware: NCCL's
+// The ibverbs transport's setup where it can be checked without RDMA hardware: NCCL's
 // C4_IB_HCA syntax, the RoCE GID choice (on a made-up sysfs tree), libibverbs missing, and a rank
 // without a usable device failing every rank at once, naming it. The data path runs over real verbs
 // in the Soft-RoCE VM (tests/rdma-vm), where these tests run again with devices present.

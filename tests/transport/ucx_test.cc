@@ -1,4 +1,4 @@
-// The ucx transport's choice under C4_TRANSPORT=auto (issue 18: "selected by capability"): a
+// The ucx transport's choice under C4_TRANSPORT=auto ("selected by capability"): a
 // candidate between hosts only where UCX reaches an RDMA device, which this machine lacks; the
 // conformance suite and the collective matrix test the transport itself. Its setup: a rank whose
 // UCX cannot start fails every rank at once. And how it finds a dead peer (C4_UCX_PEER_FAILURE),
@@ -59,7 +59,7 @@ TEST(UcxAuto, RegisteredAfterIbverbsAndOnlyWhereUcxReachesRdma) {
   }
 }
 
-// Issue 42: after a ucx peer died, UCX's own messages (a flush that timed out, "shmat failed", "mm ep
+// After a ucx peer died, UCX's own messages (a flush that timed out, "shmat failed", "mm ep
 // failed to connect", requests not returned to a memory pool) came out raw as UCX ERRORs. Now they
 // are reworded into c4comm's log saying what they mean; other UCX messages pass through unchanged.
 TEST(UcxLog, MessagesAboutADeadPeerSayWhatTheyMean) {

@@ -1,4 +1,4 @@
-// libibverbs for the ibverbs transport (issue 18), loaded with dlopen so that one libnccl.so.2 runs
+// libibverbs for the ibverbs transport, loaded with dlopen so that one libnccl.so.2 runs
 // with or without rdma-core installed; and the discovery of the RDMA ports a rank may use.
 //
 // Only the functions rdma-core exports are looked up here; the data path's calls (ibv_post_send,

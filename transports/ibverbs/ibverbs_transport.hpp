@@ -1,4 +1,4 @@
-// ibverbs transport (issue 18): every peer over RDMA reliable-connected queue pairs, several per
+// ibverbs transport: every peer over RDMA reliable-connected queue pairs, several per
 // connection as lanes, on InfiniBand or RoCE (Soft-RoCE included). libibverbs is loaded with dlopen
 // (ib_verbs.hpp): without rdma-core the transport fails to create, naming what to install, and the
 // rest of the library works. Selected with C4_TRANSPORT=ibverbs (docs/ibverbs-transport.md).

@@ -1,4 +1,4 @@
-// UCX transport (issue 18): every peer over UCP tagged messages, on whatever UCX chooses between the
+// UCX transport: every peer over UCP tagged messages, on whatever UCX chooses between the
 // two ranks (shared memory, tcp, RDMA verbs on a cluster). Built when Debian's libucx-dev is found;
 // selected with C4_TRANSPORT=ucx, or under auto between hosts where UCX reaches an RDMA device and
 // the ibverbs transport is not used (docs/ucx-transport.md).
