@@ -157,6 +157,53 @@ TEST(Hardening3, WindowsDeregisteredInDifferentOrdersAndFreedBuffersAreRefused) 
   EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
 }
 
+/// Writes `text` to fd `fd` whole (a pipe between the test's processes).
+void say(int fd, const std::string& text) {
+  if (write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) _exit(2);
+}
+
+/// Reads from `fd` until `want` bytes came, the writers closed it, or `ms` passed; what came.
+std::string hear(int fd, size_t want, int64_t ms) {
+  std::string got;
+  const int64_t until = monoMs() + ms;
+  while (got.size() < want && monoMs() < until) {
+    pollfd pf{fd, POLLIN, 0};
+    if (poll(&pf, 1, 100) <= 0) continue;
+    char buf[4096];
+    const ssize_t k = read(fd, buf, std::min(sizeof buf, want - got.size()));
+    if (k <= 0) break;
+    got.append(buf, static_cast<size_t>(k));
+  }
+  return got;
+}
+
+/// The test process starts no thread before it forks (as runForked): the child of a process with
+/// threads may inherit a lock that one of them held (this compiler's ASan allocator takes none
+/// around fork). So rank 0 makes the id in its own process (and hosts the bootstrap root, as under a
+/// launcher) and hands it to `others` ranks through the pipe `fds`. False, with an all-zero id
+/// passed on, if rank 0 could not make one.
+bool shareId(int rank, const int fds[2], int others, c4::UniqueId* id) {
+  if (rank == 0) {
+    close(fds[0]);
+    const bool ok = c4::getUniqueId(id).isOk();
+    if (!ok) memset(static_cast<void*>(id), 0, sizeof *id);
+    for (int k = 0; k < others; ++k)
+      if (write(fds[1], id, sizeof *id) != static_cast<ssize_t>(sizeof *id)) return false;
+    close(fds[1]);
+    return ok;
+  }
+  close(fds[1]);
+  size_t got = 0;
+  while (got < sizeof *id) {
+    const ssize_t k = read(fds[0], reinterpret_cast<char*>(id) + got, sizeof *id - got);
+    if (k <= 0) break;
+    got += static_cast<size_t>(k);
+  }
+  close(fds[0]);
+  static const c4::UniqueId kZero{};
+  return got == sizeof *id && memcmp(id, &kZero, sizeof *id) != 0;
+}
+
 /// Runs `fn` in a child that is pid `pid` of a new pid namespace, and returns its failures. pid 1 is
 /// the namespace's first process; for a larger pid that first process sets ns_last_pid and forks.
 Failures inPidNamespace(int pid, const std::function<Failures()>& fn) {
@@ -254,9 +301,21 @@ bool canMakePidNamespaces() {
 // process: init failed with an internal error ("rank 1's segment is not registered").
 TEST(Hardening3, EqualPidsInTwoPidNamespacesAreTwoProcesses) {
   if (!canMakePidNamespaces()) GTEST_SKIP() << "needs root (a pid namespace per rank)";
-  auto outs = runForked(2, [](int rank, int n, const c4::UniqueId& id) {
-    return inPidNamespace(1, [&] { return putBothWays(rank, n, id, 100000); });
-  });
+  // The ranks fork into their namespaces before any thread starts: rank 0 makes the id there.
+  int idPipe[2];
+  ASSERT_EQ(pipe(idPipe), 0);
+  auto outs = runForked(
+      2,
+      [&](int rank, int n, const c4::UniqueId&) {
+        return inPidNamespace(1, [&]() -> Failures {
+          c4::UniqueId id;
+          if (!shareId(rank, idPipe, n - 1, &id)) return {"no unique id from rank 0"};
+          return putBothWays(rank, n, id, 100000);
+        });
+      },
+      120, false);
+  close(idPipe[0]);
+  close(idPipe[1]);
   EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
 }
 
@@ -321,13 +380,8 @@ c4::Status awaitAsync(c4::Comm* comm, int64_t limitMs) {
 /// it. Returns how long that took in ms, or -1 with *why set. C4_TIMEOUT is 60 s: an abort that
 /// waited for the peers would take that long.
 int64_t abortDuringInit(const char* phase, bool destroy, std::string* why) {
-  c4::UniqueId id;
-  if (!c4::getUniqueId(&id).isOk()) {
-    *why = "getUniqueId";
-    return -1;
-  }
-  int result[2];
-  if (pipe(result) != 0) return -1;
+  int result[2], idPipe[2];
+  if (pipe(result) != 0 || pipe(idPipe) != 0) return -1;
   ScopedEnv timeout("C4_TIMEOUT", "60");
   // C4P plans lanes and the trace clocks are aligned only between hosts (and clocks that differ):
   // for those phases the ranks claim hosts of their own, and rank 1 a clock of its own.
@@ -336,6 +390,8 @@ int64_t abortDuringInit(const char* phase, bool destroy, std::string* why) {
   if (stalled == 0) {
     close(result[0]);
     close(result[1]);
+    c4::UniqueId id;
+    if (!shareId(1, idPipe, 1, &id)) _exit(1);
     if (hosts) setenv("C4_HOSTID", "101", 1);
     if (hosts) setenv("C4_TRACE_TEST_SKEW_NS", "1000000", 1);
     setenv("C4_TEST_INIT_STALL", phase, 1);
@@ -348,6 +404,11 @@ int64_t abortDuringInit(const char* phase, bool destroy, std::string* why) {
   const pid_t waiting = fork();
   if (waiting == 0) {
     close(result[0]);
+    c4::UniqueId id;
+    if (!shareId(0, idPipe, 1, &id)) {
+      say(result[1], "-1 getUniqueId");
+      _exit(1);
+    }
     if (hosts) setenv("C4_HOSTID", "100", 1);
     c4::Config cfg;
     cfg.blocking = 0;
@@ -371,6 +432,8 @@ int64_t abortDuringInit(const char* phase, bool destroy, std::string* why) {
     _exit(0);
   }
   close(result[1]);
+  close(idPipe[0]);
+  close(idPipe[1]);
   std::string text;
   char buf[512];
   // The waiting rank ends on its own unless the abort hangs (then it is killed after 90 s).
@@ -397,15 +460,16 @@ int64_t abortDuringInit(const char* phase, bool destroy, std::string* why) {
 
 // Defect: with a peer missing, ncclCommAbort of a nonblocking communicator still in init took
 // C4_TIMEOUT (18 s of 20): NCCL's pattern (poll the async error with a timeout of your own, then
-// abort) hung. Now abort and destroy end the init at once, in every phase it may wait in. The
-// bound checked is 3 s (a busy machine under ASan); it takes a few ms.
+// abort) hung. Now abort and destroy end the init at once, in every phase it may wait in: it takes
+// a few ms. The bound checked is a third of C4_TIMEOUT (an abort that waited for the peers takes
+// all of it), so that no busy machine fails it.
 TEST(Hardening3, AbortAndDestroyEndANonblockingInitInEveryPhase) {
   for (const char* phase : {"bootstrap", "transports", "zerocopy", "schedules", "lanes", "clock"}) {
     for (bool destroy : {false, true}) {
       std::string why;
       const int64_t ms = abortDuringInit(phase, destroy, &why);
       EXPECT_GE(ms, 0) << phase << (destroy ? " destroy: " : " abort: ") << why;
-      EXPECT_LT(ms, 3000) << phase << (destroy ? " destroy" : " abort") << " took " << ms << " ms";
+      EXPECT_LT(ms, 20000) << phase << (destroy ? " destroy" : " abort") << " took " << ms << " ms";
       printf("init waiting before phase %s: %s returned in %lld ms\n", phase, destroy ? "commDestroy" : "commAbort",
              static_cast<long long>(ms));
     }
@@ -447,26 +511,6 @@ TEST(Hardening3, NonblockingFinalizeReturnsInProgress) {
   EXPECT_TRUE(summarize(outs).empty()) << summarize(outs);
 }
 
-/// Writes `text` to fd `fd` whole (a pipe between the test's processes).
-void say(int fd, const std::string& text) {
-  if (write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) _exit(2);
-}
-
-/// Reads from `fd` until `want` bytes came, the writers closed it, or `ms` passed; what came.
-std::string hear(int fd, size_t want, int64_t ms) {
-  std::string got;
-  const int64_t until = monoMs() + ms;
-  while (got.size() < want && monoMs() < until) {
-    pollfd pf{fd, POLLIN, 0};
-    if (poll(&pf, 1, 100) <= 0) continue;
-    char buf[4096];
-    const ssize_t k = read(fd, buf, std::min(sizeof buf, want - got.size()));
-    if (k <= 0) break;
-    got.append(buf, static_cast<size_t>(k));
-  }
-  return got;
-}
-
 // Defect: a rank frozen for a few seconds after its last collective, while its peer destroyed the
 // communicator and exited, blamed the peer when it resumed ("rank 0 died (process gone)"), failed
 // its communicator and wrote that record (5 runs of 6): its health thread found the peer's process
@@ -475,16 +519,20 @@ std::string hear(int fd, size_t want, int64_t ms) {
 // the messages. Three rounds, since the old code lost the race most of the time, not always. Every
 // wait has a deadline: a rank that fails early ends the round, never the test's patience.
 std::string frozenWhilePeerLeaves(int round) {
-  c4::UniqueId id;
-  if (!c4::getUniqueId(&id).isOk()) return "getUniqueId";
-  int toTest[2], toRank0[2], fromRank1[2];
-  if (pipe(toTest) != 0 || pipe(toRank0) != 0 || pipe(fromRank1) != 0) return "pipe";
+  int toTest[2], toRank0[2], fromRank1[2], idPipe[2];
+  if (pipe(toTest) != 0 || pipe(toRank0) != 0 || pipe(fromRank1) != 0 || pipe(idPipe) != 0) return "pipe";
   ScopedEnv hb("C4_HEARTBEAT_MS", "100");
   ScopedEnv timeout("C4_TIMEOUT", "60");
   auto rank = [&](int r) {
     close(toTest[0]);
     close(toRank0[1]);
     close(fromRank1[0]);
+    c4::UniqueId id;
+    if (!shareId(r, idPipe, 1, &id)) {
+      say(toTest[1], "!");
+      say(fromRank1[1], "rank " + std::to_string(r) + ": no unique id");
+      _exit(1);
+    }
     c4::Comm* comm = nullptr;
     c4::Status st = c4::commInitRank(&comm, 2, id, r);
     float x = 1;
@@ -522,6 +570,8 @@ std::string frozenWhilePeerLeaves(int round) {
   close(toTest[1]);
   close(fromRank1[1]);
   close(toRank0[0]);
+  close(idPipe[0]);
+  close(idPipe[1]);
   std::string result;
   const std::string ready = hear(toTest[0], 2, 60000);
   if (ready.size() == 2 && ready.find('!') == std::string::npos) {
@@ -736,7 +786,11 @@ TEST(Hardening3, StrangersOnTheJobsPortsCannotFloodItsLog) {
   }
   // Its ranks' listeners, once it is up.
   std::vector<std::pair<uint32_t, int>> ports;
-  for (int i = 0; i < 100 && ports.size() < 4; ++i) {
+  int status = 0;
+  bool ended = false;
+  // Up to 60 s: a job under ASan on a busy machine starts slowly.
+  for (int i = 0; i < 1200 && ports.size() < 4 && !ended; ++i) {
+    ended = waitpid(job, &status, WNOHANG) == job;
     usleep(50 * 1000);
     ports.clear();
     for (pid_t p : withChildren(job))
@@ -744,8 +798,6 @@ TEST(Hardening3, StrangersOnTheJobsPortsCannotFloodItsLog) {
   }
   EXPECT_GE(ports.size(), 4u) << "the job's listeners (a bootstrap and a tcp listener per rank)";
   std::vector<int> held;
-  int status = 0;
-  bool ended = false;
   for (int i = 0; i < 3000 && !ports.empty() && !ended; ++i) {
     const int fd = stranger(ports[static_cast<size_t>(i) % ports.size()], i % 3);
     if (fd >= 0) held.push_back(fd);

@@ -45,8 +45,10 @@ inline int64_t monoMs() {
 /// Runs `body` in `n` forked processes. Rank 0 creates the unique id (so its process hosts the
 /// bootstrap root, as under a real launcher) and hands it to the others through pipes: the test
 /// process itself starts no thread before it forks. A rank that has not exited after
-/// `timeoutSec` is killed and reported as hung (a test must never hang the suite).
-inline std::vector<RankOutcome> runForked(int n, const RankBody& body, int timeoutSec = 240) {
+/// `timeoutSec` is killed and reported as hung (a test must never hang the suite). With
+/// `makeId` false no rank makes one (the body gets an all-zero id): a body that forks again must
+/// do so before any thread starts, and makes its id after.
+inline std::vector<RankOutcome> runForked(int n, const RankBody& body, int timeoutSec = 240, bool makeId = true) {
   std::vector<RankOutcome> out(static_cast<size_t>(n));
   std::vector<pid_t> pids(static_cast<size_t>(n));
   std::vector<int> fds(static_cast<size_t>(n));
@@ -66,7 +68,9 @@ inline std::vector<RankOutcome> runForked(int n, const RankBody& body, int timeo
       c4::UniqueId id;
       Failures f;
       bool haveId = true;
-      if (r == 0) {
+      if (!makeId) {
+        memset(static_cast<void*>(&id), 0, sizeof(id));
+      } else if (r == 0) {
         c4::Status st = c4::getUniqueId(&id);
         if (!st.isOk()) {
           f.push_back("getUniqueId: " + st.toString());

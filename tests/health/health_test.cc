@@ -8,7 +8,9 @@
 
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <new>
 #include <thread>
 
@@ -40,12 +42,18 @@ struct Shared {
   ~Shared() = default;
 };
 
-/// A fresh directory for C4_DIAG_FILE.
-std::string tempDir() {
-  char tmpl[] = "/tmp/c4d-test-XXXXXX";
-  const char* d = mkdtemp(tmpl);
-  return d ? d : "/tmp";
-}
+/// A fresh directory for C4_DIAG_FILE, removed with what it holds at the end of the test.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/c4d-test-XXXXXX";
+    if (mkdtemp(tmpl) != nullptr) path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path.empty()) std::filesystem::remove_all(path, ec);
+  }
+};
 
 std::string readFile(const std::string& path) {
   std::ifstream f(path);
@@ -80,7 +88,9 @@ void append(Failures* a, const Failures& b) { a->insert(a->end(), b.begin(), b.e
 // + 5 s with a dead_rank diagnosis naming it, in the error, getDiagnoses, C4_DIAG_FILE and the
 // callback.
 TEST(C4D, KilledRankDuringAllReduceIsADeadRank) {
-  const std::string dir = tempDir();
+  const TempDir tmp;
+  ASSERT_FALSE(tmp.path.empty()) << "mkdtemp: " << strerror(errno);
+  const std::string& dir = tmp.path;
   ScopedEnv diag("C4_DIAG_FILE", (dir + "/diag.r%r.jsonl").c_str());
   ScopedEnv timeout("C4_TIMEOUT", "20");
   ScopedEnv hb("C4_HEARTBEAT_MS", "200");
@@ -131,12 +141,11 @@ TEST(C4D, KilledRankDuringAllReduceIsADeadRank) {
   EXPECT_TRUE(outs[2].crashed);
 }
 
-// SIGSTOP of a rank between two collectives: the others enter the next one and wait. Its
-// heartbeats stop too, but it had not entered: a non-communication hang naming it.
-TEST(C4D, StoppedRankBetweenCollectivesIsANonCommunicationHang) {
-  ScopedEnv timeout("C4_TIMEOUT", "3");
-  ScopedEnv hb("C4_HEARTBEAT_MS", "200");
-  ScopedEnv hbt("C4_HEARTBEAT_TIMEOUT", "1500");
+/// Three ranks run `warmups` AllReduces; rank 1 then stops (SIGSTOP) and the others enter the next
+/// one. `check(comm, st, tookMs)` judges a survivor's failed call; once both survivors judged, rank
+/// 0 kills the stopped rank. Returns the survivors' failures.
+std::string stoppedRankBetweenCollectives(int warmups,
+                                          const std::function<Failures(c4::Comm*, const c4::Status&, int64_t)>& check) {
   Shared* sh = Shared::make();
   auto outs = runForked(
       3,
@@ -146,7 +155,7 @@ TEST(C4D, StoppedRankBetweenCollectivesIsANonCommunicationHang) {
         c4::Status st = c4::commInitRank(&comm, n, id, rank);
         if (!st.isOk()) return {"init: " + st.toString()};
         std::vector<float> b(4096, 1.0f);
-        for (int k = 0; k < 5; ++k) {
+        for (int k = 0; k < warmups; ++k) {
           st = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
           if (!st.isOk()) return {"warm-up: " + st.toString()};
         }
@@ -156,13 +165,7 @@ TEST(C4D, StoppedRankBetweenCollectivesIsANonCommunicationHang) {
         }
         const int64_t t0 = monoMs();
         st = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
-        const int64_t took = monoMs() - t0;
-        Failures f = expectDiagnosis(comm, st, "noncomm_hang", 1);
-        if (took > 3000 + 5000) f.push_back("took " + std::to_string(took) + " ms (C4_TIMEOUT 3 s + 5 s)");
-        std::fprintf(stderr, "[C4D-FIGURE] rank %d: stopped rank to noncomm_hang error: %lld ms (C4_TIMEOUT 3 s)\n",
-                     rank, static_cast<long long>(took));
-        if (st.message().find("never entered collective seq 5") == std::string::npos)
-          f.push_back("does not say which collective: " + st.message());
+        Failures f = check(comm, st, monoMs() - t0);
         // The stopped rank goes once both survivors have their diagnosis.
         sh->flag[0].fetch_add(1);
         for (int i = 0; i < 1000 && sh->flag[0].load() < 2; ++i) usleep(10000);
@@ -172,51 +175,50 @@ TEST(C4D, StoppedRankBetweenCollectivesIsANonCommunicationHang) {
       },
       60);
   sh->killAll();
+  std::string bad;
   for (int r : {0, 2})
-    EXPECT_TRUE(outs[r].detail.empty() && !outs[r].crashed) << "rank " << r << ": " << outs[r].detail;
+    if (!outs[r].detail.empty() || outs[r].crashed) bad += "rank " + std::to_string(r) + ": " + outs[r].detail + "\n";
+  return bad;
 }
 
-// Defect: with C4_TIMEOUT below C4_HEARTBEAT_TIMEOUT, a SIGSTOPped rank was called
-// "alive, busy outside c4comm" (its last heartbeat was younger than the heartbeat timeout, and its
-// sequence number stale). Now a rank whose heartbeats stopped is frozen or unreachable whichever
-// timeout is shorter: the diagnosis waits until its silence reaches the heartbeat timeout or a
-// fresh heartbeat comes.
+// SIGSTOP of a rank between two collectives: the others enter the next one and wait. Its
+// heartbeats stop too, but it had not entered: a non-communication hang naming it.
+TEST(C4D, StoppedRankBetweenCollectivesIsANonCommunicationHang) {
+  ScopedEnv timeout("C4_TIMEOUT", "3");
+  ScopedEnv hb("C4_HEARTBEAT_MS", "200");
+  ScopedEnv hbt("C4_HEARTBEAT_TIMEOUT", "1500");
+  EXPECT_EQ(stoppedRankBetweenCollectives(
+                5,
+                [](c4::Comm* comm, const c4::Status& st, int64_t took) {
+                  Failures f = expectDiagnosis(comm, st, "noncomm_hang", 1);
+                  if (took > 3000 + 5000) f.push_back("took " + std::to_string(took) + " ms (C4_TIMEOUT 3 s + 5 s)");
+                  std::fprintf(stderr, "[C4D-FIGURE] stopped rank to noncomm_hang error: %lld ms (C4_TIMEOUT 3 s)\n",
+                               static_cast<long long>(took));
+                  if (st.message().find("never entered collective seq 5") == std::string::npos)
+                    f.push_back("does not say which collective: " + st.message());
+                  return f;
+                }),
+            "");
+}
+
+// Defect: with C4_TIMEOUT below C4_HEARTBEAT_TIMEOUT, a SIGSTOPped rank was called "alive, busy
+// outside c4comm" (its last heartbeat was younger than the heartbeat timeout, and its sequence
+// number stale). Now a rank whose heartbeats stopped is frozen or unreachable whichever timeout is
+// shorter: the diagnosis waits until its silence reaches five heartbeat periods (or the heartbeat
+// timeout, if shorter) or a fresh heartbeat comes.
 TEST(C4D, StoppedRankIsFrozenWhenTheTimeoutIsShorterThanTheHeartbeatTimeout) {
   ScopedEnv timeout("C4_TIMEOUT", "2");
   ScopedEnv hb("C4_HEARTBEAT_MS", "200");
   ScopedEnv hbt("C4_HEARTBEAT_TIMEOUT", "4000");
-  Shared* sh = Shared::make();
-  auto outs = runForked(
-      3,
-      [&](int rank, int n, const c4::UniqueId& id) -> Failures {
-        sh->pid[rank] = getpid();
-        c4::Comm* comm = nullptr;
-        c4::Status st = c4::commInitRank(&comm, n, id, rank);
-        if (!st.isOk()) return {"init: " + st.toString()};
-        std::vector<float> b(4096, 1.0f);
-        for (int k = 0; k < 3; ++k) {
-          st = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
-          if (!st.isOk()) return {"warm-up: " + st.toString()};
-        }
-        if (rank == 1) {
-          raise(SIGSTOP);  // rank 0 kills this process
-          return {"rank 1 ran on after SIGSTOP"};
-        }
-        st = c4::allReduce(b.data(), b.data(), b.size(), c4::DataType::kFloat32, c4::RedOp::kSum, comm);
-        Failures f = expectDiagnosis(comm, st, "noncomm_hang", 1);
-        if (st.message().find("heartbeat stopped") == std::string::npos ||
-            st.message().find("busy outside c4comm") != std::string::npos)
-          f.push_back("does not say its heartbeat stopped: " + st.message());
-        sh->flag[0].fetch_add(1);
-        for (int i = 0; i < 1000 && sh->flag[0].load() < 2; ++i) usleep(10000);
-        if (rank == 0) kill(sh->pid[1].load(), SIGKILL);
-        (void)c4::commAbort(comm);
-        return f;
-      },
-      60);
-  sh->killAll();
-  for (int r : {0, 2})
-    EXPECT_TRUE(outs[r].detail.empty() && !outs[r].crashed) << "rank " << r << ": " << outs[r].detail;
+  EXPECT_EQ(stoppedRankBetweenCollectives(3,
+                                          [](c4::Comm* comm, const c4::Status& st, int64_t) {
+                                            Failures f = expectDiagnosis(comm, st, "noncomm_hang", 1);
+                                            if (st.message().find("heartbeat stopped") == std::string::npos ||
+                                                st.message().find("busy outside c4comm") != std::string::npos)
+                                              f.push_back("does not say its heartbeat stopped: " + st.message());
+                                            return f;
+                                          }),
+            "");
 }
 
 // Defect: a rank waiting in ncclCommWindowRegister (a collective registration the others

@@ -652,38 +652,46 @@ TEST(TraceFiles, DefaultDirectoryIsPrivateRefusedOrPruned) {
   }
 }
 
-// A C4_TRACE_DIR that cannot be written used to be noticed only with C4_DEBUG=WARN. The
-// warning is now printed whatever the log level, once per directory; init still succeeds.
-TEST(TraceFiles, UnwritableDirectoryIsReportedWhateverTheLogLevel) {
-  const std::string dir = tempDir();
-  { std::ofstream(dir + "/a-file") << "x"; }
-  const std::string bad = dir + "/a-file/traces";  // under a regular file: cannot be made
+/// What the ranks log (at the default level) when C4_TRACE_DIR is `traceDir`: `nranks` forked ranks
+/// each make a communicator and, with `split`, a second one from it; *outcome gets their failures.
+std::string logWithTraceDir(const std::string& traceDir, int nranks, bool split, std::string* outcome) {
   char logPath[] = "/tmp/c4-trace-dir-log-XXXXXX";
-  int logFd = mkstemp(logPath);
-  ASSERT_GE(logFd, 0);
-  auto outs = c4test::runForked(2, [&](int rank, int n, const c4::UniqueId& id) {
+  const int logFd = mkstemp(logPath);
+  if (logFd < 0) return "mkstemp failed";
+  auto outs = c4test::runForked(nranks, [&](int rank, int n, const c4::UniqueId& id) {
     Failures f;
     unsetenv("C4_DEBUG");
     c4::reloadLogConfig();
-    setenv("C4_TRACE_DIR", bad.c_str(), 1);
+    setenv("C4_TRACE_DIR", traceDir.c_str(), 1);
     setenv("C4_TRACE", "op", 1);
     dup2(logFd, 2);
     c4::Comm* comm = nullptr;
     c4::Comm* child = nullptr;
     if (!c4::commInitRank(&comm, n, id, rank).isOk()) return Failures{"init failed"};
     // A second communicator of the process: no second warning.
-    if (!c4::commSplit(comm, 0, rank, &child).isOk()) f.push_back("split failed");
+    if (split && !c4::commSplit(comm, 0, rank, &child).isOk()) f.push_back("split failed");
     if (child) must(c4::commDestroy(child), &f);
     must(c4::commDestroy(comm), &f);
     return f;
   });
-  ASSERT_EQ(c4test::summarize(outs), "");
+  *outcome = c4test::summarize(outs);
   std::ifstream in(logPath);
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string log = ss.str();
   close(logFd);
   unlink(logPath);
+  return ss.str();
+}
+
+// A C4_TRACE_DIR that cannot be written used to be noticed only with C4_DEBUG=WARN. The
+// warning is now printed whatever the log level, once per directory; init still succeeds.
+TEST(TraceFiles, UnwritableDirectoryIsReportedWhateverTheLogLevel) {
+  const std::string dir = tempDir();
+  { std::ofstream(dir + "/a-file") << "x"; }
+  const std::string bad = dir + "/a-file/traces";  // under a regular file: cannot be made
+  std::string outcome;
+  const std::string log = logWithTraceDir(bad, 2, true, &outcome);
+  ASSERT_EQ(outcome, "");
   EXPECT_NE(log.find("cannot create directory " + bad), std::string::npos) << log;
   size_t lines = 0;
   for (size_t at = log.find("traces stay in memory"); at != std::string::npos;
@@ -697,28 +705,9 @@ TEST(TraceFiles, ADirectoryThatIsAFileIsCalledSo) {
   const std::string dir = tempDir();
   const std::string file = dir + "/a-file";
   { std::ofstream(file) << "x"; }
-  char logPath[] = "/tmp/c4-trace-file-log-XXXXXX";
-  int logFd = mkstemp(logPath);
-  ASSERT_GE(logFd, 0);
-  auto outs = c4test::runForked(1, [&](int rank, int n, const c4::UniqueId& id) {
-    Failures f;
-    unsetenv("C4_DEBUG");
-    c4::reloadLogConfig();
-    setenv("C4_TRACE_DIR", file.c_str(), 1);
-    setenv("C4_TRACE", "op", 1);
-    dup2(logFd, 2);
-    c4::Comm* comm = nullptr;
-    if (!c4::commInitRank(&comm, n, id, rank).isOk()) return Failures{"init failed"};
-    must(c4::commDestroy(comm), &f);
-    return f;
-  });
-  ASSERT_EQ(c4test::summarize(outs), "");
-  std::ifstream in(logPath);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string log = ss.str();
-  close(logFd);
-  unlink(logPath);
+  std::string outcome;
+  const std::string log = logWithTraceDir(file, 1, false, &outcome);
+  ASSERT_EQ(outcome, "");
   EXPECT_NE(log.find(file + " is not a directory"), std::string::npos) << log;
   EXPECT_EQ(log.find("Permission denied"), std::string::npos) << log;
 }
