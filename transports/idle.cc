@@ -31,7 +31,7 @@ void configureIdle(int64_t spinUs) {
   gMaxSleepUs.store(static_cast<int>(std::max<int64_t>(1, paramShmSleepUs())), std::memory_order_relaxed);
 }
 
-long idleBackoffUs(int idleRounds, int64_t spinNs, Transport* peers) {
+long idleBackoffUs(int idleRounds, int64_t spinNs, CpuSharing* peers) {
   // Spin, then yield, then sleep, each phase measured in time. A sleep costs about 100 us here
   // whatever is asked (timer slack), so both earlier phases outlast one sleep of a peer:
   //  - spinning (ranks with cores to themselves): a rank that gave up sooner made its peer wait long

@@ -29,11 +29,11 @@ void configureIdle(int64_t spinUs);
 void waitHint(int idleRounds);
 /// waitHint's first phases without its sleep: spins or yields and returns 0, or, once the caller
 /// should block, returns how long (us) without sleeping, so the caller can wait on file
-/// descriptors instead (see Transport::waitFd). `spinNs` >= 0 replaces the process's spin
+/// descriptors instead (see WaitSource::waitFd). `spinNs` >= 0 replaces the process's spin
 /// (C4_SHM_SPIN or its default) for this caller (Config::spinUs). With `peers` (the shm
-/// transport), a rank whose peer last ran on its own CPU yields instead of spinning
-/// (Transport::peerSharesCpu; checked with the clock, every 16 rounds).
-long idleBackoffUs(int idleRounds, int64_t spinNs = -1, Transport* peers = nullptr);
+/// transport's), a rank whose peer last ran on its own CPU yields instead of spinning
+/// (CpuSharing::peerSharesCpu; checked with the clock, every 16 rounds).
+long idleBackoffUs(int idleRounds, int64_t spinNs = -1, CpuSharing* peers = nullptr);
 /// Overrides the spin phase chosen at setup: `oversubscribed` (more ranks than cores on this
 /// machine, counting ranks of other network namespaces too) means no spinning. C4_SHM_SPIN wins.
 void setOversubscribed(bool oversubscribed);

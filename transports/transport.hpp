@@ -146,6 +146,14 @@ struct SendHint {
 Status sendQueueFull();
 inline bool isQueueFull(const Status& st) { return st.code() == Code::kInProgress; }
 
+class Forwarding;
+class LaneControl;
+class ReleasedSends;
+class RateMeter;
+
+/// One peer's connection. The core interface below is what every transport implements; what only
+/// some can do is a capability interface (Forwarding, LaneControl, ReleasedSends, RateMeter) that
+/// the connection hands out where it has it and core asks for (nullptr: not offered).
 class Connection {
  public:
   virtual ~Connection() = default;
@@ -163,60 +171,89 @@ class Connection {
   /// posted. Opens the lanes of a network connection where this rank opens them (so that the
   /// peer can send at all). Fails if the connection is broken or the transport aborted.
   virtual Status peek(bool* ready, OpSig* sig, size_t* bytes) = 0;
+  /// What this connection is doing, for a watchdog's error: pending messages, lanes and their
+  /// state ("1 send, 2 receives pending; lane 0 up, lane 1 never connected by rank 3"). Driving
+  /// thread.
+  virtual std::string describeState() const = 0;
 
-  /// A released send (Request::released) whose caller is done with its buffer: the transport
-  /// copies what a re-send may still need and completes the request now (state kDone); it then
-  /// never reads the buffer again. False (nothing done) if the transport cannot, or `req` is not
-  /// such a send. Driving thread.
-  virtual bool detachSend(Request* req) { return false; }
-  /// Receive-and-forward, NCCL's recvReduceCopySend / recvCopySend. True if this transport can run
-  /// irecvForward(..., to, ...) for a forwarded message of `bytes` sent with `hint`.
-  virtual bool canForward(const Connection* to, size_t bytes, SendHint hint) const { return false; }
+  // ---- lane statistics (transports/lane.hpp); every connection has at least one lane ----
+  /// Lanes this connection has had (retired ones included; indices are never reused). A transport
+  /// without lanes of its own reports one. Any thread.
+  virtual int numLanes() const { return 1; }
+  /// The lane `i` (0 <= i < numLanes()), or nullptr where the transport keeps no statistics. The
+  /// object lives as long as the connection. Its statistics may be read from any thread.
+  virtual const Lane* lane(int i) const { return nullptr; }
+
+  // ---- capabilities: nullptr where this connection has none ----
+  virtual Forwarding* forwarding() { return nullptr; }
+  virtual LaneControl* laneControl() { return nullptr; }
+  virtual ReleasedSends* releasedSends() { return nullptr; }
+  virtual const RateMeter* rateMeter() const { return nullptr; }
+};
+
+/// Receive-and-forward, NCCL's recvReduceCopySend / recvCopySend (shm).
+class Forwarding {
+ public:
+  /// True if irecvForward(..., to, ...) can run for a forwarded message of `bytes` sent with `hint`.
+  virtual bool canForward(const Connection* to, size_t bytes, SendHint hint) const = 0;
   /// irecv(dst, bytes, sig, red, req), plus a send of dst's bytes to `to` as this rank's next message
   /// on that connection (`toSig`, completing `toReq`) that leaves piece by piece as the pieces land
   /// (reduced, with `red`), instead of after the whole receive. Where the forward buffer has room,
   /// each piece is written to dst and to `to`'s peer in the same pass over the incoming data, so
   /// the forward costs no separate copy. Only where canForward(to, bytes, hint) said so.
   virtual Status irecvForward(const MemRef& dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req,
-                              Connection* to, const OpSig& toSig, Request* toReq) {
-    return Status(Code::kInternalError, "this transport cannot forward a receive");
-  }
+                              Connection* to, const OpSig& toSig, Request* toReq) = 0;
 
-  // ---- lanes (transports/lane.hpp) ----
-  /// Lanes this connection has had (retired ones included; indices are never reused). A transport
-  /// without lanes of its own reports one. Any thread.
-  virtual int numLanes() const { return 1; }
-  /// The lane `i` (0 <= i < numLanes()), or nullptr. The object lives as long as the connection.
-  /// Its statistics may be read from any thread.
-  virtual const Lane* lane(int i) const { return nullptr; }
+ protected:
+  ~Forwarding() = default;
+};
+
+/// A connection that stripes its messages over several lanes and changes them while it runs (tcp,
+/// ibverbs; C4P steers through it).
+class LaneControl {
+ public:
   /// Striping weights of later messages: lane i gets pieces in proportion to weights[i] (>= 0, one
   /// per lane, not all of the live lanes 0; retired lanes must get 0).
-  virtual Status setLaneWeights(const std::vector<double>& weights) {
-    return Status(Code::kInvalidUsage, "this connection has no lanes to weight");
-  }
+  virtual Status setLaneWeights(const std::vector<double>& weights) = 0;
   /// Takes lane `i` out of service: nothing new is striped onto it and what it carried that the
   /// peer did not acknowledge goes out again on the other lanes; its socket is closed. Fails when it
   /// is the last live lane (the connection would be lost) or out of range. `why` goes to the log.
-  virtual Status retireLane(int i, const std::string& why) {
-    return Status(Code::kInvalidUsage, "this connection cannot retire lanes");
-  }
+  virtual Status retireLane(int i, const std::string& why) = 0;
   /// Opens one more lane (where this rank opens lanes; the peer accepts it) with `plan`; *index
   /// receives its index. It carries data once up.
-  virtual Status addLane(const LanePlan& plan, int* index) {
-    return Status(Code::kInvalidUsage, "this connection cannot add lanes");
-  }
-  /// What this connection is doing, for a watchdog's error: pending messages, lanes and their
-  /// state ("1 send, 2 receives pending; lane 0 up, lane 1 never connected by rank 3"). Driving
-  /// thread.
-  virtual std::string describeState() const { return {}; }
-  /// C4D's receive rate: bytes of messages from the peer after their first piece came, and the time
-  /// from that piece to their end, summed over the messages large enough to tell (cumulative).
-  /// Unlike lane busy time it does not count the wait for a late sender or a late receiver, so a
-  /// slow rate means a slow path. False: not measured by this transport. Driving thread.
-  virtual bool receiveRate(uint64_t* bytes, uint64_t* ns) const { return false; }
+  virtual Status addLane(const LanePlan& plan, int* index) = 0;
+
+ protected:
+  ~LaneControl() = default;
 };
 
-/// Fault drills of Transport::faultDrill (tests, C4_FAULT).
+/// Sends released before they are done (Caps::releasesSends, tcp with acknowledgements).
+class ReleasedSends {
+ public:
+  /// A released send (Request::released) whose caller is done with its buffer: the transport
+  /// copies what a re-send may still need and completes the request now (state kDone); it then
+  /// never reads the buffer again. False (nothing done) if the transport cannot, or `req` is not
+  /// such a send. Driving thread.
+  virtual bool detachSend(Request* req) = 0;
+
+ protected:
+  ~ReleasedSends() = default;
+};
+
+/// C4D's receive rate (tcp).
+class RateMeter {
+ public:
+  /// Bytes of messages from the peer after their first piece came, and the time from that piece to
+  /// their end, summed over the messages large enough to tell (cumulative). Unlike lane busy time
+  /// it does not count the wait for a late sender or a late receiver, so a slow rate means a slow
+  /// path. Driving thread.
+  virtual void receiveRate(uint64_t* bytes, uint64_t* ns) const = 0;
+
+ protected:
+  ~RateMeter() = default;
+};
+
+/// Fault drills of LaneSetup::faultDrill (tests, C4_FAULT).
 enum class LaneFault {
   /// The socket is reset, as a crashed NIC or a firewall would: the error retires the lane at both
   /// ends.
@@ -244,8 +281,6 @@ struct Caps {
   uint32_t spaces = kHostSpaces;
   /// irecv accepts a ReduceSpec (reduces incoming data into dst as it arrives).
   bool reduceOnRecv = false;
-  /// A connection may carry several lanes (retireLane, addLane, setLaneWeights).
-  bool lanes = false;
   /// Sends set Request::released before they are done (see there): a receive of this transport
   /// may overwrite such a send's buffer from then on (a write-after-read dependency is met).
   bool releasesSends = false;
@@ -276,6 +311,15 @@ struct Context {
   std::function<LanePlan(int peer, int lane)> lanePlan;
 };
 
+class LaneSetup;
+class HostArena;
+class WaitSource;
+class CpuSharing;
+
+/// A transport: one per communicator and rank. The core interface below is what every transport
+/// implements; what only some can do is a capability interface (LaneSetup, HostArena, WaitSource,
+/// CpuSharing) that the transport hands out where it has it and core asks for (nullptr: not
+/// offered). A transport class implements the capability interfaces it offers and returns itself.
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -285,33 +329,23 @@ class Transport {
   virtual bool canConnect(int peer) const = 0;
   /// Returns the connection to `peer`, creating it on first use. Owned by the transport.
   virtual Status connect(int peer, Connection** out) = 0;
-  /// The connection to `peer` if one exists (connect() made it, or the peer opened it), else
-  /// nullptr; creates and opens nothing. Driving thread.
-  virtual Connection* existingConnection(int peer) { return nullptr; }
-  /// Fault drill `fault` on lane `lane` of the connection to `peer` (tests and C4_FAULT; no
-  /// protocol notice to the peer). Fails where the transport has no such lane or drill.
-  virtual Status faultDrill(int peer, int lane, LaneFault fault) {
-    return Status(Code::kInvalidUsage, std::string(name()) + " has no fault drills");
-  }
-  /// Collective (ctx.oob), once, after the transport was created and C4P planned (from here on
-  /// Context::lanePlan answers with the plan): a transport that opens every lane at communicator
-  /// creation opens them here, so that they go where the plan says. No connection exists before.
-  /// Standalone users (tests) call it right after creating the transport.
-  virtual Status startLanes() { return Status::ok(); }
   /// Advances all pending requests. Fails if a peer died, aborted, or broke the protocol; the
   /// affected requests are failed too.
   virtual Status progress() = 0;
   /// Grows whenever the transport delivers data (bytes received, or acknowledged by the peer; slots
   /// consumed); a watchdog reads it to tell a slow operation from a stuck one. Control traffic and
   /// writes a peer may never read (a socket buffer on a dead path) do not count. Driving thread.
-  virtual uint64_t progressCount() const { return 0; }
+  virtual uint64_t progressCount() const = 0;
+  /// Tells every connected peer that this rank is aborting (best effort, never blocks), and fails
+  /// all pending requests with `reason`.
+  virtual void abort(const std::string& reason) = 0;
+  /// Ok while `peer` is alive and has not aborted or closed; else an error naming it. May make a
+  /// system call: callers rate-limit it. A transport that cannot tell answers ok.
+  virtual Status peerHealth(int peer) { return Status::ok(); }
   /// Whether sends the caller already saw complete (eager or detached) still wait for the peer's
   /// acknowledgement; a communicator being destroyed progresses until they do (bounded), so that
   /// closing its sockets cannot cut data the peer has not read. Driving thread.
   virtual bool sendsPending() const { return false; }
-  /// Tells every connected peer that this rank is aborting (best effort, never blocks), and fails
-  /// all pending requests with `reason`.
-  virtual void abort(const std::string& reason) = 0;
 
   /// Registers [base, base + bytes) of `space` for use in MemRefs (ncclCommRegister): RDMA memory
   /// regions and CUDA IPC handles live in the region. The default registers nothing (the region
@@ -323,39 +357,80 @@ class Transport {
   /// Releases a registration (the caller then destroys it). No request may still use it.
   virtual Status deregisterMemory(MemRegion* region) { return Status::ok(); }
 
-  /// Optional: a shared arena of hostArenaBytes() per rank, readable and writable by every rank
-  /// of this host and zeroed at setup (one-shot small collectives use it). nullptr when the
-  /// transport has none or `rank` is not on this host.
-  virtual char* hostArena(int rank) { return nullptr; }
-  virtual size_t hostArenaBytes() const { return 0; }
-  /// Ok while `peer` is alive and has not aborted or closed; else an error naming it. May make a
-  /// system call: callers rate-limit it.
-  virtual Status peerHealth(int peer) { return Status::ok(); }
+  // ---- capabilities: nullptr where this transport has none ----
+  virtual LaneSetup* laneSetup() { return nullptr; }
+  virtual HostArena* hostArena() { return nullptr; }
+  virtual WaitSource* waitSource() { return nullptr; }
+  virtual CpuSharing* cpuSharing() { return nullptr; }
+};
 
+/// A network transport whose connections run on lanes over NIC ports (tcp, ibverbs): what C4P plans
+/// with, and the fault drills.
+class LaneSetup {
+ public:
   /// This rank's NIC ports ("ip:port", the port it listens on there), in the order that
-  /// LanePlan::localPort and remotePort index; empty for a transport without network ports.
-  virtual std::vector<std::string> portAddresses() const { return {}; }
-  /// Lanes each connection opens at first (the planner plans that many).
-  virtual int lanesPerConnection() const { return 1; }
+  /// LanePlan::localPort and remotePort index.
+  virtual std::vector<std::string> portAddresses() const = 0;
+  /// Lanes each connection opens at first (C4_LANES; the planner plans that many).
+  virtual int lanesPerConnection() const = 0;
+  /// Collective (ctx.oob), once, after the transport was created and C4P planned (from here on
+  /// Context::lanePlan answers with the plan): a transport that opens every lane at communicator
+  /// creation opens them here, so that they go where the plan says; one that opens lanes lazily
+  /// returns ok. No connection exists before. Standalone users (tests) call it right after
+  /// creating the transport.
+  virtual Status startLanes() = 0;
+  /// The connection to `peer` if one exists (connect() made it, or the peer opened it), else
+  /// nullptr; creates and opens nothing: what C4P and C4D read the lanes of. Driving thread.
+  virtual Connection* existingConnection(int peer) = 0;
+  /// Fault drill `fault` on lane `lane` of the connection to `peer` (tests and C4_FAULT; no
+  /// protocol notice to the peer). Fails where there is no such lane in service or no such drill.
+  virtual Status faultDrill(int peer, int lane, LaneFault fault) = 0;
 
-  /// A file descriptor that polls readable when progress() may have work (network data arrived, a
-  /// blocked socket became writable), for callers that block while idle; -1 if the transport has
-  /// none (shared memory is only polled).
-  virtual int waitFd() const { return -1; }
+ protected:
+  ~LaneSetup() = default;
+};
+
+/// A shared arena per rank of this host (shm): readable and writable by every rank of the host and
+/// zeroed at setup; one-shot small collectives and zero-copy announcements use it.
+class HostArena {
+ public:
+  /// The arena of `rank`, arenaBytes() long; nullptr when `rank` is not on this host.
+  virtual char* arena(int rank) = 0;
+  virtual size_t arenaBytes() const = 0;
+
+ protected:
+  ~HostArena() = default;
+};
+
+/// A file descriptor to block on while idle (tcp, ibverbs, ucx; shared memory is only polled).
+class WaitSource {
+ public:
+  /// Polls readable when progress() may have work (network data arrived, a blocked socket became
+  /// writable).
+  virtual int waitFd() const = 0;
   /// Called by the driving thread right before it blocks on waitFd() (after a progress() that
   /// completed nothing): false when work is pending already, so the caller must not block (UCX's
   /// worker, whose event fd signals only once armed). Driving thread.
-  virtual bool armWait() { return true; }
+  virtual bool armWait() = 0;
 
-  /// Idle back-off (transports/idle.hpp): publishCpu() tells the peers which CPU this rank runs on
-  /// (cheap: call it whenever the rank starts waiting); peerSharesCpu() publishes too and says
-  /// whether a peer reachable through this transport last reported this very CPU, so that
-  /// spinning while waiting for it would only keep it off the CPU.
-  virtual void publishCpu() {}
-  virtual bool peerSharesCpu() { return false; }
-  /// A diagnosis the transport wants in the trace (e.g. it moved this rank to another CPU), once;
-  /// empty if none. Polled by the communicator while it is idle.
-  virtual std::string takeNote() { return {}; }
+ protected:
+  ~WaitSource() = default;
+};
+
+/// Idle back-off (transports/idle.hpp) among the ranks of a host (shm).
+class CpuSharing {
+ public:
+  /// Tells the peers which CPU this rank runs on (cheap: call it whenever the rank starts waiting).
+  virtual void publishCpu() = 0;
+  /// Publishes too, and says whether a peer reachable through this transport last reported this
+  /// very CPU, so that spinning while waiting for it would only keep it off the CPU.
+  virtual bool peerSharesCpu() = 0;
+  /// A diagnosis for the trace (e.g. this rank was moved to another CPU), once; empty if none.
+  /// Polled by the communicator while it is idle.
+  virtual std::string takeNote() = 0;
+
+ protected:
+  ~CpuSharing() = default;
 };
 
 }  // namespace c4::transport

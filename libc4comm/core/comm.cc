@@ -503,11 +503,11 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   // never when it is not in use (C4_TRANSPORT=tcp).
   transport::Transport* arenaT = nullptr;
   for (auto& t : transports)
-    if (!arenaT && t->hostArenaBytes() > 0) arenaT = t.get();
+    if (!arenaT && t->hostArena() != nullptr) arenaT = t.get();
   for (auto& t : transports)
-    if (t->waitFd() >= 0) {
-      waitFds.push_back(pollfd{t->waitFd(), POLLIN, 0});
-      waitTransports.push_back(t.get());
+    if (transport::WaitSource* w = t->waitSource()) {
+      waitFds.push_back(pollfd{w->waitFd(), POLLIN, 0});
+      waitSources.push_back(w);
     }
   std::string transportList;
   peerTransportIndex.assign(static_cast<size_t>(n), 0);
@@ -527,7 +527,7 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   C4_CHECK(zeroCopy.init(this, procs, timeoutMs, &oneShot, arenaT, &gpuGate,
                          [this](const void* p, size_t len) { return registeredRange(p, len); }));
   const double tZeroCopy = msNow();
-  shmTransport = localRanks > 1 ? arenaT : nullptr;
+  cpuSharing = localRanks > 1 && arenaT != nullptr ? arenaT->cpuSharing() : nullptr;
   p2pSendSeq.assign(static_cast<size_t>(n), 0);
   p2pRecvSeq.assign(static_cast<size_t>(n), 0);
   C4_CHECK(tuner.init(n, static_cast<int>(hosts.size()), caps));
@@ -577,11 +577,12 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   // C4P plans the lanes of the network transport in use (collective: every rank takes part).
   transport::Transport* laneT = nullptr;
   for (transport::Transport* t : peerTransport)
-    if (t != nullptr && laneT == nullptr && t->caps().lanes) laneT = t;
+    if (t != nullptr && laneT == nullptr && t->laneSetup() != nullptr) laneT = t;
   stallForTest("lanes");
   C4_CHECK(lanePlanner.init(r, n, bootstrap.get(), hostOf, laneT, tuner, &recorder));
   // Transports that open their lanes at init (ibverbs' queue pairs) do it now, on the plan.
-  for (auto& t : transports) C4_CHECK(t->startLanes());
+  for (auto& t : transports)
+    if (transport::LaneSetup* lanes = t->laneSetup()) C4_CHECK(lanes->startLanes());
   stallForTest("clock");
   traceClockSync(0, timeoutMs);
   C4_CHECK(health->start());
@@ -623,9 +624,9 @@ uint64_t Comm::transportProgress() const {
 }
 
 void Comm::idleWait(int idleRounds) {
-  const long us = transport::idleBackoffUs(idleRounds, spinNs, shmTransport);
-  if (shmTransport && (idleRounds & 15) == 0) {
-    std::string note = shmTransport->takeNote();
+  const long us = transport::idleBackoffUs(idleRounds, spinNs, cpuSharing);
+  if (cpuSharing && (idleRounds & 15) == 0) {
+    std::string note = cpuSharing->takeNote();
     if (!note.empty()) recorder.note(note);
   }
   if (us == 0) return;
@@ -635,8 +636,8 @@ void Comm::idleWait(int idleRounds) {
     }
     return;
   }
-  for (transport::Transport* t : waitTransports)
-    if (!t->armWait()) return;                                // events already pending: poll again at once
+  for (transport::WaitSource* w : waitSources)
+    if (!w->armWait()) return;                                // events already pending: poll again at once
   (void)ppoll(waitFds.data(), waitFds.size(), &ts, nullptr);  // EINTR or timeout: the caller polls again
 }
 
@@ -1097,7 +1098,7 @@ void Comm::reportStall(const Prepared* p) {
       states.push_back(std::move(w.second));
       // Data in flight to it that does not move: a lane with something queued or unacknowledged.
       transport::Transport* t = peerTransport[static_cast<size_t>(w.first)];
-      transport::Connection* c = t ? t->existingConnection(w.first) : nullptr;
+      transport::Connection* c = t && t->laneSetup() ? t->laneSetup()->existingConnection(w.first) : nullptr;
       bool busy = false;
       for (int l = 0; c && l < c->numLanes(); ++l) {
         const transport::Lane* ln = c->lane(l);

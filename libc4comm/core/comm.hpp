@@ -189,13 +189,13 @@ struct Comm final : public ExecContext {
   int nranks = 0;
   Config config;
   std::string tag;
-  int localRanks = 1;                                 // ranks on this host
-  bool oversubscribed = false;                        // more ranks than cores on this machine (any network namespace)
-  std::vector<pollfd> waitFds;                        // Transport::waitFd of the transports in use
-  std::vector<transport::Transport*> waitTransports;  // their transports (armWait before blocking)
-  transport::Transport* shmTransport = nullptr;       // same-host peers (idle back-off asks it)
-  int64_t timeoutMs = 0;                              // Config::timeoutMs or C4_TIMEOUT
-  int64_t spinNs = -1;                                // Config::spinUs in ns; -1: the transport's (C4_SHM_SPIN)
+  int localRanks = 1;                               // ranks on this host
+  bool oversubscribed = false;                      // more ranks than cores on this machine (any network namespace)
+  std::vector<pollfd> waitFds;                      // WaitSource::waitFd of the transports in use
+  std::vector<transport::WaitSource*> waitSources;  // theirs (armWait before blocking)
+  transport::CpuSharing* cpuSharing = nullptr;      // same-host peers (idle back-off asks it)
+  int64_t timeoutMs = 0;                            // Config::timeoutMs or C4_TIMEOUT
+  int64_t spinNs = -1;                              // Config::spinUs in ns; -1: the transport's (C4_SHM_SPIN)
 
   std::unique_ptr<Bootstrap> bootstrap;
   std::vector<RankInfo> peers;

@@ -109,6 +109,8 @@ Status Executor::bind(ExecContext* ctx, const ExecPlan* plan) {
         PeerQueue q;
         q.peer = s.peer;
         C4_CHECK(ctx->connection(s.peer, &q.conn));
+        q.forwarding = q.conn->forwarding();
+        q.releasedSends = q.conn->releasedSends();
         q.caps = ctx->capsOf(s.peer);
         q.transport = ctx->transportIndexOf(s.peer);
         q.lane = q.conn->numLanes() > 1 ? trace::kLaneStriped : 0;
@@ -190,9 +192,9 @@ void Executor::findForwards() {
       if (rs.kind != StepKind::kRecvReduce || stage_[r] != Stage::kNone || forward_[r] != kNoForward ||
           rs.bytes != s.bytes || rs.dst.base != s.src.base || rs.dst.offset != s.src.offset)
         continue;
-      const transport::Connection* from = queueOf(rs.peer).conn;
+      const transport::Forwarding* from = queueOf(rs.peer).forwarding;
       const transport::Connection* to = queueOf(s.peer).conn;
-      if (from->canForward(to, s.bytes, transport::SendHint{plan_->singleCopy && !s.peerReduces})) {
+      if (from != nullptr && from->canForward(to, s.bytes, transport::SendHint{plan_->singleCopy && !s.peerReduces})) {
         forward_[r] = static_cast<uint32_t>(i);
         break;
       }
@@ -346,8 +348,8 @@ Status Executor::postRecv(uint32_t idx) {
   if (fq && fq->nextSend < fq->sends.size() && fq->sends[fq->nextSend] == f) {
     ++fq->nextSend;
     if (traceSteps_) postTicks_[f] = t;
-    C4_CHECK(conn->irecvForward(ref(s.dst), s.bytes, plan_->sigOf(s), redp, &reqs_[idx], fq->conn,
-                                plan_->sigOf(plan_->steps[f]), &reqs_[f]));
+    C4_CHECK(queueOf(s.peer).forwarding->irecvForward(ref(s.dst), s.bytes, plan_->sigOf(s), redp, &reqs_[idx], fq->conn,
+                                                      plan_->sigOf(plan_->steps[f]), &reqs_[f]));
     inflight_.push_back(f);
   } else {
     C4_CHECK(conn->irecv(ref(s.dst), s.bytes, plan_->sigOf(s), redp, &reqs_[idx]));
@@ -378,14 +380,15 @@ Status Executor::poll(bool* done) {
   C4_CHECK(postReady());
   // Everything else is done and only released sends wait for their acknowledgements: the call
   // is over for this rank. The transport keeps what a re-send may need and completes them
-  // (Connection::detachSend), so the run does not wait for the peer's last reads.
+  // (ReleasedSends::detachSend), so the run does not wait for the peer's last reads.
   if (releasedRun_ > 0 && completed_ < plan_->steps.size()) {
     size_t pending = 0;
     for (uint32_t idx : inflight_) pending += released_[idx] && reqs_[idx].state == transport::Request::kPending;
     if (pending > 0 && completed_ + pending == plan_->steps.size()) {
       for (uint32_t idx : inflight_)
         if (released_[idx] && reqs_[idx].state == transport::Request::kPending)
-          (void)queueOf(plan_->steps[idx].peer).conn->detachSend(&reqs_[idx]);
+          if (transport::ReleasedSends* rs = queueOf(plan_->steps[idx].peer).releasedSends)
+            (void)rs->detachSend(&reqs_[idx]);
       for (size_t i = 0; i < inflight_.size();) {
         const uint32_t idx = inflight_[i];
         if (reqs_[idx].state != transport::Request::kDone) {

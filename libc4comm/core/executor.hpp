@@ -88,6 +88,8 @@ class Executor {
   struct PeerQueue {
     int peer = -1;
     transport::Connection* conn = nullptr;
+    transport::Forwarding* forwarding = nullptr;  // conn's capabilities, or null
+    transport::ReleasedSends* releasedSends = nullptr;
     transport::Caps caps;
     std::vector<uint32_t> sends, recvs;  // step indices in post order
     size_t nextSend = 0, nextRecv = 0;
@@ -144,7 +146,7 @@ class Executor {
   std::vector<int32_t> peerSlot_;  // rank -> index in peers_ or -1
   // Per receive-reduce step: the send that forwards what it produces (its source is the receive's
   // destination and it depends on it) where the transport can stream it on as it lands
-  // (Connection::irecvForward); kNoForward otherwise.
+  // (Forwarding::irecvForward); kNoForward otherwise.
   static constexpr uint32_t kNoForward = UINT32_MAX;
   std::vector<uint32_t> forward_;
   std::vector<Stage> stage_;                        // per step

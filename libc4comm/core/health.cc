@@ -237,7 +237,8 @@ void HealthMonitor::injectBefore(uint64_t seq) {
           const int lanes = c->numLanes();
           for (int l = 0; l < lanes; ++l) {
             if (f.lane >= 0 && l != f.lane) continue;
-            Status st = t->faultDrill(p, l, kind);
+            Status st = t->laneSetup() ? t->laneSetup()->faultDrill(p, l, kind)
+                                       : makeError(Code::kInvalidUsage, "%s has no fault drills", t->name());
             C4_WARN(kLogColl, "rank %d: C4_FAULT %s lane %d to rank %d before collective seq %llu: %s", comm_->rank,
                     f.kind == FaultSpec::kStall ? "stalls" : "drops", l, p, static_cast<unsigned long long>(seq),
                     st.isOk() ? "done" : st.message().c_str());
@@ -357,15 +358,17 @@ void HealthMonitor::publish(uint64_t nowTicks) {
   std::vector<PeerRate> rates;
   for (int p = 0; p < comm_->nranks; ++p) {
     transport::Transport* t = comm_->peerTransport[static_cast<size_t>(p)];
-    if (!t || !t->caps().lanes) continue;
+    transport::LaneSetup* lanes = t != nullptr ? t->laneSetup() : nullptr;
+    if (lanes == nullptr) continue;
     // A pair on one host has no network link to be slow (loopback runs at the speed of the cores
     // the ranks get): only pairs across hosts are compared.
     if (comm_->peers[static_cast<size_t>(p)].hostId == comm_->peers[static_cast<size_t>(comm_->rank)].hostId) continue;
-    transport::Connection* c = t->existingConnection(p);
-    if (!c) continue;
+    transport::Connection* c = lanes->existingConnection(p);
+    const transport::RateMeter* meter = c != nullptr ? c->rateMeter() : nullptr;
+    if (meter == nullptr) continue;
     PeerRate pr;
     pr.peer = p;
-    if (!c->receiveRate(&pr.bytes, &pr.ns)) continue;
+    meter->receiveRate(&pr.bytes, &pr.ns);
     for (int l = 0; l < c->numLanes(); ++l) {
       const transport::Lane* ln = c->lane(l);
       if (!ln) continue;

@@ -148,13 +148,14 @@ Status LanePlanner::init(int rank, int nranks, transport::Oob* oob, const std::v
   PlaceRecord mine;
   mine.mode = static_cast<int32_t>(mode);
   const std::string file = paramTopoFile();
-  const bool active = local.isOk() && mode != plan::Mode::kOff && net != nullptr && net->caps().lanes;
+  transport::LaneSetup* lanes = net != nullptr ? net->laneSetup() : nullptr;
+  const bool active = local.isOk() && mode != plan::Mode::kOff && lanes != nullptr;
   std::vector<std::string> addrs;
   if (active) {
-    mine.lanes = net->lanesPerConnection();
+    mine.lanes = lanes->lanesPerConnection();
     mine.sportLo = net->caps().sourcePortLo;
     mine.sportHi = net->caps().sourcePortHi;
-    addrs = net->portAddresses();
+    addrs = lanes->portAddresses();
     if (addrs.empty() || addrs.size() > static_cast<size_t>(kMaxPlanPorts))
       local = makeError(Code::kInvalidArgument, "C4P: rank %d has %zu NIC ports (1 to %d can be planned)", rank,
                         addrs.size(), kMaxPlanPorts);
@@ -312,8 +313,9 @@ void LanePlanner::rebalance() {
     if (ca != s.rank && cb != s.rank) continue;
     const int peer = ca == s.rank ? cb : ca;
     const bool opener = ca == s.rank;
-    transport::Connection* conn = s.net->existingConnection(peer);
-    if (conn == nullptr) continue;
+    transport::Connection* conn = s.net->laneSetup()->existingConnection(peer);
+    transport::LaneControl* control = conn != nullptr ? conn->laneControl() : nullptr;
+    if (control == nullptr) continue;
     const int n = conn->numLanes();
     std::vector<transport::LaneSnapshot> snap;
     for (int i = 0; i < n; ++i) {
@@ -346,7 +348,7 @@ void LanePlanner::rebalance() {
         continue;
       }
       int index = -1;
-      st = conn->addLane(planFor(s, peer, static_cast<int>(s.plan.conns[ci].lanes.size()) - 1), &index);
+      st = control->addLane(planFor(s, peer, static_cast<int>(s.plan.conns[ci].lanes.size()) - 1), &index);
       const std::string now_ =
           plan::lanePath(s.input, s.plan, ca, cb, static_cast<int>(s.plan.conns[ci].lanes.size()) - 1);
       if (!st.isOk() || index != static_cast<int>(s.plan.conns[ci].lanes.size()) - 1) {
@@ -426,16 +428,16 @@ void LanePlanner::rebalance() {
         if (opener) {
           // Open the lane on the spare path, then retire the slow one (its pieces move over).
           s.plan = std::move(trial);
-          st = conn->addLane(planFor(s, peer, static_cast<int>(s.plan.conns[ci].lanes.size()) - 1), &index);
+          st = control->addLane(planFor(s, peer, static_cast<int>(s.plan.conns[ci].lanes.size()) - 1), &index);
           if (st.isOk())
-            st = conn->retireLane(
+            st = control->retireLane(
                 i, "C4P: moved to a spare path (it ran at " + pct + "% of its connection's fastest lane)");
           s.seen[{peer, i}].handled = true;
         } else {
           // Only the peer opens lanes: retire the slow one; the peer replaces it, avoiding its
           // links (the failover path above), on the spare path.
-          st = conn->retireLane(i, "C4P: ran at " + pct + "% of its connection's fastest lane; rank " +
-                                       std::to_string(peer) + " replaces it on a spare path");
+          st = control->retireLane(i, "C4P: ran at " + pct + "% of its connection's fastest lane; rank " +
+                                          std::to_string(peer) + " replaces it on a spare path");
         }
         C4_INFO(kLogPlan, "rank %d: C4P: lane %d to rank %d (%s) at %s%% of its peers: %s", s.rank, i, peer,
                 was.c_str(), pct.c_str(),
@@ -455,7 +457,7 @@ void LanePlanner::rebalance() {
       }
     }
     if (!change) continue;
-    Status st = conn->setLaneWeights(w);
+    Status st = control->setLaneWeights(w);
     if (st.isOk()) {
       std::string text;
       for (int i = 0; i < n; ++i) text += (i ? " " : "") + std::to_string(w[static_cast<size_t>(i)]).substr(0, 4);

@@ -66,7 +66,8 @@ void OneShot::init(ExecContext* ctx, int localRanks, transport::Transport* t) {
   // The arenas are used whenever all ranks share the host, even with the one-shot path off, so
   // that every call is announced: a peer configured differently then gets a clear error.
   if (!t || nranks_ < 2 || localRanks != nranks_) return;
-  size_t arena = t->hostArenaBytes();
+  transport::HostArena* host = t->hostArena();
+  size_t arena = host != nullptr ? host->arenaBytes() : 0;
   if (arena < kDataOff + 2 * (kLine + kLine) + kDeviceAreaBytes) return;
   deviceOff_ = (arena - kDeviceAreaBytes) / kLine * kLine;
   size_t slot = (deviceOff_ - kDataOff) / 2 / kLine * kLine;
@@ -74,7 +75,7 @@ void OneShot::init(ExecContext* ctx, int localRanks, transport::Transport* t) {
   maxBytes_ = std::min<size_t>(static_cast<size_t>(maxBytes), capacity_);
   arenas_.assign(static_cast<size_t>(nranks_), nullptr);
   for (int r = 0; r < nranks_; ++r) {
-    arenas_[static_cast<size_t>(r)] = t->hostArena(r);
+    arenas_[static_cast<size_t>(r)] = host->arena(r);
     if (!arenas_[static_cast<size_t>(r)]) return;
   }
   knownDone_.assign(static_cast<size_t>(nranks_), 0);

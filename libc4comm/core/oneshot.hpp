@@ -1,6 +1,6 @@
 // One-shot small collectives for communicators whose ranks all share one host.
 //
-// Each rank owns an arena in shared memory (Transport::hostArena) that every rank maps. A one-shot
+// Each rank owns an arena in shared memory (HostArena) that every rank maps. A one-shot
 // collective publishes this rank's input into its arena with one release store, waits for every
 // peer's publication of the same sequence number, and computes its result straight from the
 // peers' arenas (reductions in rank order, so every rank gets bitwise-identical results). One

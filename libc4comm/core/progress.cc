@@ -264,10 +264,10 @@ void ProgressEngine::idle(int rounds) {
   // A transport whose fd signals only once armed is armed by the thread that drives it; where a
   // blocking call drives them inline meanwhile, it does its own waiting.
   bool armed = true;
-  if (empty && !comm_->waitTransports.empty()) {
+  if (empty && !comm_->waitSources.empty()) {
     std::unique_lock<std::mutex> drive(driveMu_, std::try_to_lock);
     if (drive.owns_lock() && !comm_->failed.load())
-      for (transport::Transport* t : comm_->waitTransports) armed &= t->armWait();
+      for (transport::WaitSource* w : comm_->waitSources) armed &= w->armWait();
   }
   if (empty && armed && !stopping_.load()) {
     timespec ts{0, kIdleCheckMs * 1000000};

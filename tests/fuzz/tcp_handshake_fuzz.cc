@@ -1,5 +1,5 @@
 // Fuzz target: the tcp transport's lane handshake (transports/tcp/tcp_wire.hpp), checked the way
-// tcp_transport.cc checks it. The first byte picks the side:
+// transport checks it (tcp_setup.cc, tcp_recv.cc). The first byte picks the side:
 //   0 acceptor (incomingStep): the expected rank and lane count, then the Hello, then the Proof;
 //   1 initiator (onReadable, kWaitChallenge): the Hello it sent, then the acceptor's Challenge.
 // The second byte's bit 0 makes the harness put the correct proof into the Proof or Challenge (the

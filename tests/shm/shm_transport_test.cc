@@ -347,8 +347,10 @@ TEST_P(ShmModes, ForwardedReceivesArriveWholeWhateverTheRingDoes) {
     Connection *from = nullptr, *to = nullptr;
     REQUIRE_OK(t->connect(0, &from));
     REQUIRE_OK(t->connect(2, &to));
-    REQUIRE(from->canForward(to, 100, SendHint{true}), "a 100-byte forward was refused");
-    REQUIRE(from->canForward(to, 1 << 20, SendHint{false}) == !singleLocal, "1 MiB forward: wrong answer");
+    Forwarding* fwd = from->forwarding();
+    REQUIRE(fwd != nullptr, "shm connections forward");
+    REQUIRE(fwd->canForward(to, 100, SendHint{true}), "a 100-byte forward was refused");
+    REQUIRE(fwd->canForward(to, 1 << 20, SendHint{false}) == !singleLocal, "1 MiB forward: wrong answer");
     std::vector<std::vector<char>> locals(nmsg);
     std::vector<ReduceSpec> reds(nmsg);
     size_t forwarded = 0;
@@ -371,8 +373,8 @@ TEST_P(ShmModes, ForwardedReceivesArriveWholeWhateverTheRingDoes) {
         red = &reds[m];
       }
       char* dst = reduced(m) && m % 4 == 3 ? locals[m].data() : bufs[m].data();  // some in place
-      if (from->canForward(to, bytesOf(m), SendHint{false})) {
-        REQUIRE_OK(from->irecvForward(dst, bytesOf(m), sigIn(m), red, &reqs[m], to, sigOut(m), &reqs[nmsg + m]));
+      if (fwd->canForward(to, bytesOf(m), SendHint{false})) {
+        REQUIRE_OK(fwd->irecvForward(dst, bytesOf(m), sigIn(m), red, &reqs[m], to, sigOut(m), &reqs[nmsg + m]));
         all.push_back(&reqs[m]);
         all.push_back(&reqs[nmsg + m]);
         ++forwarded;

@@ -210,8 +210,8 @@ TEST_P(TcpLaneKill, NoDataLostNothingReducedTwice) {
       REQUIRE_OK(oob.barrier());
     }
     REQUIRE_OK(oob.barrier());
-    if (killer) REQUIRE_OK(tcpOf(t)->breakLane(1 - r, 1, k.fault));
-    if (killer && k.lanes == 3) REQUIRE_OK(tcpOf(t)->breakLane(1 - r, 2, LaneFault::kSilent));
+    if (killer) REQUIRE_OK(tcpOf(t)->faultDrill(1 - r, 1, k.fault));
+    if (killer && k.lanes == 3) REQUIRE_OK(tcpOf(t)->faultDrill(1 - r, 2, LaneFault::kSilent));
     REQUIRE_OK(waitAll(t.get(), {&req}, 60000));
     if (r == 1) {
       for (size_t i = 0; i < count; ++i) {
@@ -282,7 +282,7 @@ TEST(TcpLaneKill, CopiesReadBeforeTheReceiveIsPostedCountOnce) {
     std::vector<int32_t> buf(count);
     for (size_t i = 0; i < count; ++i)
       buf[i] = r == 0 ? static_cast<int32_t>(i * 3 + 1) : static_cast<int32_t>(i % 1000 * 5);
-    if (r == 1) REQUIRE_OK(tcpOf(t)->breakLane(0, 1, LaneFault::kMute));
+    if (r == 1) REQUIRE_OK(tcpOf(t)->faultDrill(0, 1, LaneFault::kMute));
     REQUIRE_OK(oob.barrier());
     if (r == 0) {
       Request s;
@@ -338,7 +338,7 @@ TEST(TcpLaneKill, AReceiveOverwritingAReleasedSendKeepsWhatItSent) {
     const OpSig sigY = testSig(1, (bytes - piece) / 4, Coll::kAllReduce, DataType::kInt32);
     auto xAt = [](size_t i) { return static_cast<int32_t>(i * 7 + 3); };
     auto yAt = [](size_t i) { return static_cast<int32_t>(-1 - static_cast<int64_t>(i)); };
-    if (r == 1) REQUIRE_OK(tcpOf(t)->breakLane(0, 1, LaneFault::kSilent));
+    if (r == 1) REQUIRE_OK(tcpOf(t)->faultDrill(0, 1, LaneFault::kSilent));
     REQUIRE_OK(oob.barrier());
     if (r == 0) {
       std::vector<int32_t> buf(bytes / 4);
@@ -381,7 +381,7 @@ TEST(TcpLaneKill, AReceiveOverwritingAReleasedSendKeepsWhatItSent) {
   });
 }
 
-// A released send detached at the end of an operation (Connection::detachSend: the caller may
+// A released send detached at the end of an operation (ReleasedSends::detachSend: the caller may
 // reuse the buffer at once): it completes now, and the pieces its peer never got, re-sent after
 // their lane is retired, carry what was sent although the caller overwrote the buffer.
 TEST(TcpLaneKill, ADetachedSendKeepsWhatItSent) {
@@ -398,7 +398,7 @@ TEST(TcpLaneKill, ADetachedSendKeepsWhatItSent) {
     const size_t bytes = 65536 * 8;
     const OpSig sig = testSig(0, bytes / 4, Coll::kAllReduce, DataType::kInt32);
     auto xAt = [](size_t i) { return static_cast<int32_t>(i * 11 + 5); };
-    if (r == 1) REQUIRE_OK(tcpOf(t)->breakLane(0, 1, LaneFault::kSilent));
+    if (r == 1) REQUIRE_OK(tcpOf(t)->faultDrill(0, 1, LaneFault::kSilent));
     REQUIRE_OK(oob.barrier());
     if (r == 0) {
       std::vector<int32_t> buf(bytes / 4);
@@ -411,9 +411,11 @@ TEST(TcpLaneKill, ADetachedSendKeepsWhatItSent) {
         REQUIRE(std::chrono::steady_clock::now() < deadline, "the send was never released");
       }
       REQUIRE(s.state == Request::kPending, "the send is done already: nothing to detach");
+      ReleasedSends* released = c->releasedSends();
+      REQUIRE(released != nullptr, "tcp with acknowledgements cannot detach sends");
       Request none;
-      REQUIRE(!c->detachSend(&none), "detached a request that is no send of this connection");
-      REQUIRE(c->detachSend(&s), "a released send was not detached");
+      REQUIRE(!released->detachSend(&none), "detached a request that is no send of this connection");
+      REQUIRE(released->detachSend(&s), "a released send was not detached");
       REQUIRE(s.state == Request::kDone, "a detached send is not done");
       std::fill(buf.begin(), buf.end(), -7);  // the caller reuses its buffer at once
       std::string bad;
@@ -485,12 +487,14 @@ TEST(TcpLaneControl, RetireAddAndBadCalls) {
     std::string e = exchange(0, 4u << 20);
     if (!e.empty()) return e;
     // Bad calls.
-    REQUIRE(c->retireLane(7, "x").code() == Code::kInvalidArgument, "lane 7 of 2");
-    REQUIRE(c->setLaneWeights({1.0}).code() == Code::kInvalidArgument, "1 weight for 2 lanes");
-    REQUIRE(c->setLaneWeights({0.0, 0.0}).code() == Code::kInvalidArgument, "all weights 0");
-    REQUIRE(c->setLaneWeights({-1.0, 1.0}).code() == Code::kInvalidArgument, "negative weight");
+    LaneControl* lanes = c->laneControl();
+    REQUIRE(lanes != nullptr, "a tcp connection without lane control");
+    REQUIRE(lanes->retireLane(7, "x").code() == Code::kInvalidArgument, "lane 7 of 2");
+    REQUIRE(lanes->setLaneWeights({1.0}).code() == Code::kInvalidArgument, "1 weight for 2 lanes");
+    REQUIRE(lanes->setLaneWeights({0.0, 0.0}).code() == Code::kInvalidArgument, "all weights 0");
+    REQUIRE(lanes->setLaneWeights({-1.0, 1.0}).code() == Code::kInvalidArgument, "negative weight");
     int idx = -1;
-    if (r == 1) REQUIRE(c->addLane(LanePlan{}, &idx).code() == Code::kInvalidUsage, "the acceptor added a lane");
+    if (r == 1) REQUIRE(lanes->addLane(LanePlan{}, &idx).code() == Code::kInvalidUsage, "the acceptor added a lane");
     // Rank 0 retires lane 0 while 8 MiB are on their way in both directions.
     const size_t n = 8u << 20;
     std::vector<char> out(n), in(n);
@@ -499,7 +503,7 @@ TEST(TcpLaneControl, RetireAddAndBadCalls) {
     REQUIRE_OK(c->isend(out.data(), n, testSig(1, n), &s));
     REQUIRE_OK(c->irecv(in.data(), n, testSig(1, n), nullptr, &q));
     for (int i = 0; i < 20; ++i) REQUIRE_OK(t->progress());
-    if (r == 0) REQUIRE_OK(c->retireLane(0, "test: planned retirement"));
+    if (r == 0) REQUIRE_OK(lanes->retireLane(0, "test: planned retirement"));
     REQUIRE_OK(waitAll(t.get(), {&s, &q}));
     REQUIRE(testing::checkPattern(in.data(), n, static_cast<uint32_t>(1 - r + 77)), "message 1 differs");
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -512,12 +516,12 @@ TEST(TcpLaneControl, RetireAddAndBadCalls) {
     REQUIRE(why.find("planned retirement") != std::string::npos || (r == 1 && !why.empty()), "reason at rank %d: %s", r,
             why.c_str());
     // The last lane in service cannot go; a retired lane gets no weight.
-    REQUIRE(c->retireLane(1, "x").code() == Code::kInvalidUsage, "retired the last lane");
-    REQUIRE(c->setLaneWeights({1.0, 1.0}).code() == Code::kInvalidArgument, "weight on a retired lane");
+    REQUIRE(lanes->retireLane(1, "x").code() == Code::kInvalidUsage, "retired the last lane");
+    REQUIRE(lanes->setLaneWeights({1.0, 1.0}).code() == Code::kInvalidArgument, "weight on a retired lane");
     REQUIRE_OK(pb.wait(t.get(), 1));
     // Rank 0 adds a lane; both ends then stripe over lanes 1 and 2.
     if (r == 0) {
-      REQUIRE_OK(c->addLane(LanePlan{}, &idx));
+      REQUIRE_OK(lanes->addLane(LanePlan{}, &idx));
       REQUIRE(idx == 2, "new lane index %d", idx);
     }
     for (uint64_t m = 2; m < 6; ++m) {
@@ -529,7 +533,7 @@ TEST(TcpLaneControl, RetireAddAndBadCalls) {
     REQUIRE(added.state == LaneState::kUp && added.bytesSent > (1u << 20) && added.bytesRecv > (1u << 20),
             "added lane at rank %d: %s, %llu sent, %llu received", r, laneStateName(added.state),
             static_cast<unsigned long long>(added.bytesSent), static_cast<unsigned long long>(added.bytesRecv));
-    REQUIRE_OK(c->setLaneWeights({0.0, 0.0, 1.0}));
+    REQUIRE_OK(lanes->setLaneWeights({0.0, 0.0, 1.0}));
     const uint64_t before = c->lane(1)->snapshot().bytesSent;
     e = exchange(6, 4u << 20);
     if (!e.empty()) return e;
@@ -565,8 +569,8 @@ TEST(TcpLaneControl, NoLaneLeftFailsNamingThePeer) {
     const auto t0 = std::chrono::steady_clock::now();
     if (r == 0) {
       REQUIRE_OK(c->irecv(big.data(), n, testSig(1, n), nullptr, &q));
-      REQUIRE_OK(tcpOf(t)->breakLane(1, 0, LaneFault::kReset));
-      REQUIRE_OK(tcpOf(t)->breakLane(1, 1, LaneFault::kReset));
+      REQUIRE_OK(tcpOf(t)->faultDrill(1, 0, LaneFault::kReset));
+      REQUIRE_OK(tcpOf(t)->faultDrill(1, 1, LaneFault::kReset));
     } else {
       REQUIRE_OK(c->isend(big.data(), n, testSig(1, n), &q));
     }
@@ -620,7 +624,7 @@ TEST(TcpLaneControl, AcksOffAgreementAndFailure) {
     Request b;
     if (r == 0) {
       REQUIRE_OK(c->irecv(big.data(), big.size(), testSig(1, big.size()), nullptr, &b));
-      REQUIRE_OK(tcpOf(t)->breakLane(1, 1, LaneFault::kReset));
+      REQUIRE_OK(tcpOf(t)->faultDrill(1, 1, LaneFault::kReset));
     } else {
       REQUIRE_OK(c->isend(big.data(), big.size(), testSig(1, big.size()), &b));
     }

@@ -118,7 +118,7 @@ TEST_P(TcpLanes, SizesStripingAndGuards) {
     Status st;
     auto t = create(r, 2, tag, oob, &st);
     REQUIRE_OK(st);
-    REQUIRE(tcpOf(t) && tcpOf(t)->lanes() == GetParam().lanes, "lanes");
+    REQUIRE(tcpOf(t) && tcpOf(t)->lanesPerConnection() == GetParam().lanes, "lanes");
     Connection* c = nullptr;
     REQUIRE_OK(t->connect(1 - r, &c));
     const size_t kGuard = 64;
@@ -500,7 +500,7 @@ TEST(TcpTransport, ImpostorsAreDroppedAndTheJobWorks) {
     REQUIRE_OK(st);
     char addr[64] = {0};
     std::vector<char> all(2 * sizeof(addr));
-    if (r == 1) snprintf(all.data() + sizeof(addr), sizeof(addr), "%s", tcpOf(t)->listenAddresses()[0].c_str());
+    if (r == 1) snprintf(all.data() + sizeof(addr), sizeof(addr), "%s", tcpOf(t)->portAddresses()[0].c_str());
     REQUIRE_OK(oob.allGather(all.data(), sizeof(addr)));
     memcpy(addr, all.data() + sizeof(addr), sizeof(addr));
     std::string impostorResult = "not run";

@@ -1,5 +1,6 @@
 // Transport conformance: every transport of the registry (transports/registry.hpp) must pass these,
-// each skipped only where the transport declares it lacks the capability (Caps). Ranks are forked
+// each skipped only where the transport declares it lacks the capability (Caps, or a capability
+// interface it does not hand out: LaneSetup, LaneControl, ...). Ranks are forked
 // processes; each creates the transport through its registry entry, as a communicator does.
 //  - ordering and sizes: many messages in flight both ways, FIFO matching, guard bytes;
 //  - receive with reduction (Caps::reduceOnRecv), in place and out of place, each byte once;
@@ -9,7 +10,8 @@
 //  - bounded memory under back-pressure: a receiver that posts late holds a bounded amount;
 //  - peers that die before any traffic, in the middle of a message, and after sending;
 //  - abort: the peer's pending requests fail fast naming the rank and the reason;
-//  - lane retirement (Caps::lanes) in the middle of a message loses nothing;
+//  - the capability interfaces offered agree with Caps and with each other;
+//  - lane retirement (LaneControl) in the middle of a message loses nothing;
 //  - a lane added by the lower rank (C4P's replacement) carries data both ways, with its plan.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -77,7 +79,7 @@ std::unique_ptr<Transport> make(const TransportEntry& e, int r, int n, const std
   c.pids.assign(static_cast<size_t>(n), 0);
   std::unique_ptr<Transport> t;
   *st = e.create(c, &t);
-  if (st->isOk()) *st = t->startLanes();
+  if (st->isOk() && t->laneSetup() != nullptr) *st = t->laneSetup()->startLanes();
   return t;
 }
 
@@ -288,6 +290,45 @@ TEST_P(Conformance, MemorySpacesAndRegistration) {
   });
 }
 
+// The capability interfaces a transport hands out agree with its Caps and with each other and answer
+// sensibly; one it does not offer is nullptr (core then goes without it).
+TEST_P(Conformance, OfferedCapabilitiesAgreeWithCaps) {
+  const std::string tag = testing::freshTag();
+  runRanks(2, [&](int r, Oob& oob) -> std::string {
+    Status st;
+    auto t = make(entry(), r, 2, tag, oob, &st);
+    REQUIRE_OK(st);
+    Connection* c = nullptr;
+    REQUIRE_OK(t->connect(1 - r, &c));
+    const Caps caps = t->caps();
+    REQUIRE((c->releasedSends() != nullptr) == caps.releasesSends, "detachSend offered: %d, Caps::releasesSends: %d",
+            c->releasedSends() != nullptr, caps.releasesSends);
+    REQUIRE((c->laneControl() != nullptr) == (t->laneSetup() != nullptr),
+            "lane control on the connection (%d) without lane setup on the transport (%d), or the reverse",
+            c->laneControl() != nullptr, t->laneSetup() != nullptr);
+    if (LaneSetup* lanes = t->laneSetup()) {
+      REQUIRE(!lanes->portAddresses().empty(), "a transport with lanes names no NIC port");
+      REQUIRE(lanes->lanesPerConnection() >= 1, "%d lanes per connection", lanes->lanesPerConnection());
+      REQUIRE(lanes->existingConnection(1 - r) == c, "existingConnection is not the connection connect() made");
+      REQUIRE(lanes->existingConnection(r) == nullptr, "a connection to this rank itself");
+      REQUIRE(!lanes->faultDrill(1 - r, 1000, LaneFault::kReset).isOk(), "a drill on a lane that does not exist");
+    }
+    if (WaitSource* w = t->waitSource()) REQUIRE(w->waitFd() >= 0, "a wait source without a descriptor");
+    if (HostArena* a = t->hostArena()) {
+      REQUIRE(a->arenaBytes() > 0 && a->arena(r) != nullptr && a->arena(1 - r) != nullptr, "no arena of a rank here");
+      REQUIRE(a->arena(2) == nullptr && a->arena(-1) == nullptr, "an arena of a rank that does not exist");
+    }
+    if (const RateMeter* m = c->rateMeter()) {
+      uint64_t bytes = 1, ns = 1;
+      m->receiveRate(&bytes, &ns);
+      REQUIRE(bytes == 0 && ns == 0, "a fresh connection measured %llu bytes in %llu ns",
+              static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(ns));
+    }
+    REQUIRE_OK(oob.barrier());
+    return "";
+  });
+}
+
 // The receiver posts nothing for a while as the sender posts 256 MiB: the receiver holds a bounded
 // amount (what the transport buffers for receives not posted yet), the sender is held back (its
 // isend may answer "queue full"), and once the receives are posted everything arrives intact.
@@ -462,7 +503,7 @@ TEST_P(Conformance, AbortFailsThePeerFastNamingRankAndReason) {
   });
 }
 
-// Caps::lanes: retiring a lane in the middle of a message (both directions) loses nothing.
+// LaneControl: retiring a lane in the middle of a message (both directions) loses nothing.
 TEST_P(Conformance, LaneRetiredMidMessageLosesNothing) {
   ScopedEnv lanes("C4_LANES", "3");
   ScopedEnv piece("C4_TCP_PIECE_BYTES", "65536");
@@ -473,8 +514,10 @@ TEST_P(Conformance, LaneRetiredMidMessageLosesNothing) {
     REQUIRE_OK(st);
     Connection* c = nullptr;
     REQUIRE_OK(t->connect(1 - r, &c));
-    if (!t->caps().lanes) {
-      REQUIRE(!c->retireLane(0, "x").isOk(), "a connection without lanes retired one");
+    LaneControl* lanesOf = c->laneControl();
+    REQUIRE((lanesOf != nullptr) == (t->laneSetup() != nullptr),
+            "a transport's connections have lane control where it has lane setup, and only there");
+    if (lanesOf == nullptr) {
       // Both connected before either closes its transport (ucx over shared memory attaches the
       // peer's segment when it connects: a peer whose worker is gone cannot be connected).
       REQUIRE_OK(oob.barrier());
@@ -487,7 +530,7 @@ TEST_P(Conformance, LaneRetiredMidMessageLosesNothing) {
     REQUIRE_OK(c->isend(out.data(), bytes, testSig(0, bytes), &s));
     REQUIRE_OK(c->irecv(in.data(), bytes, testSig(0, bytes), nullptr, &q));
     for (int i = 0; i < 30; ++i) REQUIRE_OK(t->progress());
-    if (r == 0) REQUIRE_OK(c->retireLane(1, "conformance: retired mid-message"));
+    if (r == 0) REQUIRE_OK(lanesOf->retireLane(1, "conformance: retired mid-message"));
     Status w = waitAll(t.get(), {&s, &q}, 20000);
     REQUIRE(w.isOk(), "%s; %s", w.toString().c_str(), c->describeState().c_str());
     REQUIRE(checkPattern(in.data(), bytes, static_cast<uint32_t>(1 - r + 11)), "message differs");
@@ -505,7 +548,7 @@ TEST_P(Conformance, LaneRetiredMidMessageLosesNothing) {
   });
 }
 
-// Caps::lanes: a lane added after a retirement (C4P's replacement, opened by the lower rank with
+// LaneControl: a lane added after a retirement (C4P's replacement, opened by the lower rank with
 // its plan) comes up at both ends and carries data both ways; the higher rank cannot add one. Over
 // ibverbs a first attempt fails at the opener, and both ends still number the next lane alike.
 TEST_P(Conformance, AddedLaneCarriesDataBothWays) {
@@ -519,8 +562,8 @@ TEST_P(Conformance, AddedLaneCarriesDataBothWays) {
     Connection* c = nullptr;
     REQUIRE_OK(t->connect(1 - r, &c));
     int idx = -1;
-    if (!t->caps().lanes) {
-      REQUIRE(!c->addLane(LanePlan{}, &idx).isOk(), "a connection without lanes added one");
+    LaneControl* lanesOf = c->laneControl();
+    if (lanesOf == nullptr) {
       REQUIRE_OK(oob.barrier());  // as in LaneRetiredMidMessageLosesNothing
       return "";
     }
@@ -544,13 +587,14 @@ TEST_P(Conformance, AddedLaneCarriesDataBothWays) {
     if (!e.empty()) return e;
     const int before = c->numLanes();
     REQUIRE(before >= 2, "%d lanes", before);
-    if (r == 1) REQUIRE(c->addLane(LanePlan{}, &idx).code() == Code::kInvalidUsage, "the higher rank added a lane");
+    if (r == 1)
+      REQUIRE(lanesOf->addLane(LanePlan{}, &idx).code() == Code::kInvalidUsage, "the higher rank added a lane");
     // ibverbs: the first lane added fails at the opener (C4_IB_FAULT_ADD_LANE: its queue pair is not
     // made); both ends book that index retired, so the next one is numbered alike at both ends.
     const bool failFirst = GetParam() == "ibverbs";
     const int added = before + (failFirst ? 1 : 0);
     if (r == 0) {
-      REQUIRE_OK(c->retireLane(0, "conformance: replaced"));
+      REQUIRE_OK(lanesOf->retireLane(0, "conformance: replaced"));
       LanePlan plan;
       plan.sourcePort = 50123;  // RoCE: through the flow label; tcp: a port to bind (or the next free)
       plan.sourcePortLo = 50100;
@@ -559,18 +603,18 @@ TEST_P(Conformance, AddedLaneCarriesDataBothWays) {
       if (failFirst) {
         {
           ScopedEnv fault("C4_IB_FAULT_ADD_LANE", "1");
-          REQUIRE(!c->addLane(plan, &idx).isOk(), "the lane meant to fail was added");
+          REQUIRE(!lanesOf->addLane(plan, &idx).isOk(), "the lane meant to fail was added");
         }
         // Until the peer answered the booking, another add waits ("still being added").
         const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
         Status a;
-        while (!(a = c->addLane(plan, &idx)).isOk()) {
+        while (!(a = lanesOf->addLane(plan, &idx)).isOk()) {
           REQUIRE(a.code() == Code::kInvalidUsage && std::chrono::steady_clock::now() < until, "addLane: %s",
                   a.toString().c_str());
           REQUIRE_OK(t->progress());
         }
       } else {
-        REQUIRE_OK(c->addLane(plan, &idx));
+        REQUIRE_OK(lanesOf->addLane(plan, &idx));
       }
       REQUIRE(idx == added, "new lane index %d, expected %d", idx, added);
     }

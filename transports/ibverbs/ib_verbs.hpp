@@ -47,7 +47,7 @@ struct Verbs {
   int (*modifyQp)(ibv_qp*, ibv_qp_attr*, int) = nullptr;
   int (*destroyQp)(ibv_qp*) = nullptr;
   const char* (*wcStatusStr)(ibv_wc_status) = nullptr;
-  // Completion channels (Transport::waitFd); ibv_req_notify_cq is inline (the context's ops).
+  // Completion channels (WaitSource::waitFd); ibv_req_notify_cq is inline (the context's ops).
   ibv_comp_channel* (*createCompChannel)(ibv_context*) = nullptr;
   int (*destroyCompChannel)(ibv_comp_channel*) = nullptr;
   int (*getCqEvent)(ibv_comp_channel*, ibv_cq**, void**) = nullptr;

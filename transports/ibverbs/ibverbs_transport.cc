@@ -47,7 +47,7 @@ static_assert(sizeof(ChunkHdr) == 64, "wire layout");
 // Immediate data: [31:30] kind | [29:0] value.
 constexpr uint32_t kImmData = 0u << 30;    // value: the slot written
 constexpr uint32_t kImmCredit = 1u << 30;  // value: slots freed
-constexpr uint32_t kImmAbort = 2u << 30;   // value 0: the reason is in the control area; 1: a LaneControl there
+constexpr uint32_t kImmAbort = 2u << 30;   // value 0: the reason is in the control area; 1: a LaneAddMsg there
 constexpr uint32_t kImmPing = 3u << 30;    // a liveness probe (value 0); or, value 1 + i: lane i is retired
 constexpr uint32_t kImmKind = 3u << 30;
 constexpr size_t kCtrlBytes = 1024;     // per lane: the peer's abort reason lands here
@@ -76,9 +76,9 @@ struct QpInfo {
 };
 static_assert(sizeof(QpInfo) == 48, "wire layout");
 
-/// A lane added after init (Connection::addLane), written into the peer's control area of a live
+/// A lane added after init (LaneControl::addLane), written into the peer's control area of a live
 /// lane: the opener's request, then the peer's answer on the same lane.
-struct LaneControl {
+struct LaneAddMsg {
   uint32_t magic;  // kLaneMagic
   uint32_t kind;   // kAddRequest, kAddAccept, kAddRefuse, kAddBooked
   int32_t lane;    // the new lane's index (the same at both ends)
@@ -94,7 +94,7 @@ constexpr uint32_t kLaneMagic = 0x6c346963u;
 // taken); the peer books it retired too, so that both ends keep numbering lanes alike, and answers
 // with kAddRefuse.
 enum : uint32_t { kAddRequest = 1, kAddAccept = 2, kAddRefuse = 3, kAddBooked = 4 };
-static_assert(sizeof(LaneControl) < 1023, "fits a control area");
+static_assert(sizeof(LaneAddMsg) < 1023, "fits a control area");
 
 /// setup's allGather: whether the rank can use RDMA (else why), and its ports.
 struct SetupHdr {
@@ -214,7 +214,7 @@ struct IbLane {
 
 class IbverbsTransport;
 
-class IbConnection : public Connection {
+class IbConnection final : public Connection, public LaneControl {
  public:
   IbConnection(IbverbsTransport* t, int peer) : t_(t), peer_(peer) {}
   int peer() const override { return peer_; }
@@ -225,10 +225,13 @@ class IbConnection : public Connection {
   const Lane* lane(int i) const override {
     return i >= 0 && i < numLanes() ? &lanes[static_cast<size_t>(i)]->stats : nullptr;
   }
+  std::string describeState() const override;
+  LaneControl* laneControl() override { return this; }
+
+  // LaneControl (a lane added is a queue pair exchanged over a live lane)
   Status setLaneWeights(const std::vector<double>& w) override;
   Status retireLane(int i, const std::string& why) override;
   Status addLane(const LanePlan& plan, int* index) override;
-  std::string describeState() const override;
 
   void fail(const Status& st);
   bool busy() const { return !sends.empty() || !recvs.empty(); }
@@ -262,7 +265,7 @@ class IbConnection : public Connection {
   bool deliver(const ChunkHdr* h);  // a chunk of the current message; false: the connection failed
 };
 
-class IbverbsTransport : public Transport {
+class IbverbsTransport final : public Transport, public LaneSetup, public WaitSource {
  public:
   explicit IbverbsTransport(const Context& ctx) : ctx_(ctx) {}
   ~IbverbsTransport() override;
@@ -272,7 +275,6 @@ class IbverbsTransport : public Transport {
     c.latencyUs = 5;
     c.bwGBps = 10;
     c.reduceOnRecv = true;
-    c.lanes = true;  // retireLane, setLaneWeights, addLane (a queue pair exchanged over a live lane)
     // RoCE v2 lanes are steered by the flow label, which sets a UDP source port of 49152 and up.
     bool roce = !ports_.empty();
     for (const IbPort& p : ports_) roce &= p.ethernet;
@@ -299,9 +301,14 @@ class IbverbsTransport : public Transport {
     return false;
   }
   void abort(const std::string& reason) override;
-  int lanesPerConnection() const override { return lanesPer_; }
+  LaneSetup* laneSetup() override { return this; }
+  WaitSource* waitSource() override { return this; }
+
+  // WaitSource
   int waitFd() const override { return epfd_; }
   bool armWait() override;
+  // LaneSetup
+  int lanesPerConnection() const override { return lanesPer_; }
   /// RoCE: each port's IP address (its GID's), as a topology file lists host ports; without a port
   /// number, since every RoCE v2 connection goes to UDP port 4791. InfiniBand: the port's name.
   std::vector<std::string> portAddresses() const override {
@@ -330,7 +337,7 @@ class IbverbsTransport : public Transport {
   /// chunks go again on the connection's other lanes, and the peer is told (`tellPeer`); the
   /// connection fails only with its last lane.
   void laneFailed(IbLane* l, const std::string& why, bool tellPeer = true);
-  /// Connection::addLane of c (the lower rank's end): the lane's queue pair is made on the planned
+  /// LaneControl::addLane of c (the lower rank's end): the lane's queue pair is made on the planned
   /// port and its address sent over a live lane; the lane joins once the peer answered.
   Status addLane(IbConnection* c, const LanePlan& plan, int* index);
   Status faultDrill(int peer, int lane, LaneFault fault) override;
@@ -363,7 +370,7 @@ class IbverbsTransport : public Transport {
   void retireUnmade(IbLane* l, const std::string& why);
   Status connectLane(IbLane* l);
   /// A lane-control message (addLane's request, the answer) arrived in l's control area.
-  void onLaneControl(IbLane* l);
+  void onLaneAddMsg(IbLane* l);
   Status postRecv(IbLane* l);
   void onCompletion(const ibv_wc& wc);
 
@@ -1001,7 +1008,7 @@ void IbverbsTransport::onCompletion(const ibv_wc& wc) {
     }
     case kImmAbort: {
       if ((imm & ~kImmKind) == 1) {
-        onLaneControl(l);
+        onLaneAddMsg(l);
         break;
       }
       const char* text = l->mem + slots * slotBytes;
@@ -1363,7 +1370,7 @@ Status IbverbsTransport::addLane(IbConnection* c, const LanePlan& plan, int* ind
   if (!made.isOk()) {
     // Booked and retired here: the peer books it too (else the ends would number later lanes
     // differently, and it would refuse every later request). Its answer ends the add.
-    LaneControl b{};
+    LaneAddMsg b{};
     b.magic = kLaneMagic;
     b.kind = kAddBooked;
     b.lane = idx;
@@ -1377,7 +1384,7 @@ Status IbverbsTransport::addLane(IbConnection* c, const LanePlan& plan, int* ind
   else if (paramIbSourcePortBase() > 0)
     l->sourcePort = static_cast<uint16_t>(std::min<int64_t>(paramIbSourcePortBase() + idx, 65535));
   l->path = plan.label;
-  LaneControl m{};
+  LaneAddMsg m{};
   m.magic = kLaneMagic;
   m.kind = kAddRequest;
   m.lane = idx;
@@ -1397,9 +1404,9 @@ Status IbverbsTransport::addLane(IbConnection* c, const LanePlan& plan, int* ind
   return Status::ok();
 }
 
-void IbverbsTransport::onLaneControl(IbLane* via) {
+void IbverbsTransport::onLaneAddMsg(IbLane* via) {
   IbConnection* c = via->conn;
-  LaneControl m;
+  LaneAddMsg m;
   memcpy(&m, via->mem + slots * slotBytes, sizeof(m));
   if (m.magic != kLaneMagic) {
     c->fail(makeError(Code::kRemoteError, "ibverbs: rank %d: rank %d sent a malformed lane-control message", ctx_.rank,
@@ -1410,7 +1417,7 @@ void IbverbsTransport::onLaneControl(IbLane* via) {
   m.path[sizeof(m.path) - 1] = 0;
   if (m.kind == kAddBooked) {
     // The peer (the lower rank) could not make its end: book the index here, retired, and say so.
-    LaneControl a{};
+    LaneAddMsg a{};
     a.magic = kLaneMagic;
     a.lane = m.lane;
     a.kind = kAddRefuse;
@@ -1440,7 +1447,7 @@ void IbverbsTransport::onLaneControl(IbLane* via) {
     // The peer (the lower rank) adds a lane: make this end, connect it, and answer with its address.
     // It sends nothing on the lane until the peer grants its credits (the peer's end is not ready
     // to receive before it has the answer).
-    LaneControl a{};
+    LaneAddMsg a{};
     a.magic = kLaneMagic;
     a.lane = m.lane;
     IbLane* l = nullptr;

@@ -38,7 +38,7 @@ namespace {
 constexpr uint64_t kSegmentMagic = 0x63346d68735f7631ull;  // "c4shm_v1"
 constexpr uint64_t kProbeMagic = 0x70726f6265636d61ull;
 constexpr size_t kHeaderBytes = 4096;
-// Shared arena for one-shot small collectives (see Transport::hostArena), between the header
+// Shared arena for one-shot small collectives (see HostArena), between the header
 // page and the channels.
 constexpr size_t kArenaBytes = 40960;
 constexpr size_t kReasonBytes = 1024;
@@ -193,7 +193,7 @@ struct AckWait {
   uint64_t index;  // completes once the receiver's singleDone reaches it
 };
 
-class ShmConnection final : public Connection {
+class ShmConnection final : public Connection, public Forwarding {
  public:
   /// Ok unless the peer aborted, closed its transport or exited.
   Status health();
@@ -204,10 +204,12 @@ class ShmConnection final : public Connection {
   Status isend(const MemRef& buf, size_t bytes, const OpSig& sig, Request* req, SendHint hint = {}) override;
   Status irecv(const MemRef& dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req) override;
   Status peek(bool* ready, OpSig* sig, size_t* bytes) override;
+  const Lane* lane(int i) const override { return i == 0 ? &lane_ : nullptr; }
+  Forwarding* forwarding() override { return this; }
+  // Forwarding
   bool canForward(const Connection* to, size_t bytes, SendHint hint) const override;
   Status irecvForward(const MemRef& dst, size_t bytes, const OpSig& sig, const ReduceSpec* red, Request* req,
                       Connection* to, const OpSig& toSig, Request* toReq) override;
-  const Lane* lane(int i) const override { return i == 0 ? &lane_ : nullptr; }
   std::string describeState() const override {
     return strFormat("%zu send(s), %zu receive(s) pending with %s over shared memory%s%s", sends_.size() + acks_.size(),
                      recvs_.size(), peerText().c_str(),
@@ -281,7 +283,7 @@ class ShmConnection final : public Connection {
   int64_t lastLivenessMs_ = 0;
 };
 
-class ShmTransport final : public Transport {
+class ShmTransport final : public Transport, public HostArena, public CpuSharing {
  public:
   explicit ShmTransport(const Context& ctx);
   ~ShmTransport() override;
@@ -292,13 +294,18 @@ class ShmTransport final : public Transport {
   Status connect(int peer, Connection** out) override;
   Status progress() override;
   void abort(const std::string& reason) override;
-  char* hostArena(int rank) override {
+  Status peerHealth(int peer) override;
+  uint64_t progressCount() const override { return moved_; }
+  HostArena* hostArena() override { return this; }
+  CpuSharing* cpuSharing() override { return this; }
+
+  // HostArena
+  char* arena(int rank) override {
     if (rank < 0 || rank >= nranks_ || segs_.size() != static_cast<size_t>(nranks_) || !segs_[rank]) return nullptr;
     return static_cast<char*>(segs_[rank]->base) + kHeaderBytes;
   }
-  size_t hostArenaBytes() const override { return kArenaBytes; }
-  Status peerHealth(int peer) override;
-  uint64_t progressCount() const override { return moved_; }
+  size_t arenaBytes() const override { return kArenaBytes; }
+  // CpuSharing
   void publishCpu() override { (void)ownCpu(); }
   bool peerSharesCpu() override;
   std::string takeNote() override { return std::move(note_); }

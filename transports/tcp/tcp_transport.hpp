@@ -68,18 +68,10 @@ C4_PARAM_INT(TcpProbeMs, "C4_TCP_PROBE_MS", nullptr, 1000, 0, 3600000, kParamNon
              "listening socket, every as long again; a refused probe fails the wait at once (the rank exited or "
              "left the communicator) instead of after C4_TIMEOUT; 0 = never probe")
 
-/// The tcp transport's own interface beyond Transport (tests reach it by dynamic_cast; lanes are
-/// reached through Connection). Same threading as Transport: the thread that drives progress().
-class TcpTransport : public Transport {
+/// The tcp transport's own interface beyond Transport and its capabilities (tests reach it by
+/// dynamic_cast). Same threading as Transport: the thread that drives progress().
+class TcpTransport : public Transport, public LaneSetup, public WaitSource {
  public:
-  /// Lanes each peer connection opens at first (C4_LANES).
-  virtual int lanes() const = 0;
-  /// The addresses this rank listens on, one per NIC port ("ip:port").
-  virtual std::vector<std::string> listenAddresses() const = 0;
-  /// Fault drills on lane `lane` to `peer` (tests; no protocol notice to the peer). Fails if there is
-  /// no such lane in service.
-  virtual Status breakLane(int peer, int lane, LaneFault fault) = 0;
-  Status faultDrill(int peer, int lane, LaneFault fault) override { return breakLane(peer, lane, fault); }
   /// Bytes of released sends saved so far because a receive of this transport was about to
   /// overwrite them before their acknowledgement (Request::released; tests).
   virtual uint64_t savedBytes() const = 0;

@@ -124,7 +124,7 @@ struct RecvMsg {
   bool finished = false;
 };
 
-class UcxConnection : public Connection {
+class UcxConnection final : public Connection {
  public:
   /// `peerFailure`: UCX handles the peer's failure on the endpoint (UCP_ERR_HANDLING_MODE_PEER);
   /// `watchPid` > 0: the peer is that process of this host, watched by the transport instead.
@@ -206,7 +206,7 @@ class UcxConnection : public Connection {
   bool failedRequests_ = false;
 };
 
-class UcxTransportImpl : public Transport {
+class UcxTransportImpl final : public Transport, public WaitSource {
  public:
   explicit UcxTransportImpl(const Context& ctx)
       : ctx_(ctx), inline_(static_cast<size_t>(paramUcxInlineBytes())), conns_(static_cast<size_t>(ctx.nranks)) {}
@@ -225,13 +225,12 @@ class UcxTransportImpl : public Transport {
   }
   bool canConnect(int peer) const override { return peer >= 0 && peer < ctx_.nranks && peer != ctx_.rank; }
   Status connect(int peer, Connection** out) override;
-  Connection* existingConnection(int peer) override {
-    return peer >= 0 && peer < ctx_.nranks ? conns_[static_cast<size_t>(peer)].get() : nullptr;
-  }
   Status progress() override;
   uint64_t progressCount() const override { return progressCount_; }
+  WaitSource* waitSource() override { return efd_ >= 0 ? this : nullptr; }
+  // WaitSource
   int waitFd() const override { return efd_; }
-  bool armWait() override { return efd_ < 0 || ucp_worker_arm(worker_) != UCS_ERR_BUSY; }
+  bool armWait() override { return ucp_worker_arm(worker_) != UCS_ERR_BUSY; }
   void abort(const std::string& reason) override;
   Status registerMemory(const void* base, size_t bytes, MemSpace space, std::unique_ptr<MemRegion>* out) override;
   Status deregisterMemory(MemRegion* region) override;
