@@ -99,7 +99,7 @@ Status checkComm(const Comm* c) {
 Status checkUsable(Comm* c) {
   C4_CHECK(checkComm(c));
   if (c->finalized) return makeError(Code::kInvalidUsage, "rank %d: communicator was finalized", c->rank);
-  if (c->revoked.load(std::memory_order_acquire))
+  if (c->state.revoked())
     return makeError(Code::kInvalidUsage,
                      "rank %d: communicator was revoked (commRevoke); only commShrink, commFinalize, commDestroy and "
                      "commAbort are allowed on it",
@@ -1183,11 +1183,11 @@ Status commFinalize(Comm* comm) {
   comm->finalized = true;
   auto finish = [comm] {
     // A second clock sample (so c4-trace can correct drift); bounded, as a rank may not finalize.
-    if (comm->recorder.allocated() && !comm->failed.load()) comm->traceClockSync(1, 2000);
+    if (comm->recorder.allocated() && !comm->state.failed()) comm->traceClockSync(1, 2000);
     dumpTrace(comm, trace::DumpReason::kFinalize);
     return Status::ok();
   };
-  if (comm->engine && !comm->config.blocking && !comm->failed.load()) {
+  if (comm->engine && !comm->config.blocking && !comm->state.failed()) {
     // Non-blocking (NCCL): queued behind the calls before it; kInProgress until commGetAsyncError
     // says it is done, so a late peer holds up nothing but the queue.
     auto job = std::make_shared<Job>();
@@ -1208,7 +1208,7 @@ Status commDestroy(Comm* comm) {
   // A nonblocking init still waiting for its peers ends now rather than at C4_TIMEOUT.
   comm->cancelInit();
   // C4D's goodbye first: from now on the health thread asks this communicator for nothing.
-  comm->health->stop(comm->failed.load() ? "failed" : "left");
+  comm->health->stop(comm->state.failed() ? "failed" : "left");
   // What is queued on a progress thread runs first (NCCL's destroy also completes pending work).
   if (comm->engine) comm->engine->stop();
   comm->flushSends();
@@ -1243,7 +1243,7 @@ Status commAbort(Comm* comm) {
 Status commRevoke(Comm* comm) {
   C4_CHECK_RECORD(checkComm(comm));
   if (comm->finalized) return record(makeError(Code::kInvalidUsage, "rank %d: communicator was finalized", comm->rank));
-  if (!comm->revoked.exchange(true, std::memory_order_acq_rel)) {
+  if (comm->state.revoke()) {
     C4_INFO(kLogInit, "rank %d: communicator %s revoked", comm->rank, comm->tag.c_str());
     const Status why = makeError(Code::kRemoteError, "rank %d revoked the communicator", comm->rank);
     if (comm->engine) comm->engine->failQueued(why);
@@ -1286,12 +1286,8 @@ Status commCuDevice(const Comm* comm, int* device) {
 Status commGetAsyncError(Comm* comm) {
   C4_CHECK_RECORD(checkComm(comm));
   const bool busy = comm->engine ? comm->engine->pending() : comm->busy.load(std::memory_order_acquire);
-  if (comm->revoked.load(std::memory_order_acquire))
-    return busy ? Status(Code::kInProgress, "revoke in progress") : Status::ok();
-  {
-    std::lock_guard<std::mutex> g(comm->errMu);
-    if (!comm->asyncError.isOk()) return comm->asyncError;
-  }
+  if (comm->state.revoked()) return busy ? Status(Code::kInProgress, "revoke in progress") : Status::ok();
+  if (comm->state.failed()) return comm->state.error();
   // A non-blocking communicator's init and operations are done once nothing is queued. Callers
   // poll this in a loop: yield, so that the progress thread gets the core (with ranks on every
   // core, a spinning poller otherwise holds it for a whole time slice).

@@ -300,7 +300,7 @@ void Comm::flushSends() {
   // Sends that completed before their acknowledgement (eager, or detached at an operation's end)
   // may still be unread by the peer: closing the sockets now could cut them off. Progress until
   // they are acknowledged, the connection breaks, or the time is up (a peer that never reads).
-  if (failed.load() || abortRequested.load()) return;
+  if (state.failed() || state.abortPending()) return;
   const int64_t limitMs = std::min<int64_t>(timeoutMs > 0 ? timeoutMs : 30000, 60000);
   const int64_t t0 = detail::nowMs();
   for (int idle = 0;;) {
@@ -314,7 +314,7 @@ void Comm::flushSends() {
 
 Comm::~Comm() {
   // C4D first: a goodbye, so that the peers do not take this rank's closing links for a death.
-  if (health) health->stop(failed.load() ? "failed" : "left");
+  if (health) health->stop(state.failed() ? "failed" : "left");
   // The progress thread first: nothing may drive the transports while they go.
   if (engine) engine->stop();
   engine.reset();
@@ -642,11 +642,8 @@ void Comm::idleWait(int idleRounds) {
 }
 
 Status Comm::progressTransports() {
-  if (abortRequested.load(std::memory_order_relaxed)) takeAbortRequest();
-  if (failed.load(std::memory_order_relaxed)) {
-    std::lock_guard<std::mutex> g(errMu);
-    return asyncError;
-  }
+  if (state.abortPending()) takeAbortRequest();
+  if (state.failed()) return state.error();
   zeroCopy.pollDeregistrations();
   for (auto& t : transports) C4_CHECK(t->progress());
   return Status::ok();
@@ -662,11 +659,7 @@ bool Comm::registeredRange(const void* p, size_t len) const {
 }
 
 void Comm::requestAbort(const Status& st) {
-  {
-    std::lock_guard<std::mutex> g(errMu);
-    if (abortReason.isOk()) abortReason = st;
-  }
-  abortRequested.store(true, std::memory_order_release);
+  state.requestAbort(st);
   // Nobody drives the communicator: carry it out here. (A driving thread sees the flag at its next
   // poll; the progress thread between jobs.)
   if (!engine && !busy.load(std::memory_order_acquire)) takeAbortRequest();
@@ -674,30 +667,15 @@ void Comm::requestAbort(const Status& st) {
 
 void Comm::takeAbortRequest() {
   Status st;
-  {
-    std::lock_guard<std::mutex> g(errMu);
-    if (!abortRequested.load(std::memory_order_relaxed)) return;
-    abortRequested.store(false, std::memory_order_relaxed);
-    st = abortReason;
-  }
+  if (!state.takeAbort(&st)) return;
   (void)fail(st, false);  // a local abort, or C4D's own diagnosis: nothing to explain
 }
 
 Status Comm::fail(const Status& st0, bool explain) {
-  if (failed.load()) {
-    std::lock_guard<std::mutex> g(errMu);
-    return asyncError;
-  }
+  if (state.failed()) return state.error();
   const Status st = explain && health ? health->explainFailure(st0) : st0;
-  {
-    std::lock_guard<std::mutex> g(errMu);
-    if (!failed.load()) {
-      asyncError = st;
-      failed.store(true);
-    } else {
-      return asyncError;
-    }
-  }
+  Status first;
+  if (!state.setFailed(st, &first)) return first;
   C4_WARN(kLogColl, "rank %d: communicator %s failed: %s", rank, tag.c_str(), st.toString().c_str());
   recorder.error(static_cast<int>(st.code()), st.message(), -1);
   if (health) health->noteFailure(st);  // before the transports tell: the peers learn why first
@@ -708,10 +686,10 @@ Status Comm::fail(const Status& st0, bool explain) {
 }
 
 Status Comm::failure() {
-  if (abortRequested.load(std::memory_order_acquire) && (!engine || engine->onThread())) takeAbortRequest();
-  if (!failed.load(std::memory_order_acquire)) return Status::ok();
-  std::lock_guard<std::mutex> g(errMu);
-  return Status(asyncError.code(), "communicator failed earlier: " + asyncError.message());
+  if (state.abortPending() && (!engine || engine->onThread())) takeAbortRequest();
+  if (!state.failed()) return Status::ok();
+  const Status e = state.error();
+  return Status(e.code(), "communicator failed earlier: " + e.message());
 }
 
 Status Comm::registerMemory(void* buff, size_t size, Registration** out) {
@@ -750,7 +728,7 @@ Status Comm::deregisterMemory(Registration* reg) {
   registrations_.erase(it);
   // Peers may keep registered device buffers mapped (core/zerocopy.hpp): they close them first
   // (not on a failed communicator, whose peers may be gone).
-  if (device && !failed.load()) {
+  if (device && !state.failed()) {
     Status st = zeroCopy.deviceDeregistered();
     if (first.isOk()) first = st;
   }
@@ -847,7 +825,7 @@ double Comm::estimateUs(const OpDesc& op) const {
   return tuner.estimateUs(tuner.choose(op.coll, bytes).algo, op.coll, bytes);
 }
 
-Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
+Status Comm::prepareCollective(const OpDesc& op, PreparedCall* p) {
   PathOptions po;
   po.oneShotEligible = oneShot.eligible(op);
   const bool viaArena = po.oneShotEligible;
@@ -965,7 +943,7 @@ Status Comm::prepareCollective(const OpDesc& op, Prepared* p) {
   return Status::ok();
 }
 
-Status Comm::prepareP2p(const std::vector<OpDesc>& ops, Prepared* p) {
+Status Comm::prepareP2p(const std::vector<OpDesc>& ops, PreparedCall* p) {
   p->traceT0 = recorder.on() ? trace::ticks() : 0;
   p->traceAlgo = trace::kAlgoP2p;
   p->noop = false;
@@ -1053,7 +1031,7 @@ Status Comm::prepareP2p(const std::vector<OpDesc>& ops, Prepared* p) {
   return Status::ok();
 }
 
-Status Comm::startPrepared(Prepared* p) {
+Status Comm::startPrepared(PreparedCall* p) {
   // C4D's telemetry: always on, a few stores (the trace's clock read when there is one).
   if (p->collective) {
     const bool armed = health->armed();
@@ -1073,7 +1051,7 @@ Status Comm::startPrepared(Prepared* p) {
   return p->path->start(p);
 }
 
-Status Comm::pollPrepared(Prepared* p, bool* done, bool* progressed) {
+Status Comm::pollPrepared(PreparedCall* p, bool* done, bool* progressed) {
   if (p->noop) {
     *done = *progressed = true;
     return Status::ok();
@@ -1089,7 +1067,7 @@ Status Comm::pollPrepared(Prepared* p, bool* done, bool* progressed) {
   return Status::ok();
 }
 
-void Comm::reportStall(const Prepared* p) {
+void Comm::reportStall(const PreparedCall* p) {
   std::vector<int> ranks, stuck;
   std::vector<std::string> states;
   if (p && p->path)
@@ -1115,7 +1093,7 @@ void Comm::reportStall(const Prepared* p) {
   stallReportNs_ = watchdog_.lastCheckNs();
 }
 
-Status Comm::watchIdle(const Prepared* p) {
+Status Comm::watchIdle(const PreparedCall* p) {
   // A peer deregistering device memory waits for this rank to close its mappings of it, while this
   // rank may wait for that peer (to enter this call, say): answer here, or both wait. The zero-copy
   // path answers itself where it may (not while it holds this call's mappings).
@@ -1124,10 +1102,9 @@ Status Comm::watchIdle(const Prepared* p) {
   rma.pollDevice(this);
   // A path that waits on shared memory alone (one-shot) polls no transport: take an abort or a
   // revoke from another thread here, so the call fails at once rather than at the timeout.
-  if (abortRequested.load(std::memory_order_relaxed)) {
+  if (state.abortPending()) {
     takeAbortRequest();
-    std::lock_guard<std::mutex> g(errMu);
-    if (failed.load(std::memory_order_relaxed)) return asyncError;
+    if (state.failed()) return state.error();
   }
   Status st = watchdog_.idle(
       transportProgress(), [&] { return p ? describeSig(p->sig) : std::string("the probe"); },
@@ -1152,7 +1129,7 @@ Status Comm::watchIdle(const Prepared* p) {
   return Status::ok();
 }
 
-trace::Event Comm::opEvent(const Prepared* p) const {
+trace::Event Comm::opEvent(const PreparedCall* p) const {
   trace::Event e;
   e.type = trace::EventType::kOp;
   e.algo = p->traceAlgo;
@@ -1169,7 +1146,7 @@ trace::Event Comm::opEvent(const Prepared* p) const {
   return e;
 }
 
-void Comm::traceOp(Prepared* p, bool open, uint64_t endTicks) {
+void Comm::traceOp(PreparedCall* p, bool open, uint64_t endTicks) {
   const uint64_t t1 = open ? p->traceT0 : endTicks ? endTicks : trace::ticks();
   auto put = [&](trace::Event& e, size_t k) {
     e.t0 = p->traceT0;
@@ -1225,7 +1202,7 @@ void Comm::traceClockSync(int which, int64_t waitMs) {
   recorder.setClock(which, s);
 }
 
-void Comm::finish(Prepared* p) {
+void Comm::finish(PreparedCall* p) {
   watchdog_.leave();
   const uint64_t t1 = p->traceT0 || p->kind != PathKind::kOneShot ? trace::ticks() : 0;  // 0: not timed
   // C4D: telemetry, and (every half heartbeat) the peers' rates for the heartbeats.
@@ -1250,7 +1227,7 @@ void Comm::finish(Prepared* p) {
 
 Status Comm::runCollective(const OpDesc& op) {
   // The common case (one blocking call) without the group machinery. The API checked failure().
-  Prepared p;
+  PreparedCall p;
   Status st = prepareCollective(op, &p);
   if (st.isOk()) st = startPrepared(&p);
   int idle = 0;

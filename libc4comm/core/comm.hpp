@@ -24,6 +24,7 @@
 
 #include "c4comm/c4comm.hpp"
 #include "core/bootstrap.hpp"
+#include "core/comm_state.hpp"
 #include "core/exec_context.hpp"
 #include "core/executor.hpp"
 #include "core/health.hpp"
@@ -85,7 +86,6 @@ struct PreparedCall {
 struct Comm final : public ExecContext {
   Comm();
   ~Comm() override;
-  using Prepared = PreparedCall;
 
   /// Joins the communicator (bootstrap, transports). Blocking.
   Status init(int nranks, const UniqueId& id, int rank, const Config& config);
@@ -206,14 +206,9 @@ struct Comm final : public ExecContext {
   // ---- state ----
   uint64_t collSeq = 0;
   std::vector<uint64_t> p2pSendSeq, p2pRecvSeq;
-  std::vector<UserOp> userOps;  // RedOp value kNumBuiltinOps + i
-  std::mutex errMu;
-  Status asyncError;
-  std::atomic<bool> failed{false};
-  std::atomic<bool> abortRequested{false};  // requestAbort: the driving thread fails the communicator
-  Status abortReason;                       // guarded by errMu
-  std::atomic<bool> busy{false};            // a thread runs an operation on it (caller-driven mode)
-  std::atomic<bool> revoked{false};         // commRevoke was called
+  std::vector<UserOp> userOps;    // RedOp value kNumBuiltinOps + i
+  CommState state;                // failed, abort pending, revoked (core/comm_state.hpp)
+  std::atomic<bool> busy{false};  // a thread runs an operation on it (caller-driven mode)
   bool finalized = false;
   std::atomic<bool> suspended{false};  // commSuspend until commResume
   uint32_t shrinks = 0;                // commShrink calls on this communicator (each has its own bootstrap tag)

@@ -14,14 +14,14 @@ struct CommWork {
   std::vector<OpDesc> p2p;
   size_t nextColl = 0;
   bool p2pStarted = false;
-  std::unique_ptr<Comm::Prepared> cur;  // null when idle
+  std::unique_ptr<PreparedCall> cur;  // null when idle
 
   bool finished() const { return !cur && nextColl == colls.size() && (p2p.empty() || p2pStarted); }
 
   // Prepares and starts the next piece of work; skips no-ops. Leaves cur null when all is done.
   Status startNext() {
     while (!cur) {
-      auto p = std::make_unique<Comm::Prepared>();
+      auto p = std::make_unique<PreparedCall>();
       if (nextColl < colls.size()) {
         C4_CHECK(comm->prepareCollective(colls[nextColl++], p.get()));
       } else if (!p2p.empty() && !p2pStarted) {

@@ -197,7 +197,7 @@ Status ProgressEngine::waitForStreams(const Job& job) {
       bool ready = false;
       C4_CHECK(comm_->gpuGate->inputsReady(t, &ready));
       if (ready) break;
-      if (comm_->abortRequested.load(std::memory_order_acquire))
+      if (comm_->state.abortPending())
         return makeError(Code::kInvalidUsage, "rank %d: aborted while waiting for a CUDA stream to reach a call",
                          comm_->rank);
       (void)comm_->progressTransports();
@@ -221,7 +221,7 @@ void ProgressEngine::finish(Job& job) {
 void ProgressEngine::idle(int rounds) {
   // An abort asked for by another thread (commAbort, revoke) is carried out here, by the one
   // thread that drives the transports.
-  if (comm_->abortRequested.load(std::memory_order_acquire)) {
+  if (comm_->state.abortPending()) {
     std::lock_guard<std::mutex> drive(driveMu_);
     (void)comm_->failure();
   }
@@ -233,8 +233,8 @@ void ProgressEngine::idle(int rounds) {
     std::unique_lock<std::mutex> drive(driveMu_, std::try_to_lock);
     if (!drive.owns_lock()) return;
     comm_->rma.pollDevice(comm_);  // streams waiting for signals (failed: released)
-    if (comm_->transports.empty() || comm_->failed.load()) return;
-    if (comm_->abortRequested.load(std::memory_order_acquire)) (void)comm_->failure();
+    if (comm_->transports.empty() || comm_->state.failed()) return;
+    if (comm_->state.abortPending()) (void)comm_->failure();
     comm_->zeroCopy.serviceDeregistrations();  // a peer may wait for this rank to close a mapping
     Status st = comm_->progressTransports();
     if (!st.isOk()) (void)comm_->fail(st);
@@ -266,7 +266,7 @@ void ProgressEngine::idle(int rounds) {
   bool armed = true;
   if (empty && !comm_->waitSources.empty()) {
     std::unique_lock<std::mutex> drive(driveMu_, std::try_to_lock);
-    if (drive.owns_lock() && !comm_->failed.load())
+    if (drive.owns_lock() && !comm_->state.failed())
       for (transport::WaitSource* w : comm_->waitSources) armed &= w->armWait();
   }
   if (empty && armed && !stopping_.load()) {

@@ -616,7 +616,7 @@ Status Rma::waitDevice(Comm* c, int n, const int* peers, const int* counts, void
 void Rma::pollDevice(Comm* c) {
   if (!devicePolling()) return;
   const int64_t now = detail::nowNs();
-  if (remoteDevice_.load(std::memory_order_relaxed) && !c->failed.load() && now - lastDrainNs_ > 50000) {
+  if (remoteDevice_.load(std::memory_order_relaxed) && !c->state.failed() && now - lastDrainNs_ > 50000) {
     lastDrainNs_ = now;
     Status st = drainRemote(c);
     if (!st.isOk()) (void)c->fail(st);
@@ -624,7 +624,7 @@ void Rma::pollDevice(Comm* c) {
   std::lock_guard<std::mutex> g(pendingMu_);
   auto* slots = static_cast<char*>(sigBlock_);
   for (auto it = pending_.begin(); it != pending_.end();) {
-    bool done = c->failed.load();
+    bool done = c->state.failed();
     // A stream is not a peer: the time counts from when the stream got to the wait.
     if (!done && it->startNs == 0 && c->gpuGate->flagReached(it->flag)) it->startNs = now;
     if (!done) {
