@@ -1,4 +1,4 @@
-"""Runs a function on N ranks (spawned processes, /usr/bin/python3) for the c4 backend tests.
+"""Runs a function on N ranks (forked processes) for the c4 backend tests.
 
 Every rank joins a default gloo group (the reference) and a c4 group over the same ranks, then
 calls fn(ctx) where ctx has rank, world_size, c4 (the c4 group) and gloo (the default group). A
@@ -65,10 +65,25 @@ def _entry(fn, rank, world_size, store_path, results, env, with_gloo, timeout_s,
     results.put((rank, status, payload))
 
 
+_CONTEXT = None
+
+
+def _context():
+    """Ranks fork from one server process that imported torch once (multiprocessing's forkserver,
+    started at the first run and kept): a fresh interpreter per rank spent 1-2 s of CPU importing
+    torch, several minutes of a whole suite run. The server imports nothing else, so each rank
+    still loads c4comm_torch after its environment is set."""
+    global _CONTEXT
+    if _CONTEXT is None:
+        _CONTEXT = mp.get_context("forkserver")
+        _CONTEXT.set_forkserver_preload(["torch", "torch.distributed"])
+    return _CONTEXT
+
+
 def run_ranks(fn, world_size, timeout=120, env=None, with_gloo=True, pg_timeout=60, expect_dead=(), init_kwargs=None):
     """Runs fn on world_size ranks; returns {rank: payload}. Ranks in expect_dead may vanish.
     init_kwargs: more arguments of init_process_group (e.g. device_id)."""
-    ctx = mp.get_context("spawn")
+    ctx = _context()
     results = ctx.Queue()
     env = dict(env or {})
     tmpdir = tempfile.mkdtemp(prefix="c4torch-")
