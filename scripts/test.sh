@@ -38,7 +38,7 @@ summary() {
   for p in "${BG_PIDS[@]}"; do kill -- "-$p" 2>/dev/null || kill "$p" 2>/dev/null || true; done
   local s=$((SECONDS - RUN_T0))
   echo "[test] stage times ($(nproc) CPUs; $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | xargs);" \
-       "AVX-512: $(grep -qw avx512f /proc/cpuinfo && echo yes || echo no)):"
+       "AVX-512: $(grep -qw avx512f /proc/cpuinfo && echo yes || echo no)${C4_KERNELS_ISA_MAX:+, kernels capped at $C4_KERNELS_ISA_MAX}):"
   printf '%s\n' "${STAGES[@]}"
   printf '  %-62s %4dm%02ds  %s\n' "total" $((s / 60)) $((s % 60)) "$([ "$rc" -eq 0 ] && echo passed || echo "FAILED (rc $rc)")"
 }

@@ -16,6 +16,11 @@
 // A network connection carries its messages on lanes (transports/lane.hpp): one socket or queue
 // pair each, with state, weight and statistics that any thread may read.
 //
+// Transport and Connection hold what every transport implements. What only some can do is a
+// capability interface below them (LaneSetup, WaitSource, HostArena, CpuSharing on the transport;
+// LaneControl, Forwarding, ReleasedSends, RateMeter on a connection), handed out by an accessor
+// that answers nullptr where the transport has none; every method of an interface is required.
+//
 // Threading: everything but the Lane statistics is driven by one thread at a time (the one that
 // drives the communicator: the caller, or its progress thread), which calls progress() repeatedly
 // and reads Request::state. No call blocks for a peer.
