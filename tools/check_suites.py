@@ -43,6 +43,7 @@ EXPECTED = {
     "hardening against hostile or unlucky use (mappings, pid namespaces, abort, bounded buffers and logs)":
         (["Hardening3.*"], 10),
     "one-sided calls (windows, put/signal/wait)": (["OneSided.*"], 2),
+    "call observers (dispatch order, event masks, verdicts passed on)": (["CallObservers.*"], 4),
     "staging of device-buffer calls and their pipelined pieces (on the host)":
         (["All/Staging.*", "StagingPinned.*", "StagingPieces.*"], 386),
     "netlab (emulated hosts and fabrics)": (["netlab_*"], 10),

@@ -24,7 +24,7 @@
 #include "common/status.hpp"
 #include "core/bootstrap.hpp"
 #include "core/comm.hpp"
-#include "core/group.hpp"
+#include "core/drive.hpp"
 #include "core/memory.hpp"
 #include "core/progress.hpp"
 #include "core/staging.hpp"
@@ -1055,7 +1055,7 @@ Status windowRegister(Comm* comm, void* buff, size_t size, int flags, Window** w
   std::optional<BusyScope> busy;
   if (!comm->engine) busy.emplace(comm);
   InsideCall inside(comm, "ncclCommWindowRegister");
-  return record(comm->rma.registerWindow(comm, buff, size, prep, reg, windowPath(comm), win));
+  return record(comm->rma.registerWindow(buff, size, prep, reg, windowPath(comm), win));
 }
 
 Status windowDeregister(Comm* comm, Window* win) {
@@ -1064,7 +1064,7 @@ Status windowDeregister(Comm* comm, Window* win) {
   std::optional<BusyScope> busy;
   if (!comm->engine) busy.emplace(comm);
   InsideCall inside(comm, "ncclCommWindowDeregister");
-  return record(comm->rma.deregisterWindow(comm, win, windowPath(comm)));
+  return record(comm->rma.deregisterWindow(win, windowPath(comm)));
 }
 
 Status windowUserPtr(const Comm* comm, const Window* win, void** ptr) {
@@ -1129,7 +1129,7 @@ Status enqueueOneSided(Comm* comm, const char* fn, void* stream, const void* src
 Status putSignal(const void* src, size_t bytes, int peer, Window* win, size_t offset, Comm* comm, void* stream) {
   C4_CHECK_RECORD(checkUsable(comm));
   if (bytes > 0 && !src) return record(makeError(Code::kInvalidArgument, "putSignal: the source buffer is NULL"));
-  C4_CHECK_RECORD(comm->rma.checkPut(comm, bytes, peer, win, offset));
+  C4_CHECK_RECORD(comm->rma.checkPut(bytes, peer, win, offset));
   const gpu::Mem srcMem = bytes > 0 ? gpu::pointerInfo(src).mem : gpu::Mem::kHost;
   if (!win->device) {
     if (srcMem == gpu::Mem::kDevice)
@@ -1138,43 +1138,43 @@ Status putSignal(const void* src, size_t bytes, int peer, Window* win, size_t of
                               "a host-memory window takes host memory (windows on device memory take device "
                               "memory; docs/cuda.md)"));
     C4_CHECK_RECORD(beforeOneSided(comm));
-    return record(comm->rma.put(comm, src, bytes, peer, win, offset));
+    return record(comm->rma.put(src, bytes, peer, win, offset));
   }
   if (bytes > 0 && srcMem == gpu::Mem::kHost)
     return record(makeError(Code::kInvalidArgument,
                             "putSignal: the window is device memory and the source buffer pageable host memory; a "
                             "put into a device window reads device (or pinned host) memory in the stream's order"));
   // To a peer of another host the data goes through host memory: the stream copies device memory there.
-  const bool stage = srcMem == gpu::Mem::kDevice && comm->rma.viaNetwork(comm, peer);
+  const bool stage = srcMem == gpu::Mem::kDevice && comm->rma.viaNetwork(peer);
   return record(enqueueOneSided(comm, "putSignal", stream, src, stage ? bytes : 0,
                                 [comm, src, bytes, peer, win, offset](const void* staged) {
-                                  return comm->rma.putDevice(comm, staged ? staged : src, bytes, peer, win, offset);
+                                  return comm->rma.putDevice(staged ? staged : src, bytes, peer, win, offset);
                                 }));
 }
 
 Status signalPeer(int peer, Comm* comm, void* stream) {
   C4_CHECK_RECORD(checkUsable(comm));
-  C4_CHECK_RECORD(comm->rma.checkPeer("signal", comm, peer));
+  C4_CHECK_RECORD(comm->rma.checkPeer("signal", peer));
   if (!comm->rma.deviceMode()) {
     C4_CHECK_RECORD(beforeOneSided(comm));
-    return record(comm->rma.signal(comm, peer));
+    return record(comm->rma.signal(peer));
   }
   return record(enqueueOneSided(comm, "signal", stream, nullptr, 0,
-                                [comm, peer](const void*) { return comm->rma.signal(comm, peer); }));
+                                [comm, peer](const void*) { return comm->rma.signal(peer); }));
 }
 
 Status waitSignal(int n, const int* peers, const int* counts, Comm* comm, void* stream) {
   C4_CHECK_RECORD(checkUsable(comm));
   if (n < 0) return record(makeError(Code::kInvalidArgument, "waitSignal: %d descriptors", n));
   if (n > 0 && (!peers || !counts)) return record(makeError(Code::kInvalidArgument, "waitSignal: a NULL array"));
-  C4_CHECK_RECORD(comm->rma.checkWait(comm, n, peers, counts));
+  C4_CHECK_RECORD(comm->rma.checkWait(n, peers, counts));
   if (!comm->rma.deviceMode()) {
     C4_CHECK_RECORD(beforeOneSided(comm));
-    return record(comm->rma.wait(comm, n, peers, counts));
+    return record(comm->rma.wait(n, peers, counts));
   }
   // No job: the stream waits for a flag the driving thread sets once the signals arrived (rma.hpp).
   C4_CHECK_RECORD(checkStreamOneSided(comm, "waitSignal", stream));
-  return record(comm->rma.waitDevice(comm, n, peers, counts, stream));
+  return record(comm->rma.waitDevice(n, peers, counts, stream));
 }
 
 Status commFinalize(Comm* comm) {

@@ -102,6 +102,14 @@ class Bootstrap : public transport::Oob {
   std::unique_ptr<Impl> impl_;
 };
 
+/// Who a communicator's ranks are and how to reach them without the data path: what its services
+/// (C4D, the one-sided calls) are given at init.
+struct RankDirectory {
+  int rank = 0, nranks = 0;
+  std::vector<RankInfo> ranks;       // index = rank
+  Bootstrap* sideChannel = nullptr;  // the bootstrap's authenticated point-to-point links
+};
+
 /// Clock alignment to rank 0 (for the tracer), NTP-style over the side channel. Ranks whose
 /// RankInfo::clockId equals rank 0's read its very clock: offset 0, no messages. Rank 0 answers
 /// `rounds` pings from every other rank, in the order they arrive (all ranks ping at once, so 64

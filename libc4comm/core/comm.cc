@@ -21,7 +21,7 @@
 #include "common/siphash.hpp"
 #include "common/socket.hpp"
 #include "common/status.hpp"
-#include "core/group.hpp"
+#include "core/drive.hpp"
 #include "core/paths.hpp"
 #include "core/progress.hpp"
 #include "core/settings.hpp"
@@ -203,87 +203,13 @@ transport::MemSpace spaceOf(const void* p, size_t bytes) {
   return p && bytes && memLookup(p, bytes, &ref) ? transport::MemSpace::kHostShared : transport::MemSpace::kHost;
 }
 
-/// The executor over the transports.
-class MessagePath final : public ExecPath {
- public:
-  PathKind kind() const override { return PathKind::kMessages; }
-  Status start(PreparedCall* p) override { return p->exec->start(p->bases, p->spaces); }
-  Status poll(PreparedCall* p, bool* done, bool* progressed) override {
-    Status st = p->exec->poll(done);
-    *progressed = p->exec->madeProgress();
-    return st;
-  }
-  std::string waitingOn(const PreparedCall* p) const override { return p->exec->waitingOn(); }
-  std::vector<std::pair<int, std::string>> waitingRanks(const PreparedCall* p) const override {
-    return p->exec->waitingRanks();
-  }
-};
-
-/// Small calls through the shared arenas (core/oneshot.hpp).
-class OneShotPath final : public ExecPath {
- public:
-  explicit OneShotPath(Comm* c) : c_(c) {}
-  PathKind kind() const override { return PathKind::kOneShot; }
-  Status start(PreparedCall* p) override {
-    trace::Event e;
-    if (p->traceOneShot) e = c_->opEvent(p);
-    return c_->oneShot.start(p->op, p->sig, p->bases[static_cast<int>(BufBase::kInput)],
-                             const_cast<void*>(p->bases[static_cast<int>(BufBase::kOutput)]), p->kop,
-                             p->traceOneShot ? &e : nullptr);
-  }
-  Status poll(PreparedCall* p, bool* done, bool* progressed) override {
-    Status st = c_->oneShot.poll(done);
-    *progressed = c_->oneShot.madeProgress();
-    return st;
-  }
-  std::string waitingOn(const PreparedCall*) const override { return c_->oneShot.waitingOn(); }
-  std::vector<std::pair<int, std::string>> waitingRanks(const PreparedCall*) const override {
-    if (c_->oneShot.waitingFor() < 0) return {};
-    return {{c_->oneShot.waitingFor(), "one-shot path (shared memory)"}};
-  }
-
- private:
-  Comm* c_;
-};
-
-/// Between the ranks' shared buffers (core/zerocopy.hpp); the message plan when a peer does not offer.
-class ZeroCopyPath final : public ExecPath {
- public:
-  ZeroCopyPath(Comm* c, ExecPath* messages) : c_(c), messages_(messages) {}
-  PathKind kind() const override { return PathKind::kZeroCopy; }
-  Status start(PreparedCall* p) override {
-    c_->zeroCopy.start(p->op, p->sig, p->kop);
-    return Status::ok();
-  }
-  Status poll(PreparedCall* p, bool* done, bool* progressed) override {
-    bool fallback = false;
-    Status st = c_->zeroCopy.poll(done, &fallback);
-    *progressed = c_->zeroCopy.madeProgress();
-    if (*done) p->traceAlgo = trace::kAlgoZeroCopy;
-    if (!st.isOk() || !fallback) return st;
-    // A peer runs this call through messages: so does every rank.
-    p->path = messages_;
-    p->kind = PathKind::kMessages;
-    *done = false;
-    return messages_->start(p);
-  }
-  std::string waitingOn(const PreparedCall*) const override { return c_->zeroCopy.waitingOn(); }
-  std::vector<std::pair<int, std::string>> waitingRanks(const PreparedCall* p) const override {
-    if (c_->zeroCopy.waitingFor() < 0) return {};
-    return {{c_->zeroCopy.waitingFor(), "zero-copy path (shared memory)"}};
-  }
-
- private:
-  Comm* c_;
-  ExecPath* messages_;
-};
 }  // namespace
 
 Comm::Comm()
-    : messagePath_(std::make_unique<MessagePath>()),
-      oneShotPath_(std::make_unique<OneShotPath>(this)),
-      zeroCopyPath_(std::make_unique<ZeroCopyPath>(this, messagePath_.get())) {
-  health = std::make_unique<HealthMonitor>(this);
+    : messagePath_(makeMessagePath()),
+      oneShotPath_(makeOneShotPath(this)),
+      zeroCopyPath_(makeZeroCopyPath(this, messagePath_.get())) {
+  health = std::make_unique<HealthMonitor>();
   cancelFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);  // -1: init cannot be cancelled (it times out)
 }
 
@@ -585,7 +511,36 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
     if (transport::LaneSetup* lanes = t->laneSetup()) C4_CHECK(lanes->startLanes());
   stallForTest("clock");
   traceClockSync(0, timeoutMs);
-  C4_CHECK(health->start());
+  // The services get what they need of the communicator (docs/architecture.md).
+  RankDirectory directory;
+  directory.rank = r;
+  directory.nranks = n;
+  directory.ranks = peers;
+  directory.sideChannel = bootstrap.get();
+  HealthHost hh;
+  static_cast<RankDirectory&>(hh) = directory;
+  hh.tag = tag;
+  hh.lanesTo = [this](int p) {
+    transport::Transport* t = peerTransport[static_cast<size_t>(p)];
+    return t ? t->laneSetup() : nullptr;
+  };
+  hh.connect = [this](int p, transport::Connection** c) { return connection(p, c); };
+  hh.requestAbort = [this](const Status& st) { requestAbort(st); };
+  hh.traceNote = [this](const std::string& s) { recorder.note(s); };
+  C4_CHECK(health->start(std::move(hh)));
+  RmaHost rh;
+  static_cast<RankDirectory&>(rh) = std::move(directory);
+  rh.timeoutMs = timeoutMs;
+  rh.failure = [this] { return failure(); };
+  rh.failed = [this] { return state.failed(); };
+  rh.fail = [this](const Status& st) { return fail(st); };
+  rh.deregister = [this](void* reg) { return deregisterMemory(static_cast<Registration*>(reg)); };
+  rh.gate = [this] { return gpuGate.get(); };
+  rh.nudge = [this] {
+    if (engine) engine->nudge();
+  };
+  rma.bind(std::move(rh));
+  observers.attachBuiltins(this);
   initDone_.store(true, std::memory_order_release);
   const double tEnd = msNow();
   C4_INFO(kLogInit,
@@ -673,12 +628,11 @@ void Comm::takeAbortRequest() {
 
 Status Comm::fail(const Status& st0, bool explain) {
   if (state.failed()) return state.error();
-  const Status st = explain && health ? health->explainFailure(st0) : st0;
+  const Status st = explain ? observers.explain(st0) : st0;
   Status first;
   if (!state.setFailed(st, &first)) return first;
   C4_WARN(kLogColl, "rank %d: communicator %s failed: %s", rank, tag.c_str(), st.toString().c_str());
-  recorder.error(static_cast<int>(st.code()), st.message(), -1);
-  if (health) health->noteFailure(st);  // before the transports tell: the peers learn why first
+  observers.failed(st);  // before the transports tell: the peers learn why first
   for (auto& t : transports) t->abort(st.message());
   // The ring collectives stop; send/recv stay up for commShrink among the ranks that are left.
   if (bootstrap) bootstrap->interruptCollectives();
@@ -804,19 +758,6 @@ bool buffersOverlap(const void* a, size_t aBytes, const void* b, size_t bBytes) 
 
 bool collReduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce; }
 
-size_t nominalBytes(const OpDesc& op, int n) {
-  size_t es = dataTypeSize(op.dtype);
-  switch (op.coll) {
-    case Coll::kAllGather:
-    case Coll::kReduceScatter:
-    case Coll::kAlltoAll:
-    case Coll::kGather:
-    case Coll::kScatter:
-      return op.count * es * static_cast<size_t>(n);
-    default:
-      return op.count * es;
-  }
-}
 }  // namespace
 
 double Comm::estimateUs(const OpDesc& op) const {
@@ -1031,160 +972,6 @@ Status Comm::prepareP2p(const std::vector<OpDesc>& ops, PreparedCall* p) {
   return Status::ok();
 }
 
-Status Comm::startPrepared(PreparedCall* p) {
-  // C4D's telemetry: always on, a few stores (the trace's clock read when there is one).
-  if (p->collective) {
-    const bool armed = health->armed();
-    if (armed) health->injectBefore(p->sig.seq);
-    // One-shot calls (a few hundred ns) are not timed: two clock reads cost them ~8% (0 = unknown;
-    // C4D judges stragglers from the timed collectives).
-    const uint64_t t0 = p->kind == PathKind::kOneShot && !armed ? 0
-                        : p->traceT0 && !armed                  ? p->traceT0
-                                                                : trace::ticks();
-    health->telemetry().enter(p->sig.seq, t0);
-  } else {
-    health->telemetry().setP2p(true, p->traceT0 ? p->traceT0 : trace::ticks());
-  }
-  if (p->traceT0) traceOp(p, true);
-  if (p->noop) return Status::ok();
-  watchdog_.enter(p->sig);
-  return p->path->start(p);
-}
-
-Status Comm::pollPrepared(PreparedCall* p, bool* done, bool* progressed) {
-  if (p->noop) {
-    *done = *progressed = true;
-    return Status::ok();
-  }
-  C4_CHECK(p->path->poll(p, done, progressed));
-  if (*progressed) {
-    watchdog_.moved();
-    if (stallReported_) {
-      health->clearStall();
-      stallReported_ = false;
-    }
-  }
-  return Status::ok();
-}
-
-void Comm::reportStall(const PreparedCall* p) {
-  std::vector<int> ranks, stuck;
-  std::vector<std::string> states;
-  if (p && p->path)
-    for (auto& w : p->path->waitingRanks(p)) {
-      ranks.push_back(w.first);
-      states.push_back(std::move(w.second));
-      // Data in flight to it that does not move: a lane with something queued or unacknowledged.
-      transport::Transport* t = peerTransport[static_cast<size_t>(w.first)];
-      transport::Connection* c = t && t->laneSetup() ? t->laneSetup()->existingConnection(w.first) : nullptr;
-      bool busy = false;
-      for (int l = 0; c && l < c->numLanes(); ++l) {
-        const transport::Lane* ln = c->lane(l);
-        if (!ln || !ln->busy()) continue;
-        busy = true;
-        const transport::LaneSnapshot s = ln->snapshot();
-        states.back() +=
-            strFormat("; lane %d %s -> %s has data in flight", l, s.localAddr.c_str(), s.remoteAddr.c_str());
-      }
-      if (busy) stuck.push_back(w.first);
-    }
-  health->reportStall(p ? describeSig(p->sig) : std::string("a probe"), ranks, states, stuck, watchdog_.stalledNs());
-  stallReported_ = true;
-  stallReportNs_ = watchdog_.lastCheckNs();
-}
-
-Status Comm::watchIdle(const PreparedCall* p) {
-  // A peer deregistering device memory waits for this rank to close its mappings of it, while this
-  // rank may wait for that peer (to enter this call, say): answer here, or both wait. The zero-copy
-  // path answers itself where it may (not while it holds this call's mappings).
-  if (!(p && p->kind == PathKind::kZeroCopy)) zeroCopy.serviceDeregistrations();
-  // Streams of this rank may wait for one-sided signals (windows on device memory) meanwhile.
-  rma.pollDevice(this);
-  // A path that waits on shared memory alone (one-shot) polls no transport: take an abort or a
-  // revoke from another thread here, so the call fails at once rather than at the timeout.
-  if (state.abortPending()) {
-    takeAbortRequest();
-    if (state.failed()) return state.error();
-  }
-  Status st = watchdog_.idle(
-      transportProgress(), [&] { return p ? describeSig(p->sig) : std::string("the probe"); },
-      [&] { return p && p->path ? p->path->waitingOn(p) : std::string("a send from a peer"); });
-  if (!health->running()) return st;
-  if (!st.isOk()) {
-    // The watchdog fired: C4D says why, from every rank's state, and tells the others.
-    reportStall(p);
-    return health->diagnoseHang(st, p && p->collective ? static_cast<int64_t>(p->sig.seq) : -1);
-  }
-  // Stalled for a second (or half the timeout): the heartbeats say whom this rank waits for.
-  const int64_t stalled = watchdog_.stalledNs();
-  if (stalled > std::min<int64_t>(1000, timeoutMs / 2) * 1000000LL &&
-      (!stallReported_ || watchdog_.lastCheckNs() - stallReportNs_ > 500000000LL))
-    reportStall(p);
-  if (health->traceDue()) health->drainTrace();
-  // A long operation (a slow link) still refreshes the receive rates the heartbeats carry.
-  if ((++idlePolls_ & 255) == 0) {
-    const uint64_t now = trace::ticks();
-    if (health->publishDue(now)) health->publish(now);
-  }
-  return Status::ok();
-}
-
-trace::Event Comm::opEvent(const PreparedCall* p) const {
-  trace::Event e;
-  e.type = trace::EventType::kOp;
-  e.algo = p->traceAlgo;
-  const OpDesc& op = p->op;
-  e.bytes = nominalBytes(op, nranks);
-  e.seq = static_cast<uint32_t>(p->sig.seq);
-  e.peer = p->sig.root;
-  e.coll = p->sig.coll;
-  e.dtype = p->sig.dtype;
-  e.redop = p->sig.op;
-  e.flags =
-      static_cast<uint8_t>((op.sendbuff == op.recvbuff ? trace::kFlagInPlace : 0) | (p->noop ? trace::kFlagNoop : 0) |
-                           (p->kind == PathKind::kOneShot ? trace::kFlagNoEnd : 0));
-  return e;
-}
-
-void Comm::traceOp(PreparedCall* p, bool open, uint64_t endTicks) {
-  const uint64_t t1 = open ? p->traceT0 : endTicks ? endTicks : trace::ticks();
-  auto put = [&](trace::Event& e, size_t k) {
-    e.t0 = p->traceT0;
-    e.t1 = t1;
-    if (open) {
-      // Recorded as it starts, completed in place as it ends (trace::kFlagOpen).
-      e.flags |= trace::kFlagOpen;
-      p->traceIndex.push_back(recorder.recordOpen(e));
-    } else if (k < p->traceIndex.size()) {
-      recorder.complete(p->traceIndex[k], e);
-    } else {
-      recorder.record(e);
-    }
-  };
-  if (p->collective) {
-    trace::Event e = opEvent(p);
-    put(e, 0);
-    return;
-  }
-  trace::Event e;
-  e.type = trace::EventType::kOp;
-  e.algo = p->traceAlgo;
-  // A point-to-point batch: one event per send/receive (self copies included), same interval.
-  if (!p->owned) return;
-  const ExecPlan& plan = p->owned->plan;
-  for (size_t k = 0; k < plan.steps.size(); ++k) {
-    const ExecStep& s = plan.steps[k];
-    e.bytes = s.bytes;
-    e.peer = s.kind == sched::StepKind::kCopy ? rank : s.peer;
-    e.coll = static_cast<uint8_t>(s.kind == sched::StepKind::kRecv ? Coll::kRecv : Coll::kSend);
-    const OpSig& sig = plan.sigOf(s);
-    e.seq = static_cast<uint32_t>(sig.seq);
-    e.dtype = sig.dtype;
-    e.flags = 0;
-    put(e, k);
-  }
-}
-
 void Comm::traceClockSync(int which, int64_t waitMs) {
   const int rounds = static_cast<int>(std::min<int64_t>(paramTraceClockRounds(), 1000));
   if (nranks < 2 || rounds <= 0 || !bootstrap) return;
@@ -1202,53 +989,12 @@ void Comm::traceClockSync(int which, int64_t waitMs) {
   recorder.setClock(which, s);
 }
 
-void Comm::finish(PreparedCall* p) {
-  watchdog_.leave();
-  const uint64_t t1 = p->traceT0 || p->kind != PathKind::kOneShot ? trace::ticks() : 0;  // 0: not timed
-  // C4D: telemetry, and (every half heartbeat) the peers' rates for the heartbeats.
-  if (p->collective)
-    health->telemetry().leave(p->sig.seq, t1, p->op.count * dataTypeSize(p->op.dtype));
-  else
-    health->telemetry().setP2p(false, t1);
-  if (t1 && health->publishDue(t1)) health->publish(t1);
-  if (stallReported_) {
-    health->clearStall();
-    stallReported_ = false;
-  }
-  if (health->traceDue()) health->drainTrace();
-  if (lanePlanner.active()) lanePlanner.rebalance();
-  if (p->traceT0) traceOp(p, false, t1);
-  if (p->collective) oneShot.markDone(p->sig.seq);
-  if (!p->postDivide) return;
-  const OpDesc& op = p->op;
-  if (op.coll == Coll::kReduce && rank != op.root) return;
-  kernels::divide(op.recvbuff, op.recvbuff, op.count, op.dtype, nranks);
-}
-
 Status Comm::runCollective(const OpDesc& op) {
-  // The common case (one blocking call) without the group machinery. The API checked failure().
+  // The common case (one blocking call) without the group's bookkeeping. The API checked failure().
   PreparedCall p;
   Status st = prepareCollective(op, &p);
-  if (st.isOk()) st = startPrepared(&p);
-  int idle = 0;
-  bool done = false, progressed = false;
-  while (st.isOk()) {
-    st = pollPrepared(&p, &done, &progressed);
-    if (!st.isOk() || done) break;
-    if (progressed) {
-      idle = 0;
-    } else {
-      st = watchIdle(&p);
-      if (!st.isOk()) break;
-      idleWait(++idle);
-    }
-  }
-  if (!st.isOk()) {
-    watchdog_.leave();
-    return fail(st);
-  }
-  finish(&p);
-  return Status::ok();
+  if (!st.isOk()) return fail(st);
+  return runCall(this, &p);
 }
 
 Status Comm::probe(int peer, ProbeResult* out) {
@@ -1292,30 +1038,23 @@ Status Comm::probe(int peer, ProbeResult* out) {
 Status Comm::waitProbe(int peer, ProbeResult* out, int64_t waitMs) {
   const int64_t start = detail::nowMs();
   int idle = 0;
-  OpSig sig;
-  sig.seq = ~uint64_t{0} - 1;  // not an operation of the sequence; the watchdog only times it
-  sig.coll = static_cast<uint8_t>(Coll::kRecv);
-  if (waitMs < 0) watchdog_.enter(sig);
+  // Unbounded, the wait is a call the observers see (the watchdog times it, naming the ranks
+  // probed; C4D counts it as time inside the library).
+  PreparedCall wait;
+  wait.probe = true;
+  wait.op.root = peer;
+  wait.sig.seq = ~uint64_t{0} - 1;  // not an operation of the sequence
+  wait.sig.coll = static_cast<uint8_t>(Coll::kRecv);
+  if (waitMs < 0) observers.started(wait);
   for (;;) {
     Status st = probe(peer, out);
     if (st.isOk() && (out->ready || waitMs == 0)) {
-      if (waitMs < 0) watchdog_.leave();
+      if (waitMs < 0) finish(&wait);
       return Status::ok();
     }
     if (st.isOk() && waitMs > 0 && (++idle & 15) == 0 && detail::nowMs() - start >= waitMs) return Status::ok();
-    if (st.isOk() && waitMs < 0) {
-      // Unbounded: the watchdog decides, naming the ranks probed.
-      st = watchdog_.idle(
-          transportProgress(), [] { return std::string("receive from any source"); },
-          [&] {
-            return peer == kAnySource ? strFormat("a send from any of the other %d rank(s)", nranks - 1)
-                                      : strFormat("a send from rank %d", peer);
-          });
-    }
-    if (!st.isOk()) {
-      if (waitMs < 0) watchdog_.leave();
-      return fail(st);
-    }
+    if (st.isOk() && waitMs < 0) st = observers.idle(wait);
+    if (!st.isOk()) return fail(st);
     idleWait(idle ? idle : ++idle);
   }
 }

@@ -7,7 +7,13 @@
 //  - the path (an ExecPath) runs it against the communicator's ExecContext (connections,
 //    progress, watchdog, tracer), polled by a driving loop: the caller's thread, or the
 //    communicator's progress thread (core/progress.hpp) when it has one;
-//  - the watchdog (core/watchdog.hpp) decides when nothing moved for C4_TIMEOUT.
+//  - observers (core/observer.hpp) see each call start, progress, idle and end: the watchdog
+//    (which decides when nothing moved for C4_TIMEOUT), C4D, the tracer, C4P.
+//
+// Its parts: comm.cc (init, teardown, preparing calls, probes, registrations), drive.cc (the
+// driving loop, one call's steps), paths.cc, comm_jobs.cc (the progress thread's jobs),
+// call_observers.cc. The services it owns get narrow interfaces instead of Comm: ExecContext
+// (paths), HealthHost (C4D), RmaHost (one-sided calls), ProgressHost (the progress thread).
 #pragma once
 
 #include <poll.h>
@@ -24,13 +30,16 @@
 
 #include "c4comm/c4comm.hpp"
 #include "core/bootstrap.hpp"
+#include "core/call.hpp"
 #include "core/comm_state.hpp"
 #include "core/exec_context.hpp"
 #include "core/executor.hpp"
 #include "core/health.hpp"
 #include "core/lane_planner.hpp"
+#include "core/observer.hpp"
 #include "core/oneshot.hpp"
 #include "core/opdesc.hpp"
+#include "core/progress.hpp"
 #include "core/rma.hpp"
 #include "core/tuner.hpp"
 #include "core/watchdog.hpp"
@@ -41,7 +50,6 @@
 
 namespace c4 {
 
-class ProgressEngine;
 class ExecPath;
 
 /// A PreMulSum operator created on a communicator.
@@ -53,37 +61,7 @@ struct UserOp {
   const void* pointer = nullptr;  // read at call time, for kDevice (host memory here)
 };
 
-/// A plan built for one distinct operation (coll, dtype, count, root) and the executor bound to
-/// it; cached, so a repeated call only rebinds buffers.
-struct CachedPlan {
-  ExecPlan plan;
-  Executor exec;
-  size_t schedScratch = 0;  // bytes of scratch the schedule uses (aligned)
-  sched::Algo algo = sched::Algo::kRing;
-};
-
-/// What runs one call: the path the tuner chose, the executor (message path), the call's buffers.
-struct PreparedCall {
-  ExecPath* path = nullptr;  // null for no-op calls
-  PathKind kind = PathKind::kMessages;
-  Executor* exec = nullptr;  // the message path's (also the zero-copy path's fallback)
-  const void* bases[kNumBufBases] = {nullptr, nullptr, nullptr, nullptr};
-  transport::MemSpace spaces[kNumBufBases] = {transport::MemSpace::kHost, transport::MemSpace::kHost,
-                                              transport::MemSpace::kHost, transport::MemSpace::kHost};
-  OpDesc op;
-  OpSig sig;
-  kernels::KOp kop = kernels::KOp::kSum;
-  bool collective = false;
-  bool noop = false;
-  bool postDivide = false;               // integer Avg: divide the result by nranks afterwards
-  uint8_t traceAlgo = trace::kAlgoNone;  // what ran (trace::Event::algo)
-  uint64_t traceT0 = 0;                  // trace clock at prepare; 0: not traced here
-  bool traceOneShot = false;             // traced, and OneShot records the event (see there)
-  std::unique_ptr<CachedPlan> owned;     // point-to-point batches are built per call
-  std::vector<uint64_t> traceIndex;      // ring indices of its open op events (Recorder::complete)
-};
-
-struct Comm final : public ExecContext {
+struct Comm final : public ExecContext, public ProgressHost {
   Comm();
   ~Comm() override;
 
@@ -118,13 +96,9 @@ struct Comm final : public ExecContext {
   Status pollPrepared(PreparedCall* p, bool* done, bool* progressed);
   /// After a prepared op completes: epilogue (integer Avg division), trace, watchdog.
   void finish(PreparedCall* p);
-  /// The watchdog's idle check for the running call `p` (null: a probe), on the driving thread.
+  /// An idle round of the running call `p` (nothing moved): the communicator's own chores, then
+  /// the observers' verdict (the watchdog's timeout, with C4D's diagnosis).
   Status watchIdle(const PreparedCall* p);
-  /// The op event of a prepared collective, without its times.
-  trace::Event opEvent(const PreparedCall* p) const;
-  /// Records the op event(s) of a prepared call (level op and above): open (kFlagOpen) as it
-  /// starts, completed in place as it ends.
-  void traceOp(PreparedCall* p, bool open, uint64_t endTicks = 0);
   /// Clock alignment to rank 0 for the trace (which: 0 at init, 1 at finalize); a failure only
   /// leaves the sample out. Collective over the communicator.
   void traceClockSync(int which, int64_t timeoutMs);
@@ -183,6 +157,16 @@ struct Comm final : public ExecContext {
   uint64_t transportProgress() const override;
   trace::Recorder& tracer() override { return recorder; }
   Watchdog& watchdog() override { return watchdog_; }
+  // ---- ProgressHost (core/comm_jobs.cc) ----
+  void runJob(Job& job) override;
+  void betweenJobs() override;
+  bool abortRequested() const override { return state.abortPending(); }
+  void takeAbort() override { takeAbortRequest(); }
+  bool signalsAwaited() const override { return rma.devicePolling(); }
+  const std::vector<pollfd>& idleFds() const override { return waitFds; }
+  bool armIdleWait() override;
+  void releaseStreams(const Job& job) override;
+  bool sharesCores() const override { return oversubscribed; }
 
   // ---- identity ----
   int rank = 0;
@@ -231,6 +215,8 @@ struct Comm final : public ExecContext {
   trace::Recorder recorder;
   /// C4D: telemetry (always), heartbeats and diagnosis (core/health.hpp).
   std::unique_ptr<HealthMonitor> health;
+  /// What watches every call (core/observer.hpp), attached at init (core/call_observers.hpp).
+  CallObservers observers;
 
  private:
   struct CacheKey {
@@ -247,6 +233,8 @@ struct Comm final : public ExecContext {
   Result<CachedPlan*> cachedPlan(const sched::CollArgs& args, size_t nominalBytes);
   /// Performs a requested abort (driving thread).
   void takeAbortRequest();
+  /// Waits until the inputs of the job's staged calls are on the host (their streams reached them).
+  Status waitForStreams(const Job& job);
 
   std::map<CacheKey, std::pair<std::unique_ptr<CachedPlan>, std::list<CacheKey>::iterator>> cache_;
   std::list<CacheKey> lru_;
@@ -257,11 +245,6 @@ struct Comm final : public ExecContext {
   Watchdog watchdog_;
   std::vector<transport::Caps> caps_;  // per transport
   std::unique_ptr<ExecPath> messagePath_, oneShotPath_, zeroCopyPath_;
-  bool stallReported_ = false;  // C4D has the running operation's stall report
-  int64_t stallReportNs_ = 0;
-  uint32_t idlePolls_ = 0;  // watchIdle calls (C4D's rates during long operations)
-  /// Tells C4D whom the stalled operation `p` waits for.
-  void reportStall(const PreparedCall* p);
   std::map<Registration*, std::unique_ptr<Registration>> registrations_;  // live commRegister handles
   int cancelFd_ = -1;                   // eventfd, readable once cancelInit() was called
   std::atomic<bool> cancelled_{false};  // cancelInit() was called before init completed

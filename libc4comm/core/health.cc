@@ -15,7 +15,6 @@
 #include "common/clock.hpp"
 #include "common/logging.hpp"
 #include "common/status.hpp"
-#include "core/comm.hpp"
 #include "core/heartbeat_wire.hpp"
 #include "trace/recorder.hpp"
 
@@ -208,7 +207,7 @@ bool checkFaultSpec(const std::string& text, std::string* why) {
 
 void HealthMonitor::injectBefore(uint64_t seq) {
   for (const FaultSpec& f : faults_) {
-    if (f.rank >= 0 && f.rank != comm_->rank) continue;
+    if (f.rank >= 0 && f.rank != host_.rank) continue;
     const bool due = f.op >= 0 ? seq == static_cast<uint64_t>(f.op) : seq >= static_cast<uint64_t>(f.from);
     if (!due) continue;
     switch (f.kind) {
@@ -216,30 +215,29 @@ void HealthMonitor::injectBefore(uint64_t seq) {
         usleep(static_cast<useconds_t>(f.ms * 1000));
         break;
       case FaultSpec::kKill:
-        C4_WARN(kLogColl, "rank %d: C4_FAULT kills this process before collective seq %llu", comm_->rank,
+        C4_WARN(kLogColl, "rank %d: C4_FAULT kills this process before collective seq %llu", host_.rank,
                 static_cast<unsigned long long>(seq));
         raise(SIGKILL);
         break;
       case FaultSpec::kStop:
-        C4_WARN(kLogColl, "rank %d: C4_FAULT stops this process before collective seq %llu", comm_->rank,
+        C4_WARN(kLogColl, "rank %d: C4_FAULT stops this process before collective seq %llu", host_.rank,
                 static_cast<unsigned long long>(seq));
         raise(SIGSTOP);
         break;
       case FaultSpec::kStall:
       case FaultSpec::kDrop:
-        for (int p = 0; p < comm_->nranks; ++p) {
-          if (p == comm_->rank || (f.peer >= 0 && p != f.peer)) continue;
-          transport::Transport* t = comm_->peerTransport[static_cast<size_t>(p)];
-          if (!t) continue;
+        for (int p = 0; p < host_.nranks; ++p) {
+          if (p == host_.rank || (f.peer >= 0 && p != f.peer)) continue;
           const auto kind = f.kind == FaultSpec::kStall ? transport::LaneFault::kSilent : transport::LaneFault::kReset;
           transport::Connection* c = nullptr;
-          if (!comm_->connection(p, &c).isOk() || c == nullptr) continue;
+          if (!host_.connect(p, &c).isOk() || c == nullptr) continue;
+          transport::LaneSetup* drills = host_.lanesTo(p);
           const int lanes = c->numLanes();
           for (int l = 0; l < lanes; ++l) {
             if (f.lane >= 0 && l != f.lane) continue;
-            Status st = t->laneSetup() ? t->laneSetup()->faultDrill(p, l, kind)
-                                       : makeError(Code::kInvalidUsage, "%s has no fault drills", t->name());
-            C4_WARN(kLogColl, "rank %d: C4_FAULT %s lane %d to rank %d before collective seq %llu: %s", comm_->rank,
+            Status st = drills ? drills->faultDrill(p, l, kind)
+                               : makeError(Code::kInvalidUsage, "the transport to rank %d has no fault drills", p);
+            C4_WARN(kLogColl, "rank %d: C4_FAULT %s lane %d to rank %d before collective seq %llu: %s", host_.rank,
                     f.kind == FaultSpec::kStall ? "stalls" : "drops", l, p, static_cast<unsigned long long>(seq),
                     st.isOk() ? "done" : st.message().c_str());
           }
@@ -281,21 +279,21 @@ struct HealthMonitor::Peer {
   HeartbeatDelay delay;      // takes its heartbeats' delivery delays out of their times
 };
 
-HealthMonitor::HealthMonitor(Comm* comm) : comm_(comm) {}
-
+HealthMonitor::HealthMonitor() = default;
 HealthMonitor::~HealthMonitor() { stop(nullptr); }
 
 int64_t HealthMonitor::nowNs() const { return trace::toNs(trace::ticks()); }
 
-Status HealthMonitor::start() {
+Status HealthMonitor::start(HealthHost host) {
+  host_ = std::move(host);
   C4_CHECK(parseFaults(paramFault(), &faults_));
   if (!faults_.empty())
-    C4_WARN(kLogInit, "rank %d: C4_FAULT is set ('%s'): faults will be injected", comm_->rank, paramFault().c_str());
-  if (comm_->nranks < 2 || paramHealth() == 0 || !comm_->bootstrap) return Status::ok();
+    C4_WARN(kLogInit, "rank %d: C4_FAULT is set ('%s'): faults will be injected", host_.rank, paramFault().c_str());
+  if (host_.nranks < 2 || paramHealth() == 0 || !host_.sideChannel) return Status::ok();
   periodMs_ = std::max<int64_t>(50, paramHeartbeatMs());
   timeoutMs_ = std::max<int64_t>(2 * periodMs_, paramHeartbeatTimeout());
   const std::string df = paramDiagFile();
-  if (!df.empty()) diagPath_ = expandPathPattern(df, comm_->rank);
+  if (!df.empty()) diagPath_ = expandPathPattern(df, host_.rank);
   SlowDetector::Config sc;
   sc.stragglerMs = std::max<int64_t>(1, paramStragglerMs());
   sc.slowPercent = static_cast<int>(std::min<int64_t>(99, std::max<int64_t>(1, paramSlowLinkPercent())));
@@ -303,26 +301,26 @@ Status HealthMonitor::start() {
   const int64_t now = nowNs();
   {
     std::lock_guard<std::mutex> g(mu_);
-    peers_.resize(static_cast<size_t>(comm_->nranks));
+    peers_.resize(static_cast<size_t>(host_.nranks));
     // Hosts are named by host name; where emulated hosts share one (network namespaces of one
     // machine, tools/netlab), by host name and side-channel address.
     auto label = [this](int r) {
-      const RankInfo& me = comm_->peers[static_cast<size_t>(r)];
+      const RankInfo& me = host_.ranks[static_cast<size_t>(r)];
       std::string name = me.hostname;
-      for (const RankInfo& o : comm_->peers)
+      for (const RankInfo& o : host_.ranks)
         if (o.hostId != me.hostId && strncmp(o.hostname, me.hostname, sizeof(me.hostname)) == 0) {
-          std::string a = comm_->bootstrap->peerAddress(r);
+          std::string a = host_.sideChannel->peerAddress(r);
           const size_t colon = a.rfind(':');
           return name + "@" + (colon == std::string::npos ? a : a.substr(0, colon));
         }
       return name;
     };
-    for (int r = 0; r < comm_->nranks; ++r) {
+    for (int r = 0; r < host_.nranks; ++r) {
       Peer& p = peers_[static_cast<size_t>(r)];
       p.v.rank = r;
       p.v.host = label(r);
-      p.v.pid = comm_->peers[static_cast<size_t>(r)].pid;
-      p.localPid = visiblePid(comm_->peers[static_cast<size_t>(comm_->rank)], comm_->peers[static_cast<size_t>(r)]);
+      p.v.pid = host_.ranks[static_cast<size_t>(r)].pid;
+      p.localPid = visiblePid(host_.ranks[static_cast<size_t>(host_.rank)], host_.ranks[static_cast<size_t>(r)]);
       p.startNs = now;
     }
   }
@@ -340,14 +338,14 @@ void HealthMonitor::stop(const char* goodbye) {
   j["v"] = 1;
   j["bye"] = goodbye;
   const std::string s = j.dump();
-  for (int r = 0; r < comm_->nranks; ++r) {
-    if (r == comm_->rank) continue;
+  for (int r = 0; r < host_.nranks; ++r) {
+    if (r == host_.rank) continue;
     {
       std::lock_guard<std::mutex> g(mu_);
       const Peer& p = peers_[static_cast<size_t>(r)];
       if (p.v.gone || p.v.leftInOrder || p.sendSkip > 0) continue;
     }
-    (void)comm_->bootstrap->send(r, kTagHealth, s.data(), s.size(), 200);
+    (void)host_.sideChannel->send(r, kTagHealth, s.data(), s.size(), 200);
   }
 }
 
@@ -356,13 +354,12 @@ void HealthMonitor::publish(uint64_t nowTicks) {
   nextPublish_.store(nowTicks + static_cast<uint64_t>(static_cast<double>(periodMs_) * 5e5 * tpn),
                      std::memory_order_relaxed);
   std::vector<PeerRate> rates;
-  for (int p = 0; p < comm_->nranks; ++p) {
-    transport::Transport* t = comm_->peerTransport[static_cast<size_t>(p)];
-    transport::LaneSetup* lanes = t != nullptr ? t->laneSetup() : nullptr;
+  for (int p = 0; p < host_.nranks; ++p) {
+    transport::LaneSetup* lanes = host_.lanesTo(p);
     if (lanes == nullptr) continue;
     // A pair on one host has no network link to be slow (loopback runs at the speed of the cores
     // the ranks get): only pairs across hosts are compared.
-    if (comm_->peers[static_cast<size_t>(p)].hostId == comm_->peers[static_cast<size_t>(comm_->rank)].hostId) continue;
+    if (host_.ranks[static_cast<size_t>(p)].hostId == host_.ranks[static_cast<size_t>(host_.rank)].hostId) continue;
     transport::Connection* c = lanes->existingConnection(p);
     const transport::RateMeter* meter = c != nullptr ? c->rateMeter() : nullptr;
     if (meter == nullptr) continue;
@@ -410,7 +407,7 @@ RankView HealthMonitor::viewOf(int r, int64_t now) const {
   RankView v = p.v;
   auto ago = [now](int64_t t) { return t > 0 ? (now - t) / 1000000 : 0; };
   auto agoTicks = [&](uint64_t ticks) { return ticks ? ago(trace::toNs(ticks)) : 0; };  // 0: not timed
-  if (r == comm_->rank) {
+  if (r == host_.rank) {
     v.known = true;
     v.entered = telemetry_.entered();
     v.left = telemetry_.left();
@@ -433,8 +430,8 @@ RankView HealthMonitor::viewOf(int r, int64_t now) const {
 }
 
 bool HealthMonitor::isReporter() const {
-  for (int r = 0; r < comm_->nranks; ++r) {
-    if (r == comm_->rank) return true;
+  for (int r = 0; r < host_.nranks; ++r) {
+    if (r == host_.rank) return true;
     const Peer& p = peers_[static_cast<size_t>(r)];
     const int64_t now = nowNs();
     if (!p.v.gone && !p.v.leftInOrder && now - (p.lastHeardNs ? p.lastHeardNs : p.startNs) <= timeoutMs_ * 1000000)
@@ -466,7 +463,7 @@ void HealthMonitor::sendTo(int r, const std::string& payload) {
       return;
     }
   }
-  Status st = comm_->bootstrap->send(r, kTagHealth, payload.data(), payload.size(), 200);
+  Status st = host_.sideChannel->send(r, kTagHealth, payload.data(), payload.size(), 200);
   if (!st.isOk()) {
     std::lock_guard<std::mutex> g(mu_);
     peers_[static_cast<size_t>(r)].sendSkip = 5;
@@ -480,7 +477,7 @@ void HealthMonitor::sendHeartbeats(int64_t now) {
   std::vector<Telemetry::Op> hist;
   {
     std::lock_guard<std::mutex> g(mu_);
-    const RankView me = viewOf(comm_->rank, now);
+    const RankView me = viewOf(host_.rank, now);
     base["v"] = 1;
     base["hb"] = ++hbSeq_;
     // Sent at (us, CLOCK_MONOTONIC): the receiver takes delivery delays out. Not the trace clock:
@@ -498,8 +495,8 @@ void HealthMonitor::sendHeartbeats(int64_t now) {
     base["w"] = me.waitingOn;
     base["k"] = me.stuckTo;
     if (!failedWith_.empty()) base["fail"] = failedWith_;
-    for (reporter = 0; reporter < comm_->nranks; ++reporter) {
-      if (reporter == comm_->rank) break;
+    for (reporter = 0; reporter < host_.nranks; ++reporter) {
+      if (reporter == host_.rank) break;
       const Peer& p = peers_[static_cast<size_t>(reporter)];
       if (!p.v.gone && !p.v.leftInOrder && now - (p.lastHeardNs ? p.lastHeardNs : p.startNs) <= timeoutMs_ * 1000000)
         break;
@@ -508,8 +505,8 @@ void HealthMonitor::sendHeartbeats(int64_t now) {
   }
   hist = telemetry_.history();
   const std::string plain = base.dump();
-  for (int r = 0; r < comm_->nranks; ++r) {
-    if (r == comm_->rank) continue;
+  for (int r = 0; r < host_.nranks; ++r) {
+    if (r == host_.rank) continue;
     if (r != reporter) {
       sendTo(r, plain);
       continue;
@@ -540,26 +537,26 @@ void HealthMonitor::sendHeartbeats(int64_t now) {
     peers_[static_cast<size_t>(r)].opsSentUpTo = newUpTo;
   }
   // The reporter analyses its own arrivals and rates too.
-  if (reporter == comm_->rank) {
+  if (reporter == host_.rank) {
     std::lock_guard<std::mutex> g(mu_);
     for (size_t i = 0; i < hist.size(); ++i)
-      if (hist[i].enter) slow_.addOp(comm_->rank, hist[i].seq, trace::toNs(hist[i].enter), gapOf(hist, i));
-    slow_.addRates(comm_->rank, now, rates);
+      if (hist[i].enter) slow_.addOp(host_.rank, hist[i].seq, trace::toNs(hist[i].enter), gapOf(hist, i));
+    slow_.addRates(host_.rank, now, rates);
   }
 }
 
 void HealthMonitor::receive(int64_t now, bool failing) {
   std::vector<std::pair<int, std::vector<char>>> msgs;
-  comm_->bootstrap->take(kTagHealth, &msgs);
+  host_.sideChannel->take(kTagHealth, &msgs);
   std::vector<Diagnosis> adopted;
   for (auto& m : msgs) {
     const int from = m.first;
-    if (from < 0 || from >= comm_->nranks || from == comm_->rank) continue;
+    if (from < 0 || from >= host_.nranks || from == host_.rank) continue;
     Heartbeat hb;
     bool heard = false;
     const Status parsed = parseHeartbeat(m.second.data(), m.second.size(), from, now, &hb, &heard);
     if (!heard) {
-      C4_WARN(kLogInit, "rank %d: C4D: a malformed heartbeat from rank %d was ignored", comm_->rank, from);
+      C4_WARN(kLogInit, "rank %d: C4D: a malformed heartbeat from rank %d was ignored", host_.rank, from);
       continue;
     }
     std::lock_guard<std::mutex> g(mu_);
@@ -567,11 +564,11 @@ void HealthMonitor::receive(int64_t now, bool failing) {
     p.lastHeardNs = now;
     p.v.known = true;
     if (p.warnedSilent) {
-      C4_WARN(kLogInit, "rank %d: C4D: rank %d answers again", comm_->rank, from);
+      C4_WARN(kLogInit, "rank %d: C4D: rank %d answers again", host_.rank, from);
       p.warnedSilent = false;
     }
     if (!parsed.isOk()) {
-      C4_WARN(kLogInit, "rank %d: C4D: a heartbeat from rank %d was ignored: %s", comm_->rank, from,
+      C4_WARN(kLogInit, "rank %d: C4D: a heartbeat from rank %d was ignored: %s", host_.rank, from,
               parsed.message().c_str());
       continue;
     }
@@ -616,9 +613,9 @@ void HealthMonitor::receive(int64_t now, bool failing) {
 }
 
 std::vector<std::string> HealthMonitor::deathEvidence(int64_t now, bool silentOnly) {
-  std::vector<std::string> gone(static_cast<size_t>(comm_->nranks));
-  for (int r = 0; r < comm_->nranks; ++r) {
-    if (r == comm_->rank) continue;
+  std::vector<std::string> gone(static_cast<size_t>(host_.nranks));
+  for (int r = 0; r < host_.nranks; ++r) {
+    if (r == host_.rank) continue;
     int32_t pid;
     int64_t silent;
     {
@@ -629,11 +626,11 @@ std::vector<std::string> HealthMonitor::deathEvidence(int64_t now, bool silentOn
       silent = now - (p.lastHeardNs ? p.lastHeardNs : p.startNs);
     }
     std::string& why = gone[static_cast<size_t>(r)];
-    const std::string err = comm_->bootstrap->peerStreamError(r);
+    const std::string err = host_.sideChannel->peerStreamError(r);
     if (!err.empty()) {
       why = "its side-channel link closed without a goodbye (" + err + ")";
     } else if (pid > 0 && (!silentOnly || silent > 2 * periodMs_ * 1000000) && processGone(pid, &why) &&
-               comm_->bootstrap->peerStreamOpen(r)) {
+               host_.sideChannel->peerStreamOpen(r)) {
       // Its process is gone, but what it sent last (a goodbye, maybe) is not read yet: look again.
       why.clear();
     }
@@ -645,8 +642,8 @@ void HealthMonitor::checkLinks(int64_t now, const std::vector<std::string>& gone
   std::vector<Diagnosis> found;
   {
     std::lock_guard<std::mutex> g(mu_);
-    for (int r = 0; r < comm_->nranks; ++r) {
-      if (r == comm_->rank) continue;
+    for (int r = 0; r < host_.nranks; ++r) {
+      if (r == host_.rank) continue;
       Peer& p = peers_[static_cast<size_t>(r)];
       if (p.v.gone || p.v.leftInOrder) continue;
       const std::string& why = gone[static_cast<size_t>(r)];
@@ -661,7 +658,7 @@ void HealthMonitor::checkLinks(int64_t now, const std::vector<std::string>& gone
         const int64_t silent = now - (p.lastHeardNs ? p.lastHeardNs : p.startNs);
         if (silent > timeoutMs_ * 1000000 && !p.warnedSilent) {
           p.warnedSilent = true;
-          C4_WARN(kLogInit, "rank %d: C4D: no heartbeat from rank %d (host %s) for %lld ms: unresponsive", comm_->rank,
+          C4_WARN(kLogInit, "rank %d: C4D: no heartbeat from rank %d (host %s) for %lld ms: unresponsive", host_.rank,
                   r, p.v.host.c_str(), static_cast<long long>(silent / 1000000));
         }
         continue;
@@ -671,12 +668,12 @@ void HealthMonitor::checkLinks(int64_t now, const std::vector<std::string>& gone
     }
     if (!failedWith_.empty()) return;  // the communicator failed: its failure was explained already
     std::vector<RankView> views;
-    for (int r = 0; r < comm_->nranks; ++r) views.push_back(viewOf(r, now));
+    for (int r = 0; r < host_.nranks; ++r) views.push_back(viewOf(r, now));
     bool fresh = false;
-    for (int r = 0; r < comm_->nranks; ++r)
+    for (int r = 0; r < host_.nranks; ++r)
       fresh |= peers_[static_cast<size_t>(r)].v.gone && !peers_[static_cast<size_t>(r)].reportedGone;
     if (!fresh) return;
-    Diagnosis d = classifyFailure(comm_->rank, "(found by the health checks)", views);
+    Diagnosis d = classifyFailure(host_.rank, "(found by the health checks)", views);
     if (d.kind.empty()) return;
     for (int r : d.ranks) peers_[static_cast<size_t>(r)].reportedGone = true;
     d.evidence = d.evidence.substr(0, d.evidence.find("; the data path reported"));
@@ -695,7 +692,7 @@ void HealthMonitor::analyzeSlow(int64_t now) {
     if (!isReporter() || !failedWith_.empty()) return;
     std::vector<bool> live;
     std::vector<std::string> hosts;
-    for (int r = 0; r < comm_->nranks; ++r) {
+    for (int r = 0; r < host_.nranks; ++r) {
       const RankView v = viewOf(r, now);
       live.push_back(!v.gone && !v.leftInOrder && !v.unresponsive);
       hosts.push_back(v.host);
@@ -703,7 +700,7 @@ void HealthMonitor::analyzeSlow(int64_t now) {
     found = slow_.analyze(now, live, hosts);
     if (!slow_.lastRates().empty() && now - ratesLoggedNs_ > 10000000000LL) {
       ratesLoggedNs_ = now;
-      C4_INFO(kLogNet, "rank %d: C4D receive rates over the last 10 s: %s", comm_->rank, slow_.lastRates().c_str());
+      C4_INFO(kLogNet, "rank %d: C4D receive rates over the last 10 s: %s", host_.rank, slow_.lastRates().c_str());
     }
   }
   for (Diagnosis& d : found) {
@@ -714,12 +711,12 @@ void HealthMonitor::analyzeSlow(int64_t now) {
 
 void HealthMonitor::record(Diagnosis& d, bool mine) {
   // Every rank's record says what it learned: `rank` is this rank, `reporter` who diagnosed it.
-  if (mine) d.reporter = comm_->rank;
-  d.json = diagnosisJson(d, comm_->tag, comm_->rank, comm_->nranks);
+  if (mine) d.reporter = host_.rank;
+  d.json = diagnosisJson(d, host_.tag, host_.rank, host_.nranks);
   const char* verb = mine ? "" : " (from rank ";
-  C4_WARN(kLogColl, "rank %d: C4D %s%s%s%s: %s", comm_->rank, d.kind.c_str(), verb,
+  C4_WARN(kLogColl, "rank %d: C4D %s%s%s%s: %s", host_.rank, d.kind.c_str(), verb,
           mine ? "" : std::to_string(d.reporter).c_str(), mine ? "" : ")", d.summary.c_str());
-  C4_INFO(kLogColl, "rank %d: C4D record: %s", comm_->rank, d.json.c_str());
+  C4_INFO(kLogColl, "rank %d: C4D record: %s", host_.rank, d.json.c_str());
   if (!diagPath_.empty()) {
     std::string why;
     const int fd = openAppend(diagPath_, &why);
@@ -729,7 +726,7 @@ void HealthMonitor::record(Diagnosis& d, bool mine) {
       (void)w;
       close(fd);
     } else {
-      C4_WARN(kLogColl, "rank %d: C4D: cannot append to C4_DIAG_FILE %s: %s", comm_->rank, diagPath_.c_str(),
+      C4_WARN(kLogColl, "rank %d: C4D: cannot append to C4_DIAG_FILE %s: %s", host_.rank, diagPath_.c_str(),
               why.c_str());
     }
   }
@@ -752,8 +749,8 @@ void HealthMonitor::broadcast(const Diagnosis& d, bool failing) {
   const std::string s = j.dump();
   // Sent now, not at the next tick: a peer that fails because of it should learn why before its
   // transports report this rank's abort.
-  for (int r = 0; r < comm_->nranks; ++r)
-    if (r != comm_->rank) sendTo(r, s);
+  for (int r = 0; r < host_.nranks; ++r)
+    if (r != host_.rank) sendTo(r, s);
 }
 
 void HealthMonitor::noteFailure(const Status& st) {
@@ -768,8 +765,8 @@ void HealthMonitor::noteFailure(const Status& st) {
   j["v"] = 1;
   j["fail"] = st.message();
   const std::string s = j.dump();
-  for (int r = 0; r < comm_->nranks; ++r)
-    if (r != comm_->rank) sendTo(r, s);
+  for (int r = 0; r < host_.nranks; ++r)
+    if (r != host_.rank) sendTo(r, s);
 }
 
 Status HealthMonitor::annotate(const Status& st, const Diagnosis& d, bool fromPeer) const {
@@ -787,8 +784,8 @@ void HealthMonitor::failComm(const Diagnosis& d, bool fromPeer) {
   }
   if (!fromPeer) broadcast(d, true);
   Status st =
-      annotate(makeError(Code::kRemoteError, "rank %d: the health checks found a fault", comm_->rank), d, fromPeer);
-  comm_->requestAbort(st);
+      annotate(makeError(Code::kRemoteError, "rank %d: the health checks found a fault", host_.rank), d, fromPeer);
+  host_.requestAbort(st);
 }
 
 Status HealthMonitor::diagnoseHang(const Status& st, int64_t seq) {
@@ -805,8 +802,8 @@ Status HealthMonitor::diagnoseHang(const Status& st, int64_t seq) {
     {
       std::lock_guard<std::mutex> g(mu_);
       if (!failedWith_.empty()) return st;
-      for (int r = 0; r < comm_->nranks; ++r) {
-        if (r == comm_->rank) continue;
+      for (int r = 0; r < host_.nranks; ++r) {
+        if (r == host_.rank) continue;
         const RankView v = viewOf(r, now);
         undecided |= !v.gone && !v.leftInOrder && v.failed.empty() && v.silentMs > freshMs && v.silentMs <= staleMs;
       }
@@ -821,16 +818,16 @@ Status HealthMonitor::diagnoseHang(const Status& st, int64_t seq) {
     if (!failedWith_.empty()) return st;
     const int64_t now = nowNs();
     HangInput in;
-    in.self = comm_->rank;
-    in.nranks = comm_->nranks;
+    in.self = host_.rank;
+    in.nranks = host_.nranks;
     in.seq = seq;
     in.what = stallWhat_.empty() ? std::string("its operation") : stallWhat_;
     in.waitingOn = waitingOn_;
     in.states = stallStates_;
     in.heartbeatTimeoutMs = timeoutMs_;
-    for (int r = 0; r < comm_->nranks; ++r) {
+    for (int r = 0; r < host_.nranks; ++r) {
       RankView v = viewOf(r, now);
-      if (r != comm_->rank && !v.gone && !v.leftInOrder && v.silentMs > staleMs) v.unresponsive = true;
+      if (r != host_.rank && !v.gone && !v.leftInOrder && v.silentMs > staleMs) v.unresponsive = true;
       in.ranks.push_back(std::move(v));
     }
     d = classifyHang(in);
@@ -865,12 +862,12 @@ Status HealthMonitor::explainFailure(const Status& st) {
       for (auto it = emitted_.rbegin(); it != emitted_.rend(); ++it)
         if (isFatal(*it)) {
           d = *it;
-          fromPeer = it->reporter != comm_->rank;
+          fromPeer = it->reporter != host_.rank;
           break;
         }
       if (d.kind.empty()) {
-        for (int r = 0; r < comm_->nranks; ++r) {
-          if (r == comm_->rank) continue;
+        for (int r = 0; r < host_.nranks; ++r) {
+          if (r == host_.rank) continue;
           Peer& p = peers_[static_cast<size_t>(r)];
           if (p.v.gone || p.v.leftInOrder) continue;
           const std::string& why = gone[static_cast<size_t>(r)];
@@ -881,8 +878,8 @@ Status HealthMonitor::explainFailure(const Status& st) {
           }
         }
         std::vector<RankView> views;
-        for (int r = 0; r < comm_->nranks; ++r) views.push_back(viewOf(r, now));
-        d = classifyFailure(comm_->rank, st.message(), views);
+        for (int r = 0; r < host_.nranks; ++r) views.push_back(viewOf(r, now));
+        d = classifyFailure(host_.rank, st.message(), views);
         if (!d.kind.empty()) {
           for (int r : d.ranks) peers_[static_cast<size_t>(r)].reportedGone = true;
           failedWith_ = d.kind + ": " + d.summary;
@@ -911,7 +908,7 @@ void HealthMonitor::drainTrace() {
     q.swap(traceQueue_);
     traceDue_.store(false, std::memory_order_relaxed);
   }
-  for (const std::string& s : q) comm_->recorder.note(s);
+  for (const std::string& s : q) host_.traceNote(s);
 }
 
 void HealthMonitor::setCallback(DiagnosisCallback cb) {

@@ -29,7 +29,9 @@
 
 #include "c4comm/c4comm.hpp"
 #include "common/params.hpp"
+#include "core/bootstrap.hpp"
 #include "core/diagnose.hpp"
+#include "transports/transport.hpp"
 
 namespace c4 {
 /// C4_FAULT's syntax (parseFaults), for the parameter registry.
@@ -56,7 +58,20 @@ C4_PARAM_STR(Fault, "C4_FAULT", nullptr, "", checkFaultSpec, kParamNone,
              "C4D fault injection for tests (docs/c4d.md): kind:key=value,...;... with kind delay, kill, stop, "
              "stall or drop; inert unless set")
 
-struct Comm;
+/// What C4D needs of its communicator, handed over at start (core/comm.cc fills it): who the ranks
+/// are, the bootstrap's side channel the heartbeats ride on, the connections' lanes (their rates
+/// for the heartbeats, C4_FAULT's drills), a way to fail the communicator and the tracer's notes.
+struct HealthHost : RankDirectory {
+  std::string tag;  // the communicator's (diagnosis records)
+  /// The lanes of the transport that reaches `peer` (null: it has none, or no transport does).
+  std::function<transport::LaneSetup*(int peer)> lanesTo;
+  /// The connection to `peer`, opened if it is not yet (C4_FAULT's drills).
+  std::function<Status(int peer, transport::Connection** out)> connect;
+  /// From the health thread: the driving thread fails the communicator with `st` (Comm::requestAbort).
+  std::function<void(const Status&)> requestAbort;
+  /// Notes in the trace (on the driving thread: drainTrace).
+  std::function<void(const std::string&)> traceNote;
+};
 
 /// What the driving thread records of each collective (always on).
 class Telemetry {
@@ -138,12 +153,12 @@ Status parseFaults(const std::string& text, std::vector<FaultSpec>* out);
 
 class HealthMonitor {
  public:
-  explicit HealthMonitor(Comm* comm);
+  HealthMonitor();
   ~HealthMonitor();
 
   /// Parses C4_FAULT and joins the process's health thread (after the transports are up). Without
   /// heartbeats (one rank, C4_HEALTH=0) only the faults are armed.
-  Status start();
+  Status start(HealthHost host);
   /// Leaves the health thread; `goodbye` (destroy, abort) tells the peers this rank leaves in
   /// order, so its closing links are not a death. Idempotent.
   void stop(const char* goodbye);
@@ -214,7 +229,7 @@ class HealthMonitor {
   bool isReporter() const;                      // under mu_
   int64_t nowNs() const;
 
-  Comm* comm_;
+  HealthHost host_;
   Telemetry telemetry_;
   std::vector<FaultSpec> faults_;
   std::atomic<bool> running_{false};

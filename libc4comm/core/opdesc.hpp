@@ -38,4 +38,20 @@ struct OpDesc {
   size_t devicePitch = 0;
 };
 
+/// The bytes a collective moves as nccl-tests counts them (its size): the whole gathered or
+/// scattered buffer for the collectives with a block per rank, the buffer otherwise.
+inline size_t nominalBytes(const OpDesc& op, int nranks) {
+  const size_t es = dataTypeSize(op.dtype);
+  switch (op.coll) {
+    case Coll::kAllGather:
+    case Coll::kReduceScatter:
+    case Coll::kAlltoAll:
+    case Coll::kGather:
+    case Coll::kScatter:
+      return op.count * es * static_cast<size_t>(nranks);
+    default:
+      return op.count * es;
+  }
+}
+
 }  // namespace c4

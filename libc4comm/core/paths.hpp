@@ -4,6 +4,7 @@
 // The tuner chooses (Tuner::choosePath); the driving loop only calls start/poll.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +15,7 @@
 namespace c4 {
 
 struct PreparedCall;
+struct Comm;
 
 class ExecPath {
  public:
@@ -28,5 +30,11 @@ class ExecPath {
   /// The same as ranks, each with its connection's state where known (C4D).
   virtual std::vector<std::pair<int, std::string>> waitingRanks(const PreparedCall* p) const = 0;
 };
+
+/// The paths (core/paths.cc): the executor over the transports; the one-shot arena; zero-copy,
+/// which falls back to `messages` when a peer does not offer its buffers.
+std::unique_ptr<ExecPath> makeMessagePath();
+std::unique_ptr<ExecPath> makeOneShotPath(Comm* c);
+std::unique_ptr<ExecPath> makeZeroCopyPath(Comm* c, ExecPath* messages);
 
 }  // namespace c4

@@ -12,9 +12,6 @@
 #include "common/clock.hpp"
 #include "common/logging.hpp"
 #include "common/status.hpp"
-#include "core/comm.hpp"
-#include "core/group.hpp"
-#include "transports/idle.hpp"
 
 namespace c4 {
 
@@ -26,7 +23,7 @@ constexpr int64_t kSpinNs = 200000;
 constexpr int64_t kIdleCheckMs = 20;
 }  // namespace
 
-ProgressEngine::ProgressEngine(Comm* comm) : comm_(comm) {}
+ProgressEngine::ProgressEngine(ProgressHost* host) : host_(host) {}
 
 ProgressEngine::~ProgressEngine() {
   stop();
@@ -61,7 +58,7 @@ void ProgressEngine::submit(const std::shared_ptr<Job>& job) {
     std::lock_guard<std::mutex> g(mu_);
     if (stopping_.load() || !started_) {
       job->result = makeError(Code::kInvalidUsage, "rank %d: the communicator is shutting down; the call was not run",
-                              comm_->rank);
+                              host_->thisRank());
       finish(*job);
       return;
     }
@@ -90,7 +87,7 @@ Status ProgressEngine::wait(Job& job) {
       sleepers_.fetch_sub(1, std::memory_order_acq_rel);
       continue;
     }
-    if (comm_->oversubscribed || (i & 15) == 15) sched_yield();
+    if (host_->sharesCores() || (i & 15) == 15) sched_yield();
   }
   return job.result;
 }
@@ -133,87 +130,11 @@ void ProgressEngine::stop() {
   if (thread_.joinable() && !onThread()) thread_.join();
 }
 
-void ProgressEngine::run(Job& job) {
-  switch (job.kind) {
-    case Job::Kind::kInit: {
-      job.result = comm_->init(job.nranks, job.id, job.rank, job.config);
-      if (!job.result.isOk()) {
-        C4_WARN(kLogInit, "rank %d/%d: init failed: %s", job.rank, job.nranks, job.result.toString().c_str());
-        (void)comm_->fail(job.result);
-      }
-      break;
-    }
-    case Job::Kind::kOps: {
-      Status f = comm_->failure();
-      if (!f.isOk()) {
-        job.result = f;
-        break;
-      }
-      if (!job.tickets.empty()) {
-        f = waitForStreams(job);
-        if (!f.isOk()) {
-          job.result = comm_->fail(f);
-          break;
-        }
-      }
-      std::vector<GroupItem> items(1);
-      items[0].comm = comm_;
-      items[0].ops = std::move(job.ops);
-      job.result = runGroupItems(items);
-      // Deferred calls that ran on their staging after all: their outputs back to the device
-      // before the tickets let the streams go on.
-      for (const gpu::StreamGate::Ticket& t : job.tickets) {
-        if (!job.result.isOk()) break;
-        Status st = comm_->gpuGate->finishDeferred(t);
-        if (!st.isOk()) job.result = comm_->fail(st);
-      }
-      break;
-    }
-    case Job::Kind::kProbe:
-      job.result = comm_->failure();
-      if (job.result.isOk()) job.result = comm_->waitProbe(job.peer, &job.probe, job.waitMs);
-      break;
-    case Job::Kind::kRecvAny:
-      job.result = comm_->failure();
-      if (job.result.isOk()) job.result = comm_->recvAny(job.ops.at(0), &job.source);
-      break;
-    case Job::Kind::kCall: {
-      job.result = comm_->failure();
-      if (!job.result.isOk()) break;
-      Status st = job.tickets.empty() ? Status::ok() : waitForStreams(job);
-      if (st.isOk()) st = job.call();
-      if (!st.isOk()) job.result = comm_->fail(st);
-      break;
-    }
-  }
-}
-
-Status ProgressEngine::waitForStreams(const Job& job) {
-  // The caller's streams may have long work before the call: wait as long as it takes (a stream is
-  // not a peer; C4_TIMEOUT is for the network), keeping the transports going, until an abort.
-  int64_t sleepUs = 0;
-  for (const gpu::StreamGate::Ticket& t : job.tickets) {
-    for (;;) {
-      bool ready = false;
-      C4_CHECK(comm_->gpuGate->inputsReady(t, &ready));
-      if (ready) break;
-      if (comm_->state.abortPending())
-        return makeError(Code::kInvalidUsage, "rank %d: aborted while waiting for a CUDA stream to reach a call",
-                         comm_->rank);
-      (void)comm_->progressTransports();
-      comm_->rma.pollDevice(comm_);  // the stream may wait for signals (a one-sided wait before the call)
-      if (sleepUs > 0) std::this_thread::sleep_for(std::chrono::microseconds(sleepUs));
-      sleepUs = sleepUs < 50 ? sleepUs + 5 : 50;
-    }
-  }
-  return Status::ok();
-}
-
 void ProgressEngine::finish(Job& job) {
   // In call order: a ticket completes the ones before it too (the streams wait for "at least").
-  for (const gpu::StreamGate::Ticket& t : job.tickets) comm_->gpuGate->complete(t);
+  if (!job.tickets.empty()) host_->releaseStreams(job);
   if (!job.tickets.empty() && !job.result.isOk())
-    C4_WARN(kLogColl, "rank %d: a call on device buffers failed; its outputs are not written: %s", comm_->rank,
+    C4_WARN(kLogColl, "rank %d: a call on device buffers failed; its outputs are not written: %s", host_->thisRank(),
             job.result.toString().c_str());
   job.done.store(true, std::memory_order_release);
 }
@@ -221,9 +142,9 @@ void ProgressEngine::finish(Job& job) {
 void ProgressEngine::idle(int rounds) {
   // An abort asked for by another thread (commAbort, revoke) is carried out here, by the one
   // thread that drives the transports.
-  if (comm_->state.abortPending()) {
+  if (host_->abortRequested()) {
     std::lock_guard<std::mutex> drive(driveMu_);
-    (void)comm_->failure();
+    host_->takeAbort();
   }
   static thread_local int64_t idleSince = 0;
   if (rounds <= 1) idleSince = detail::nowNs();
@@ -231,13 +152,7 @@ void ProgressEngine::idle(int rounds) {
   // The transports are driven only with the drive lock (a blocking call may run inline meanwhile).
   auto progress = [this] {
     std::unique_lock<std::mutex> drive(driveMu_, std::try_to_lock);
-    if (!drive.owns_lock()) return;
-    comm_->rma.pollDevice(comm_);  // streams waiting for signals (failed: released)
-    if (comm_->transports.empty() || comm_->state.failed()) return;
-    if (comm_->state.abortPending()) (void)comm_->failure();
-    comm_->zeroCopy.serviceDeregistrations();  // a peer may wait for this rank to close a mapping
-    Status st = comm_->progressTransports();
-    if (!st.isOk()) (void)comm_->fail(st);
+    if (drive.owns_lock()) host_->betweenJobs();
   };
   // Between jobs: yield for a while (the next call of a loop comes within microseconds; spinning
   // would keep the application's own thread, or a peer's, off the core), then block.
@@ -247,13 +162,13 @@ void ProgressEngine::idle(int rounds) {
     return;
   }
   // Streams wait for signals this thread looks for: poll every 20 us rather than block.
-  if (comm_->rma.devicePolling()) {
+  if (host_->signalsAwaited()) {
     progress();
     std::this_thread::sleep_for(std::chrono::microseconds(20));
     return;
   }
   // Block: on the network transports' fds (data to acknowledge) and the wake-up eventfd.
-  std::vector<pollfd> fds = comm_->waitFds;
+  std::vector<pollfd> fds = host_->idleFds();
   fds.push_back(pollfd{eventFd_, POLLIN, 0});
   sleeping_.store(true, std::memory_order_release);
   bool empty;
@@ -264,10 +179,9 @@ void ProgressEngine::idle(int rounds) {
   // A transport whose fd signals only once armed is armed by the thread that drives it; where a
   // blocking call drives them inline meanwhile, it does its own waiting.
   bool armed = true;
-  if (empty && !comm_->waitSources.empty()) {
+  if (empty) {
     std::unique_lock<std::mutex> drive(driveMu_, std::try_to_lock);
-    if (drive.owns_lock() && !comm_->state.failed())
-      for (transport::WaitSource* w : comm_->waitSources) armed &= w->armWait();
+    if (drive.owns_lock()) armed = host_->armIdleWait();
   }
   if (empty && armed && !stopping_.load()) {
     timespec ts{0, kIdleCheckMs * 1000000};
@@ -300,7 +214,7 @@ void ProgressEngine::loop() {
     rounds = 0;
     {
       std::lock_guard<std::mutex> drive(driveMu_);
-      run(*job);
+      host_->runJob(*job);
     }
     finish(*job);
     outstanding_.fetch_sub(1, std::memory_order_acq_rel);

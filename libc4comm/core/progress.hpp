@@ -3,7 +3,7 @@
 //
 // The API turns every call on such a communicator into a Job and queues it; the thread runs the
 // jobs one after another, in call order, with the same driving loop the caller's thread uses
-// otherwise (core/group.hpp), so paths, transports, the watchdog and the tracer see one driving
+// otherwise (core/drive.hpp), so paths, transports, the watchdog and the tracer see one driving
 // thread. A blocking call waits for its job (spin, yield, then sleep); a non-blocking one returns
 // kInProgress and commGetAsyncError reports kInProgress until every queued job is done. Between
 // jobs the thread keeps the network transports progressing (acknowledgements, probes), so a peer's
@@ -12,6 +12,8 @@
 // Threading: submit(), wait(), pending(), drain() and stop() from any thread; everything else of
 // the communicator's data path only on the progress thread.
 #pragma once
+
+#include <poll.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -28,7 +30,36 @@
 
 namespace c4 {
 
-struct Comm;
+struct Job;
+
+/// What a progress thread needs of the communicator it drives (Comm implements it): the jobs run,
+/// and what goes on between them.
+class ProgressHost {
+ public:
+  virtual ~ProgressHost() = default;
+  /// Runs `job` (the drive held): its outcome in job.result.
+  virtual void runJob(Job& job) = 0;
+  /// Between jobs, the drive held: streams waiting for one-sided signals, an abort another thread
+  /// asked for, peers waiting for this rank to close a mapping, the transports (their
+  /// acknowledgements and lane checks).
+  virtual void betweenJobs() = 0;
+  /// Another thread asked for an abort (cheap; any thread).
+  virtual bool abortRequested() const = 0;
+  /// Carries out a requested abort (the drive held).
+  virtual void takeAbort() = 0;
+  /// Streams wait for one-sided signals this thread must look for: poll, do not block.
+  virtual bool signalsAwaited() const = 0;
+  /// The network transports' wait fds (data that arrives wakes a blocked thread).
+  virtual const std::vector<pollfd>& idleFds() const = 0;
+  /// Arms the transports whose fds signal only once armed (the drive held); false: events are
+  /// already pending (do not block).
+  virtual bool armIdleWait() = 0;
+  /// The job is over: the streams its staged calls hold go on.
+  virtual void releaseStreams(const Job& job) = 0;
+  /// Ranks outnumber this machine's cores (yield while waiting).
+  virtual bool sharesCores() const = 0;
+  virtual int thisRank() const = 0;
+};
 
 /// One call (or one group's part) for the progress thread.
 struct Job {
@@ -60,7 +91,7 @@ struct Job {
 
 class ProgressEngine {
  public:
-  explicit ProgressEngine(Comm* comm);
+  explicit ProgressEngine(ProgressHost* host);
   ~ProgressEngine();
   ProgressEngine(const ProgressEngine&) = delete;
   ProgressEngine& operator=(const ProgressEngine&) = delete;
@@ -90,16 +121,13 @@ class ProgressEngine {
 
  private:
   void loop();
-  void run(Job& job);
-  /// Waits until the inputs of the job's staged calls are on the host (their streams reached them).
-  Status waitForStreams(const Job& job);
   /// A job is over (run, failed or dropped): its staged calls' streams go on; it is marked done.
   void finish(Job& job);
   /// Between jobs: keeps the transports going, takes abort requests, waits for work.
   void idle(int rounds);
   void wake();
 
-  Comm* comm_;
+  ProgressHost* host_;
   std::thread thread_;
   mutable std::mutex mu_;
   std::condition_variable doneCv_;  // waiters of jobs that sleep

@@ -11,7 +11,6 @@
 #include "common/logging.hpp"
 #include "common/params.hpp"
 #include "common/status.hpp"
-#include "core/comm.hpp"
 #include "core/progress.hpp"
 #include "core/zerocopy.hpp"
 #include "gpu/gpu.hpp"
@@ -95,21 +94,19 @@ Status Rma::ensureSignalBlock(int nranks) {
   return Status::ok();
 }
 
-Status Rma::registerWindow(Comm* c, void* buff, size_t size, const Status& prep, void* reg, const OnPath& onPath,
-                           Window** out) {
+Status Rma::registerWindow(void* buff, size_t size, const Status& prep, void* reg, const OnPath& onPath, Window** out) {
   // The registration for collectives is the window's from here: deregistered on any failure.
   bool keepReg = false;
   struct DropReg {
-    Comm* c;
+    const RmaHost& h;
     void* reg;
     const OnPath& onPath;
     const bool& keep;
     ~DropReg() {
-      if (reg != nullptr && !keep)
-        (void)onPath([this] { return c->deregisterMemory(static_cast<Comm::Registration*>(reg)); });
+      if (reg != nullptr && !keep) (void)onPath([this] { return h.deregister(reg); });
     }
-  } dropReg{c, reg, onPath, keepReg};
-  C4_CHECK(ensureSignalBlock(c->nranks));
+  } dropReg{h_, reg, onPath, keepReg};
+  C4_CHECK(ensureSignalBlock(h_.nranks));
   Entry mine;
   memset(static_cast<void*>(&mine), 0, sizeof(mine));  // no padding (static_assert), but plainly zero
   const gpu::PtrInfo where = gpu::pointerInfo(buff);
@@ -131,15 +128,15 @@ Status Rma::registerWindow(Comm* c, void* buff, size_t size, const Status& prep,
   mine.sigId = sigRef_.id;
   mine.sigFd = sigRef_.fd;
   mine.sigOff = sigRef_.off;
-  std::vector<Entry> all(static_cast<size_t>(c->nranks));
-  all[static_cast<size_t>(c->rank)] = mine;
-  Status st = c->bootstrap->allGather(all.data(), sizeof(Entry));
+  std::vector<Entry> all(static_cast<size_t>(h_.nranks));
+  all[static_cast<size_t>(h_.rank)] = mine;
+  Status st = h_.sideChannel->allGather(all.data(), sizeof(Entry));
   if (!st.isOk())
-    return makeError(st.code(), "rank %d: window registration (collective: every rank registers): %s", c->rank,
+    return makeError(st.code(), "rank %d: window registration (collective: every rank registers): %s", h_.rank,
                      st.message().c_str());
   // Every rank decides from the same entries (and the same windows so far), so all fail alike.
   std::vector<int> bad, onDevice, onHost;
-  for (int r = 0; r < c->nranks; ++r) {
+  for (int r = 0; r < h_.nranks; ++r) {
     const Entry& e = all[static_cast<size_t>(r)];
     if (!e.ok) bad.push_back(r);
     (e.space == 1 ? onDevice : onHost).push_back(r);
@@ -148,37 +145,37 @@ Status Rma::registerWindow(Comm* c, void* buff, size_t size, const Status& prep,
     return makeError(Code::kInvalidArgument,
                      "rank %d: window registration: rank(s) %s registered device memory and rank(s) %s host memory; a "
                      "window's buffers are all CUDA device memory or all host memory",
-                     c->rank, rankList(onDevice).c_str(), rankList(onHost).c_str());
+                     h_.rank, rankList(onDevice).c_str(), rankList(onHost).c_str());
   const bool device = !onDevice.empty();
   if (!windows_.empty() && device != (deviceWindows_ > 0))
     return makeError(Code::kInvalidUsage,
                      "rank %d: window registration: this communicator's windows are on %s memory and this one is on %s "
                      "memory; one communicator's windows are all on device memory (their one-sided calls run in "
                      "stream order) or all on host memory (docs/cuda.md)",
-                     c->rank, deviceWindows_ > 0 ? "device" : "host", device ? "device" : "host");
+                     h_.rank, deviceWindows_ > 0 ? "device" : "host", device ? "device" : "host");
   if (!bad.empty()) {
     if (!mine.prepOk)
-      return makeError(prep.code(), "rank %d: window [%p, +%zu) on device memory: %s", c->rank, buff, size,
+      return makeError(prep.code(), "rank %d: window [%p, +%zu) on device memory: %s", h_.rank, buff, size,
                        prep.message().c_str());
     if (!mine.ok && device)
       return makeError(Code::kInvalidArgument,
                        "rank %d: window [%p, +%zu) is device memory that CUDA IPC cannot share; a window on device "
                        "memory takes cudaMalloc or ncclMemAlloc memory (not managed or cuMem/VMM memory)",
-                       c->rank, buff, size);
+                       h_.rank, buff, size);
     if (!mine.ok && where.mem == gpu::Mem::kPinned)
       return makeError(Code::kInvalidArgument,
                        "rank %d: window [%p, +%zu) is pinned host memory not from memAlloc (ncclMemAlloc): the other "
                        "ranks could not reach it",
-                       c->rank, buff, size);
+                       h_.rank, buff, size);
     if (!mine.ok)
       return makeError(Code::kInvalidArgument,
                        "rank %d: window [%p, +%zu) does not lie in one buffer from memAlloc (ncclMemAlloc): the other "
                        "ranks could not reach it",
-                       c->rank, buff, size);
+                       h_.rank, buff, size);
     return makeError(Code::kInvalidArgument,
                      "rank %d: window registration failed on rank(s) %s: their buffers cannot be reached by the other "
                      "ranks (host memory not from memAlloc, or device memory CUDA IPC cannot share)",
-                     c->rank, rankList(bad).c_str());
+                     h_.rank, rankList(bad).c_str());
   }
   auto w = std::make_unique<Window>();
   w->id = nextWindowId_++;
@@ -199,7 +196,7 @@ Status Rma::registerWindow(Comm* c, void* buff, size_t size, const Status& prep,
   // commRegister (`reg`, made before the exchange).
   w->reg = reg;
   bool remote = false;
-  for (int p = 0; p < c->nranks; ++p) remote |= viaNetwork(c, p);
+  for (int p = 0; p < h_.nranks; ++p) remote |= viaNetwork(p);
   C4_CHECK(onPath([&] {
     if (peerSig_.empty())
       for (const Entry& e : all) peerSig_.push_back(sigRef(e));
@@ -212,7 +209,7 @@ Status Rma::registerWindow(Comm* c, void* buff, size_t size, const Status& prep,
   }));
   keepReg = true;
   *out = windows_.back().get();
-  C4_INFO(kLogInit, "rank %d: window %p registered (%zu bytes of %s memory, %zu windows)", c->rank, buff, size,
+  C4_INFO(kLogInit, "rank %d: window %p registered (%zu bytes of %s memory, %zu windows)", h_.rank, buff, size,
           device ? "device" : "host", windows_.size());
   return Status::ok();
 }
@@ -232,29 +229,29 @@ Window* Rma::findWindow(uint32_t id) const {
   return nullptr;
 }
 
-Status Rma::deregisterWindow(Comm* c, Window* w, const OnPath& onPath) {
+Status Rma::deregisterWindow(Window* w, const OnPath& onPath) {
   C4_CHECK(checkWindow("windowDeregister", w));
   // Collective. What the peers of the side channel sent before they got here is applied first: each
   // sends a fence after its puts on the same ordered channel, and this rank waits for every fence.
   Status st;
   ++fencesSent_;
   bool remote = false;
-  for (int p = 0; p < c->nranks && st.isOk(); ++p) {
-    if (p == c->rank || !viaNetwork(c, p)) continue;
+  for (int p = 0; p < h_.nranks && st.isOk(); ++p) {
+    if (p == h_.rank || !viaNetwork(p)) continue;
     remote = true;
-    st = sendRemote(c, p, kKindFence, 0, 0, nullptr, 0);
+    st = sendRemote(p, kKindFence, 0, 0, nullptr, 0);
   }
   const int64_t start = detail::nowNs();
-  for (int p = 0; remote && st.isOk() && p < c->nranks; ++p) {
-    if (p == c->rank || !viaNetwork(c, p)) continue;
+  for (int p = 0; remote && st.isOk() && p < h_.nranks; ++p) {
+    if (p == h_.rank || !viaNetwork(p)) continue;
     for (;;) {
-      st = drainRemote(c);
+      st = drainRemote();
       if (!st.isOk() || fencesFrom(p) >= fencesSent_) break;
-      st = c->failure();
+      st = h_.failure();
       if (!st.isOk()) break;
-      if ((detail::nowNs() - start) / 1000000 > c->timeoutMs) {
+      if ((detail::nowNs() - start) / 1000000 > h_.timeoutMs) {
         st = makeError(Code::kTimeout, "rank %d: window deregistration: rank %d did not deregister within %lld ms",
-                       c->rank, p, static_cast<long long>(c->timeoutMs));
+                       h_.rank, p, static_cast<long long>(h_.timeoutMs));
         break;
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -264,13 +261,13 @@ Status Rma::deregisterWindow(Comm* c, Window* w, const OnPath& onPath) {
   // window it deregisters: ranks that deregister windows in different orders would otherwise each
   // drop a different one, and a rank would go on putting into a buffer its owner freed.
   if (st.isOk()) {
-    std::vector<uint32_t> ids(static_cast<size_t>(c->nranks), 0);
-    ids[static_cast<size_t>(c->rank)] = w->id;
-    st = c->bootstrap->allGather(ids.data(), sizeof(uint32_t));
+    std::vector<uint32_t> ids(static_cast<size_t>(h_.nranks), 0);
+    ids[static_cast<size_t>(h_.rank)] = w->id;
+    st = h_.sideChannel->allGather(ids.data(), sizeof(uint32_t));
     if (!st.isOk())
-      st = makeError(st.code(), "rank %d: window deregistration (collective: every rank deregisters): %s", c->rank,
+      st = makeError(st.code(), "rank %d: window deregistration (collective: every rank deregisters): %s", h_.rank,
                      st.message().c_str());
-    for (int p = 0; st.isOk() && p < c->nranks; ++p) {
+    for (int p = 0; st.isOk() && p < h_.nranks; ++p) {
       if (ids[static_cast<size_t>(p)] == w->id) continue;
       // The same answer on every rank; nothing is deregistered, so the program may deregister
       // again in the right order.
@@ -279,7 +276,7 @@ Status Rma::deregisterWindow(Comm* c, Window* w, const OnPath& onPath) {
           "rank %d: window deregistration: this rank deregisters window #%u but rank %d deregisters window #%u "
           "(numbered in registration order); every rank must deregister the same window in the same "
           "order (none was deregistered)",
-          c->rank, w->id, p, ids[static_cast<size_t>(p)]);
+          h_.rank, w->id, p, ids[static_cast<size_t>(p)]);
     }
   }
   // Whatever happened: this rank closes its CUDA IPC mappings of the peers' registered buffers (the
@@ -290,8 +287,8 @@ Status Rma::deregisterWindow(Comm* c, Window* w, const OnPath& onPath) {
   Status local = onPath([&] {
     Status first;
     if (device) {
-      if (c->gpuGate) c->gpuGate->ipcCloseRegistered(-1);
-      first = c->deregisterMemory(static_cast<Comm::Registration*>(w->reg));
+      if (h_.gate()) h_.gate()->ipcCloseRegistered(-1);
+      first = h_.deregister(w->reg);
       --deviceWindows_;
     }
     windows_.erase(std::find_if(windows_.begin(), windows_.end(), [w](const auto& p) { return p.get() == w; }));
@@ -300,9 +297,9 @@ Status Rma::deregisterWindow(Comm* c, Window* w, const OnPath& onPath) {
   // The second barrier: once it returns, no peer holds a mapping of this rank's buffer, which may
   // then be freed.
   if (device && st.isOk()) {
-    st = c->bootstrap->barrier();
+    st = h_.sideChannel->barrier();
     if (!st.isOk())
-      st = makeError(st.code(), "rank %d: window deregistration (collective: every rank deregisters): %s", c->rank,
+      st = makeError(st.code(), "rank %d: window deregistration (collective: every rank deregisters): %s", h_.rank,
                      st.message().c_str());
   }
   return st.isOk() ? local : st;
@@ -313,26 +310,26 @@ uint64_t Rma::fencesFrom(int peer) {
   return fencesSeen_[static_cast<size_t>(peer)];
 }
 
-Status Rma::checkPeer(const char* fn, Comm* c, int peer) const {
-  if (peer < 0 || peer >= c->nranks)
+Status Rma::checkPeer(const char* fn, int peer) const {
+  if (peer < 0 || peer >= h_.nranks)
     return makeError(Code::kInvalidArgument, "%s: peer %d is not a rank of the communicator (0..%d)", fn, peer,
-                     c->nranks - 1);
+                     h_.nranks - 1);
   if (sigBlock_ == nullptr)
     return makeError(Code::kInvalidUsage, "%s: no window was registered on this communicator yet", fn);
   return Status::ok();
 }
 
-bool Rma::viaNetwork(const Comm* c, int peer) const {
-  if (peer == c->rank) return false;
+bool Rma::viaNetwork(int peer) const {
+  if (peer == h_.rank) return false;
   if (!mapped_) return true;
-  const RankInfo& me = c->peers[static_cast<size_t>(c->rank)];
-  const RankInfo& them = c->peers[static_cast<size_t>(peer)];
+  const RankInfo& me = h_.ranks[static_cast<size_t>(h_.rank)];
+  const RankInfo& them = h_.ranks[static_cast<size_t>(peer)];
   // A rank of this process, or one whose pid this process can use (same host and pid namespace),
   // is mapped; another pid namespace of this host (a container beside ours) is like another host.
   return them.process != me.process && visiblePid(me, them) == 0;
 }
 
-Status Rma::awaitCredit(Comm* c, int peer, uint64_t bytes) {
+Status Rma::awaitCredit(int peer, uint64_t bytes) {
   const size_t sp = static_cast<size_t>(peer);
   const uint64_t window = windowBytes_;
   const int64_t start = detail::nowNs();
@@ -340,12 +337,12 @@ Status Rma::awaitCredit(Comm* c, int peer, uint64_t bytes) {
     // What the peers put here meanwhile is applied (and credited) while this rank waits: two ranks
     // that both put more than a window to each other before they wait would otherwise wait for
     // each other's credit until the timeout.
-    if (round > 0) C4_CHECK(drainRemote(c));
+    if (round > 0) C4_CHECK(drainRemote());
     std::vector<std::pair<int, std::vector<char>>> credits;
-    c->bootstrap->take(kTagRmaCredit, &credits);
+    h_.sideChannel->take(kTagRmaCredit, &credits);
     for (const auto& [from, msg] : credits) {
       uint64_t applied = 0;
-      if (from < 0 || from >= c->nranks || msg.size() != sizeof(applied)) continue;
+      if (from < 0 || from >= h_.nranks || msg.size() != sizeof(applied)) continue;
       memcpy(&applied, msg.data(), sizeof(applied));
       // Cumulative, so a late or repeated one changes nothing; never more than was sent.
       if (applied > credited_[static_cast<size_t>(from)] && applied <= sent_[static_cast<size_t>(from)])
@@ -354,13 +351,13 @@ Status Rma::awaitCredit(Comm* c, int peer, uint64_t bytes) {
     const uint64_t inFlight = sent_[sp] - credited_[sp];
     // A put larger than the window goes once nothing else is in flight.
     if (inFlight == 0 || inFlight + bytes <= window) return Status::ok();
-    C4_CHECK(c->failure());
+    C4_CHECK(h_.failure());
     const int64_t waitedMs = (detail::nowNs() - start) / 1000000;
-    if (waitedMs > c->timeoutMs)
+    if (waitedMs > h_.timeoutMs)
       return makeError(Code::kTimeout,
                        "rank %d: one-sided put to rank %d: %llu bytes sent through the side channel are not applied "
                        "there after %lld ms (C4_RMA_WINDOW_BYTES=%llu): it does not wait for signals (C4_TIMEOUT)",
-                       c->rank, peer, static_cast<unsigned long long>(inFlight), static_cast<long long>(waitedMs),
+                       h_.rank, peer, static_cast<unsigned long long>(inFlight), static_cast<long long>(waitedMs),
                        static_cast<unsigned long long>(window));
     if (round < 200) {
       sched_yield();
@@ -370,34 +367,33 @@ Status Rma::awaitCredit(Comm* c, int peer, uint64_t bytes) {
   }
 }
 
-Status Rma::sendRemote(Comm* c, int peer, uint32_t kind, uint32_t window, uint64_t offset, const void* data,
-                       size_t bytes) {
+Status Rma::sendRemote(int peer, uint32_t kind, uint32_t window, uint64_t offset, const void* data, size_t bytes) {
   // Back-pressure: the target buffers what arrives until it applies it (its waitSignal); at most
   // C4_RMA_WINDOW_BYTES from this rank, which waits here for room (credits the target sends back).
   // Fences carry no data and must never wait (deregistration sends them to every rank first).
   const uint64_t cost = kind == kKindFence ? 0 : bytes + sizeof(RmaHdr);
-  if (cost > 0) C4_CHECK(awaitCredit(c, peer, cost));
+  if (cost > 0) C4_CHECK(awaitCredit(peer, cost));
   RmaHdr h{kRmaMagic, kind, window, 0, offset, bytes};
-  Status st = c->bootstrap->sendParts(peer, kTagRma, &h, sizeof(h), data, bytes, c->timeoutMs);
+  Status st = h_.sideChannel->sendParts(peer, kTagRma, &h, sizeof(h), data, bytes, h_.timeoutMs);
   if (!st.isOk())
-    return makeError(st.code(), "rank %d: one-sided message to rank %d: %s", c->rank, peer, st.message().c_str());
+    return makeError(st.code(), "rank %d: one-sided message to rank %d: %s", h_.rank, peer, st.message().c_str());
   sent_[static_cast<size_t>(peer)] += cost;
   return Status::ok();
 }
 
-Status Rma::drainRemote(Comm* c) {
+Status Rma::drainRemote() {
   std::lock_guard<std::mutex> g(drainMu_);
   std::vector<std::pair<int, std::vector<char>>> msgs;
-  c->bootstrap->take(kTagRma, &msgs);
+  h_.sideChannel->take(kTagRma, &msgs);
   auto* slots = static_cast<char*>(sigBlock_);
   for (auto& [from, msg] : msgs) {
     RmaHdr h;
-    if (from < 0 || from >= c->nranks || msg.size() < sizeof(h))
-      return makeError(Code::kRemoteError, "rank %d: a malformed one-sided message (%zu bytes) from rank %d", c->rank,
+    if (from < 0 || from >= h_.nranks || msg.size() < sizeof(h))
+      return makeError(Code::kRemoteError, "rank %d: a malformed one-sided message (%zu bytes) from rank %d", h_.rank,
                        msg.size(), from);
     memcpy(&h, msg.data(), sizeof(h));
     if (h.magic != kRmaMagic || msg.size() - sizeof(h) != h.bytes)
-      return makeError(Code::kRemoteError, "rank %d: a malformed one-sided message from rank %d", c->rank, from);
+      return makeError(Code::kRemoteError, "rank %d: a malformed one-sided message from rank %d", h_.rank, from);
     if (h.kind == kKindFence) {
       ++fencesSeen_[static_cast<size_t>(from)];
       continue;
@@ -409,11 +405,11 @@ Status Rma::drainRemote(Comm* c) {
         return makeError(Code::kRemoteError,
                          "rank %d: rank %d put %llu bytes at offset %llu of window %u, which this rank does not hold "
                          "(or not that far)",
-                         c->rank, from, static_cast<unsigned long long>(h.bytes),
+                         h_.rank, from, static_cast<unsigned long long>(h.bytes),
                          static_cast<unsigned long long>(h.offset), h.window);
-      C4_CHECK(writeLocal(c, w, h.offset, msg.data() + sizeof(h), h.bytes));
+      C4_CHECK(writeLocal(w, h.offset, msg.data() + sizeof(h), h.bytes));
     } else if (h.kind != kKindPut && h.kind != kKindSignal) {
-      return makeError(Code::kRemoteError, "rank %d: a one-sided message of unknown kind %u from rank %d", c->rank,
+      return makeError(Code::kRemoteError, "rank %d: a one-sided message of unknown kind %u from rank %d", h_.rank,
                        h.kind, from);
     }
     __atomic_fetch_add(reinterpret_cast<uint64_t*>(slots + static_cast<size_t>(from) * kSlotBytes), 1,
@@ -422,47 +418,47 @@ Status Rma::drainRemote(Comm* c) {
   // Tell each sender how much of what it sent is applied once that is a quarter of its window more
   // than last told (cumulative, so a lost or late one is made good by the next).
   const uint64_t quarter = windowBytes_ / 4;
-  for (int p = 0; p < c->nranks; ++p) {
+  for (int p = 0; p < h_.nranks; ++p) {
     const size_t sp = static_cast<size_t>(p);
     // A quarter of the window, or whatever is owed once nothing more came (a sender may wait for less).
     const uint64_t owed = applied_[sp] - creditSent_[sp];
     if (owed == 0 || (owed < quarter && !msgs.empty())) continue;
-    Status st = c->bootstrap->send(p, kTagRmaCredit, &applied_[sp], sizeof(uint64_t), c->timeoutMs);
+    Status st = h_.sideChannel->send(p, kTagRmaCredit, &applied_[sp], sizeof(uint64_t), h_.timeoutMs);
     if (!st.isOk())
-      return makeError(st.code(), "rank %d: telling rank %d that its puts are applied: %s", c->rank, p,
+      return makeError(st.code(), "rank %d: telling rank %d that its puts are applied: %s", h_.rank, p,
                        st.message().c_str());
     creditSent_[sp] = applied_[sp];
   }
   return Status::ok();
 }
 
-Status Rma::resolve(Comm* c, int peer, const MemRef& ref, uint64_t extra, size_t bytes, char** out) {
+Status Rma::resolve(int peer, const MemRef& ref, uint64_t extra, size_t bytes, char** out) {
   MemRef at = ref;
   at.off += extra;
-  const RankInfo& owner = c->peers[static_cast<size_t>(peer)];
-  Status st = maps_.resolve(PeerProcess{visiblePid(c->peers[static_cast<size_t>(c->rank)], owner), owner.process}, at,
+  const RankInfo& owner = h_.ranks[static_cast<size_t>(peer)];
+  Status st = maps_.resolve(PeerProcess{visiblePid(h_.ranks[static_cast<size_t>(h_.rank)], owner), owner.process}, at,
                             bytes, out);
   if (!st.isOk())
-    return makeError(st.code(), "rank %d: cannot map rank %d's memory: %s", c->rank, peer, st.message().c_str());
+    return makeError(st.code(), "rank %d: cannot map rank %d's memory: %s", h_.rank, peer, st.message().c_str());
   return Status::ok();
 }
 
-Status Rma::writeLocal(Comm* c, const Window* w, size_t offset, const void* src, size_t bytes) {
+Status Rma::writeLocal(const Window* w, size_t offset, const void* src, size_t bytes) {
   char* to = static_cast<char*>(w->base) + offset;
   if (!w->device) {
     memcpy(to, src, bytes);
     return Status::ok();
   }
-  Status st = c->gpuGate->copySync(to, src, bytes);
+  Status st = h_.gate()->copySync(to, src, bytes);
   if (!st.isOk())
-    return makeError(st.code(), "rank %d: a one-sided put into this rank's device window: %s", c->rank,
+    return makeError(st.code(), "rank %d: a one-sided put into this rank's device window: %s", h_.rank,
                      st.message().c_str());
   return Status::ok();
 }
 
-Status Rma::checkPut(Comm* c, size_t bytes, int peer, const Window* w, size_t offset) const {
+Status Rma::checkPut(size_t bytes, int peer, const Window* w, size_t offset) const {
   C4_CHECK(checkWindow("putSignal", w));
-  C4_CHECK(checkPeer("putSignal", c, peer));
+  C4_CHECK(checkPeer("putSignal", peer));
   const Window::Peer& dst = w->peers[static_cast<size_t>(peer)];
   if (offset > dst.size || bytes > dst.size - offset)
     return makeError(Code::kInvalidArgument,
@@ -471,115 +467,115 @@ Status Rma::checkPut(Comm* c, size_t bytes, int peer, const Window* w, size_t of
   return Status::ok();
 }
 
-Status Rma::put(Comm* c, const void* src, size_t bytes, int peer, const Window* w, size_t offset) {
-  C4_CHECK(checkPut(c, bytes, peer, w, offset));
+Status Rma::put(const void* src, size_t bytes, int peer, const Window* w, size_t offset) {
+  C4_CHECK(checkPut(bytes, peer, w, offset));
   const Window::Peer& dst = w->peers[static_cast<size_t>(peer)];
-  if (viaNetwork(c, peer)) return sendRemote(c, peer, kKindPut, w->id, offset, src, bytes);
+  if (viaNetwork(peer)) return sendRemote(peer, kKindPut, w->id, offset, src, bytes);
   if (bytes > 0) {
     char* to = nullptr;
-    C4_CHECK(resolve(c, peer, dst.ref, offset, bytes, &to));
+    C4_CHECK(resolve(peer, dst.ref, offset, bytes, &to));
     memcpy(to, src, bytes);
   }
-  return signal(c, peer);
+  return signal(peer);
 }
 
-Status Rma::resolveDevice(Comm* c, int peer, const Window* w, size_t offset, size_t bytes, char** out) {
+Status Rma::resolveDevice(int peer, const Window* w, size_t offset, size_t bytes, char** out) {
   const Window::Peer& dst = w->peers[static_cast<size_t>(peer)];
-  if (peer == c->rank) {
+  if (peer == h_.rank) {
     *out = static_cast<char*>(w->base) + offset;
     return Status::ok();
   }
   Status st;
   if (dst.process == processToken()) {
     // A rank of this process: its address is valid here, once this GPU may reach its GPU.
-    st = c->gpuGate->peerAccess(dst.gpu);
+    st = h_.gate()->peerAccess(dst.gpu);
     *out = reinterpret_cast<char*>(dst.addr) + offset;
   } else {
     gpu::IpcRef at = dst.ipc;
     at.off += offset;
-    st = c->gpuGate->ipcOpen(peer, at, bytes, out, /*registered=*/true);
+    st = h_.gate()->ipcOpen(peer, at, bytes, out, /*registered=*/true);
   }
   if (!st.isOk())
     return makeError(st.code(),
                      "rank %d: cannot map rank %d's device window for a put (%s); with GPUs that cannot reach each "
                      "other set C4_RMA_MAPPED=0 (puts through host memory)",
-                     c->rank, peer, st.message().c_str());
+                     h_.rank, peer, st.message().c_str());
   return Status::ok();
 }
 
-Status Rma::putDevice(Comm* c, const void* src, size_t bytes, int peer, const Window* w, size_t offset) {
-  C4_CHECK(checkPut(c, bytes, peer, w, offset));
+Status Rma::putDevice(const void* src, size_t bytes, int peer, const Window* w, size_t offset) {
+  C4_CHECK(checkPut(bytes, peer, w, offset));
   // Through the side channel `src` is host memory: staged by the stream (api.cc) or pinned.
-  if (viaNetwork(c, peer)) return sendRemote(c, peer, kKindPut, w->id, offset, src, bytes);
+  if (viaNetwork(peer)) return sendRemote(peer, kKindPut, w->id, offset, src, bytes);
   if (bytes > 0) {
     char* to = nullptr;
-    C4_CHECK(resolveDevice(c, peer, w, offset, bytes, &to));
-    Status st = c->gpuGate->copySync(to, src, bytes);
+    C4_CHECK(resolveDevice(peer, w, offset, bytes, &to));
+    Status st = h_.gate()->copySync(to, src, bytes);
     if (!st.isOk())
-      return makeError(st.code(), "rank %d: a put into rank %d's device window: %s", c->rank, peer,
+      return makeError(st.code(), "rank %d: a put into rank %d's device window: %s", h_.rank, peer,
                        st.message().c_str());
   }
   // The copy is done (copySync waited for it): the peer that sees the signal sees the data.
-  return signal(c, peer);
+  return signal(peer);
 }
 
-Status Rma::signal(Comm* c, int peer) {
-  C4_CHECK(checkPeer("signal", c, peer));
-  if (viaNetwork(c, peer)) return sendRemote(c, peer, kKindSignal, 0, 0, nullptr, 0);
+Status Rma::signal(int peer) {
+  C4_CHECK(checkPeer("signal", peer));
+  if (viaNetwork(peer)) return sendRemote(peer, kKindSignal, 0, 0, nullptr, 0);
   char* slot = nullptr;
-  C4_CHECK(resolve(c, peer, peerSig_[static_cast<size_t>(peer)], static_cast<uint64_t>(c->rank) * kSlotBytes,
+  C4_CHECK(resolve(peer, peerSig_[static_cast<size_t>(peer)], static_cast<uint64_t>(h_.rank) * kSlotBytes,
                    sizeof(uint64_t), &slot));
   // Release: the peer that sees the new count (acquire) sees the data copied before it.
   __atomic_fetch_add(reinterpret_cast<uint64_t*>(slot), 1, __ATOMIC_RELEASE);
   return Status::ok();
 }
 
-Status Rma::checkWait(Comm* c, int n, const int* peers, const int* counts, std::vector<uint64_t>* target) const {
+Status Rma::checkWait(int n, const int* peers, const int* counts, std::vector<uint64_t>* target) const {
   if (sigBlock_ == nullptr)
     return makeError(Code::kInvalidUsage, "waitSignal: no window was registered on this communicator yet");
   for (int i = 0; i < n; ++i) {
-    if (peers[i] < 0 || peers[i] >= c->nranks)
+    if (peers[i] < 0 || peers[i] >= h_.nranks)
       return makeError(Code::kInvalidArgument, "waitSignal: descriptor %d: peer %d is not a rank (0..%d)", i, peers[i],
-                       c->nranks - 1);
+                       h_.nranks - 1);
     if (counts[i] < 0)
       return makeError(Code::kInvalidArgument, "waitSignal: descriptor %d: count %d is negative", i, counts[i]);
   }
   if (target) {
-    target->assign(static_cast<size_t>(c->nranks), 0);
+    target->assign(static_cast<size_t>(h_.nranks), 0);
     for (int i = 0; i < n; ++i) (*target)[static_cast<size_t>(peers[i])] += static_cast<uint64_t>(counts[i]);
   }
   return Status::ok();
 }
 
-Status Rma::wait(Comm* c, int n, const int* peers, const int* counts) {
+Status Rma::wait(int n, const int* peers, const int* counts) {
   std::vector<uint64_t> target;
-  C4_CHECK(checkWait(c, n, peers, counts, &target));
+  C4_CHECK(checkWait(n, peers, counts, &target));
   auto* slots = static_cast<char*>(sigBlock_);
   auto have = [&](int p) {
     return __atomic_load_n(reinterpret_cast<uint64_t*>(slots + static_cast<size_t>(p) * kSlotBytes), __ATOMIC_ACQUIRE);
   };
   const int64_t start = detail::nowNs();
   uint32_t rounds = 0;
-  for (int p = 0; p < c->nranks; ++p) {
+  for (int p = 0; p < h_.nranks; ++p) {
     const size_t sp = static_cast<size_t>(p);
     if (target[sp] == 0) continue;
     const uint64_t want = consumed_[sp] + target[sp];
-    const bool remote = viaNetwork(c, p);
+    const bool remote = viaNetwork(p);
     while (have(p) < want) {
       if (remote) {
-        C4_CHECK(drainRemote(c));
+        C4_CHECK(drainRemote());
         if (have(p) >= want) break;
       }
       ++rounds;
       if (rounds < 2000) continue;  // spin first: a same-host put lands within microseconds
       if ((rounds & 63) == 0) {
-        C4_CHECK(c->failure());
+        C4_CHECK(h_.failure());
         const int64_t waitedMs = (detail::nowNs() - start) / 1000000;
-        if (waitedMs > c->timeoutMs)
+        if (waitedMs > h_.timeoutMs)
           return makeError(Code::kTimeout,
                            "rank %d: waitSignal: waited %lld ms for %llu signal(s) from rank %d, %llu arrived "
                            "(C4_TIMEOUT)",
-                           c->rank, static_cast<long long>(waitedMs), static_cast<unsigned long long>(target[sp]), p,
+                           h_.rank, static_cast<long long>(waitedMs), static_cast<unsigned long long>(target[sp]), p,
                            static_cast<unsigned long long>(have(p) - consumed_[sp]));
       }
       if (rounds < 20000) {
@@ -589,19 +585,19 @@ Status Rma::wait(Comm* c, int n, const int* peers, const int* counts) {
       }
     }
   }
-  for (int p = 0; p < c->nranks; ++p) consumed_[static_cast<size_t>(p)] += target[static_cast<size_t>(p)];
+  for (int p = 0; p < h_.nranks; ++p) consumed_[static_cast<size_t>(p)] += target[static_cast<size_t>(p)];
   return Status::ok();
 }
 
-Status Rma::waitDevice(Comm* c, int n, const int* peers, const int* counts, void* stream) {
+Status Rma::waitDevice(int n, const int* peers, const int* counts, void* stream) {
   std::vector<uint64_t> target;
-  C4_CHECK(checkWait(c, n, peers, counts, &target));
+  C4_CHECK(checkWait(n, peers, counts, &target));
   PendingWait w;
-  for (int p = 0; p < c->nranks; ++p)
+  for (int p = 0; p < h_.nranks; ++p)
     if (target[static_cast<size_t>(p)] > 0)
       w.want.emplace_back(p, consumed_[static_cast<size_t>(p)] + target[static_cast<size_t>(p)]);
   if (w.want.empty()) return Status::ok();
-  C4_CHECK(c->gpuGate->waitFlag(stream, &w.flag));
+  C4_CHECK(h_.gate()->waitFlag(stream, &w.flag));
   // The stream waits from here: the signals are consumed now (call order, as waits consume them).
   for (const auto& [p, want] : w.want) consumed_[static_cast<size_t>(p)] = want;
   {
@@ -609,24 +605,24 @@ Status Rma::waitDevice(Comm* c, int n, const int* peers, const int* counts, void
     pending_.push_back(std::move(w));
     pendingCount_.store(pending_.size(), std::memory_order_relaxed);
   }
-  if (c->engine) c->engine->nudge();  // it may sleep for up to its idle check: look now
+  if (h_.nudge) h_.nudge();  // it may sleep for up to its idle check: look now
   return Status::ok();
 }
 
-void Rma::pollDevice(Comm* c) {
+void Rma::pollDevice() {
   if (!devicePolling()) return;
   const int64_t now = detail::nowNs();
-  if (remoteDevice_.load(std::memory_order_relaxed) && !c->state.failed() && now - lastDrainNs_ > 50000) {
+  if (remoteDevice_.load(std::memory_order_relaxed) && !h_.failed() && now - lastDrainNs_ > 50000) {
     lastDrainNs_ = now;
-    Status st = drainRemote(c);
-    if (!st.isOk()) (void)c->fail(st);
+    Status st = drainRemote();
+    if (!st.isOk()) (void)h_.fail(st);
   }
   std::lock_guard<std::mutex> g(pendingMu_);
   auto* slots = static_cast<char*>(sigBlock_);
   for (auto it = pending_.begin(); it != pending_.end();) {
-    bool done = c->state.failed();
+    bool done = h_.failed();
     // A stream is not a peer: the time counts from when the stream got to the wait.
-    if (!done && it->startNs == 0 && c->gpuGate->flagReached(it->flag)) it->startNs = now;
+    if (!done && it->startNs == 0 && h_.gate()->flagReached(it->flag)) it->startNs = now;
     if (!done) {
       done = true;
       for (const auto& [p, want] : it->want) {
@@ -635,12 +631,12 @@ void Rma::pollDevice(Comm* c) {
         if (have >= want) continue;
         done = false;
         const int64_t waitedMs = it->startNs == 0 ? 0 : (now - it->startNs) / 1000000;
-        if (waitedMs > c->timeoutMs) {
+        if (waitedMs > h_.timeoutMs) {
           // The stream goes on (its work after the wait sees no data); the error is the communicator's.
-          (void)c->fail(makeError(Code::kTimeout,
+          (void)h_.fail(makeError(Code::kTimeout,
                                   "rank %d: waitSignal (in stream order): waited %lld ms for signals from rank %d "
                                   "(%llu have come from it so far, the wait needs %llu) (C4_TIMEOUT)",
-                                  c->rank, static_cast<long long>(waitedMs), p, static_cast<unsigned long long>(have),
+                                  h_.rank, static_cast<long long>(waitedMs), p, static_cast<unsigned long long>(have),
                                   static_cast<unsigned long long>(want)));
           done = true;
         }
@@ -648,7 +644,7 @@ void Rma::pollDevice(Comm* c) {
       }
     }
     if (done) {
-      c->gpuGate->setFlag(it->flag);
+      h_.gate()->setFlag(it->flag);
       it = pending_.erase(it);
     } else {
       ++it;

@@ -40,12 +40,26 @@
 #include <vector>
 
 #include "c4comm/status.hpp"
+#include "core/bootstrap.hpp"
 #include "core/memory.hpp"
 #include "gpu/gpu.hpp"
 
 namespace c4 {
 
-struct Comm;
+/// What one-sided calls need of their communicator, handed over at its init (core/comm.cc fills it):
+/// the side channel carries registration's exchanges and the puts to peers it does not map.
+struct RmaHost : RankDirectory {
+  int64_t timeoutMs = 0;            // C4_TIMEOUT: the longest wait for a peer
+  std::function<Status()> failure;  // Ok, or the error of the failed communicator
+  std::function<bool()> failed;
+  std::function<Status(const Status&)> fail;  // fails the communicator (driving thread)
+  /// Releases a commRegister registration (a device window's, for collectives).
+  std::function<Status(void* reg)> deregister;
+  /// The communicator's StreamGate (null until its first call on device memory).
+  std::function<gpu::StreamGate*()> gate;
+  /// Wakes the progress thread (null: the communicator has none).
+  std::function<void()> nudge;
+};
 
 /// One collective window registration (c4::Window of the public API).
 struct Window {
@@ -74,6 +88,8 @@ class Rma {
   ~Rma();
   Rma(const Rma&) = delete;
   Rma& operator=(const Rma&) = delete;
+  /// The communicator, once its init has the ranks and the side channel (before any one-sided call).
+  void bind(RmaHost host) { h_ = std::move(host); }
 
   /// Runs a function on the communicator's data path (the drive held, nothing queued): core/api.cc.
   using OnPath = std::function<Status(const std::function<Status()>&)>;
@@ -81,44 +97,43 @@ class Rma {
   /// meanwhile). A device window: `prep` says whether this rank got ready for it (its StreamGate
   /// and `reg`, the buffer's registration for collectives, which the window then owns; it is
   /// deregistered when the registration fails); a failure there fails it on every rank.
-  Status registerWindow(Comm* c, void* buff, size_t size, const Status& prep, void* reg, const OnPath& onPath,
-                        Window** out);
+  Status registerWindow(void* buff, size_t size, const Status& prep, void* reg, const OnPath& onPath, Window** out);
   /// Collective, likewise. Once it returns (even with an error), this rank holds no mapping of a
   /// peer's device window; after an error the peers may still hold this rank's (free it after
   /// commDestroy).
-  Status deregisterWindow(Comm* c, Window* w, const OnPath& onPath);
+  Status deregisterWindow(Window* w, const OnPath& onPath);
   /// Ok if `w` is a live window of this communicator, else kInvalidArgument naming `fn`.
   Status checkWindow(const char* fn, const Window* w) const;
   /// Ok if a put of `bytes` at `offset` of `peer`'s buffer of `w` is possible, else why not.
-  Status checkPut(Comm* c, size_t bytes, int peer, const Window* w, size_t offset) const;
+  Status checkPut(size_t bytes, int peer, const Window* w, size_t offset) const;
   /// Ok if `peer` is a rank and a window exists (so the signal blocks are known), else why not.
-  Status checkPeer(const char* fn, Comm* c, int peer) const;
+  Status checkPeer(const char* fn, int peer) const;
   /// Ok if the descriptors of a wait are valid; `target` (optional): the signals it waits for per rank.
-  Status checkWait(Comm* c, int n, const int* peers, const int* counts, std::vector<uint64_t>* target = nullptr) const;
+  Status checkWait(int n, const int* peers, const int* counts, std::vector<uint64_t>* target = nullptr) const;
   /// Whether `peer` is reached through the side channel (another host, or C4_RMA_MAPPED=0).
-  bool viaNetwork(const Comm* c, int peer) const;
+  bool viaNetwork(int peer) const;
   /// Whether the communicator's windows are on device memory: its one-sided calls run in their
   /// streams' order (core/api.cc).
   bool deviceMode() const { return deviceWindows_ > 0; }
 
   /// A put into a host-memory window, when called.
-  Status put(Comm* c, const void* src, size_t bytes, int peer, const Window* w, size_t offset);
+  Status put(const void* src, size_t bytes, int peer, const Window* w, size_t offset);
   /// A put into a device-memory window, on the progress thread once the stream reached it: `src`
   /// is device or pinned memory, or, to a peer through the side channel, host memory (the stream
   /// staged device memory there).
-  Status putDevice(Comm* c, const void* src, size_t bytes, int peer, const Window* w, size_t offset);
-  Status signal(Comm* c, int peer);
+  Status putDevice(const void* src, size_t bytes, int peer, const Window* w, size_t offset);
+  Status signal(int peer);
   /// A wait on host-memory windows: blocks until the signals arrived.
-  Status wait(Comm* c, int n, const int* peers, const int* counts);
+  Status wait(int n, const int* peers, const int* counts);
   /// A wait on device-memory windows: `stream` waits for a flag that pollDevice sets once the
   /// signals arrived; returns at once. The API thread.
-  Status waitDevice(Comm* c, int n, const int* peers, const int* counts, void* stream);
+  Status waitDevice(int n, const int* peers, const int* counts, void* stream);
   /// The driving thread, on every idle poll (a call's, the progress thread's, a stream wait's):
   /// while streams wait, applies what came through the side channel (every 50 us at most) and
   /// releases the streams whose signals arrived. A wait longer than the communicator's timeout from
   /// when its stream got there fails it (its stream goes on); a failed communicator releases every
   /// waiting stream. One load where nothing waits.
-  void pollDevice(Comm* c);
+  void pollDevice();
   /// Whether streams wait for signals (the progress thread then polls instead of sleeping).
   bool devicePolling() const { return pendingCount_.load(std::memory_order_relaxed) != 0; }
 
@@ -126,23 +141,24 @@ class Rma {
   /// The first registration: this rank's signal block.
   Status ensureSignalBlock(int nranks);
   /// The address of `bytes` at `ref` in rank `peer`'s memory (mapped on first use).
-  Status resolve(Comm* c, int peer, const MemRef& ref, uint64_t extra, size_t bytes, char** out);
+  Status resolve(int peer, const MemRef& ref, uint64_t extra, size_t bytes, char** out);
   /// The address here of `bytes` at `offset` of rank `peer`'s device window buffer (mapped with CUDA
   /// IPC, kept as a registered buffer's mapping).
-  Status resolveDevice(Comm* c, int peer, const Window* w, size_t offset, size_t bytes, char** out);
+  Status resolveDevice(int peer, const Window* w, size_t offset, size_t bytes, char** out);
   /// Copies into this rank's window `w` (host or device memory).
-  Status writeLocal(Comm* c, const Window* w, size_t offset, const void* src, size_t bytes);
+  Status writeLocal(const Window* w, size_t offset, const void* src, size_t bytes);
   /// Waits until `bytes` more to `peer` fit its window (C4_RMA_WINDOW_BYTES of what it has not
   /// applied yet), taking the credits it sent back; kTimeout after C4_TIMEOUT.
-  Status awaitCredit(Comm* c, int peer, uint64_t bytes);
+  Status awaitCredit(int peer, uint64_t bytes);
   /// Sends one message (put, signal or fence) to a peer through the side channel.
-  Status sendRemote(Comm* c, int peer, uint32_t kind, uint32_t window, uint64_t offset, const void* data, size_t bytes);
+  Status sendRemote(int peer, uint32_t kind, uint32_t window, uint64_t offset, const void* data, size_t bytes);
   /// Applies every one-sided message that arrived through the side channel.
-  Status drainRemote(Comm* c);
+  Status drainRemote();
   /// Fences that arrived from `peer` (under drainMu_).
   uint64_t fencesFrom(int peer);
   Window* findWindow(uint32_t id) const;
 
+  RmaHost h_;
   static constexpr size_t kSlotBytes = 64;
   void* sigBlock_ = nullptr;        // this rank's slots (memAlloc memory)
   MemRef sigRef_;                   // where it lies

@@ -11,16 +11,6 @@ void Watchdog::configure(int rank, int64_t timeoutMs) {
   timeoutMs_ = timeoutMs;
 }
 
-void Watchdog::enter(const OpSig& sig) {
-  // No clock read here: small operations finish before their first idle round.
-  active_.store(sig.seq + 1, std::memory_order_relaxed);
-  enteredNs_.store(0, std::memory_order_relaxed);
-  lastNs_.store(0, std::memory_order_relaxed);
-  polls_ = 0;
-}
-
-void Watchdog::leave() { active_.store(0, std::memory_order_relaxed); }
-
 Status Watchdog::idle(uint64_t external, const std::function<std::string()>& what,
                       const std::function<std::string()>& waitingOn) {
   // The clock is read every 16 idle rounds: cheap while spinning, within a sleep or two otherwise.

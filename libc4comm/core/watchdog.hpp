@@ -28,10 +28,16 @@ class Watchdog {
   void configure(int rank, int64_t timeoutMs);
   int64_t timeoutMs() const { return timeoutMs_; }
 
-  /// Operation `sig` starts (the clock of "no progress" starts with it).
-  void enter(const OpSig& sig);
+  /// Operation `sig` starts (the clock of "no progress" starts with it). No clock read here: small
+  /// operations finish before their first idle round.
+  void enter(const OpSig& sig) {
+    active_.store(sig.seq + 1, std::memory_order_relaxed);
+    enteredNs_.store(0, std::memory_order_relaxed);
+    lastNs_.store(0, std::memory_order_relaxed);
+    polls_ = 0;
+  }
   /// The running operation ended.
-  void leave();
+  void leave() { active_.store(0, std::memory_order_relaxed); }
   /// Something moved (hot path: the driving thread is the only writer, so a plain increment of the
   /// atomic, no read-modify-write).
   void moved() { progress_.store(progress_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }

@@ -1,4 +1,6 @@
-// Group execution: what groupEnd runs, and how a single blocking call runs.
+// The driving loop (one): what a blocking call, groupEnd and the progress thread run. drive.cc also
+// holds one call's steps on the driving thread (Comm::startPrepared, pollPrepared, watchIdle,
+// finish: the paths and the observers).
 #pragma once
 
 #include <vector>
@@ -13,6 +15,10 @@ struct GroupItem {
   Comm* comm = nullptr;
   std::vector<OpDesc> ops;
 };
+
+/// Starts the prepared call `p` of `comm` and runs it to completion; on failure fails the communicator (its
+/// peers are told) and returns its error.
+Status runCall(Comm* comm, PreparedCall* p);
 
 /// Runs every item to completion. Per communicator: its collectives in call order, then all its
 /// point-to-point operations as one batch (posted together, so sends and receives between the
