@@ -37,16 +37,6 @@ C4_PARAM_INT(ProgressThread, "C4_PROGRESS_THREAD", nullptr, 0, 0, 1, kParamNone,
              "wait for it; between calls it keeps the network transports progressing); 0: the calling thread drives "
              "each operation. Communicators created with Config::blocking = 0 always have one")
 
-// Off by default: on the H100 host measured (docs/performance.md, "CUDA") it was as often slower as faster.
-C4_PARAM_INT(CudaSharedStaging, "C4_CUDA_SHARED_STAGING", nullptr, 0, 0, 1, kParamNone,
-             "Stage device buffers in shareable host memory registered with CUDA (1: calls staged on every rank "
-             "of a host run on the zero-copy path) or in cudaHostAlloc memory (0, default)")
-C4_PARAM_INT(CudaPipelineBytes, "C4_CUDA_PIPELINE_BYTES", nullptr, 8 << 20, 0, INT64_C(1) << 40, kParamSameOnAllRanks,
-             "A staged collective on device buffers moving at least twice this many bytes (counting every rank's "
-             "block of a buffer holding one per rank) runs as "
-             "pieces of about this size (at most 16), each its own call, so that one piece's copies between the "
-             "device and host memory overlap another's network transfer; 0 stages every call whole")
-
 namespace {
 
 thread_local std::string tLastError;
@@ -61,12 +51,9 @@ struct DeferredInit {
 
 struct GroupState {
   int depth = 0;
-  std::vector<GroupItem> items;
+  GroupQueue queue;  // the calls
   std::vector<DeferredInit> inits;
   Status error;
-  // A call of the group threw (out of memory) after it may have queued part of its work: the group
-  // runs nothing. A flag, not a Status: making one needs memory.
-  bool threw = false;
 };
 thread_local GroupState tGroup;
 
@@ -110,20 +97,6 @@ Status checkUsable(Comm* c) {
   return c->failure();
 }
 
-/// Counts a thread running an operation on a communicator without a progress thread, so that
-/// requestAbort (commAbort, commRevoke from another thread) knows whether it must wait.
-class BusyScope {
- public:
-  // One thread at a time drives a communicator: plain stores, no read-modify-write on the hot path.
-  explicit BusyScope(Comm* c) : c_(c) { c_->busy.store(true, std::memory_order_seq_cst); }
-  ~BusyScope() { c_->busy.store(false, std::memory_order_release); }
-  BusyScope(const BusyScope&) = delete;
-  BusyScope& operator=(const BusyScope&) = delete;
-
- private:
-  Comm* c_;
-};
-
 /// While it lives, C4D's heartbeats say this rank waits inside c4comm in `what`, a blocking call
 /// that is no collective (so a peer's hang diagnosis does not call it busy outside c4comm).
 class InsideCall {
@@ -136,14 +109,6 @@ class InsideCall {
  private:
   Comm* c_;
 };
-
-/// Runs `job` on comm's progress thread: waits for it (blocking communicators) or returns
-/// kInProgress (non-blocking: commGetAsyncError reports the outcome).
-Status submitJob(Comm* comm, const std::shared_ptr<Job>& job, bool forceWait = false) {
-  comm->engine->submit(job);
-  if (comm->config.blocking || forceWait) return comm->engine->wait(*job);
-  return Status(Code::kInProgress, "operation queued on a non-blocking communicator");
-}
 
 Status checkType(DataType dt) {
   if (!isValidDataType(static_cast<int>(dt)))
@@ -182,278 +147,6 @@ Status checkCount(size_t count, size_t mult, DataType dt) {
 Status checkPtr(const void* p, size_t count, const char* name) {
   if (count > 0 && !p) return makeError(Code::kInvalidArgument, "%s is NULL with count %zu", name, count);
   return Status::ok();
-}
-
-// ---- device buffers (libc4comm/gpu/gpu.hpp: staged through pinned host memory in stream order) ----
-
-struct Extent {
-  const void* p = nullptr;
-  size_t bytes = 0;
-};
-
-/// What this rank reads from sendbuff and writes to recvbuff in `op` (0 bytes: not at this rank).
-void extentsOf(const Comm* c, const OpDesc& op, Extent* in, Extent* out) {
-  sched::CollArgs a;
-  a.coll = op.coll;
-  a.rank = c->rank;
-  a.nranks = c->nranks;
-  a.count = op.count;
-  a.dtype = op.dtype;
-  a.root = op.root;
-  const size_t inBytes = sched::inputBytes(a), outBytes = sched::outputBytes(a);
-  *in = Extent{inBytes ? op.sendbuff : nullptr, inBytes};
-  *out = Extent{outBytes ? op.recvbuff : nullptr, outBytes};
-}
-
-/// kInvalidUsage where `stream` is being captured into a CUDA graph: a call on device memory runs
-/// its host side at the call (or on the progress thread), not at each replay of the graph.
-Status refuseCapture(void* stream, const char* fn) {
-  if (!gpu::StreamGate::capturing(stream)) return Status::ok();
-  return makeError(Code::kInvalidUsage,
-                   "%s: the stream is being captured into a CUDA graph; c4comm calls on device memory cannot be "
-                   "captured (their host side runs at the call, not at each replay; docs/cuda.md)",
-                   fn);
-}
-
-/// The communicator's StreamGate, made for GPU `create` at its first call on CUDA memory;
-/// `buffers` (-1: none) is the GPU of the call's device buffers, which must be the gate's.
-Status ensureGate(Comm* comm, int create, int buffers, const char* fn) {
-  // Staged calls run on the progress thread (wantsEngine: every communicator has one where GPUs are).
-  if (!comm->engine)
-    return makeError(Code::kInternalError, "%s: rank %d's communicator has no progress thread for device buffers", fn,
-                     comm->rank);
-  if (!comm->gpuGate) {
-    // Staging in shareable host memory (C4_CUDA_SHARED_STAGING=1): where every rank of a host stages
-    // a call, it runs on the zero-copy path (docs/cuda.md).
-    gpu::StreamGate::HostAllocator staging;
-    if (paramCudaSharedStaging() != 0) {
-      staging.alloc = [](void** p, size_t bytes) { return memAllocShared(p, bytes); };
-      staging.free = [](void* p) { (void)memFreeShared(p); };
-    }
-    return gpu::StreamGate::create(create, staging, &comm->gpuGate);
-  }
-  if (buffers >= 0 && buffers != comm->gpuGate->device())
-    return makeError(Code::kInvalidArgument,
-                     "%s: the buffers are on GPU %d but rank %d's communicator works on GPU %d (its first call on "
-                     "device buffers)",
-                     fn, buffers, comm->rank, comm->gpuGate->device());
-  return Status::ok();
-}
-
-/// A call on CUDA device (or pinned host) buffers: checks the spaces, then stages its inputs on its
-/// stream through the communicator's StreamGate (step 1), rewriting its buffers to the staging
-/// (op->staged names the slot; step 2, finishStaging, follows at once or at groupEnd). Host calls
-/// are left alone (op->staged.slot stays null).
-Status stageDeviceCall(Comm* comm, const char* fn, OpDesc* op) {
-  if (gpu::deviceCount() == 0) return Status::ok();
-  Extent in, out;
-  extentsOf(comm, *op, &in, &out);
-  const gpu::PtrInfo ii = in.bytes ? gpu::pointerInfo(in.p) : gpu::PtrInfo{};
-  const gpu::PtrInfo oi = out.bytes ? gpu::pointerInfo(out.p) : gpu::PtrInfo{};
-  const bool inCuda = in.bytes && ii.mem != gpu::Mem::kHost, outCuda = out.bytes && oi.mem != gpu::Mem::kHost;
-  if (!inCuda && !outCuda) return Status::ok();
-  if ((in.bytes && !inCuda) || (out.bytes && !outCuda))
-    return makeError(Code::kInvalidArgument,
-                     "%s: sendbuff is %s memory and recvbuff is %s memory; a call's buffers must all be reachable by "
-                     "the GPU (device or pinned host memory) or all be host memory",
-                     fn, in.bytes ? gpu::memName(ii.mem) : "unused", out.bytes ? gpu::memName(oi.mem) : "unused");
-  int device = -1;
-  for (const gpu::PtrInfo* pi : {&ii, &oi}) {
-    if (pi->mem != gpu::Mem::kDevice) continue;
-    if (device >= 0 && pi->device != device)
-      return makeError(Code::kInvalidArgument, "%s: sendbuff is on GPU %d and recvbuff on GPU %d", fn, ii.device,
-                       oi.device);
-    device = pi->device;
-  }
-  C4_CHECK(refuseCapture(op->stream, fn));
-  if (static_cast<int>(op->op) >= kNumBuiltinOps) {
-    const UserOp& u = comm->userOps[static_cast<size_t>(static_cast<int>(op->op) - kNumBuiltinOps)];
-    if (u.residence == ScalarResidence::kDevice && gpu::pointerInfo(u.pointer).mem == gpu::Mem::kDevice)
-      return makeError(Code::kInvalidUsage,
-                       "%s: a PreMulSum operator whose scalar is in device memory is not supported yet on device "
-                       "buffers (docs/cuda.md); create it with ncclScalarHostImmediate",
-                       fn);
-  }
-  // The buffers' GPU; for pinned host memory alone, the communicator's (or the buffer's).
-  int dev = device;
-  if (dev < 0) {
-    const gpu::PtrInfo& pinned = inCuda ? ii : oi;
-    dev = comm->cudaDevice >= 0 ? comm->cudaDevice : pinned.device >= 0 ? pinned.device : 0;
-  }
-  C4_CHECK(ensureGate(comm, dev, device, fn));
-
-  const StagingPlan plan = planStaging(*op, comm->rank, comm->nranks, {in.p, in.bytes, ii.mem == gpu::Mem::kDevice},
-                                       {out.p, out.bytes, oi.mem == gpu::Mem::kDevice});
-  // Where every rank is on this host, a call on device memory alone is deferred: the progress thread
-  // runs it on the device buffers themselves (CUDA IPC), or copies them to the staging itself if
-  // some rank cannot (gpu.hpp, "Deferred calls"; core/zerocopy.hpp). Groups are staged, and so are
-  // pieces (pipelinePieces cuts no call that may be deferred).
-  const bool defer = tGroup.depth == 0 && op->devicePitch == 0 && (plan.inStaged || !in.bytes) &&
-                     (plan.outStaged || !out.bytes) && comm->zeroCopy.mayDefer(*op, plan.overlap);
-  void* host = nullptr;
-  C4_CHECK(comm->gpuGate->stageInputs(op->stream, plan.bytes, plan.in, plan.out, &host, &op->staged, defer));
-  if (defer) {
-    op->deferred = true;
-    op->deviceSend = in.bytes ? in.p : nullptr;
-    op->deviceRecv = out.bytes ? const_cast<void*>(out.p) : nullptr;
-  }
-  char* h = static_cast<char*>(host);
-  if (plan.inStaged) op->sendbuff = h + plan.inOff;
-  if (plan.outStaged) op->recvbuff = h + plan.outOff;
-  // Buffers this rank does not use (a non-root's) may be device pointers the host must not touch.
-  if (!in.bytes && op->sendbuff && gpu::pointerInfo(op->sendbuff).mem == gpu::Mem::kDevice) op->sendbuff = nullptr;
-  if (!out.bytes && op->recvbuff && gpu::pointerInfo(op->recvbuff).mem == gpu::Mem::kDevice) op->recvbuff = nullptr;
-  return Status::ok();
-}
-
-/// Step 2 of staged calls (the stream's wait for their tickets, the copies back). A call whose
-/// step 2 fails cannot run: its ticket (if it got one) completes, the communicator fails, and the
-/// remaining calls are cancelled. Returns the first error.
-Status finishStaging(Comm* comm, std::vector<OpDesc>* ops) {
-  Status first;
-  for (OpDesc& op : *ops) {
-    if (op.staged.slot == nullptr || op.staged.seq != 0) continue;
-    if (!first.isOk()) {
-      comm->gpuGate->cancel(op.staged);
-      op.staged = {};
-      continue;
-    }
-    Status st = comm->gpuGate->stageOutputs(&op.staged);
-    if (st.isOk()) continue;
-    if (op.staged.seq != 0) {
-      comm->gpuGate->complete(op.staged);
-    } else {
-      comm->gpuGate->cancel(op.staged);
-    }
-    op.staged = {};
-    first = comm->fail(st);
-  }
-  return first;
-}
-
-/// A staged call in pieces, each with its own slot and ticket: every piece's inputs are copied on
-/// the stream first, then each piece's wait and copies back; each piece is its own job, so the
-/// stream copies piece i back while the progress thread runs piece i + 1 and the stream still
-/// copies later pieces' inputs. Inside a group the pieces join it as calls of their own (step 2 at
-/// groupEnd, like any call there: the same cut, without the overlap). *staged false: the buffers
-/// are host memory (nothing was done).
-Status enqueuePipelined(Comm* comm, const OpDesc& callOp, size_t pieces, bool* staged) {
-  std::vector<OpDesc> ops;
-  ops.reserve(pieces);
-  Status st;
-  for (size_t i = 0; i < pieces && st.isOk(); ++i) {
-    ops.push_back(pieceOf(callOp, i, pieces));
-    st = stageDeviceCall(comm, collName(callOp.coll), &ops.back());
-    if (st.isOk() && ops.back().staged.slot == nullptr) {
-      // Host memory (the same for every piece: the whole call's buffers were looked at by piece 0).
-      ops.pop_back();
-      if (ops.empty()) {
-        *staged = false;
-        return Status::ok();
-      }
-      st = makeError(Code::kInternalError, "%s: piece %zu of a call on device buffers is not device memory",
-                     collName(callOp.coll), i);
-    }
-  }
-  *staged = true;
-  if (!st.isOk()) {
-    for (OpDesc& op : ops)
-      if (op.staged.slot != nullptr) comm->gpuGate->cancel(op.staged);
-    return st;
-  }
-  if (tGroup.depth > 0) {
-    size_t added = 0;
-    try {
-      if (tGroup.items.empty() || tGroup.items.back().comm != comm) tGroup.items.push_back(GroupItem{comm, {}});
-      for (const OpDesc& op : ops) {
-        tGroup.items.back().ops.push_back(op);
-        ++added;
-      }
-    } catch (...) {
-      for (size_t i = added; i < ops.size(); ++i) comm->gpuGate->cancel(ops[i].staged);
-      tGroup.threw = true;
-      throw;
-    }
-    return Status::ok();
-  }
-  for (OpDesc& op : ops) {
-    auto job = std::make_shared<Job>();
-    job->ops.push_back(op);
-    Status fs = finishStaging(comm, &job->ops);
-    if (!fs.isOk()) {
-      // The communicator failed (finishStaging says so): the pieces not yet handed over go too.
-      for (OpDesc& rest : ops)
-        if (rest.staged.slot != nullptr && rest.staged.seq == 0) comm->gpuGate->cancel(rest.staged);
-      return fs;
-    }
-    op.staged = job->ops[0].staged;
-    comm->engine->submit(job);
-  }
-  return Status::ok();
-}
-
-/// A call on device buffers (stageDeviceCall): staged, then queued in the group or on the progress
-/// thread (no waiting: it runs when its stream gets there).
-Status enqueueDevice(Comm* comm, const OpDesc& callOp, bool* staged) {
-  // Every rank cuts a call alike (the settings agree, init checks), inside a group or not (NCCL lets
-  // one rank wrap a call in a group where another does not); a rank passing pageable host memory
-  // where the others pass device memory does not: the ranks then disagree on the call, a clear error.
-  const size_t pieces = pipelinePieces(callOp, comm->nranks, static_cast<size_t>(paramCudaPipelineBytes()),
-                                       comm->zeroCopy.mayDefer(callOp, false));
-  if (pieces > 1) return enqueuePipelined(comm, callOp, pieces, staged);
-  OpDesc op = callOp;
-  C4_CHECK(stageDeviceCall(comm, collName(callOp.coll), &op));
-  *staged = op.staged.slot != nullptr;
-  if (!*staged) return Status::ok();
-  if (tGroup.depth > 0) {
-    try {
-      if (tGroup.items.empty() || tGroup.items.back().comm != comm) tGroup.items.push_back(GroupItem{comm, {}});
-      tGroup.items.back().ops.push_back(op);  // step 2 at groupEnd
-    } catch (...) {
-      comm->gpuGate->cancel(op.staged);
-      tGroup.threw = true;
-      throw;
-    }
-    return Status::ok();
-  }
-  auto job = std::make_shared<Job>();
-  job->ops.push_back(op);
-  C4_CHECK(finishStaging(comm, &job->ops));
-  comm->engine->submit(job);
-  return Status::ok();
-}
-
-Status enqueue(Comm* comm, const OpDesc& op) {
-  // Host calls pay one load for this where no GPU is (gpu::deviceCount() is read once).
-  if (gpu::deviceCount() > 0) {
-    bool staged = false;
-    C4_CHECK(enqueueDevice(comm, op, &staged));
-    if (staged) return Status::ok();
-  }
-  if (tGroup.depth > 0) {
-    try {
-      if (tGroup.items.empty() || tGroup.items.back().comm != comm) tGroup.items.push_back(GroupItem{comm, {}});
-      tGroup.items.back().ops.push_back(op);
-    } catch (...) {
-      tGroup.threw = true;  // the exception goes on to the caller (the C API turns it into an error)
-      throw;
-    }
-    return Status::ok();
-  }
-  auto run = [comm, &op] {
-    if (op.coll == Coll::kSend || op.coll == Coll::kRecv) return comm->runP2p({op});
-    return comm->runCollective(op);
-  };
-  if (comm->engine) {
-    // Blocking, with nothing queued: on this thread, as without a progress thread.
-    Status st;
-    if (comm->config.blocking && comm->engine->runInline(run, &st)) return st;
-    auto job = std::make_shared<Job>();
-    job->ops.push_back(op);
-    return submitJob(comm, job);
-  }
-  BusyScope busy(comm);
-  return run();
 }
 
 /// Common validation for collectives; `inMult`/`outMult` are the buffer sizes in units of count.
@@ -504,7 +197,7 @@ Status initComm(Comm* c, int nranks, const UniqueId& id, int rank, const Config&
     job->id = id;
     job->config = config;
     // Non-blocking: the communicator is handed out now and commGetAsyncError says when it is ready.
-    return submitJob(c, job);
+    return c->queueJob(job);
   }
   Status st;
   try {  // no exception crosses the API: memory exhaustion during init is an error
@@ -526,13 +219,13 @@ Status initComm(Comm* c, int nranks, const UniqueId& id, int rank, const Config&
 void dropGroupWork(Comm* c, const char* what) {
   if (tGroup.depth == 0) return;
   size_t ops = 0;
-  for (auto it = tGroup.items.begin(); it != tGroup.items.end();) {
+  for (auto it = tGroup.queue.items.begin(); it != tGroup.queue.items.end();) {
     if (it->comm != c) {
       ++it;
       continue;
     }
     ops += it->ops.size();
-    it = tGroup.items.erase(it);
+    it = tGroup.queue.items.erase(it);
   }
   const size_t before = tGroup.inits.size();
   tGroup.inits.erase(
@@ -716,7 +409,7 @@ Status commInitRank(Comm** comm, int nranks, const UniqueId& id, int rank, const
     }
     st = initComm(c, nranks, id, rank, config);
   } catch (...) {  // out of memory: nothing of the communicator stays behind
-    if (tGroup.depth > 0) tGroup.threw = true;
+    if (tGroup.depth > 0) tGroup.queue.threw = true;
     unregisterComm(c);
     delete c;
     throw;
@@ -1046,7 +739,7 @@ Status windowRegister(Comm* comm, void* buff, size_t size, int flags, Window** w
   const gpu::PtrInfo where = gpu::pointerInfo(buff);
   if (where.mem == gpu::Mem::kDevice)
     prep = onDataPath(comm, [&] {
-      C4_CHECK(ensureGate(comm, where.device, where.device, "windowRegister"));
+      C4_CHECK(comm->device.ensureGate(where.device, where.device, "windowRegister"));
       return comm->registerMemory(buff, size, &reg);
     });
   if (comm->engine) comm->engine->drain();
@@ -1087,9 +780,9 @@ Status beforeOneSided(Comm* comm) {
 /// The checks of a one-sided call on device windows: not in a CUDA graph capture, and not behind
 /// calls of this communicator in the same open group (the group's calls run at groupEnd, after it).
 Status checkStreamOneSided(Comm* comm, const char* fn, void* stream) {
-  C4_CHECK(refuseCapture(stream, fn));
+  C4_CHECK(DevicePath::refuseCapture(stream, fn));
   if (tGroup.depth > 0)
-    for (const GroupItem& item : tGroup.items)
+    for (const GroupItem& item : tGroup.queue.items)
       if (item.comm == comm && !item.ops.empty())
         return makeError(Code::kInvalidUsage,
                          "%s: a one-sided call on device windows after a collective or send/recv of the same "
@@ -1107,22 +800,7 @@ Status checkStreamOneSided(Comm* comm, const char* fn, void* stream) {
 Status enqueueOneSided(Comm* comm, const char* fn, void* stream, const void* src, size_t stageBytes,
                        std::function<Status(const void* staged)> run) {
   C4_CHECK(checkStreamOneSided(comm, fn, stream));
-  std::vector<gpu::StreamGate::Copy> in;
-  if (stageBytes > 0) in.push_back({const_cast<void*>(src), 0, stageBytes});
-  void* host = nullptr;
-  gpu::StreamGate::Ticket t;
-  C4_CHECK(comm->gpuGate->stageInputs(stream, stageBytes, in, {}, &host, &t, /*deferred=*/stageBytes == 0));
-  // Step 2 as for any staged call (its failure completes or cancels the ticket, fails the communicator).
-  std::vector<OpDesc> step2(1);
-  step2[0].staged = t;
-  C4_CHECK(finishStaging(comm, &step2));
-  auto job = std::make_shared<Job>();
-  job->kind = Job::Kind::kCall;
-  const void* staged = stageBytes > 0 ? host : nullptr;
-  job->call = [run = std::move(run), staged] { return run(staged); };
-  job->tickets.push_back(step2[0].staged);
-  comm->engine->submit(job);
-  return Status::ok();
+  return comm->device.submitOneSided(stream, src, stageBytes, std::move(run));
 }
 }  // namespace
 
@@ -1193,7 +871,7 @@ Status commFinalize(Comm* comm) {
     auto job = std::make_shared<Job>();
     job->kind = Job::Kind::kCall;
     job->call = finish;
-    return submitJob(comm, job);
+    return comm->queueJob(job);
   }
   // Host collectives complete before they return; a progress thread's queue runs to its end first.
   if (comm->engine) comm->engine->drain();
@@ -1279,7 +957,7 @@ Status commCuDevice(const Comm* comm, int* device) {
   C4_CHECK_RECORD(checkComm(comm));
   if (!device) return record(makeError(Code::kInvalidArgument, "device is NULL"));
   // The GPU its device buffers are staged for, else the caller's current GPU at init (NCCL's rule).
-  *device = comm->gpuGate ? comm->gpuGate->device() : comm->cudaDevice;
+  *device = comm->device.gate() ? comm->device.gate()->device() : comm->cudaDevice;
   return Status::ok();
 }
 
@@ -1341,7 +1019,7 @@ Status allReduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt
   C4_CHECK_RECORD(
       checkOverlap("allReduce", sendbuff, count * dataTypeSize(dt), recvbuff, count * dataTypeSize(dt), recvbuff));
   C4_CHECK_RECORD(checkOp(comm, op, dt));
-  C4_CHECK_RECORD(enqueue(comm, d));
+  C4_CHECK_RECORD(comm->submit(d, tGroup.depth > 0 ? &tGroup.queue : nullptr));
   return Status::ok();
 }
 
@@ -1353,7 +1031,7 @@ Status allGather(const void* sendbuff, void* recvbuff, size_t sendcount, DataTyp
     C4_CHECK_RECORD(checkOverlap("allGather", sendbuff, b, recvbuff, b * static_cast<size_t>(comm->nranks),
                                  static_cast<const char*>(recvbuff) + b * static_cast<size_t>(comm->rank)));
   }
-  C4_CHECK_RECORD(enqueue(comm, d));
+  C4_CHECK_RECORD(comm->submit(d, tGroup.depth > 0 ? &tGroup.queue : nullptr));
   return Status::ok();
 }
 
@@ -1365,7 +1043,7 @@ Status broadcast(const void* sendbuff, void* recvbuff, size_t count, DataType dt
   if (comm->rank == root)
     C4_CHECK_RECORD(
         checkOverlap("broadcast", sendbuff, count * dataTypeSize(dt), recvbuff, count * dataTypeSize(dt), recvbuff));
-  C4_CHECK_RECORD(enqueue(comm, d));
+  C4_CHECK_RECORD(comm->submit(d, tGroup.depth > 0 ? &tGroup.queue : nullptr));
   return Status::ok();
 }
 
@@ -1380,7 +1058,7 @@ Status reduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, Dat
         reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(recvbuff) - b * static_cast<size_t>(comm->rank))));
   }
   C4_CHECK_RECORD(checkOp(comm, op, dt));
-  C4_CHECK_RECORD(enqueue(comm, d));
+  C4_CHECK_RECORD(comm->submit(d, tGroup.depth > 0 ? &tGroup.queue : nullptr));
   return Status::ok();
 }
 
@@ -1394,7 +1072,7 @@ Status reduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt, R
   if (comm->rank == root)
     C4_CHECK_RECORD(
         checkOverlap("reduce", sendbuff, count * dataTypeSize(dt), recvbuff, count * dataTypeSize(dt), recvbuff));
-  C4_CHECK_RECORD(enqueue(comm, d));
+  C4_CHECK_RECORD(comm->submit(d, tGroup.depth > 0 ? &tGroup.queue : nullptr));
   return Status::ok();
 }
 
@@ -1404,7 +1082,7 @@ Status alltoAll(const void* sendbuff, void* recvbuff, size_t count, DataType dt,
   C4_CHECK_RECORD(validate(comm, d, n, n, true, true));
   C4_CHECK_RECORD(checkOverlap("alltoAll", sendbuff, n * count * dataTypeSize(dt), recvbuff,
                                n * count * dataTypeSize(dt), recvbuff));
-  C4_CHECK_RECORD(enqueue(comm, d));
+  C4_CHECK_RECORD(comm->submit(d, tGroup.depth > 0 ? &tGroup.queue : nullptr));
   return Status::ok();
 }
 
@@ -1420,7 +1098,7 @@ Status gather(const void* sendbuff, void* recvbuff, size_t count, DataType dt, i
     C4_CHECK_RECORD(
         checkOverlap("gather", sendbuff, b, recvbuff, b * n, static_cast<const char*>(recvbuff) + b * root));
   }
-  C4_CHECK_RECORD(enqueue(comm, d));
+  C4_CHECK_RECORD(comm->submit(d, tGroup.depth > 0 ? &tGroup.queue : nullptr));
   return Status::ok();
 }
 
@@ -1436,7 +1114,7 @@ Status scatter(const void* sendbuff, void* recvbuff, size_t count, DataType dt, 
     C4_CHECK_RECORD(checkOverlap("scatter", sendbuff, b * n, recvbuff, b,
                                  reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(recvbuff) - b * root)));
   }
-  C4_CHECK_RECORD(enqueue(comm, d));
+  C4_CHECK_RECORD(comm->submit(d, tGroup.depth > 0 ? &tGroup.queue : nullptr));
   return Status::ok();
 }
 
@@ -1444,7 +1122,7 @@ Status send(const void* sendbuff, size_t count, DataType dt, int peer, Comm* com
   OpDesc d{Coll::kSend, sendbuff, nullptr, count, dt, RedOp::kSum, peer, stream};
   C4_CHECK_RECORD(validate(comm, d, 1, 1, true, false));
   C4_CHECK_RECORD(checkRoot(comm, peer, "peer"));
-  C4_CHECK_RECORD(enqueue(comm, d));
+  C4_CHECK_RECORD(comm->submit(d, tGroup.depth > 0 ? &tGroup.queue : nullptr));
   return Status::ok();
 }
 
@@ -1452,7 +1130,7 @@ Status recv(void* recvbuff, size_t count, DataType dt, int peer, Comm* comm, voi
   OpDesc d{Coll::kRecv, nullptr, recvbuff, count, dt, RedOp::kSum, peer, stream};
   C4_CHECK_RECORD(validate(comm, d, 1, 1, false, true));
   C4_CHECK_RECORD(checkRoot(comm, peer, "peer"));
-  C4_CHECK_RECORD(enqueue(comm, d));
+  C4_CHECK_RECORD(comm->submit(d, tGroup.depth > 0 ? &tGroup.queue : nullptr));
   return Status::ok();
 }
 
@@ -1481,7 +1159,7 @@ static Status runProbe(Comm* comm, int peer, ProbeResult* out, int64_t waitMs) {
   job->kind = Job::Kind::kProbe;
   job->peer = peer;
   job->waitMs = waitMs;
-  Status st = submitJob(comm, job, /*forceWait=*/true);
+  Status st = comm->queueJob(job, /*forceWait=*/true);
   *out = job->probe;
   return st;
 }
@@ -1514,7 +1192,7 @@ Status recvAny(void* recvbuff, size_t count, DataType dt, int* source, Comm* com
     auto job = std::make_shared<Job>();
     job->kind = Job::Kind::kRecvAny;
     job->ops.push_back(d);
-    Status st = submitJob(comm, job, /*forceWait=*/true);
+    Status st = comm->queueJob(job, /*forceWait=*/true);
     if (st.isOk()) *source = job->source;
     return record(std::move(st));
   }
@@ -1525,7 +1203,7 @@ Status recvAny(void* recvbuff, size_t count, DataType dt, int* source, Comm* com
 Status groupStart() {
   if (tGroup.depth == 0) {
     tGroup.error = Status::ok();
-    tGroup.threw = false;
+    tGroup.queue.threw = false;
   }
   ++tGroup.depth;
   return Status::ok();
@@ -1542,7 +1220,7 @@ static Status closeGroup(const char* fn, bool* outermost, std::vector<DeferredIn
   if (--tGroup.depth > 0) return Status::ok();
   *outermost = true;
   inits->swap(tGroup.inits);
-  items->swap(tGroup.items);
+  items->swap(tGroup.queue.items);
   // A communicator aborted by another thread while queued here is gone: run nothing on it.
   for (auto it = items->begin(); it != items->end();) {
     if (isLiveComm(it->comm)) {
@@ -1556,18 +1234,16 @@ static Status closeGroup(const char* fn, bool* outermost, std::vector<DeferredIn
                                fn, it->ops.size());
     it = items->erase(it);
   }
-  if (tGroup.threw && tGroup.error.isOk())
+  if (tGroup.queue.threw && tGroup.error.isOk())
     tGroup.error = makeError(Code::kSystemError,
                              "%s: a call of the group ran out of memory (std::bad_alloc); the group runs nothing", fn);
-  tGroup.threw = false;
+  tGroup.queue.threw = false;
   Status err = tGroup.error;
   tGroup.error = Status::ok();
   if (!err.isOk()) {
     for (DeferredInit& d : *inits) (void)d.comm->fail(err);
     // Calls on device buffers staged their inputs (step 1 only): give their slots back.
-    for (const GroupItem& it : *items)
-      for (const OpDesc& op : it.ops)
-        if (op.staged.slot != nullptr) it.comm->gpuGate->cancel(op.staged);
+    for (const GroupItem& it : *items) it.comm->device.cancel(it.ops);
     tLastError = err.message();
   }
   return err;
@@ -1601,7 +1277,7 @@ Status groupEnd() {
   // waits and copies back, in call order, behind all of them.
   Status staging;
   for (GroupItem& it : items) {
-    Status st = finishStaging(it.comm, &it.ops);
+    Status st = it.comm->device.finishStaging(&it.ops);
     if (staging.isOk()) staging = st;
   }
   for (GroupItem& it : items) {

@@ -450,7 +450,7 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   stallForTest("zerocopy");
   std::vector<PeerProcess> procs;
   for (const RankInfo& p : peers) procs.push_back(PeerProcess{visiblePid(mine, p), p.process});
-  C4_CHECK(zeroCopy.init(this, procs, timeoutMs, &oneShot, arenaT, &gpuGate,
+  C4_CHECK(zeroCopy.init(this, procs, timeoutMs, &oneShot, arenaT, device.gateSlot(),
                          [this](const void* p, size_t len) { return registeredRange(p, len); }));
   const double tZeroCopy = msNow();
   cpuSharing = localRanks > 1 && arenaT != nullptr ? arenaT->cpuSharing() : nullptr;
@@ -535,7 +535,7 @@ Status Comm::init(int n, const UniqueId& id, int r, const Config& cfg) {
   rh.failed = [this] { return state.failed(); };
   rh.fail = [this](const Status& st) { return fail(st); };
   rh.deregister = [this](void* reg) { return deregisterMemory(static_cast<Registration*>(reg)); };
-  rh.gate = [this] { return gpuGate.get(); };
+  rh.gate = [this] { return device.gate(); };
   rh.nudge = [this] {
     if (engine) engine->nudge();
   };
@@ -767,16 +767,10 @@ double Comm::estimateUs(const OpDesc& op) const {
 }
 
 Status Comm::prepareCollective(const OpDesc& op, PreparedCall* p) {
-  PathOptions po;
-  po.oneShotEligible = oneShot.eligible(op);
-  const bool viaArena = po.oneShotEligible;
-  // One-shot calls are stamped by OneShot when they publish (see OneShot::start).
-  p->traceOneShot = viaArena && recorder.on();
-  p->traceT0 = recorder.on() && !viaArena ? trace::ticks() : 0;
-  p->traceAlgo = trace::kAlgoNone;
   p->op = op;
   p->noop = false;
   p->postDivide = false;
+  p->traceAlgo = trace::kAlgoNone;
   OpSig sig;
   sig.seq = collSeq++;
   sig.count = op.count;
@@ -792,16 +786,12 @@ Status Comm::prepareCollective(const OpDesc& op, PreparedCall* p) {
   p->sig = sig;
   p->op.seq = sig.seq;
   p->collective = true;
-  // A rank whose buffers are shareable offers the zero-copy path; the message plan below stays the
-  // fallback in case a peer does not (ZeroCopy decides at start).
-  // A deferred call on device buffers that does not offer has its inputs staged by then.
-  if (!viaArena) C4_CHECK(zeroCopy.offer(op, sig, &po.zeroCopyOffered));
-  if (viaArena && op.deferred) C4_CHECK(zeroCopy.stageLate(op));
-  p->kind = tuner.choosePath(po);
-  oneShot.announce(sig, p->kind == PathKind::kOneShot    ? CallMode::kOneShot
-                        : p->kind != PathKind::kZeroCopy ? CallMode::kMessages
-                        : op.deferred                    ? CallMode::kZeroCopyDevice
-                                                         : CallMode::kZeroCopy);
+  // The path (core/route.hpp, rules 6-8).
+  C4_CHECK(choosePath(op, p));
+  const bool viaArena = p->kind == PathKind::kOneShot;
+  // One-shot calls are stamped by OneShot when they publish (see OneShot::start).
+  p->traceOneShot = viaArena && recorder.on();
+  p->traceT0 = recorder.on() && !viaArena ? trace::ticks() : 0;
   if (op.count == 0) {
     p->noop = true;
     p->path = nullptr;
@@ -869,13 +859,11 @@ Status Comm::prepareCollective(const OpDesc& op, PreparedCall* p) {
   p->bases[static_cast<int>(BufBase::kOutput)] = op.recvbuff;
   p->bases[static_cast<int>(BufBase::kScratch)] = scr;
   if (viaArena) {
-    p->path = oneShotPath_.get();
     p->traceAlgo = trace::kAlgoOneShot;
     return Status::ok();
   }
   p->spaces[static_cast<int>(BufBase::kInput)] = spaceOf(input, sched::inputBytes(args));
   p->spaces[static_cast<int>(BufBase::kOutput)] = spaceOf(op.recvbuff, sched::outputBytes(args));
-  p->path = p->kind == PathKind::kZeroCopy ? zeroCopyPath_.get() : messagePath_.get();
   p->traceAlgo = static_cast<uint8_t>(cp->algo);
   cp->plan.sig = sig;
   cp->plan.dtype = op.dtype;

@@ -1,19 +1,21 @@
 // The communicator (c4::Comm) and the operations it runs.
 //
 // Execution is layered (docs/architecture.md, "The path of one call"):
-//  - the API validates a call into an OpDesc and hands it to the communicator;
-//  - prepare*() turns it into a PreparedCall: the tuner picks the path (messages over the
-//    transports, the one-shot arena, zero-copy) and, for messages, the algorithm and chunk;
+//  - the API validates a call into an OpDesc and hands it to the communicator (submit); the router
+//    (core/route.hpp) sends calls on CUDA memory to the device path (core/device_path.hpp), which
+//    stages them in their streams' order, and queues or runs host calls;
+//  - prepare*() turns it into a PreparedCall: the router picks the path (messages over the
+//    transports, the one-shot arena, zero-copy) and the tuner, for messages, the algorithm and chunk;
 //  - the path (an ExecPath) runs it against the communicator's ExecContext (connections,
 //    progress, watchdog, tracer), polled by a driving loop: the caller's thread, or the
 //    communicator's progress thread (core/progress.hpp) when it has one;
 //  - observers (core/observer.hpp) see each call start, progress, idle and end: the watchdog
 //    (which decides when nothing moved for C4_TIMEOUT), C4D, the tracer, C4P.
 //
-// Its parts: comm.cc (init, teardown, preparing calls, probes, registrations), drive.cc (the
-// driving loop, one call's steps), paths.cc, comm_jobs.cc (the progress thread's jobs),
-// call_observers.cc. The services it owns get narrow interfaces instead of Comm: ExecContext
-// (paths), HealthHost (C4D), RmaHost (one-sided calls), ProgressHost (the progress thread).
+// Its parts: comm.cc (init, teardown, preparing calls, probes, registrations), route.cc (submit,
+// the router), device_path.cc, drive.cc (the driving loop, one call's steps), paths.cc,
+// comm_jobs.cc (the progress thread's jobs), call_observers.cc. The services it owns get narrow interfaces instead of
+// Comm: ExecContext (paths), HealthHost (C4D), RmaHost (one-sided calls), ProgressHost (the progress thread).
 #pragma once
 
 #include <poll.h>
@@ -32,6 +34,7 @@
 #include "core/bootstrap.hpp"
 #include "core/call.hpp"
 #include "core/comm_state.hpp"
+#include "core/device_path.hpp"
 #include "core/exec_context.hpp"
 #include "core/executor.hpp"
 #include "core/health.hpp"
@@ -41,6 +44,7 @@
 #include "core/opdesc.hpp"
 #include "core/progress.hpp"
 #include "core/rma.hpp"
+#include "core/route.hpp"
 #include "core/tuner.hpp"
 #include "core/watchdog.hpp"
 #include "core/zerocopy.hpp"
@@ -51,6 +55,7 @@
 namespace c4 {
 
 class ExecPath;
+struct GroupQueue;
 
 /// A PreMulSum operator created on a communicator.
 struct UserOp {
@@ -67,6 +72,16 @@ struct Comm final : public ExecContext, public ProgressHost {
 
   /// Joins the communicator (bootstrap, transports). Blocking.
   Status init(int nranks, const UniqueId& id, int rank, const Config& config);
+
+  // ---- taking calls (core/route.cc) ----
+  /// A validated collective or point-to-point call: queued in `group` (an open group; null: none),
+  /// or run (blocking) or queued (non-blocking) by its route.
+  Status submit(const OpDesc& op, GroupQueue* group);
+  /// The router's rules 1-5 for `op` (core/route.hpp); an error for buffers it refuses.
+  Status route(const OpDesc& op, bool inGroup, Routing* out) const;
+  /// Runs `job` on the progress thread: waits for it (blocking communicators, or `forceWait`) or
+  /// returns kInProgress (non-blocking: commGetAsyncError reports the outcome).
+  Status queueJob(const std::shared_ptr<Job>& job, bool forceWait = false);
 
   // ---- running operations on the driving thread (the caller's, or the progress thread's) ----
   /// Runs a collective to completion.
@@ -86,6 +101,8 @@ struct Comm final : public ExecContext, public ProgressHost {
   double estimateUs(const OpDesc& op) const;
 
   Status prepareCollective(const OpDesc& op, PreparedCall* out);
+  /// The router's rules 6-8 (core/route.hpp): the path of a collective being prepared (p->sig set).
+  Status choosePath(const OpDesc& op, PreparedCall* p);
   Status prepareP2p(const std::vector<OpDesc>& ops, PreparedCall* out);
   /// The batch's sends to this rank pair with its receives from it, in call order (same count and
   /// type). Checked before any operation of a group starts, so that a mistake fails only the call
@@ -200,9 +217,10 @@ struct Comm final : public ExecContext, public ProgressHost {
   UniqueId growId;
   Rma rma;  // windows and signals (one-sided calls)
 
-  /// Device buffers' stream gate (created at the first call on them): declared before the engine,
-  /// so that the engine's thread is gone when the gate releases the streams and frees the staging.
-  std::unique_ptr<gpu::StreamGate> gpuGate;
+  /// Calls on CUDA memory, and their StreamGate (created at the first such call): declared before
+  /// the engine, so that the engine's thread is gone when the gate releases the streams and frees
+  /// the staging.
+  DevicePath device{this};
   int cudaDevice = -1;  // the caller's current GPU at init (ncclCommCuDevice); -1 without GPUs
   /// The progress thread (C4_PROGRESS_THREAD, or a non-blocking communicator); null: the caller
   /// drives every operation on its own thread.

@@ -1,6 +1,7 @@
 // The jobs a communicator's progress thread runs (core/progress.hpp: Job, ProgressHost), and what
 // the thread does between them.
 #include <chrono>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -11,6 +12,12 @@
 #include "core/progress.hpp"
 
 namespace c4 {
+
+Status Comm::queueJob(const std::shared_ptr<Job>& job, bool forceWait) {
+  engine->submit(job);
+  if (config.blocking || forceWait) return engine->wait(*job);
+  return Status(Code::kInProgress, "operation queued on a non-blocking communicator");
+}
 
 void Comm::runJob(Job& job) {
   switch (job.kind) {
@@ -41,9 +48,8 @@ void Comm::runJob(Job& job) {
       job.result = runGroupItems(items);
       // Deferred calls that ran on their staging after all: their outputs back to the device
       // before the tickets let the streams go on.
-      for (const gpu::StreamGate::Ticket& t : job.tickets) {
-        if (!job.result.isOk()) break;
-        Status st = gpuGate->finishDeferred(t);
+      if (job.result.isOk() && !job.tickets.empty()) {
+        Status st = device.finishDeferred(job.tickets);
         if (!st.isOk()) job.result = fail(st);
       }
       break;
@@ -74,7 +80,7 @@ Status Comm::waitForStreams(const Job& job) {
   for (const gpu::StreamGate::Ticket& t : job.tickets) {
     for (;;) {
       bool ready = false;
-      C4_CHECK(gpuGate->inputsReady(t, &ready));
+      C4_CHECK(device.inputsReady(t, &ready));
       if (ready) break;
       if (state.abortPending())
         return makeError(Code::kInvalidUsage, "rank %d: aborted while waiting for a CUDA stream to reach a call", rank);
@@ -103,8 +109,6 @@ bool Comm::armIdleWait() {
   return armed;
 }
 
-void Comm::releaseStreams(const Job& job) {
-  for (const gpu::StreamGate::Ticket& t : job.tickets) gpuGate->complete(t);
-}
+void Comm::releaseStreams(const Job& job) { device.release(job.tickets); }
 
 }  // namespace c4

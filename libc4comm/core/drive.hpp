@@ -16,6 +16,31 @@ struct GroupItem {
   std::vector<OpDesc> ops;
 };
 
+/// The calls of one thread's open group (groupStart .. groupEnd), queued until groupEnd.
+struct GroupQueue {
+  std::vector<GroupItem> items;
+  /// A call of the group threw (out of memory) after it may have queued part of its work: the group
+  /// runs nothing. A flag, not a Status: making one needs memory.
+  bool threw = false;
+  /// Appends `op` to comm's calls (core/route.cc). An exception (out of memory) marks the group and
+  /// goes on to the caller.
+  void add(Comm* comm, const OpDesc& op);
+};
+
+/// Marks a thread running an operation on a communicator without a progress thread, so that
+/// requestAbort (commAbort, commRevoke from another thread) knows whether it must wait.
+class BusyScope {
+ public:
+  // One thread at a time drives a communicator: plain stores, no read-modify-write on the hot path.
+  explicit BusyScope(Comm* c) : c_(c) { c_->busy.store(true, std::memory_order_seq_cst); }
+  ~BusyScope() { c_->busy.store(false, std::memory_order_release); }
+  BusyScope(const BusyScope&) = delete;
+  BusyScope& operator=(const BusyScope&) = delete;
+
+ private:
+  Comm* c_;
+};
+
 /// Starts the prepared call `p` of `comm` and runs it to completion; on failure fails the communicator (its
 /// peers are told) and returns its error.
 Status runCall(Comm* comm, PreparedCall* p);

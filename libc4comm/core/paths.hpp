@@ -1,7 +1,7 @@
 // The three ways a prepared call runs (docs/architecture.md, "paths"), behind one interface: the
 // executor over the transports (messages), the shared arena of small calls (one-shot), and the
 // shared buffers of ncclMemAlloc (zero-copy, falling back to messages when a peer does not offer).
-// The tuner chooses (Tuner::choosePath); the driving loop only calls start/poll.
+// The router chooses (core/route.hpp, Comm::choosePath); the driving loop only calls start/poll.
 #pragma once
 
 #include <memory>

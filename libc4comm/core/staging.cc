@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "c4comm/c4comm.hpp"
+#include "sched/schedule.hpp"
 
 namespace c4 {
 
@@ -14,6 +15,19 @@ size_t aligned(size_t b) { return (b + kStagingAlign - 1) / kStagingAlign * kSta
 bool rowsIn(Coll c) { return c == Coll::kReduceScatter || c == Coll::kScatter || c == Coll::kAlltoAll; }
 bool rowsOut(Coll c) { return c == Coll::kAllGather || c == Coll::kGather || c == Coll::kAlltoAll; }
 }  // namespace
+
+void callExtents(const OpDesc& op, int rank, int nranks, StagedSide* in, StagedSide* out) {
+  sched::CollArgs a;
+  a.coll = op.coll;
+  a.rank = rank;
+  a.nranks = nranks;
+  a.count = op.count;
+  a.dtype = op.dtype;
+  a.root = op.root;
+  const size_t inBytes = sched::inputBytes(a), outBytes = sched::outputBytes(a);
+  *in = StagedSide{inBytes ? op.sendbuff : nullptr, inBytes, false};
+  *out = StagedSide{outBytes ? op.recvbuff : nullptr, outBytes, false};
+}
 
 StagingPlan planStaging(const OpDesc& op, int rank, int nranks, const StagedSide& in, const StagedSide& out) {
   StagingPlan plan;
@@ -71,6 +85,14 @@ StagingPlan planStaging(const OpDesc& op, int rank, int nranks, const StagedSide
   if (plan.inStaged) plan.in.push_back({inDev, plan.inOff, in.bytes});
   if (plan.outStaged) plan.out.push_back({outDev, plan.outOff, out.bytes});
   return plan;
+}
+
+StagingPlan stagingPlanOf(const OpDesc& op, int rank, int nranks, bool inDevice, bool outDevice) {
+  StagedSide in, out;
+  callExtents(op, rank, nranks, &in, &out);
+  in.device = inDevice;
+  out.device = outDevice;
+  return planStaging(op, rank, nranks, in, out);
 }
 
 size_t pipelinePieces(const OpDesc& op, int nranks, size_t pieceBytes, bool deferrable) {

@@ -1,4 +1,4 @@
-// How a call on device buffers is staged through pinned host memory (core/api.cc, gpu/gpu.hpp):
+// How a call on device buffers is staged through pinned host memory (core/device_path.hpp):
 // where each buffer goes in the call's staging slot and which copies the stream makes, and how a
 // large call is cut into pipelined pieces (docs/cuda.md, "Pipelined staging"). Pure functions of
 // the call, so that every rank computes the same cut, and so that the layout is tested on a host
@@ -24,6 +24,10 @@ struct StagedSide {
   bool device = false;
 };
 
+/// What rank `rank` of `nranks` reads from sendbuff (*in) and writes to recvbuff (*out) in `op`
+/// (bytes 0, pointer null: that buffer is not used at this rank, a non-root's).
+void callExtents(const OpDesc& op, int rank, int nranks, StagedSide* in, StagedSide* out);
+
 /// Where a staged call's buffers lie in its slot, and the stream's copies.
 struct StagingPlan {
   size_t bytes = 0;        ///< the slot's size
@@ -40,6 +44,10 @@ struct StagingPlan {
 /// rank's block of its output (input): that side is staged as rows, even from pinned memory, which
 /// the host path would take as contiguous.
 StagingPlan planStaging(const OpDesc& op, int rank, int nranks, const StagedSide& in, const StagedSide& out);
+
+/// planStaging of `op` for the buffers this rank uses in it (callExtents), whose input / output is
+/// device memory (`inDevice`, `outDevice`; else pinned host memory).
+StagingPlan stagingPlanOf(const OpDesc& op, int rank, int nranks, bool inDevice, bool outDevice);
 
 /// How many pieces a collective on device buffers is staged in: 1 unless it moves at least twice
 /// `pieceBytes` (0: never cut; counting every rank's block of an AllGather, ReduceScatter, AlltoAll,

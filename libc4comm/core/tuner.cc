@@ -316,12 +316,6 @@ const char* pathName(PathKind k) {
   return "?";
 }
 
-PathKind Tuner::choosePath(const PathOptions& o) const {
-  if (o.oneShotEligible) return PathKind::kOneShot;
-  if (o.zeroCopyOffered) return PathKind::kZeroCopy;
-  return PathKind::kMessages;
-}
-
 TuneResult Tuner::choose(Coll coll, size_t bytes) const {
   TuneResult r;
   int forced = forced_[static_cast<int>(coll)];

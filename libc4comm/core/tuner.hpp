@@ -23,12 +23,6 @@ enum class PathKind : uint8_t {
 };
 const char* pathName(PathKind k);
 
-/// What the tuner needs to know to choose a path for one call.
-struct PathOptions {
-  bool oneShotEligible = false;  // small enough for the arena, every rank on this host
-  bool zeroCopyOffered = false;  // every buffer of this rank is shareable and the path is on
-};
-
 /// A schedule file kept for one collective.
 struct ScheduleChoice {
   sched::Algo algo = sched::Algo::kRing;
@@ -56,10 +50,6 @@ class Tuner {
   const std::vector<int32_t>& hostOf() const { return hostOf_; }
   /// `bytes` is the collective's size as nccl-tests counts it (the larger of input and output).
   TuneResult choose(Coll coll, size_t bytes) const;
-  /// The path of a call: one-shot for small calls where the arena serves them (one cache-line
-  /// hand-off instead of a schedule), zero-copy where this rank's buffers are shareable (the
-  /// message path stays the fallback if a peer's are not), else messages.
-  PathKind choosePath(const PathOptions& o) const;
   /// Estimated time in microseconds of `algo` for this size (the cost model the choice uses).
   double estimateUs(sched::Algo algo, Coll coll, size_t bytes) const;
   /// Loads and registers the schedule files of C4_SCHEDULE_FILE (docs/schedules.md) and keeps those
