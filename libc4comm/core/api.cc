@@ -1,15 +1,12 @@
-// The public C++ API (include/c4comm/c4comm.hpp): argument validation, group state, and the
-// communicator life cycle. Every failure is recorded as this thread's last error.
-#include <sched.h>
+// The public C++ API (include/c4comm/c4comm.hpp): argument validation, the thread's group, the
+// creation of communicators, and the calls handed to them (Comm::submit; the rest of a
+// communicator's side is core/comm_api.cc). Every failure is recorded as this thread's last error.
 
 #include <algorithm>
-#include <climits>
 #include <condition_variable>
-#include <cstring>
 #include <functional>
 #include <mutex>
 #include <new>
-#include <optional>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -18,7 +15,6 @@
 
 #include "c4comm/c4comm.hpp"
 #include "c4comm/trace.hpp"
-#include "common/hash.hpp"
 #include "common/logging.hpp"
 #include "common/params.hpp"
 #include "common/status.hpp"
@@ -27,15 +23,9 @@
 #include "core/drive.hpp"
 #include "core/memory.hpp"
 #include "core/progress.hpp"
-#include "core/staging.hpp"
 #include "gpu/gpu.hpp"
 
 namespace c4 {
-
-C4_PARAM_INT(ProgressThread, "C4_PROGRESS_THREAD", nullptr, 0, 0, 1, kParamNone,
-             "1: every communicator gets a progress thread that runs its operations in call order (blocking calls "
-             "wait for it; between calls it keeps the network transports progressing); 0: the calling thread drives "
-             "each operation. Communicators created with Config::blocking = 0 always have one")
 
 namespace {
 
@@ -85,30 +75,8 @@ Status checkComm(const Comm* c) {
 
 Status checkUsable(Comm* c) {
   C4_CHECK(checkComm(c));
-  if (c->finalized) return makeError(Code::kInvalidUsage, "rank %d: communicator was finalized", c->rank);
-  if (c->state.revoked())
-    return makeError(Code::kInvalidUsage,
-                     "rank %d: communicator was revoked (commRevoke); only commShrink, commFinalize, commDestroy and "
-                     "commAbort are allowed on it",
-                     c->rank);
-  if (c->suspended.load(std::memory_order_acquire))
-    return makeError(Code::kInvalidUsage, "rank %d: communicator is suspended (commSuspend); commResume first",
-                     c->rank);
-  return c->failure();
+  return c->usable();
 }
-
-/// While it lives, C4D's heartbeats say this rank waits inside c4comm in `what`, a blocking call
-/// that is no collective (so a peer's hang diagnosis does not call it busy outside c4comm).
-class InsideCall {
- public:
-  InsideCall(Comm* c, const char* what) : c_(c) { c_->health->telemetry().setInside(what); }
-  ~InsideCall() { c_->health->telemetry().setInside(nullptr); }
-  InsideCall(const InsideCall&) = delete;
-  InsideCall& operator=(const InsideCall&) = delete;
-
- private:
-  Comm* c_;
-};
 
 Status checkType(DataType dt) {
   if (!isValidDataType(static_cast<int>(dt)))
@@ -117,21 +85,9 @@ Status checkType(DataType dt) {
   return Status::ok();
 }
 
-Status checkOp(const Comm* c, RedOp op, DataType dt) {
-  int v = static_cast<int>(op);
-  if (v >= 0 && v < kNumBuiltinOps) return Status::ok();
-  size_t idx = static_cast<size_t>(v - kNumBuiltinOps);
-  if (v < 0 || idx >= c->userOps.size() || !c->userOps[idx].live)
-    return makeError(Code::kInvalidArgument, "invalid reduction operator %d on this communicator", v);
-  if (c->userOps[idx].dtype != dt)
-    return makeError(Code::kInvalidArgument, "reduction operator %d was created for %s but the call uses %s", v,
-                     dataTypeName(c->userOps[idx].dtype), dataTypeName(dt));
-  return Status::ok();
-}
-
 Status checkRoot(const Comm* c, int root, const char* what) {
-  if (root < 0 || root >= c->nranks)
-    return makeError(Code::kInvalidArgument, "%s %d out of range [0, %d)", what, root, c->nranks);
+  if (root < 0 || root >= c->numRanks())
+    return makeError(Code::kInvalidArgument, "%s %d out of range [0, %d)", what, root, c->numRanks());
   return Status::ok();
 }
 
@@ -173,47 +129,6 @@ Status checkOverlap(const char* fn, const void* send, size_t sendBytes, const vo
                    fn, send, sendBytes, recv, recvBytes, inPlaceSend);
 }
 
-/// Whether a communicator with `config` gets a progress thread.
-/// Where GPUs are, every communicator gets one too: calls on device buffers run there, and creating it
-/// at the first such call would race with threads that query the communicator (PyTorch's watchdog
-/// calls ncclCommGetAsyncError all along). Blocking host calls still run inline on the caller's thread.
-bool wantsEngine(const Config& config) {
-  return config.blocking == 0 || paramProgressThread() != 0 || gpu::deviceCount() > 0;
-}
-
-Status initComm(Comm* c, int nranks, const UniqueId& id, int rank, const Config& config) {
-  c->cudaDevice = gpu::currentDevice();
-  c->rank = rank;
-  c->nranks = nranks;
-  c->config = config;
-  if (wantsEngine(config)) {
-    c->engine = std::make_unique<ProgressEngine>(c);
-    c->recorder.setShared(true);  // the progress thread and the caller record
-    C4_CHECK(c->engine->start());
-    auto job = std::make_shared<Job>();
-    job->kind = Job::Kind::kInit;
-    job->nranks = nranks;
-    job->rank = rank;
-    job->id = id;
-    job->config = config;
-    // Non-blocking: the communicator is handed out now and commGetAsyncError says when it is ready.
-    return c->queueJob(job);
-  }
-  Status st;
-  try {  // no exception crosses the API: memory exhaustion during init is an error
-    st = c->init(nranks, id, rank, config);
-  } catch (const std::bad_alloc&) {
-    st = makeError(Code::kSystemError, "rank %d/%d: out of memory during communicator init", rank, nranks);
-  } catch (const std::exception& e) {
-    st = makeError(Code::kInternalError, "rank %d/%d: communicator init failed: %s", rank, nranks, e.what());
-  }
-  if (!st.isOk()) {
-    C4_WARN(kLogInit, "rank %d/%d: init failed: %s", rank, nranks, st.toString().c_str());
-    (void)c->fail(st);
-  }
-  return st;
-}
-
 /// `c` is being destroyed or aborted: this thread's open group must not run anything on it later.
 /// Its queued operations and deferred init are dropped, and the group fails at groupEnd naming why.
 void dropGroupWork(Comm* c, const char* what) {
@@ -236,15 +151,7 @@ void dropGroupWork(Comm* c, const char* what) {
     tGroup.error = makeError(Code::kInvalidUsage,
                              "rank %d: communicator %s inside an open group with %zu queued operation(s)%s; "
                              "the group runs nothing",
-                             c->rank, what, ops, init ? " and its deferred init" : "");
-}
-
-/// Writes the communicator's trace file (if it ever traced); a failure is logged, never returned.
-void dumpTrace(Comm* c, trace::DumpReason why) {
-  if (!c->recorder.allocated()) return;
-  if (c->health && c->health->traceDue()) c->health->drainTrace();  // C4D's records go in too
-  Status st = c->recorder.dump(why);
-  if (!st.isOk()) C4_WARN(kLogInit, "%s", st.message().c_str());
+                             c->thisRank(), what, ops, init ? " and its deferred init" : "");
 }
 
 /// The most ranks a communicator may have: per-rank tables of every rank are kept in each process.
@@ -309,14 +216,14 @@ const char* lastError(const Comm*) { return tLastError.c_str(); }
 
 Status setDiagnosisCallback(Comm* comm, DiagnosisCallback cb) {
   C4_CHECK_RECORD(checkComm(comm));
-  comm->health->setCallback(std::move(cb));
+  comm->setDiagnosisCallback(std::move(cb));
   return Status::ok();
 }
 
 Status getDiagnoses(const Comm* comm, std::vector<Diagnosis>* out) {
   C4_CHECK_RECORD(checkComm(comm));
   if (!out) return record(makeError(Code::kInvalidArgument, "getDiagnoses: out is NULL"));
-  *out = comm->health->diagnoses();
+  *out = comm->diagnoses();
   return Status::ok();
 }
 
@@ -356,28 +263,13 @@ bool memShareable(const void* ptr, size_t size) {
   return memLookup(ptr, size, &ref);
 }
 
-/// Runs `fn` on the communicator's data path from the caller's thread: directly, or with the
-/// progress thread's drive lock once its queue is empty.
-static Status onDataPath(Comm* comm, const std::function<Status()>& fn) {
-  if (!comm->engine) {
-    BusyScope busy(comm);
-    return fn();
-  }
-  for (;;) {
-    comm->engine->drain();
-    Status st;
-    if (comm->engine->runInline(fn, &st)) return st;
-    sched_yield();
-  }
-}
-
 Status commRegister(Comm* comm, void* buff, size_t size, void** handle) {
   C4_CHECK_RECORD(checkUsable(comm));
   if (!buff) return record(makeError(Code::kInvalidArgument, "commRegister: buff is NULL"));
   if (!handle) return record(makeError(Code::kInvalidArgument, "commRegister: handle is NULL"));
   if (size == 0) return record(makeError(Code::kInvalidArgument, "commRegister: size is 0"));
   Comm::Registration* reg = nullptr;
-  C4_CHECK_RECORD(onDataPath(comm, [&] { return comm->registerMemory(buff, size, &reg); }));
+  C4_CHECK_RECORD(comm->onDataPath([&] { return comm->registerMemory(buff, size, &reg); }));
   *handle = reg;
   return Status::ok();
 }
@@ -386,7 +278,7 @@ Status commDeregister(Comm* comm, void* handle) {
   C4_CHECK_RECORD(checkComm(comm));
   if (!handle) return record(makeError(Code::kInvalidArgument, "commDeregister: handle is NULL"));
   auto* reg = static_cast<Comm::Registration*>(handle);
-  return record(onDataPath(comm, [&] { return comm->deregisterMemory(reg); }));
+  return record(comm->onDataPath([&] { return comm->deregisterMemory(reg); }));
 }
 
 Status getUniqueId(UniqueId* id) {
@@ -407,7 +299,7 @@ Status commInitRank(Comm** comm, int nranks, const UniqueId& id, int rank, const
       *comm = c;
       return Status::ok();
     }
-    st = initComm(c, nranks, id, rank, config);
+    st = c->start(nranks, id, rank, config);
   } catch (...) {  // out of memory: nothing of the communicator stays behind
     if (tGroup.depth > 0) tGroup.queue.threw = true;
     unregisterComm(c);
@@ -485,7 +377,7 @@ Status commInitAll(Comm** comms, int n, const Config& config) {
   Status first = initRanksInThreads(static_cast<size_t>(n), [&](size_t r) {
     auto* c = new Comm();
     out[r] = c;
-    return initComm(c, n, id, static_cast<int>(r), config);
+    return c->start(n, id, static_cast<int>(r), config);
   });
   if (!first.isOk()) {
     for (Comm* c : out) delete c;
@@ -516,34 +408,15 @@ Status commInitFromEnv(Comm** comm, const Config& config) {
 
 Status commSplit(Comm* comm, int color, int key, Comm** newcomm, const Config* config) {
   C4_CHECK_RECORD(checkUsable(comm));
-  if (comm->engine) comm->engine->drain();
   if (!newcomm) return record(makeError(Code::kInvalidArgument, "newcomm is NULL"));
   if (color < -1) return record(makeError(Code::kInvalidArgument, "color %d is negative (use -1 for no color)", color));
-  InsideCall inside(comm, "ncclCommSplit");
-  struct Entry {
-    int32_t color, key;
-  };
-  std::vector<Entry> all(static_cast<size_t>(comm->nranks));
-  all[static_cast<size_t>(comm->rank)] = Entry{color, key};
-  C4_CHECK_RECORD(comm->bootstrap->allGather(all.data(), sizeof(Entry)));
-  std::vector<int> members;
-  for (int r = 0; r < comm->nranks; ++r)
-    if (color >= 0 && all[static_cast<size_t>(r)].color == color) members.push_back(r);
-  std::stable_sort(members.begin(), members.end(),
-                   [&all](int a, int b) { return all[static_cast<size_t>(a)].key < all[static_cast<size_t>(b)].key; });
-  // The first member of each color creates the id; everyone learns it through the parent.
-  std::vector<UniqueId> ids(static_cast<size_t>(comm->nranks));
-  memset(ids.data(), 0, ids.size() * sizeof(UniqueId));
-  bool leader = !members.empty() && members[0] == comm->rank;
-  if (leader) C4_CHECK_RECORD(detail::bootstrapEphemeralUniqueId("", &ids[static_cast<size_t>(comm->rank)]));
-  C4_CHECK_RECORD(comm->bootstrap->allGather(ids.data(), sizeof(UniqueId)));
-  if (color == -1) {
+  Comm::Offspring o;
+  C4_CHECK_RECORD(comm->split(color, key, config, &o));
+  if (o.none) {
     *newcomm = nullptr;
     return Status::ok();
   }
-  int newRank = static_cast<int>(std::find(members.begin(), members.end(), comm->rank) - members.begin());
-  Config cfg = config ? *config : comm->config;
-  return commInitRank(newcomm, static_cast<int>(members.size()), ids[static_cast<size_t>(members[0])], newRank, cfg);
+  return commInitRank(newcomm, o.nranks, o.id, o.rank, o.config);
 }
 
 Status commShrink(Comm* comm, const int* exclude, int nexclude, Comm** newcomm, const Config* config,
@@ -552,82 +425,15 @@ Status commShrink(Comm* comm, const int* exclude, int nexclude, Comm** newcomm, 
   if (!newcomm) return record(makeError(Code::kInvalidArgument, "newcomm is NULL"));
   if (nexclude < 0) return record(makeError(Code::kInvalidArgument, "exclude count %d is negative", nexclude));
   if (nexclude > 0 && !exclude) return record(makeError(Code::kInvalidArgument, "exclude list is NULL"));
-  if (comm->finalized) return record(makeError(Code::kInvalidUsage, "rank %d: communicator was finalized", comm->rank));
-  if (comm->engine && !abortParent) comm->engine->drain();
-  std::vector<char> excluded(static_cast<size_t>(comm->nranks), 0);
-  for (int i = 0; i < nexclude; ++i) {
-    const int r = exclude[i];
-    if (r < 0 || r >= comm->nranks)
-      return record(
-          makeError(Code::kInvalidArgument, "exclude list entry %d: rank %d is not in 0..%d", i, r, comm->nranks - 1));
-    if (excluded[static_cast<size_t>(r)])
-      return record(makeError(Code::kInvalidArgument, "exclude list names rank %d twice", r));
-    excluded[static_cast<size_t>(r)] = 1;
-  }
-  if (excluded[static_cast<size_t>(comm->rank)])
-    return record(makeError(Code::kInvalidUsage,
-                            "rank %d is in its own exclude list: excluded ranks must not call commShrink", comm->rank));
-  if (abortParent) {
-    const Status why = makeError(Code::kRemoteError, "rank %d aborted the communicator to shrink it", comm->rank);
-    if (comm->engine) comm->engine->failQueued(why);
-    comm->requestAbort(why);
-  }
-  std::vector<int> members;
-  for (int r = 0; r < comm->nranks; ++r)
-    if (!excluded[static_cast<size_t>(r)]) members.push_back(r);
-  // The first member creates the new id and sends it, with the exclude set it was given, to
-  // every other member over the parent's bootstrap links (point to point: no dead rank in the way).
-  struct Offer {
-    UniqueId id;
-    uint64_t excludeHash;
-    int32_t members;
-  };
-  const uint64_t hash = fnv1a(excluded.data(), excluded.size());  // over the exclude bitmap
-  const uint32_t tag = 0x5348524Bu + comm->shrinks++;             // "SHRK" + the n-th shrink of this communicator
-  const int leader = members[0];
-  Offer offer;
-  memset(&offer, 0, sizeof(offer));  // padding included: it goes on the wire
-  if (comm->rank == leader) {
-    C4_CHECK_RECORD(detail::bootstrapEphemeralUniqueId("", &offer.id));
-    offer.excludeHash = hash;
-    offer.members = static_cast<int32_t>(members.size());
-    for (size_t i = 1; i < members.size(); ++i) {
-      Status st = comm->bootstrap->send(members[i], tag, &offer, sizeof(offer));
-      if (!st.isOk())
-        return record(makeError(st.code(), "rank %d: commShrink: sending the new communicator's id to rank %d: %s",
-                                comm->rank, members[i], st.message().c_str()));
-    }
-  } else {
-    Status st = comm->bootstrap->recv(leader, tag, &offer, sizeof(offer));
-    if (!st.isOk())
-      return record(makeError(st.code(),
-                              "rank %d: commShrink: waiting for the new communicator's id from rank %d "
-                              "(the lowest rank not excluded): %s",
-                              comm->rank, leader, st.message().c_str()));
-    if (offer.excludeHash != hash || offer.members != static_cast<int32_t>(members.size()))
-      return record(makeError(Code::kInvalidUsage,
-                              "rank %d: commShrink: ranks disagree on the exclude list: rank %d keeps %d ranks, this "
-                              "rank %zu (or another set)",
-                              comm->rank, leader, offer.members, members.size()));
-  }
-  const int newRank = static_cast<int>(std::find(members.begin(), members.end(), comm->rank) - members.begin());
-  Config cfg = config ? *config : comm->config;
-  C4_INFO(kLogInit, "rank %d: commShrink to %zu of %d ranks (new rank %d)", comm->rank, members.size(), comm->nranks,
-          newRank);
-  return commInitRank(newcomm, static_cast<int>(members.size()), offer.id, newRank, cfg);
+  Comm::Offspring o;
+  C4_CHECK_RECORD(comm->shrink(exclude, nexclude, config, abortParent, &o));
+  return commInitRank(newcomm, o.nranks, o.id, o.rank, o.config);
 }
 
 Status commGrowId(Comm* comm, UniqueId* id) {
   C4_CHECK_RECORD(checkUsable(comm));
   if (!id) return record(makeError(Code::kInvalidArgument, "commGrowId: id is NULL"));
-  if (comm->growIdPending)
-    return record(makeError(Code::kInvalidUsage,
-                            "rank %d: commGrowId: the id made earlier was not used by a commGrow yet (one at a time)",
-                            comm->rank));
-  C4_CHECK_RECORD(detail::bootstrapEphemeralUniqueId("", &comm->growId));
-  comm->growIdPending = true;
-  *id = comm->growId;
-  return Status::ok();
+  return record(comm->makeGrowId(id));
 }
 
 Status commGrow(Comm* comm, int nranks, const UniqueId* id, int rank, Comm** newcomm, const Config* config) {
@@ -640,89 +446,27 @@ Status commGrow(Comm* comm, int nranks, const UniqueId* id, int rank, Comm** new
     return commInitRank(newcomm, nranks, *id, rank, config ? *config : Config{});
   }
   C4_CHECK_RECORD(checkUsable(comm));
-  if (rank != -1)
-    return record(makeError(Code::kInvalidArgument,
-                            "rank %d: commGrow: a rank of the communicator passes rank -1 (it keeps its rank), not %d",
-                            comm->rank, rank));
-  if (nranks <= comm->nranks)
-    return record(makeError(Code::kInvalidArgument, "rank %d: commGrow: %d ranks do not grow a communicator of %d",
-                            comm->rank, nranks, comm->nranks));
-  if (comm->engine) comm->engine->drain();
-  // The rank that made the id hands it to the others; every rank learns who offers what, so a
-  // mistake (no id, two ids, an id not made here) fails every rank alike instead of hanging one.
-  struct Offer {
-    UniqueId id;
-    int32_t state;  // 0: no id, 1: an id from commGrowId, 2: an id that commGrowId did not make
-    int32_t nranks;
-  };
-  std::vector<Offer> all(static_cast<size_t>(comm->nranks));
-  Offer& mine = all[static_cast<size_t>(comm->rank)];
-  memset(&mine, 0, sizeof(mine));
-  mine.nranks = nranks;
-  if (id) {
-    mine.id = *id;
-    mine.state = comm->growIdPending && memcmp(id->bytes, comm->growId.bytes, sizeof(id->bytes)) == 0 ? 1 : 2;
-  }
-  C4_CHECK_RECORD(comm->bootstrap->allGather(all.data(), sizeof(Offer)));
-  int offerer = -1, offers = 0;
-  for (int r = 0; r < comm->nranks; ++r) {
-    const Offer& o = all[static_cast<size_t>(r)];
-    if (o.nranks != nranks)
-      return record(makeError(Code::kInvalidUsage, "rank %d: commGrow: rank %d grows to %d ranks, this rank to %d",
-                              comm->rank, r, o.nranks, nranks));
-    if (o.state == 2)
-      return record(makeError(Code::kInvalidUsage,
-                              "rank %d: commGrow: rank %d passed an id that its commGrowId on this communicator did "
-                              "not make (or one used already)",
-                              comm->rank, r));
-    if (o.state == 1) {
-      ++offers;
-      offerer = r;
-    }
-  }
-  if (offers != 1)
-    return record(makeError(Code::kInvalidUsage,
-                            "rank %d: commGrow: exactly one rank of the communicator passes the id from commGrowId; "
-                            "%d did",
-                            comm->rank, offers));
-  if (comm->rank == offerer) comm->growIdPending = false;  // consumed
-  C4_INFO(kLogInit, "rank %d: commGrow from %d to %d ranks (id from rank %d)", comm->rank, comm->nranks, nranks,
-          offerer);
-  return commInitRank(newcomm, nranks, all[static_cast<size_t>(offerer)].id, comm->rank,
-                      config ? *config : comm->config);
+  Comm::Offspring o;
+  C4_CHECK_RECORD(comm->grow(nranks, id, rank, config, &o));
+  return commInitRank(newcomm, o.nranks, o.id, o.rank, o.config);
 }
 
 Status commSuspend(Comm* comm, bool releaseMemory) {
   C4_CHECK_RECORD(checkUsable(comm));
-  if (comm->engine) comm->engine->drain();
-  C4_CHECK_RECORD(onDataPath(comm, [&] {
-    if (releaseMemory) comm->releaseCaches();
-    return Status::ok();
-  }));
-  comm->suspended.store(true, std::memory_order_release);
-  C4_INFO(kLogInit, "rank %d: communicator suspended%s", comm->rank, releaseMemory ? " (caches released)" : "");
-  return Status::ok();
+  return record(comm->suspend(releaseMemory));
 }
 
 Status commResume(Comm* comm) {
   C4_CHECK_RECORD(checkComm(comm));
-  if (!comm->suspended.exchange(false, std::memory_order_acq_rel))
-    return record(makeError(Code::kInvalidUsage, "rank %d: commResume: the communicator is not suspended", comm->rank));
-  return Status::ok();
+  return record(comm->resume());
 }
 
 Status commMemStats(const Comm* comm, MemStats* out) {
   C4_CHECK_RECORD(checkComm(comm));
   if (!out) return record(makeError(Code::kInvalidArgument, "commMemStats: out is NULL"));
   *out = MemStats{};
-  out->suspended = comm->suspended.load(std::memory_order_acquire);
+  out->suspended = comm->isSuspended();
   return Status::ok();
-}
-
-/// How window (de)registration runs its local changes: on the data path (core/rma.hpp, OnPath);
-/// without a progress thread the caller's thread drives the communicator already (a BusyScope).
-static Rma::OnPath windowPath(Comm* comm) {
-  return [comm](const std::function<Status()>& fn) { return comm->engine ? onDataPath(comm, fn) : fn(); };
 }
 
 Status windowRegister(Comm* comm, void* buff, size_t size, int flags, Window** win) {
@@ -730,152 +474,52 @@ Status windowRegister(Comm* comm, void* buff, size_t size, int flags, Window** w
   if (!buff || !win) return record(makeError(Code::kInvalidArgument, "windowRegister: a NULL argument"));
   if (size == 0) return record(makeError(Code::kInvalidArgument, "windowRegister: size is 0"));
   (void)flags;  // NCCL's window flags change nothing here: puts are always ordered (docs/api-coverage.md)
-  // A window on device memory needs the communicator's StreamGate (its one-sided calls run in
-  // stream order) and is registered for collectives; a failure there fails the registration on
-  // every rank (registerWindow). The exchange itself runs without the drive, so that this rank's
-  // progress thread answers the peers meanwhile.
-  Status prep;
-  Comm::Registration* reg = nullptr;
-  const gpu::PtrInfo where = gpu::pointerInfo(buff);
-  if (where.mem == gpu::Mem::kDevice)
-    prep = onDataPath(comm, [&] {
-      C4_CHECK(comm->device.ensureGate(where.device, where.device, "windowRegister"));
-      return comm->registerMemory(buff, size, &reg);
-    });
-  if (comm->engine) comm->engine->drain();
-  // Without a progress thread this thread drives the communicator throughout (commAbort from
-  // another thread waits for it); with one, it takes the drive only for the window's local changes.
-  std::optional<BusyScope> busy;
-  if (!comm->engine) busy.emplace(comm);
-  InsideCall inside(comm, "ncclCommWindowRegister");
-  return record(comm->rma.registerWindow(buff, size, prep, reg, windowPath(comm), win));
+  return record(comm->registerWindow(buff, size, win));
 }
 
 Status windowDeregister(Comm* comm, Window* win) {
   C4_CHECK_RECORD(checkComm(comm));
-  if (comm->engine) comm->engine->drain();
-  std::optional<BusyScope> busy;
-  if (!comm->engine) busy.emplace(comm);
-  InsideCall inside(comm, "ncclCommWindowDeregister");
-  return record(comm->rma.deregisterWindow(win, windowPath(comm)));
+  return record(comm->deregisterWindow(win));
 }
 
 Status windowUserPtr(const Comm* comm, const Window* win, void** ptr) {
   C4_CHECK_RECORD(checkComm(comm));
   if (!ptr) return record(makeError(Code::kInvalidArgument, "windowUserPtr: ptr is NULL"));
-  C4_CHECK_RECORD(comm->rma.checkWindow("windowUserPtr", win));
-  *ptr = win->base;
-  return Status::ok();
+  return record(comm->windowBase(win, ptr));
 }
 
 namespace {
-/// The checks and ordering of a one-sided call on host-memory windows: a usable communicator, and
-/// (with a progress thread) the operations queued before it done, so it follows them as calls do.
-Status beforeOneSided(Comm* comm) {
-  C4_CHECK(checkUsable(comm));
-  if (comm->engine) comm->engine->drain();
-  return Status::ok();
-}
-
-/// The checks of a one-sided call on device windows: not in a CUDA graph capture, and not behind
-/// calls of this communicator in the same open group (the group's calls run at groupEnd, after it).
-Status checkStreamOneSided(Comm* comm, const char* fn, void* stream) {
-  C4_CHECK(DevicePath::refuseCapture(stream, fn));
-  if (tGroup.depth > 0)
-    for (const GroupItem& item : tGroup.queue.items)
-      if (item.comm == comm && !item.ops.empty())
-        return makeError(Code::kInvalidUsage,
-                         "%s: a one-sided call on device windows after a collective or send/recv of the same "
-                         "communicator in one group is not supported (it would run before them); end the group first, "
-                         "or put the one-sided calls first (docs/cuda.md)",
-                         fn);
-  return Status::ok();
-}
-
-/// A one-sided call on a communicator whose windows are device memory (core/rma.hpp), in `stream`'s
-/// order as NCCL runs them: the stream reaches the call (and copies `stageBytes` of `src`, device
-/// memory, into a staging slot: a put to a peer of another host), then waits while the progress
-/// thread runs `run` (given the staged copy, or null); the caller returns at once. A failure there
-/// fails the communicator (commGetAsyncError), and the stream goes on.
-Status enqueueOneSided(Comm* comm, const char* fn, void* stream, const void* src, size_t stageBytes,
-                       std::function<Status(const void* staged)> run) {
-  C4_CHECK(checkStreamOneSided(comm, fn, stream));
-  return comm->device.submitOneSided(stream, src, stageBytes, std::move(run));
+/// Whether `comm` has calls queued in this thread's open group: a one-sided call on device windows
+/// would run before them (refused).
+bool behindGroupCalls(const Comm* comm) {
+  if (tGroup.depth == 0) return false;
+  for (const GroupItem& item : tGroup.queue.items)
+    if (item.comm == comm && !item.ops.empty()) return true;
+  return false;
 }
 }  // namespace
 
 Status putSignal(const void* src, size_t bytes, int peer, Window* win, size_t offset, Comm* comm, void* stream) {
   C4_CHECK_RECORD(checkUsable(comm));
   if (bytes > 0 && !src) return record(makeError(Code::kInvalidArgument, "putSignal: the source buffer is NULL"));
-  C4_CHECK_RECORD(comm->rma.checkPut(bytes, peer, win, offset));
-  const gpu::Mem srcMem = bytes > 0 ? gpu::pointerInfo(src).mem : gpu::Mem::kHost;
-  if (!win->device) {
-    if (srcMem == gpu::Mem::kDevice)
-      return record(makeError(Code::kInvalidUsage,
-                              "putSignal: the source buffer is device memory and the window host memory; a put into "
-                              "a host-memory window takes host memory (windows on device memory take device "
-                              "memory; docs/cuda.md)"));
-    C4_CHECK_RECORD(beforeOneSided(comm));
-    return record(comm->rma.put(src, bytes, peer, win, offset));
-  }
-  if (bytes > 0 && srcMem == gpu::Mem::kHost)
-    return record(makeError(Code::kInvalidArgument,
-                            "putSignal: the window is device memory and the source buffer pageable host memory; a "
-                            "put into a device window reads device (or pinned host) memory in the stream's order"));
-  // To a peer of another host the data goes through host memory: the stream copies device memory there.
-  const bool stage = srcMem == gpu::Mem::kDevice && comm->rma.viaNetwork(peer);
-  return record(enqueueOneSided(comm, "putSignal", stream, src, stage ? bytes : 0,
-                                [comm, src, bytes, peer, win, offset](const void* staged) {
-                                  return comm->rma.putDevice(staged ? staged : src, bytes, peer, win, offset);
-                                }));
+  return record(comm->putSignal(src, bytes, peer, win, offset, stream, behindGroupCalls(comm)));
 }
 
 Status signalPeer(int peer, Comm* comm, void* stream) {
   C4_CHECK_RECORD(checkUsable(comm));
-  C4_CHECK_RECORD(comm->rma.checkPeer("signal", peer));
-  if (!comm->rma.deviceMode()) {
-    C4_CHECK_RECORD(beforeOneSided(comm));
-    return record(comm->rma.signal(peer));
-  }
-  return record(enqueueOneSided(comm, "signal", stream, nullptr, 0,
-                                [comm, peer](const void*) { return comm->rma.signal(peer); }));
+  return record(comm->signalPeer(peer, stream, behindGroupCalls(comm)));
 }
 
 Status waitSignal(int n, const int* peers, const int* counts, Comm* comm, void* stream) {
   C4_CHECK_RECORD(checkUsable(comm));
   if (n < 0) return record(makeError(Code::kInvalidArgument, "waitSignal: %d descriptors", n));
   if (n > 0 && (!peers || !counts)) return record(makeError(Code::kInvalidArgument, "waitSignal: a NULL array"));
-  C4_CHECK_RECORD(comm->rma.checkWait(n, peers, counts));
-  if (!comm->rma.deviceMode()) {
-    C4_CHECK_RECORD(beforeOneSided(comm));
-    return record(comm->rma.wait(n, peers, counts));
-  }
-  // No job: the stream waits for a flag the driving thread sets once the signals arrived (rma.hpp).
-  C4_CHECK_RECORD(checkStreamOneSided(comm, "waitSignal", stream));
-  return record(comm->rma.waitDevice(n, peers, counts, stream));
+  return record(comm->waitSignal(n, peers, counts, stream, behindGroupCalls(comm)));
 }
 
 Status commFinalize(Comm* comm) {
   C4_CHECK_RECORD(checkComm(comm));
-  if (comm->finalized) return Status::ok();
-  comm->finalized = true;
-  auto finish = [comm] {
-    // A second clock sample (so c4-trace can correct drift); bounded, as a rank may not finalize.
-    if (comm->recorder.allocated() && !comm->state.failed()) comm->traceClockSync(1, 2000);
-    dumpTrace(comm, trace::DumpReason::kFinalize);
-    return Status::ok();
-  };
-  if (comm->engine && !comm->config.blocking && !comm->state.failed()) {
-    // Non-blocking (NCCL): queued behind the calls before it; kInProgress until commGetAsyncError
-    // says it is done, so a late peer holds up nothing but the queue.
-    auto job = std::make_shared<Job>();
-    job->kind = Job::Kind::kCall;
-    job->call = finish;
-    return comm->queueJob(job);
-  }
-  // Host collectives complete before they return; a progress thread's queue runs to its end first.
-  if (comm->engine) comm->engine->drain();
-  return finish();
+  return comm->finalize();
 }
 
 Status commDestroy(Comm* comm) {
@@ -883,14 +527,7 @@ Status commDestroy(Comm* comm) {
   C4_CHECK_RECORD(checkComm(comm));
   unregisterComm(comm);
   dropGroupWork(comm, "destroyed");
-  // A nonblocking init still waiting for its peers ends now rather than at C4_TIMEOUT.
-  comm->cancelInit();
-  // C4D's goodbye first: from now on the health thread asks this communicator for nothing.
-  comm->health->stop(comm->state.failed() ? "failed" : "left");
-  // What is queued on a progress thread runs first (NCCL's destroy also completes pending work).
-  if (comm->engine) comm->engine->stop();
-  comm->flushSends();
-  if (!comm->finalized) dumpTrace(comm, trace::DumpReason::kDestroy);
+  comm->destroy();
   delete comm;
   return Status::ok();
 }
@@ -900,117 +537,56 @@ Status commAbort(Comm* comm) {
   C4_CHECK_RECORD(checkComm(comm));
   unregisterComm(comm);
   dropGroupWork(comm, "aborted");
-  comm->cancelInit();  // a nonblocking init still waiting for its peers ends now
-  comm->health->stop("aborted");
-  const Status why = makeError(Code::kRemoteError, "rank %d aborted the communicator", comm->rank);
-  if (comm->engine) {
-    // The progress thread carries the abort out (in-flight work fails), then stops.
-    comm->engine->failQueued(why);
-    comm->requestAbort(why);
-    comm->engine->stop();
-  } else {
-    comm->requestAbort(why);
-    // Another thread may be inside an operation on it: it fails at its next poll; wait for it.
-    while (comm->busy.load(std::memory_order_acquire)) sched_yield();
-  }
-  dumpTrace(comm, trace::DumpReason::kAbort);
+  comm->abort();
   delete comm;
   return Status::ok();
 }
 
 Status commRevoke(Comm* comm) {
   C4_CHECK_RECORD(checkComm(comm));
-  if (comm->finalized) return record(makeError(Code::kInvalidUsage, "rank %d: communicator was finalized", comm->rank));
-  if (comm->state.revoke()) {
-    C4_INFO(kLogInit, "rank %d: communicator %s revoked", comm->rank, comm->tag.c_str());
-    const Status why = makeError(Code::kRemoteError, "rank %d revoked the communicator", comm->rank);
-    if (comm->engine) comm->engine->failQueued(why);
-    comm->requestAbort(why);
-  }
-  // Quiescent once no operation runs any more (in-flight ones fail at their next poll).
-  auto quiescent = [comm] {
-    return comm->engine ? !comm->engine->pending() : !comm->busy.load(std::memory_order_acquire);
-  };
-  if (!comm->config.blocking) {
-    if (!quiescent()) return Status(Code::kInProgress, "revoke in progress");
-  } else {
-    while (!quiescent()) sched_yield();
-  }
-  return Status::ok();
+  return record(comm->revoke());
 }
 
 Status commCount(const Comm* comm, int* count) {
   C4_CHECK_RECORD(checkComm(comm));
   if (!count) return record(makeError(Code::kInvalidArgument, "count is NULL"));
-  *count = comm->nranks;
+  *count = comm->numRanks();
   return Status::ok();
 }
 
 Status commUserRank(const Comm* comm, int* rank) {
   C4_CHECK_RECORD(checkComm(comm));
   if (!rank) return record(makeError(Code::kInvalidArgument, "rank is NULL"));
-  *rank = comm->rank;
+  *rank = comm->thisRank();
   return Status::ok();
 }
 
 Status commCuDevice(const Comm* comm, int* device) {
   C4_CHECK_RECORD(checkComm(comm));
   if (!device) return record(makeError(Code::kInvalidArgument, "device is NULL"));
-  // The GPU its device buffers are staged for, else the caller's current GPU at init (NCCL's rule).
-  *device = comm->device.gate() ? comm->device.gate()->device() : comm->cudaDevice;
+  *device = comm->cuDevice();
   return Status::ok();
 }
 
 Status commGetAsyncError(Comm* comm) {
   C4_CHECK_RECORD(checkComm(comm));
-  const bool busy = comm->engine ? comm->engine->pending() : comm->busy.load(std::memory_order_acquire);
-  if (comm->state.revoked()) return busy ? Status(Code::kInProgress, "revoke in progress") : Status::ok();
-  if (comm->state.failed()) return comm->state.error();
-  // A non-blocking communicator's init and operations are done once nothing is queued. Callers
-  // poll this in a loop: yield, so that the progress thread gets the core (with ranks on every
-  // core, a spinning poller otherwise holds it for a whole time slice).
-  if (comm->engine && busy) {
-    sched_yield();
-    return Status(Code::kInProgress, "operations in progress");
-  }
-  return Status::ok();
+  return comm->asyncError();
 }
 
 Status redOpCreatePreMulSum(RedOp* op, const void* scalar, DataType dt, ScalarResidence residence, Comm* comm) {
   C4_CHECK_RECORD(checkUsable(comm));
-  if (comm->engine) comm->engine->drain();  // its queued calls read the operator table
   if (!op) return record(makeError(Code::kInvalidArgument, "op is NULL"));
   if (!scalar) return record(makeError(Code::kInvalidArgument, "scalar is NULL"));
   C4_CHECK_RECORD(checkType(dt));
   if (residence != ScalarResidence::kDevice && residence != ScalarResidence::kHostImmediate)
     return record(makeError(Code::kInvalidArgument, "invalid scalar residence %d", static_cast<int>(residence)));
-  UserOp u;
-  u.live = true;
-  u.dtype = dt;
-  u.residence = residence;
-  if (residence == ScalarResidence::kHostImmediate)
-    memcpy(u.value, scalar, dataTypeSize(dt));
-  else
-    u.pointer = scalar;
-  size_t idx = 0;
-  while (idx < comm->userOps.size() && comm->userOps[idx].live) ++idx;
-  if (idx == comm->userOps.size())
-    comm->userOps.push_back(u);
-  else
-    comm->userOps[idx] = u;
-  *op = static_cast<RedOp>(kNumBuiltinOps + static_cast<int>(idx));
+  *op = comm->createPreMulSum(scalar, dt, residence);
   return Status::ok();
 }
 
 Status redOpDestroy(RedOp op, Comm* comm) {
   C4_CHECK_RECORD(checkComm(comm));
-  if (comm->engine) comm->engine->drain();
-  int v = static_cast<int>(op);
-  size_t idx = static_cast<size_t>(v - kNumBuiltinOps);
-  if (v < kNumBuiltinOps || idx >= comm->userOps.size() || !comm->userOps[idx].live)
-    return record(makeError(Code::kInvalidArgument, "reduction operator %d was not created on this communicator", v));
-  comm->userOps[idx].live = false;
-  return Status::ok();
+  return record(comm->destroyOp(op));
 }
 
 Status allReduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt, RedOp op, Comm* comm, void* stream) {
@@ -1018,18 +594,19 @@ Status allReduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt
   C4_CHECK_RECORD(validate(comm, d, 1, 1, true, true));
   C4_CHECK_RECORD(
       checkOverlap("allReduce", sendbuff, count * dataTypeSize(dt), recvbuff, count * dataTypeSize(dt), recvbuff));
-  C4_CHECK_RECORD(checkOp(comm, op, dt));
+  C4_CHECK_RECORD(comm->checkOp(op, dt));
   C4_CHECK_RECORD(comm->submit(d, tGroup.depth > 0 ? &tGroup.queue : nullptr));
   return Status::ok();
 }
 
 Status allGather(const void* sendbuff, void* recvbuff, size_t sendcount, DataType dt, Comm* comm, void* stream) {
   OpDesc d{Coll::kAllGather, sendbuff, recvbuff, sendcount, dt, RedOp::kSum, 0, stream};
-  C4_CHECK_RECORD(validate(comm, d, 1, static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1), true, true));
+  C4_CHECK_RECORD(
+      validate(comm, d, 1, static_cast<size_t>(comm && isLiveComm(comm) ? comm->numRanks() : 1), true, true));
   {
     const size_t b = sendcount * dataTypeSize(dt);
-    C4_CHECK_RECORD(checkOverlap("allGather", sendbuff, b, recvbuff, b * static_cast<size_t>(comm->nranks),
-                                 static_cast<const char*>(recvbuff) + b * static_cast<size_t>(comm->rank)));
+    C4_CHECK_RECORD(checkOverlap("allGather", sendbuff, b, recvbuff, b * static_cast<size_t>(comm->numRanks()),
+                                 static_cast<const char*>(recvbuff) + b * static_cast<size_t>(comm->thisRank())));
   }
   C4_CHECK_RECORD(comm->submit(d, tGroup.depth > 0 ? &tGroup.queue : nullptr));
   return Status::ok();
@@ -1039,8 +616,8 @@ Status broadcast(const void* sendbuff, void* recvbuff, size_t count, DataType dt
   OpDesc d{Coll::kBroadcast, sendbuff, recvbuff, count, dt, RedOp::kSum, root, stream};
   C4_CHECK_RECORD(validate(comm, d, 1, 1, false, true));
   C4_CHECK_RECORD(checkRoot(comm, root, "root"));
-  if (comm->rank == root) C4_CHECK_RECORD(checkPtr(sendbuff, count, "sendbuff (at root)"));
-  if (comm->rank == root)
+  if (comm->thisRank() == root) C4_CHECK_RECORD(checkPtr(sendbuff, count, "sendbuff (at root)"));
+  if (comm->thisRank() == root)
     C4_CHECK_RECORD(
         checkOverlap("broadcast", sendbuff, count * dataTypeSize(dt), recvbuff, count * dataTypeSize(dt), recvbuff));
   C4_CHECK_RECORD(comm->submit(d, tGroup.depth > 0 ? &tGroup.queue : nullptr));
@@ -1050,14 +627,15 @@ Status broadcast(const void* sendbuff, void* recvbuff, size_t count, DataType dt
 Status reduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, DataType dt, RedOp op, Comm* comm,
                      void* stream) {
   OpDesc d{Coll::kReduceScatter, sendbuff, recvbuff, recvcount, dt, op, 0, stream};
-  C4_CHECK_RECORD(validate(comm, d, static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1), 1, true, true));
+  C4_CHECK_RECORD(
+      validate(comm, d, static_cast<size_t>(comm && isLiveComm(comm) ? comm->numRanks() : 1), 1, true, true));
   {
     const size_t b = recvcount * dataTypeSize(dt);
-    C4_CHECK_RECORD(checkOverlap(
-        "reduceScatter", sendbuff, b * static_cast<size_t>(comm->nranks), recvbuff, b,
-        reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(recvbuff) - b * static_cast<size_t>(comm->rank))));
+    C4_CHECK_RECORD(checkOverlap("reduceScatter", sendbuff, b * static_cast<size_t>(comm->numRanks()), recvbuff, b,
+                                 reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(recvbuff) -
+                                                               b * static_cast<size_t>(comm->thisRank()))));
   }
-  C4_CHECK_RECORD(checkOp(comm, op, dt));
+  C4_CHECK_RECORD(comm->checkOp(op, dt));
   C4_CHECK_RECORD(comm->submit(d, tGroup.depth > 0 ? &tGroup.queue : nullptr));
   return Status::ok();
 }
@@ -1067,9 +645,9 @@ Status reduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt, R
   OpDesc d{Coll::kReduce, sendbuff, recvbuff, count, dt, op, root, stream};
   C4_CHECK_RECORD(validate(comm, d, 1, 1, true, false));
   C4_CHECK_RECORD(checkRoot(comm, root, "root"));
-  C4_CHECK_RECORD(checkOp(comm, op, dt));
-  if (comm->rank == root) C4_CHECK_RECORD(checkPtr(recvbuff, count, "recvbuff (at root)"));
-  if (comm->rank == root)
+  C4_CHECK_RECORD(comm->checkOp(op, dt));
+  if (comm->thisRank() == root) C4_CHECK_RECORD(checkPtr(recvbuff, count, "recvbuff (at root)"));
+  if (comm->thisRank() == root)
     C4_CHECK_RECORD(
         checkOverlap("reduce", sendbuff, count * dataTypeSize(dt), recvbuff, count * dataTypeSize(dt), recvbuff));
   C4_CHECK_RECORD(comm->submit(d, tGroup.depth > 0 ? &tGroup.queue : nullptr));
@@ -1078,7 +656,7 @@ Status reduce(const void* sendbuff, void* recvbuff, size_t count, DataType dt, R
 
 Status alltoAll(const void* sendbuff, void* recvbuff, size_t count, DataType dt, Comm* comm, void* stream) {
   OpDesc d{Coll::kAlltoAll, sendbuff, recvbuff, count, dt, RedOp::kSum, 0, stream};
-  size_t n = static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1);
+  size_t n = static_cast<size_t>(comm && isLiveComm(comm) ? comm->numRanks() : 1);
   C4_CHECK_RECORD(validate(comm, d, n, n, true, true));
   C4_CHECK_RECORD(checkOverlap("alltoAll", sendbuff, n * count * dataTypeSize(dt), recvbuff,
                                n * count * dataTypeSize(dt), recvbuff));
@@ -1088,10 +666,10 @@ Status alltoAll(const void* sendbuff, void* recvbuff, size_t count, DataType dt,
 
 Status gather(const void* sendbuff, void* recvbuff, size_t count, DataType dt, int root, Comm* comm, void* stream) {
   OpDesc d{Coll::kGather, sendbuff, recvbuff, count, dt, RedOp::kSum, root, stream};
-  size_t n = static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1);
+  size_t n = static_cast<size_t>(comm && isLiveComm(comm) ? comm->numRanks() : 1);
   C4_CHECK_RECORD(validate(comm, d, 1, n, true, false));
   C4_CHECK_RECORD(checkRoot(comm, root, "root"));
-  if (comm->rank == root) {
+  if (comm->thisRank() == root) {
     C4_CHECK_RECORD(checkPtr(recvbuff, count, "recvbuff (at root)"));
     // In place at the root: sendbuff is the root's block of recvbuff.
     const size_t b = count * dataTypeSize(dt);
@@ -1104,10 +682,10 @@ Status gather(const void* sendbuff, void* recvbuff, size_t count, DataType dt, i
 
 Status scatter(const void* sendbuff, void* recvbuff, size_t count, DataType dt, int root, Comm* comm, void* stream) {
   OpDesc d{Coll::kScatter, sendbuff, recvbuff, count, dt, RedOp::kSum, root, stream};
-  size_t n = static_cast<size_t>(comm && isLiveComm(comm) ? comm->nranks : 1);
+  size_t n = static_cast<size_t>(comm && isLiveComm(comm) ? comm->numRanks() : 1);
   C4_CHECK_RECORD(validate(comm, d, n, 1, false, true));
   C4_CHECK_RECORD(checkRoot(comm, root, "root"));
-  if (comm->rank == root) {
+  if (comm->thisRank() == root) {
     C4_CHECK_RECORD(checkPtr(sendbuff, count, "sendbuff (at root)"));
     // In place at the root: recvbuff is the root's block of sendbuff.
     const size_t b = count * dataTypeSize(dt);
@@ -1140,38 +718,20 @@ static Status checkProbe(int peer, Comm* comm, ProbeResult* out, const char* fn)
   if (!out) return makeError(Code::kInvalidArgument, "%s: result pointer is NULL", fn);
   if (peer == kAnySource) return Status::ok();
   C4_CHECK(checkRoot(comm, peer, fn));
-  if (peer == comm->rank)
+  if (peer == comm->thisRank())
     return makeError(Code::kInvalidArgument, "%s: peer %d is this rank; sends to itself pair with receives in a group",
                      fn, peer);
   return Status::ok();
 }
 
-/// waitProbe on the driving thread: the caller's, or the progress thread (the result is the caller's
-/// whatever the communicator's blocking mode: a probe reports, it does not run an operation).
-static Status runProbe(Comm* comm, int peer, ProbeResult* out, int64_t waitMs) {
-  if (!comm->engine) {
-    BusyScope busy(comm);
-    return comm->waitProbe(peer, out, waitMs);
-  }
-  Status inl;
-  if (comm->engine->runInline([&] { return comm->waitProbe(peer, out, waitMs); }, &inl)) return inl;
-  auto job = std::make_shared<Job>();
-  job->kind = Job::Kind::kProbe;
-  job->peer = peer;
-  job->waitMs = waitMs;
-  Status st = comm->queueJob(job, /*forceWait=*/true);
-  *out = job->probe;
-  return st;
-}
-
 Status iprobe(int peer, Comm* comm, ProbeResult* out) {
   C4_CHECK_RECORD(checkProbe(peer, comm, out, "iprobe"));
-  return record(runProbe(comm, peer, out, 0));  // one look
+  return record(comm->submitProbe(peer, out, 0));  // one look
 }
 
 Status probe(int peer, Comm* comm, ProbeResult* out, int64_t waitMs) {
   C4_CHECK_RECORD(checkProbe(peer, comm, out, "probe"));
-  return record(runProbe(comm, peer, out, waitMs));
+  return record(comm->submitProbe(peer, out, waitMs));
 }
 
 Status recvAny(void* recvbuff, size_t count, DataType dt, int* source, Comm* comm, void* stream) {
@@ -1185,19 +745,9 @@ Status recvAny(void* recvbuff, size_t count, DataType dt, int* source, Comm* com
     return record(makeError(Code::kInvalidUsage,
                             "recvAny inside a group: its sender is only known when the message arrives; call it "
                             "outside groupStart/groupEnd"));
-  if (comm->nranks == 1)
+  if (comm->numRanks() == 1)
     return record(makeError(Code::kInvalidUsage, "recvAny on a communicator of 1 rank: there is no other rank"));
-  if (comm->engine) {
-    // The sender is the result: the call waits even on a non-blocking communicator.
-    auto job = std::make_shared<Job>();
-    job->kind = Job::Kind::kRecvAny;
-    job->ops.push_back(d);
-    Status st = comm->queueJob(job, /*forceWait=*/true);
-    if (st.isOk()) *source = job->source;
-    return record(std::move(st));
-  }
-  BusyScope busy(comm);
-  return record(comm->recvAny(d, source));
+  return record(comm->submitRecvAny(d, source));
 }
 
 Status groupStart() {
@@ -1243,7 +793,7 @@ static Status closeGroup(const char* fn, bool* outermost, std::vector<DeferredIn
   if (!err.isOk()) {
     for (DeferredInit& d : *inits) (void)d.comm->fail(err);
     // Calls on device buffers staged their inputs (step 1 only): give their slots back.
-    for (const GroupItem& it : *items) it.comm->device.cancel(it.ops);
+    for (const GroupItem& it : *items) it.comm->cancelStaged(it.ops);
     tLastError = err.message();
   }
   return err;
@@ -1257,10 +807,10 @@ Status groupEnd() {
   if (!outermost) return Status::ok();
   Status first;
   if (inits.size() == 1) {
-    first = initComm(inits[0].comm, inits[0].nranks, inits[0].id, inits[0].rank, inits[0].config);
+    first = inits[0].comm->start(inits[0].nranks, inits[0].id, inits[0].rank, inits[0].config);
   } else if (!inits.empty()) {
     first = initRanksInThreads(inits.size(), [&](size_t i) {
-      return initComm(inits[i].comm, inits[i].nranks, inits[i].id, inits[i].rank, inits[i].config);
+      return inits[i].comm->start(inits[i].nranks, inits[i].id, inits[i].rank, inits[i].config);
     });
   }
   if (!first.isOk() && first.code() != Code::kInProgress) {
@@ -1277,38 +827,33 @@ Status groupEnd() {
   // waits and copies back, in call order, behind all of them.
   Status staging;
   for (GroupItem& it : items) {
-    Status st = it.comm->device.finishStaging(&it.ops);
+    Status st = it.comm->finishStaging(&it.ops);
     if (staging.isOk()) staging = st;
   }
+  std::vector<std::pair<Comm*, std::vector<OpDesc>>> parts;
   for (GroupItem& it : items) {
-    if (!it.comm->engine) {
+    if (!it.comm->hasProgressThread()) {
       here.push_back(std::move(it));
       continue;
     }
-    std::shared_ptr<Job> job;
-    for (auto& j : jobs)
-      if (j.first == it.comm) job = j.second;
-    if (!job) {
-      job = std::make_shared<Job>();
-      jobs.emplace_back(it.comm, job);
+    std::vector<OpDesc>* ops = nullptr;
+    for (auto& part : parts)
+      if (part.first == it.comm) ops = &part.second;
+    if (!ops) {
+      parts.emplace_back(it.comm, std::vector<OpDesc>());
+      ops = &parts.back().second;
     }
-    job->ops.insert(job->ops.end(), it.ops.begin(), it.ops.end());
+    ops->insert(ops->end(), it.ops.begin(), it.ops.end());
   }
-  for (auto& j : jobs) j.first->engine->submit(j.second);
+  for (auto& part : parts) jobs.emplace_back(part.first, part.first->postGroupPart(std::move(part.second)));
   Status st;
   if (!here.empty()) {
-    for (GroupItem& it : here) it.comm->busy.store(true, std::memory_order_seq_cst);
+    for (GroupItem& it : here) it.comm->markDriven(true);
     st = runGroupItems(here);
-    for (GroupItem& it : here) it.comm->busy.store(false, std::memory_order_release);
+    for (GroupItem& it : here) it.comm->markDriven(false);
   }
   for (auto& j : jobs) {
-    if (!j.first->config.blocking) {
-      inProgress = true;  // commGetAsyncError reports its outcome
-      continue;
-    }
-    // A part made only of calls on device buffers runs in its streams' order: nothing to wait for here.
-    if (j.second->allStaged) continue;
-    Status js = j.first->engine->wait(*j.second);
+    Status js = j.first->waitGroupPart(*j.second, &inProgress);
     if (st.isOk()) st = js;
   }
   if (st.isOk()) st = staging;
@@ -1347,27 +892,27 @@ namespace trace {
 
 Status setLevel(Comm* comm, Level level) {
   C4_CHECK_RECORD(checkComm(comm));
-  C4_CHECK_RECORD(comm->recorder.setLevel(level));
+  C4_CHECK_RECORD(comm->tracer().setLevel(level));
   return Status::ok();
 }
 
 Status getLevel(const Comm* comm, Level* level) {
   C4_CHECK_RECORD(checkComm(comm));
   if (!level) return record(makeError(Code::kInvalidArgument, "level is NULL"));
-  *level = static_cast<Level>(comm->recorder.level());
+  *level = static_cast<Level>(comm->tracer().level());
   return Status::ok();
 }
 
 Status flush(Comm* comm, std::string* path) {
   C4_CHECK_RECORD(checkComm(comm));
-  C4_CHECK_RECORD(comm->recorder.dump(DumpReason::kRequest, path));
+  C4_CHECK_RECORD(comm->tracer().dump(DumpReason::kRequest, path));
   return Status::ok();
 }
 
 Status readEvents(const Comm* comm, std::vector<Event>* out, uint64_t* dropped) {
   C4_CHECK_RECORD(checkComm(comm));
   if (!out) return record(makeError(Code::kInvalidArgument, "out is NULL"));
-  comm->recorder.snapshot(out, dropped);
+  comm->tracer().snapshot(out, dropped);
   for (Event& e : *out) {
     e.t0 = static_cast<uint64_t>(toNs(e.t0));
     e.t1 = static_cast<uint64_t>(toNs(e.t1));
@@ -1391,21 +936,21 @@ Status addSpan(Comm* comm, const char* name, uint64_t beginTicks, uint64_t endTi
   if (endTicks < beginTicks)
     return record(makeError(Code::kInvalidArgument, "span '%s' ends (%llu) before it begins (%llu)", name,
                             static_cast<unsigned long long>(endTicks), static_cast<unsigned long long>(beginTicks)));
-  if (!comm->recorder.on()) return Status::ok();
+  if (!comm->tracer().on()) return Status::ok();
   Event e;
   e.type = EventType::kSpan;
   e.t0 = beginTicks;
   e.t1 = endTicks;
   e.bytes = bytes;
-  e.seq = comm->recorder.intern(name);
-  comm->recorder.record(e);
+  e.seq = comm->tracer().intern(name);
+  comm->tracer().record(e);
   return Status::ok();
 }
 
 Status addNote(Comm* comm, const char* text) {
   C4_CHECK_RECORD(checkComm(comm));
   if (!text) return record(makeError(Code::kInvalidArgument, "note text is NULL"));
-  comm->recorder.note(text);
+  comm->tracer().note(text);
   return Status::ok();
 }
 

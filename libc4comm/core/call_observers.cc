@@ -71,7 +71,7 @@ class WatchdogObserver final : public CallObserver {
   }
   std::string waitingOn(const PreparedCall& p) const {
     if (p.probe)
-      return p.op.root == kAnySource ? strFormat("a send from any of the other %d rank(s)", c_.nranks - 1)
+      return p.op.root == kAnySource ? strFormat("a send from any of the other %d rank(s)", c_.numRanks() - 1)
                                      : strFormat("a send from rank %d", p.op.root);
     return p.path ? p.path->waitingOn(&p) : std::string("a send from a peer");
   }
@@ -83,7 +83,9 @@ class WatchdogObserver final : public CallObserver {
 /// diagnosis when the watchdog fires, the explanation of a failure and the notice to the peers.
 class HealthObserver final : public CallObserver {
  public:
-  HealthObserver(Comm& c, HealthMonitor& h, const Watchdog& w) : c_(c), h_(h), w_(w), armed_(h.armed()) {}
+  HealthObserver(HealthMonitor& h, const Watchdog& w, int64_t timeoutMs,
+                 const std::vector<transport::Transport*>& peerTransport)
+      : h_(h), w_(w), timeoutMs_(timeoutMs), peerTransport_(peerTransport), armed_(h.armed()) {}
   // No kProgressed: a stall report ends at the call's end, or at the first idle round that sees
   // the call moved again (so progress costs C4D nothing).
   unsigned events() const override { return kStarted | kIdle | kFinished | kFailed; }
@@ -113,7 +115,7 @@ class HealthObserver final : public CallObserver {
     // Stalled for a second (or half the timeout): the heartbeats say whom this rank waits for.
     const int64_t stalled = w_.stalledNs();
     if (stallReported_ && stalled == 0) clearStall();  // it moved since the report
-    if (stalled > std::min<int64_t>(1000, c_.timeoutMs / 2) * 1000000LL &&
+    if (stalled > std::min<int64_t>(1000, timeoutMs_ / 2) * 1000000LL &&
         (!stallReported_ || w_.lastCheckNs() - stallReportNs_ > 500000000LL))
       reportStall(p);
     if (h_.traceDue()) h_.drainTrace();
@@ -151,7 +153,7 @@ class HealthObserver final : public CallObserver {
       for (auto& w : p.path->waitingRanks(&p)) {
         ranks.push_back(w.first);
         states.push_back(std::move(w.second));
-        transport::Transport* t = c_.peerTransport[static_cast<size_t>(w.first)];
+        transport::Transport* t = peerTransport_[static_cast<size_t>(w.first)];
         transport::Connection* conn = t && t->laneSetup() ? t->laneSetup()->existingConnection(w.first) : nullptr;
         bool busy = false;
         for (int l = 0; conn && l < conn->numLanes(); ++l) {
@@ -169,11 +171,12 @@ class HealthObserver final : public CallObserver {
     stallReportNs_ = w_.lastCheckNs();
   }
 
-  Comm& c_;
   HealthMonitor& h_;
   const Watchdog& w_;
-  const bool armed_;            // C4_FAULT set faults (they may delay a call's start)
-  bool stallReported_ = false;  // C4D has the running call's stall report
+  const int64_t timeoutMs_;
+  const std::vector<transport::Transport*>& peerTransport_;  // per rank (the communicator's)
+  const bool armed_;                                         // C4_FAULT set faults (they may delay a call's start)
+  bool stallReported_ = false;                               // C4D has the running call's stall report
   int64_t stallReportNs_ = 0;
   uint32_t idlePolls_ = 0;  // idle rounds (C4D's rates during long calls)
 };
@@ -268,7 +271,7 @@ void CallObservers::attachBuiltins(Comm* c) {
   b_ = std::make_unique<Builtins>();
   if (c->health->armed()) b_->faults.emplace(*c->health);
   b_->watchdog.emplace(c->watchdog(), *c);
-  b_->health.emplace(*c, *c->health, c->watchdog());
+  b_->health.emplace(*c->health, c->watchdog(), c->timeoutMs, c->peerTransport);
   b_->trace.emplace(c->recorder, c->rank, c->nranks);
   if (c->lanePlanner.active()) b_->lanes.emplace(c->lanePlanner);
 }

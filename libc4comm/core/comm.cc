@@ -207,8 +207,8 @@ transport::MemSpace spaceOf(const void* p, size_t bytes) {
 
 Comm::Comm()
     : messagePath_(makeMessagePath()),
-      oneShotPath_(makeOneShotPath(this)),
-      zeroCopyPath_(makeZeroCopyPath(this, messagePath_.get())) {
+      oneShotPath_(makeOneShotPath(&oneShot)),
+      zeroCopyPath_(makeZeroCopyPath(&zeroCopy, messagePath_.get())) {
   health = std::make_unique<HealthMonitor>();
   cancelFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);  // -1: init cannot be cancelled (it times out)
 }

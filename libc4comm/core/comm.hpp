@@ -12,16 +12,20 @@
 //  - observers (core/observer.hpp) see each call start, progress, idle and end: the watchdog
 //    (which decides when nothing moved for C4_TIMEOUT), C4D, the tracer, C4P.
 //
-// Its parts: comm.cc (init, teardown, preparing calls, probes, registrations), route.cc (submit,
-// the router), device_path.cc, drive.cc (the driving loop, one call's steps), paths.cc,
-// comm_jobs.cc (the progress thread's jobs), call_observers.cc. The services it owns get narrow interfaces instead of
-// Comm: ExecContext (paths), HealthHost (C4D), RmaHost (one-sided calls), ProgressHost (the progress thread).
+// Its parts: comm.cc (init, teardown, preparing calls, probes, registrations), comm_api.cc (the
+// API's side: life cycle, communicators made from it, windows), route.cc (submit, the router),
+// device_path.cc, drive.cc (the driving loop, one call's steps), comm_jobs.cc (the progress
+// thread's jobs), call_observers.cc. Its state is private: the API (api.cc) and the driving loop
+// use its methods; the device path and the observers' attachment are friends. The services it owns get narrow
+// interfaces instead of Comm: ExecContext (paths), HealthHost (C4D), RmaHost (one-sided calls), ProgressHost (the
+// progress thread).
 #pragma once
 
 #include <poll.h>
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -67,21 +71,100 @@ struct UserOp {
 };
 
 struct Comm final : public ExecContext, public ProgressHost {
+ public:
   Comm();
   ~Comm() override;
 
   /// Joins the communicator (bootstrap, transports). Blocking.
   Status init(int nranks, const UniqueId& id, int rank, const Config& config);
 
+  // ---- the API's side (core/comm_api.cc): life cycle ----
+  /// Starts the communicator: init on this thread, or as the first job of the progress thread it
+  /// gets (non-blocking, C4_PROGRESS_THREAD, or GPUs present): then kInProgress where non-blocking.
+  Status start(int nranks, const UniqueId& id, int rank, const Config& config);
+  /// Ok, or why no call may run on it now (finalized, revoked, suspended, failed).
+  Status usable();
+  /// Returns once the calls queued on the progress thread are done (at once without one).
+  void drain();
+  /// Runs `fn` on the data path from the caller's thread: directly (marked driven), or with the
+  /// progress thread's drive once its queue is empty.
+  Status onDataPath(const std::function<Status()>& fn);
+  /// A thread without the progress thread starts (stops) driving it, so that requestAbort (commAbort,
+  /// commRevoke from another thread) knows whether it must wait. One thread at a time drives a
+  /// communicator: plain stores, no read-modify-write on the hot path.
+  void markDriven(bool on) {
+    if (on) {
+      busy.store(true, std::memory_order_seq_cst);
+    } else {
+      busy.store(false, std::memory_order_release);
+    }
+  }
+  bool hasProgressThread() const { return engine != nullptr; }
+  bool blocking() const { return config.blocking != 0; }
+  const Config& configuration() const { return config; }
+  /// commFinalize: the trace's last clock sample and its file (queued where non-blocking).
+  Status finalize();
+  /// commDestroy and commAbort, before the communicator is deleted: C4D's goodbye, the progress
+  /// thread stopped (its queue run first; aborted: failed), sends flushed (destroy), the trace
+  /// written.
+  void destroy();
+  void abort();
+  /// commRevoke: in-flight calls fail, later ones are refused; kInProgress (non-blocking) until
+  /// no call runs.
+  Status revoke();
+  /// commGetAsyncError: the failure, kInProgress while calls are queued, or ok.
+  Status asyncError();
+  /// ncclCommCuDevice: the GPU its device buffers are staged for, else the caller's at init.
+  int cuDevice() const;
+  /// The arguments of a communicator's init made from this one (split, shrink, grow).
+  struct Offspring {
+    bool none = false;  // split with color -1: no communicator
+    int nranks = 0;
+    UniqueId id;
+    int rank = 0;
+    Config config;
+  };
+  /// Collective over this communicator: the new communicator's members agree on its id.
+  Status split(int color, int key, const Config* config, Offspring* out);
+  Status shrink(const int* exclude, int nexclude, const Config* config, bool abortParent, Offspring* out);
+  Status makeGrowId(UniqueId* id);
+  Status grow(int nranks, const UniqueId* id, int rank, const Config* config, Offspring* out);
+  Status suspend(bool releaseMemory);
+  Status resume();
+  bool isSuspended() const { return suspended.load(std::memory_order_acquire); }
+  /// `op` is a built-in operator or a live PreMulSum made on this communicator for `dt`.
+  Status checkOp(RedOp op, DataType dt) const;
+  RedOp createPreMulSum(const void* scalar, DataType dt, ScalarResidence residence);
+  Status destroyOp(RedOp op);
+  // Windows and one-sided calls (core/rma.hpp; on device windows in the stream's order through the
+  // device path). `behindGroupCalls`: this communicator has calls queued in the caller's open group.
+  Status registerWindow(void* buff, size_t size, Window** win);
+  Status deregisterWindow(Window* win);
+  Status windowBase(const Window* win, void** ptr) const;
+  Status putSignal(const void* src, size_t bytes, int peer, Window* win, size_t offset, void* stream,
+                   bool behindGroupCalls);
+  Status signalPeer(int peer, void* stream, bool behindGroupCalls);
+  Status waitSignal(int n, const int* peers, const int* counts, void* stream, bool behindGroupCalls);
+  /// iprobe and probe on the driving thread (this one, or the progress thread: waited for either way).
+  Status submitProbe(int peer, ProbeResult* out, int64_t waitMs);
+  /// recvAny on the driving thread (waited for either way: the sender is the result).
+  Status submitRecvAny(const OpDesc& op, int* source);
+  /// A group's calls on this communicator at groupEnd: step 2 of the staged ones, cancelling them
+  /// (the group runs nothing), the part handed to the progress thread, and waiting for it (sets
+  /// *inProgress instead where non-blocking).
+  Status finishStaging(std::vector<OpDesc>* ops);
+  void cancelStaged(const std::vector<OpDesc>& ops);
+  std::shared_ptr<Job> postGroupPart(std::vector<OpDesc>&& ops);
+  Status waitGroupPart(Job& job, bool* inProgress);
+  // C4D and the tracer.
+  void setDiagnosisCallback(DiagnosisCallback cb);
+  std::vector<Diagnosis> diagnoses() const;
+  const trace::Recorder& tracer() const { return recorder; }
+
   // ---- taking calls (core/route.cc) ----
   /// A validated collective or point-to-point call: queued in `group` (an open group; null: none),
   /// or run (blocking) or queued (non-blocking) by its route.
   Status submit(const OpDesc& op, GroupQueue* group);
-  /// The router's rules 1-5 for `op` (core/route.hpp); an error for buffers it refuses.
-  Status route(const OpDesc& op, bool inGroup, Routing* out) const;
-  /// Runs `job` on the progress thread: waits for it (blocking communicators, or `forceWait`) or
-  /// returns kInProgress (non-blocking: commGetAsyncError reports the outcome).
-  Status queueJob(const std::shared_ptr<Job>& job, bool forceWait = false);
 
   // ---- running operations on the driving thread (the caller's, or the progress thread's) ----
   /// Runs a collective to completion.
@@ -101,8 +184,6 @@ struct Comm final : public ExecContext, public ProgressHost {
   double estimateUs(const OpDesc& op) const;
 
   Status prepareCollective(const OpDesc& op, PreparedCall* out);
-  /// The router's rules 6-8 (core/route.hpp): the path of a collective being prepared (p->sig set).
-  Status choosePath(const OpDesc& op, PreparedCall* p);
   Status prepareP2p(const std::vector<OpDesc>& ops, PreparedCall* out);
   /// The batch's sends to this rank pair with its receives from it, in call order (same count and
   /// type). Checked before any operation of a group starts, so that a mistake fails only the call
@@ -185,6 +266,24 @@ struct Comm final : public ExecContext, public ProgressHost {
   void releaseStreams(const Job& job) override;
   bool sharesCores() const override { return oversubscribed; }
 
+ private:
+  // The communicator's own parts, which share its state (docs/architecture.md, "a service gets
+  // what it needs of the communicator").
+  friend class DevicePath;
+  friend class CallObservers;
+
+  /// The router's rules 1-5 for `op` (core/route.hpp); an error for buffers it refuses.
+  Status route(const OpDesc& op, bool inGroup, Routing* out) const;
+  /// The router's rules 6-8 (core/route.hpp): the path of a collective being prepared (p->sig set).
+  Status choosePath(const OpDesc& op, PreparedCall* p);
+  /// Runs `job` on the progress thread: waits for it (blocking communicators, or `forceWait`) or
+  /// returns kInProgress (non-blocking: commGetAsyncError reports the outcome).
+  Status queueJob(const std::shared_ptr<Job>& job, bool forceWait = false);
+  /// Writes the trace file (if it ever traced); a failure is logged, never returned.
+  void dumpTrace(trace::DumpReason why);
+  Rma::OnPath windowPath();
+  Status checkStreamOneSided(const char* fn, void* stream, bool behindGroupCalls);
+
   // ---- identity ----
   int rank = 0;
   int nranks = 0;
@@ -236,7 +335,6 @@ struct Comm final : public ExecContext, public ProgressHost {
   /// What watches every call (core/observer.hpp), attached at init (core/call_observers.hpp).
   CallObservers observers;
 
- private:
   struct CacheKey {
     int coll, dtype, root;
     size_t count;

@@ -27,13 +27,11 @@ struct GroupQueue {
   void add(Comm* comm, const OpDesc& op);
 };
 
-/// Marks a thread running an operation on a communicator without a progress thread, so that
-/// requestAbort (commAbort, commRevoke from another thread) knows whether it must wait.
+/// While it lives, this thread drives a communicator without a progress thread (Comm::markDriven).
 class BusyScope {
  public:
-  // One thread at a time drives a communicator: plain stores, no read-modify-write on the hot path.
-  explicit BusyScope(Comm* c) : c_(c) { c_->busy.store(true, std::memory_order_seq_cst); }
-  ~BusyScope() { c_->busy.store(false, std::memory_order_release); }
+  explicit BusyScope(Comm* c) : c_(c) { c_->markDriven(true); }
+  ~BusyScope() { c_->markDriven(false); }
   BusyScope(const BusyScope&) = delete;
   BusyScope& operator=(const BusyScope&) = delete;
 

@@ -62,6 +62,7 @@ class IdleWatch {
 
 class OneShot {
  public:
+  int numRanks() const { return nranks_; }
   /// Enables the path if every rank is on this host (`localRanks` of `ctx`'s ranks are) and `t`
   /// offers arenas. Reads C4_ONESHOT_BYTES.
   void init(ExecContext* ctx, int localRanks, transport::Transport* t);

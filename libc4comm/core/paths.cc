@@ -1,4 +1,5 @@
-// The three paths of core/paths.hpp over the communicator's parts.
+// The three paths of core/paths.hpp over the communicator's parts: its executors, its one-shot
+// arena and its zero-copy exchange.
 #include "core/paths.hpp"
 
 #include <memory>
@@ -6,7 +7,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/comm.hpp"
+#include "core/call.hpp"
+#include "core/oneshot.hpp"
+#include "core/zerocopy.hpp"
 
 namespace c4 {
 
@@ -31,43 +34,43 @@ class MessagePath final : public ExecPath {
 /// Small calls through the shared arenas (core/oneshot.hpp).
 class OneShotPath final : public ExecPath {
  public:
-  explicit OneShotPath(Comm* c) : c_(c) {}
+  explicit OneShotPath(OneShot* o) : o_(o) {}
   PathKind kind() const override { return PathKind::kOneShot; }
   Status start(PreparedCall* p) override {
     trace::Event e;
-    if (p->traceOneShot) e = callEvent(*p, c_->nranks);
-    return c_->oneShot.start(p->op, p->sig, p->bases[static_cast<int>(BufBase::kInput)],
-                             const_cast<void*>(p->bases[static_cast<int>(BufBase::kOutput)]), p->kop,
-                             p->traceOneShot ? &e : nullptr);
+    if (p->traceOneShot) e = callEvent(*p, o_->numRanks());
+    return o_->start(p->op, p->sig, p->bases[static_cast<int>(BufBase::kInput)],
+                     const_cast<void*>(p->bases[static_cast<int>(BufBase::kOutput)]), p->kop,
+                     p->traceOneShot ? &e : nullptr);
   }
   Status poll(PreparedCall* p, bool* done, bool* progressed) override {
-    Status st = c_->oneShot.poll(done);
-    *progressed = c_->oneShot.madeProgress();
+    Status st = o_->poll(done);
+    *progressed = o_->madeProgress();
     return st;
   }
-  std::string waitingOn(const PreparedCall*) const override { return c_->oneShot.waitingOn(); }
+  std::string waitingOn(const PreparedCall*) const override { return o_->waitingOn(); }
   std::vector<std::pair<int, std::string>> waitingRanks(const PreparedCall*) const override {
-    if (c_->oneShot.waitingFor() < 0) return {};
-    return {{c_->oneShot.waitingFor(), "one-shot path (shared memory)"}};
+    if (o_->waitingFor() < 0) return {};
+    return {{o_->waitingFor(), "one-shot path (shared memory)"}};
   }
 
  private:
-  Comm* c_;
+  OneShot* o_;
 };
 
 /// Between the ranks' shared buffers (core/zerocopy.hpp); the message plan when a peer does not offer.
 class ZeroCopyPath final : public ExecPath {
  public:
-  ZeroCopyPath(Comm* c, ExecPath* messages) : c_(c), messages_(messages) {}
+  ZeroCopyPath(ZeroCopy* z, ExecPath* messages) : z_(z), messages_(messages) {}
   PathKind kind() const override { return PathKind::kZeroCopy; }
   Status start(PreparedCall* p) override {
-    c_->zeroCopy.start(p->op, p->sig, p->kop);
+    z_->start(p->op, p->sig, p->kop);
     return Status::ok();
   }
   Status poll(PreparedCall* p, bool* done, bool* progressed) override {
     bool fallback = false;
-    Status st = c_->zeroCopy.poll(done, &fallback);
-    *progressed = c_->zeroCopy.madeProgress();
+    Status st = z_->poll(done, &fallback);
+    *progressed = z_->madeProgress();
     if (*done) p->traceAlgo = trace::kAlgoZeroCopy;
     if (!st.isOk() || !fallback) return st;
     // A peer runs this call through messages: so does every rank.
@@ -76,22 +79,22 @@ class ZeroCopyPath final : public ExecPath {
     *done = false;
     return messages_->start(p);
   }
-  std::string waitingOn(const PreparedCall*) const override { return c_->zeroCopy.waitingOn(); }
-  std::vector<std::pair<int, std::string>> waitingRanks(const PreparedCall* p) const override {
-    if (c_->zeroCopy.waitingFor() < 0) return {};
-    return {{c_->zeroCopy.waitingFor(), "zero-copy path (shared memory)"}};
+  std::string waitingOn(const PreparedCall*) const override { return z_->waitingOn(); }
+  std::vector<std::pair<int, std::string>> waitingRanks(const PreparedCall*) const override {
+    if (z_->waitingFor() < 0) return {};
+    return {{z_->waitingFor(), "zero-copy path (shared memory)"}};
   }
 
  private:
-  Comm* c_;
+  ZeroCopy* z_;
   ExecPath* messages_;
 };
 }  // namespace
 
 std::unique_ptr<ExecPath> makeMessagePath() { return std::make_unique<MessagePath>(); }
-std::unique_ptr<ExecPath> makeOneShotPath(Comm* c) { return std::make_unique<OneShotPath>(c); }
-std::unique_ptr<ExecPath> makeZeroCopyPath(Comm* c, ExecPath* messages) {
-  return std::make_unique<ZeroCopyPath>(c, messages);
+std::unique_ptr<ExecPath> makeOneShotPath(OneShot* oneShot) { return std::make_unique<OneShotPath>(oneShot); }
+std::unique_ptr<ExecPath> makeZeroCopyPath(ZeroCopy* zeroCopy, ExecPath* messages) {
+  return std::make_unique<ZeroCopyPath>(zeroCopy, messages);
 }
 
 }  // namespace c4

@@ -15,7 +15,8 @@
 namespace c4 {
 
 struct PreparedCall;
-struct Comm;
+class OneShot;
+class ZeroCopy;
 
 class ExecPath {
  public:
@@ -34,7 +35,7 @@ class ExecPath {
 /// The paths (core/paths.cc): the executor over the transports; the one-shot arena; zero-copy,
 /// which falls back to `messages` when a peer does not offer its buffers.
 std::unique_ptr<ExecPath> makeMessagePath();
-std::unique_ptr<ExecPath> makeOneShotPath(Comm* c);
-std::unique_ptr<ExecPath> makeZeroCopyPath(Comm* c, ExecPath* messages);
+std::unique_ptr<ExecPath> makeOneShotPath(OneShot* oneShot);
+std::unique_ptr<ExecPath> makeZeroCopyPath(ZeroCopy* zeroCopy, ExecPath* messages);
 
 }  // namespace c4
