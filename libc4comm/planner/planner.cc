@@ -56,12 +56,29 @@ class Solver {
   Solver(const PlanInput& in) : in_(in), t_(*in.topo) {
     secPerByte_.resize(static_cast<size_t>(t_.numLinks()));
     for (int l = 0; l < t_.numLinks(); ++l) secPerByte_[static_cast<size_t>(l)] = 8.0 / t_.link(l).bps;
-    load_.assign(static_cast<size_t>(t_.numLinks()), 0.0);
+    resetLoad();
+  }
+
+  /// The load before any lane of this input: the background's.
+  void resetLoad() {
+    if (in_.background.size() == static_cast<size_t>(t_.numLinks())) {
+      load_ = in_.background;
+    } else {
+      load_.assign(static_cast<size_t>(t_.numLinks()), 0.0);
+    }
   }
 
   Status build(std::vector<ConnWork>* conns) {
     const int n = static_cast<int>(in_.ranks.size());
     if (in_.lanes < 1) return makeError(Code::kInvalidArgument, "planner: %d lanes per connection", in_.lanes);
+    if (!in_.background.empty()) {
+      if (in_.background.size() != static_cast<size_t>(t_.numLinks()))
+        return makeError(Code::kInvalidArgument, "planner: background load for %zu links; topology %s has %d",
+                         in_.background.size(), t_.source().c_str(), t_.numLinks());
+      for (size_t l = 0; l < in_.background.size(); ++l)
+        if (!std::isfinite(in_.background[l]) || in_.background[l] < 0)
+          return makeError(Code::kInvalidArgument, "planner: background load %g on link %zu", in_.background[l], l);
+    }
     for (int r = 0; r < n; ++r) {
       const RankPlace& p = in_.ranks[static_cast<size_t>(r)];
       if (p.host < 0 || p.host >= t_.numHosts())
@@ -428,12 +445,18 @@ double Plan::hostBoundSeconds(const Topology& t, const PlanInput& in) {
     out[hs] += f.bytes;
     inb[hd] += f.bytes;
   }
+  const bool bg = in.background.size() == static_cast<size_t>(t.numLinks());
   double m = 0;
   for (auto& [h, ports] : used) {
     double up = 0, down = 0;
     for (auto& [p, yes] : ports) {
-      up += t.link(t.port(HostPort{h, p}).up).bps;
-      down += t.link(t.port(HostPort{h, p}).down).bps;
+      const HostPort hp{h, p};
+      up += t.link(t.port(hp).up).bps;
+      down += t.link(t.port(hp).down).bps;
+      if (bg) {
+        out[h] += in.background[static_cast<size_t>(t.port(hp).up)];
+        inb[h] += in.background[static_cast<size_t>(t.port(hp).down)];
+      }
     }
     m = std::max(m, out[h] * 8.0 / up);
     m = std::max(m, inb[h] * 8.0 / down);
@@ -531,12 +554,20 @@ double lowerBound(const PlanInput& in) {
     out[ls] += f.bytes;
     inb[ld] += f.bytes;
   }
-  for (auto* side : {&out, &inb})
-    for (auto& [leaf, bytes] : *side) {
-      double bps = 0;
-      for (int l : t.sw(leaf).up) bps += t.link(l).bps;
-      if (bps > 0) m = std::max(m, bytes * 8.0 / bps);
+  const bool bg = in.background.size() == static_cast<size_t>(t.numLinks());
+  for (int side = 0; side < 2; ++side)
+    for (auto& [leaf, bytes] : side == 0 ? out : inb) {
+      double bps = 0, more = 0;
+      for (int l : t.sw(leaf).up) {
+        bps += t.link(l).bps;
+        // Into the leaf: the reverse of its uplinks.
+        if (bg) more += in.background[static_cast<size_t>(side == 0 ? l : t.link(l).reverse)];
+      }
+      if (bps > 0) m = std::max(m, (bytes + more) * 8.0 / bps);
     }
+  // A link keeps at least its background.
+  for (size_t l = 0; bg && l < in.background.size(); ++l)
+    m = std::max(m, in.background[l] * 8.0 / t.link(static_cast<int>(l)).bps);
   return m;
 }
 
@@ -568,7 +599,7 @@ Status makePlan(const PlanInput& in, Plan* out) {
       for (size_t i = trial.size(); i > 1; --i) std::swap(trial[i - 1], trial[(rng = splitmix(rng)) % i]);
       for (ConnWork& c : trial)
         for (size_t i = c.cands.size(); i > 1; --i) std::swap(c.cands[i - 1], c.cands[(rng = splitmix(rng)) % i]);
-      std::fill(solver.load().begin(), solver.load().end(), 0.0);
+      solver.resetLoad();
       solver.greedy(trial);
       solver.localSearch(trial);
       const double m = solver.maxSeconds(&b);
@@ -640,6 +671,15 @@ Status makePlan(const PlanInput& in, Plan* out) {
   return Status::ok();
 }
 
+double fabricSeconds(const PlanInput& in, const Plan& plan) {
+  const Topology& t = *in.topo;
+  const bool bg = in.background.size() == plan.load.size();
+  double m = 0;
+  for (size_t l = 0; l < plan.load.size(); ++l)
+    m = std::max(m, (plan.load[l] + (bg ? in.background[l] : 0.0)) * 8.0 / t.link(static_cast<int>(l)).bps);
+  return m;
+}
+
 namespace {
 
 // The lane's two host ports.
@@ -700,6 +740,8 @@ Status replaceLane(const PlanInput& in, Plan* plan, int a, int b, int lane, cons
   // Candidates as the plan made them, priced with the load as it is now and the new lane's share.
   Solver solver(in);
   solver.load() = plan->load;
+  if (in.background.size() == solver.load().size())
+    for (size_t l = 0; l < in.background.size(); ++l) solver.load()[l] += in.background[l];
   ConnWork w;
   w.a = c.a;
   w.b = c.b;
@@ -817,7 +859,11 @@ Status exhaustivePlan(const PlanInput& in, Plan* out, int64_t maxCombos) {
       solver.apply(c, cand, -1);
     }
   };
-  dfs(0, 0.0);
+  // Links no lane of this input crosses keep their background.
+  double floor = 0;
+  for (size_t l = 0; l < in.background.size() && l < load.size(); ++l)
+    floor = std::max(floor, load[l] * 8.0 / t.link(static_cast<int>(l)).bps);
+  dfs(0, floor);
   Plan p;
   p.mode = Mode::kC4p;
   for (size_t i = 0; i < work.size(); ++i) {

@@ -56,6 +56,11 @@ struct PlanInput {
   PortRange sourcePorts;     // the source ports the transport can send from ({0,0}: any; RoCE: 49152-65535)
   int searchMoves = 100000;  // local-search moves at most (c4p)
   int restarts = 16;         // c4p above the host-port bound: greedy again from shuffled orders (0: never)
+  /// Bytes per directed link (index: Topology link) that flows outside this input already put on
+  /// the fabric (other jobs' lanes, as planned); empty: none. c4p and exhaustivePlan minimize the
+  /// most loaded link counting them, so the job is placed on what the others leave; they are not
+  /// moved. Plan::load stays this input's own bytes.
+  std::vector<double> background;
 };
 
 /// One lane's assignment. Ports index the ranks' NIC port lists (RankPlace::ports).
@@ -89,7 +94,7 @@ class Plan {
   /// That link (-1 if none).
   int bottleneck(const Topology& t) const;
   /// Seconds the most loaded host port link needs: what no plan can beat (the ideal, when the
-  /// fabric itself does not oversubscribe).
+  /// fabric itself does not oversubscribe), counting in.background on those links.
   static double hostBoundSeconds(const Topology& t, const PlanInput& in);
   /// Recomputes `load` from the lane choices (a connection's bytes split over its live lanes).
   void computeLoad(const PlanInput& in);
@@ -123,7 +128,10 @@ void markLaneLinks(const PlanInput& in, const Plan& plan, int a, int b, int lane
 /// "h0p1 -> leaf0 -> spine1 -> leaf1 -> h2p1" for lane `lane` of (a, b).
 std::string lanePath(const PlanInput& in, const Plan& plan, int a, int b, int lane);
 
-/// The optimum (least maxLinkSeconds) by trying every combination of lane choices; for small
+/// Seconds the most loaded link needs for the plan's bytes and in.background's together.
+double fabricSeconds(const PlanInput& in, const Plan& plan);
+
+/// The optimum (least fabricSeconds) by trying every combination of lane choices; for small
 /// instances only (fails when there are more than maxCombos combinations).
 Status exhaustivePlan(const PlanInput& in, Plan* out, int64_t maxCombos = 20000000);
 

@@ -51,6 +51,8 @@ PlanInput input(const Topology& t, std::vector<RankPlace> ranks, std::vector<Flo
   return in;
 }
 
+double fabricSecondsOf(const PlanInput& in, const Plan& p) { return c4::plan::fabricSeconds(in, p); }
+
 double planSeconds(const PlanInput& in, Plan* out = nullptr) {
   Plan p;
   c4::Status st = makePlan(in, &p);
@@ -251,6 +253,105 @@ TEST(PlannerTest, NearOptimalOnRandomTraffic) {
       ran, skipped, optimal, 100.0 * optimal / ran, sum / ran, worst);
   EXPECT_GE(ran, 300);
   EXPECT_GE(optimal, ran * 9 / 10);
+}
+
+// Other jobs' bytes (PlanInput::background): a job planned alone takes the spine another job
+// planned alone took (both see an empty fabric); planned on what the other leaves, it takes the
+// other spine and both run as fast as alone.
+TEST(PlannerTest, BackgroundPlacesAJobOnWhatTheOthersLeave) {
+  const Topology t = Topology::leafSpine(4, 1, 2, 2, 1e9, 1e9);  // h0, h1 on leaf0; h2, h3 on leaf1
+  auto job = [&](int x, int y) {
+    std::vector<RankPlace> ranks(2);
+    ranks[0].host = x;
+    ranks[1].host = y;
+    ranks[0].ports = ranks[1].ports = {0};
+    return input(t, ranks, ringFlows(2, 16 * kMiB), 1);
+  };
+  PlanInput a = job(0, 2), b = job(1, 3);
+  Plan pa, pbAlone, pb;
+  ASSERT_TRUE(makePlan(a, &pa).isOk());
+  ASSERT_TRUE(makePlan(b, &pbAlone).isOk());
+  const double solo = pa.maxLinkSeconds(t);
+  ASSERT_NEAR(pbAlone.maxLinkSeconds(t), solo, 1e-12);
+  // Planned apart, they share a spine: the fabric's most loaded link carries both.
+  b.background = pa.load;
+  EXPECT_NEAR(fabricSecondsOf(b, pbAlone), 2 * solo, 1e-9) << "the jobs planned alone did not collide:\n"
+                                                           << pa.describe(a) << pbAlone.describe(b);
+  // Planned on A's load, B takes the other spine.
+  ASSERT_TRUE(makePlan(b, &pb).isOk());
+  EXPECT_NEAR(fabricSecondsOf(b, pb), solo, 1e-9) << pa.describe(a) << pb.describe(b);
+  EXPECT_NE(c4::plan::lanePath(a, pa, 0, 1, 0), c4::plan::lanePath(b, pb, 0, 1, 0));
+  EXPECT_NEAR(pb.maxLinkSeconds(t), solo, 1e-12);  // Plan::load is B's own
+  expectLoadConserved(b, pb);
+  // The optimum says the same.
+  Plan opt;
+  ASSERT_TRUE(exhaustivePlan(b, &opt).isOk());
+  EXPECT_NEAR(fabricSecondsOf(b, opt), solo, 1e-9);
+}
+
+TEST(PlannerTest, BackgroundNearOptimalOnRandomTraffic) {
+  // As NearOptimalOnRandomTraffic, on fabrics already carrying another job's bytes: a random job
+  // planned by ECMP hashing (its load is the background). c4p against the exhaustive optimum of the
+  // fabric's most loaded link, both counting the background.
+  std::mt19937 rng(20261207);
+  double worst = 1;
+  int optimal = 0, ran = 0;
+  for (int it = 0; it < 300; ++it) {
+    const int hosts = 3 + static_cast<int>(rng() % 4), ports = 1 + static_cast<int>(rng() % 2);
+    const int leaves = 2 + static_cast<int>(rng() % 2), spines = 2 + static_cast<int>(rng() % 2);
+    const Topology t = Topology::leafSpine(hosts, ports, leaves, spines, 1e9 * (1 + rng() % 4), 1e9 * (1 + rng() % 4));
+    auto randomFlows = [&] {
+      std::vector<Flow> flows;
+      for (int i = 0; i < hosts; ++i)
+        for (int j = 0; j < hosts; ++j)
+          if (i != j && rng() % 3 == 0) flows.push_back(Flow{i, j, static_cast<double>(1 + rng() % 16) * kMiB});
+      return flows;
+    };
+    PlanInput other = input(t, onePerHost(t), randomFlows(), 1, Mode::kEcmp);
+    other.seed = rng();
+    Plan po;
+    ASSERT_TRUE(makePlan(other, &po).isOk());
+    const std::vector<Flow> flows = randomFlows();
+    if (flows.empty()) continue;
+    PlanInput in = input(t, onePerHost(t), flows, 1 + static_cast<int>(rng() % 2));
+    in.background = po.load;
+    Plan opt, c4p;
+    if (!exhaustivePlan(in, &opt, 1000000).isOk()) continue;
+    ASSERT_TRUE(makePlan(in, &c4p).isOk());
+    expectLoadConserved(in, c4p);
+    const double best = fabricSecondsOf(in, opt), got = fabricSecondsOf(in, c4p);
+    ASSERT_GT(best, 0);
+    EXPECT_GE(got, best * (1 - 1e-9)) << "instance " << it << ": exhaustivePlan missed a better plan";
+    // Never below what the other job alone puts on its most loaded link.
+    double floor = 0;
+    for (size_t l = 0; l < po.load.size(); ++l)
+      floor = std::max(floor, po.load[l] * 8.0 / t.link(static_cast<int>(l)).bps);
+    EXPECT_GE(best, floor * (1 - 1e-9));
+    const double r = got / best;
+    EXPECT_LE(r, 1.30) << "instance " << it << "\n" << c4p.describe(in);
+    worst = std::max(worst, r);
+    optimal += r <= 1 + 1e-9;
+    ++ran;
+  }
+  printf("[ exhaust  ] with background: %d instances, %d optimal, worst c4p/opt %.4f\n", ran, optimal, worst);
+  EXPECT_GE(ran, 150);
+  EXPECT_GE(optimal, ran * 9 / 10);
+}
+
+TEST(PlannerTest, BackgroundOfTheWrongShapeIsAnError) {
+  const Topology t = Topology::leafSpine(4, 1, 2, 2, 1e9, 1e9);
+  PlanInput in = input(t, onePerHost(t), ringFlows(4, kMiB), 1);
+  Plan p;
+  in.background.assign(static_cast<size_t>(t.numLinks()) - 1, 0.0);
+  EXPECT_FALSE(makePlan(in, &p).isOk());
+  in.background.assign(static_cast<size_t>(t.numLinks()), 0.0);
+  in.background[3] = -1;
+  EXPECT_FALSE(makePlan(in, &p).isOk());
+  in.background[3] = NAN;
+  EXPECT_FALSE(makePlan(in, &p).isOk());
+  EXPECT_FALSE(exhaustivePlan(in, &p).isOk());
+  in.background[3] = 0;
+  EXPECT_TRUE(makePlan(in, &p).isOk());
 }
 
 // ---------------------------------------------------------------------------------------------
