@@ -100,8 +100,6 @@ struct Comm final : public ExecContext, public ProgressHost {
     }
   }
   bool hasProgressThread() const { return engine != nullptr; }
-  bool blocking() const { return config.blocking != 0; }
-  const Config& configuration() const { return config; }
   /// commFinalize: the trace's last clock sample and its file (queued where non-blocking).
   Status finalize();
   /// commDestroy and commAbort, before the communicator is deleted: C4D's goodbye, the progress

@@ -20,20 +20,6 @@ C4_PARAM_INT(CudaPipelineBytes, "C4_CUDA_PIPELINE_BYTES", nullptr, 8 << 20, 0, I
              "pieces of about this size (at most 16), each its own call, so that one piece's copies between the "
              "device and host memory overlap another's network transfer; 0 stages every call whole")
 
-const char* routeName(Route r) {
-  switch (r) {
-    case Route::kHost:
-      return "host";
-    case Route::kDevicePipelined:
-      return "device, pipelined";
-    case Route::kDeviceDeferred:
-      return "device, deferred";
-    case Route::kDeviceStaged:
-      return "device, staged";
-  }
-  return "?";
-}
-
 void GroupQueue::add(Comm* comm, const OpDesc& op) {
   try {
     if (items.empty() || items.back().comm != comm) items.push_back(GroupItem{comm, {}});

@@ -41,8 +41,6 @@ enum class Route : uint8_t {
   kDeviceStaged,     ///< CUDA memory, staged whole through pinned host memory
 };
 
-const char* routeName(Route r);
-
 /// The router's decision for one call, with what the device path needs to carry it out.
 struct Routing {
   Route route = Route::kHost;
