@@ -671,6 +671,67 @@ Status makePlan(const PlanInput& in, Plan* out) {
   return Status::ok();
 }
 
+Status adoptPlan(const PlanInput& in, const std::vector<PlannedConn>& conns, Plan* out) {
+  if (in.topo == nullptr) return makeError(Code::kInvalidArgument, "planner: no topology");
+  const Topology& t = *in.topo;
+  Solver solver(in);
+  std::vector<ConnWork> work;
+  Status st = solver.build(&work);
+  if (!st.isOk()) return st;
+  std::unordered_map<uint64_t, const ConnWork*> want;
+  for (const ConnWork& w : work) want[pairKey(w.a, w.b)] = &w;
+  if (conns.size() != work.size())
+    return makeError(Code::kInvalidArgument, "planner: the plan has %zu connection(s), the job's flows need %zu",
+                     conns.size(), work.size());
+  Plan p;
+  p.mode = Mode::kC4p;
+  for (const PlannedConn& c : conns) {
+    const int n = static_cast<int>(in.ranks.size());
+    if (c.a < 0 || c.b >= n || c.a >= c.b)
+      return makeError(Code::kInvalidArgument, "planner: the plan connects ranks %d and %d of %d", c.a, c.b, n);
+    auto w = want.find(pairKey(c.a, c.b));
+    if (w == want.end())
+      return makeError(Code::kInvalidArgument, "planner: the plan connects ranks %d and %d, which exchange no bytes",
+                       c.a, c.b);
+    if (p.index_.count(pairKey(c.a, c.b)))
+      return makeError(Code::kInvalidArgument, "planner: the plan lists ranks %d and %d twice", c.a, c.b);
+    const RankPlace& ra = in.ranks[static_cast<size_t>(c.a)];
+    const RankPlace& rb = in.ranks[static_cast<size_t>(c.b)];
+    int live = 0;
+    for (size_t i = 0; i < c.lanes.size(); ++i) {
+      const LaneChoice& l = c.lanes[i];
+      const std::string where = strFormat("planner: lane %zu of ranks %d and %d", i, c.a, c.b);
+      if (l.localPort < 0 || l.localPort >= static_cast<int>(ra.ports.size()) || l.remotePort < 0 ||
+          l.remotePort >= static_cast<int>(rb.ports.size()))
+        return makeError(Code::kInvalidArgument, "%s: ports %d and %d, the ranks have %zu and %zu", where.c_str(),
+                         l.localPort, l.remotePort, ra.ports.size(), rb.ports.size());
+      const HostPort ha{ra.host, ra.ports[static_cast<size_t>(l.localPort)]},
+          hb{rb.host, rb.ports[static_cast<size_t>(l.remotePort)]};
+      if (l.path < 0 || l.path >= t.numPaths(ha, hb) || l.backPath < -1 || l.backPath >= t.numPaths(hb, ha))
+        return makeError(Code::kInvalidArgument, "%s: path %d (back %d) of %d", where.c_str(), l.path, l.backPath,
+                         t.numPaths(ha, hb));
+      const bool span = in.sourcePorts.hi != 0;
+      if (span && l.sourcePort != 0 && (l.sourcePort < in.sourcePorts.lo || l.sourcePort > in.sourcePorts.hi))
+        return makeError(Code::kInvalidArgument, "%s: source port %u outside %u-%u", where.c_str(), l.sourcePort,
+                         in.sourcePorts.lo, in.sourcePorts.hi);
+      if (l.sourceRange.lo > l.sourceRange.hi)
+        return makeError(Code::kInvalidArgument, "%s: source ports %u-%u", where.c_str(), l.sourceRange.lo,
+                         l.sourceRange.hi);
+      live += !l.retired;
+    }
+    if (live == 0)
+      return makeError(Code::kInvalidArgument, "planner: the plan gives ranks %d and %d no lane in service", c.a, c.b);
+    PlannedConn pc = c;
+    pc.bytesAB = w->second->ab * in.lanes;
+    pc.bytesBA = w->second->ba * in.lanes;
+    p.index_[pairKey(c.a, c.b)] = p.conns.size();
+    p.conns.push_back(std::move(pc));
+  }
+  p.computeLoad(in);
+  *out = std::move(p);
+  return Status::ok();
+}
+
 double fabricSeconds(const PlanInput& in, const Plan& plan) {
   const Topology& t = *in.topo;
   const bool bg = in.background.size() == plan.load.size();

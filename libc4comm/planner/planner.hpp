@@ -107,12 +107,19 @@ class Plan {
   std::unordered_map<uint64_t, size_t> index_;
   friend Status makePlan(const PlanInput& in, Plan* out);
   friend Status exhaustivePlan(const PlanInput& in, Plan* out, int64_t maxCombos);
+  friend Status adoptPlan(const PlanInput& in, const std::vector<PlannedConn>& conns, Plan* out);
   friend Status replaceLane(const PlanInput&, Plan*, int, int, int, const std::vector<char>&, bool, bool*, LaneChoice*);
 };
 
 /// Plans by in.mode. Errors: a rank without a host or ports, a flow naming an unknown rank,
 /// steering ranges exhausted, a chosen path whose steering ranges lie outside in.sourcePorts.
 Status makePlan(const PlanInput& in, Plan* out);
+/// A plan made elsewhere (the fabric service's, a job's kept plan), checked against the input
+/// before anything uses it: exactly the connections the flows need, each with at least one lane
+/// in service, every port, path and source port within what the ranks and the fabric have. The
+/// connections' bytes are the input's (what the plan says of them is ignored). Errors name the
+/// first thing that does not fit.
+Status adoptPlan(const PlanInput& in, const std::vector<PlannedConn>& conns, Plan* out);
 /// Re-planning one lane: lane `lane` of the connection (a, b) leaves service (retired, carrying
 /// nothing from now on; the others carry its share), and a new lane is chosen for the connection:
 /// the candidate whose most loaded link ends up least loaded, never crossing a link marked in
