@@ -50,6 +50,7 @@ EXPECTED = {
     "transport conformance": (["*Conformance*"], 10),
     "trace report screenshot": (["trace_report_screenshot"], 1),
     "C4P planner": (["Planner*", "Topology*"], 30),
+    "C4P fabric service (wire, books, the c4-fabricd daemon)": (["Fabric*"], 8),
     "C4D health checks": (["C4D.*", "Diagnose.*", "SlowDetect.*", "Faults.*", "netlab_c4d_*", "c4d_*", "abi_c4d*"],
                           30),
     "soak (short soak, planted faults)": (["soak_*"], 6),
@@ -70,7 +71,7 @@ EXPECTED = {
 }
 # The fuzz build (-DC4_FUZZ=ON, tests/fuzz): one ctest per target (docs/fuzzing.md), the Python one included.
 EXPECTED_FUZZ = {
-    "fuzz targets (libFuzzer, atheris)": (["fuzz_*"], 8),
+    "fuzz targets (libFuzzer, atheris)": (["fuzz_*"], 9),
 }
 
 
