@@ -196,8 +196,8 @@ Status OneShot::peerMode(int peer, const OpSig& sig, CallMode* mode) const {
   return Status::ok();
 }
 
-Status IdleWatch::check(int rank, int64_t timeoutMs, transport::Transport* t, int waitingFor, const OpSig& sig,
-                        const char* what) {
+Status IdleWatch::verdict(int rank, int64_t timeoutMs, transport::Transport* t, int waitingFor, const OpSig& sig,
+                          const char* what) {
   // The clock is read every 64 idle polls only: a cheap wait is the point of these paths.
   if ((++polls_ & 63) != 1) return Status::ok();
   int64_t now = nowNs();
@@ -226,7 +226,7 @@ Status OneShot::poll(bool* done) {
       knownDone_[static_cast<size_t>(r)] = loadAcq(doneOf(r));
       if (knownDone_[static_cast<size_t>(r)] < need) {
         waitingFor_ = r;
-        return watch_.check(rank_, 0, t_, r, sig_);
+        return watch_.check(rank_, 0, t_, r, sig_, [&] { return loadAcq(doneOf(r)) >= need; });
       }
     }
     DataHdr* d = dataOf(rank_, seq_);
@@ -278,7 +278,8 @@ Status OneShot::poll(bool* done) {
                          "C4_ONESHOT_MAX_RANKS differ between ranks",
                          r, describeSig(sig_).c_str(), rank_);
       waitingFor_ = r;
-      return watch_.check(rank_, 0, t_, r, sig_);
+      // A peer that publishes now, finishes the call and leaves while the check looks is no failure.
+      return watch_.check(rank_, 0, t_, r, sig_, [&] { return loadAcq(&dataOf(r, seq_)->seq) == seq_; });
     }
     compute();
     // Every peer announced seq_, so each finished seq_ - 1.

@@ -52,10 +52,26 @@ class IdleWatch {
   /// Call on every idle poll; reads the clock every 64 calls only. An error once `waitingFor` is
   /// found dead, or (timeoutMs > 0) once nothing moved for that long. The error names `rank`, the
   /// call (`sig`), or `what` if given.
+  ///
+  /// `arrived` reads again what the caller waits for (true: it is there now). A verdict stands
+  /// only if that is still missing after the verdict was taken: the caller saw it missing before
+  /// the check, and a peer may publish, finish the call and leave (close its transport, exit) in
+  /// between; the first health check of a peer takes milliseconds, as shm sets up the connection
+  /// then and faults in its two rings. A peer's stores to the arena come before its close or exit,
+  /// and the arena stays mapped here, so whatever it published before it left is seen by this
+  /// read: the caller polls again and uses it, rather than failing a call whose data are all there.
+  template <class Arrived>
   Status check(int rank, int64_t timeoutMs, transport::Transport* t, int waitingFor, const OpSig& sig,
-               const char* what = nullptr);
+               const Arrived& arrived, const char* what = nullptr) {
+    Status st = verdict(rank, timeoutMs, t, waitingFor, sig, what);
+    if (st.isOk() || !arrived()) return st;
+    return Status::ok();
+  }
 
  private:
+  Status verdict(int rank, int64_t timeoutMs, transport::Transport* t, int waitingFor, const OpSig& sig,
+                 const char* what);
+
   int64_t sinceNs_ = 0, lastHealthNs_ = 0;
   uint32_t polls_ = 0;
 };

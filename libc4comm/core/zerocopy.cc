@@ -154,7 +154,9 @@ Status ZeroCopy::init(ExecContext* ctx, const std::vector<PeerProcess>& procs, i
   for (int idle = 1; (ps = loadAcq(&theirs->probeState)) == 0; ++idle) {
     if (ctx_->cancelled())
       return makeError(Code::kRemoteError, "rank %d: init cancelled (aborted or destroyed)", rank_);
-    C4_CHECK(watch_.check(rank_, timeoutMs_, t_, next, OpSig(), "the zero-copy probe at init"));
+    C4_CHECK(watch_.check(
+        rank_, timeoutMs_, t_, next, OpSig(), [&] { return loadAcq(&theirs->probeState) != 0; },
+        "the zero-copy probe at init"));
     transport::waitHint(idle);
   }
   bool ok = ps == kProbePublished && probePage_ != nullptr;
@@ -177,7 +179,9 @@ Status ZeroCopy::awaitProbes() {
   for (int r = 0; r < nranks_; ++r) {
     uint64_t c;
     for (int idle = 1; (c = loadAcq(&stateOf(r)->capable)) == 0; ++idle) {
-      C4_CHECK(watch_.check(rank_, timeoutMs_, t_, r, OpSig(), "the zero-copy probe results"));
+      C4_CHECK(watch_.check(
+          rank_, timeoutMs_, t_, r, OpSig(), [&] { return loadAcq(&stateOf(r)->capable) != 0; },
+          "the zero-copy probe results"));
       transport::waitHint(idle);
     }
     if (c != kCapable) {
@@ -303,7 +307,12 @@ Status ZeroCopy::decide(bool* decided, bool* fallback) {
     CallMode mode = CallMode::kNotYet;
     C4_CHECK(os_->peerMode(r, sig_, &mode));
     waitingFor_ = r;
-    if (mode == CallMode::kNotYet) return watch_.check(rank_, 0, t_, r, sig_);
+    if (mode == CallMode::kNotYet)
+      return watch_.check(rank_, 0, t_, r, sig_, [&] {
+        // Announced meanwhile (or a mismatch): the next poll judges it.
+        CallMode now = CallMode::kNotYet;
+        return !os_->peerMode(r, sig_, &now).isOk() || now != CallMode::kNotYet;
+      });
     if (mode != (device_ ? CallMode::kZeroCopyDevice : CallMode::kZeroCopy)) {
       // This peer runs the call through messages (or already did, without waiting for us).
       *decided = *fallback = true;
@@ -392,7 +401,8 @@ Status ZeroCopy::poll(bool* done, bool* fallback) {
       if (r == rank_ || loadAcq(&stateOf(r)->seq) > sig_.seq) continue;
       waitingFor_ = r;
       serviceDeregistrations();  // this rank's kernels are done (runZeroCopy waited for them)
-      return watch_.check(rank_, 0, t_, r, sig_);
+      // A peer that finishes its share now and leaves while the check looks is no failure.
+      return watch_.check(rank_, 0, t_, r, sig_, [&] { return loadAcq(&stateOf(r)->seq) > sig_.seq; });
     }
     phase_ = Phase::kDone;
     progressed_ = true;
@@ -579,7 +589,7 @@ Status ZeroCopy::agreeDevice(bool* decided, bool* allOk) {
     const uint64_t v = loadAcq(&stateOf(r)->deviceOpened);
     if ((v >> 1) < seq) {
       waitingFor_ = r;
-      return watch_.check(rank_, 0, t_, r, sig_);
+      return watch_.check(rank_, 0, t_, r, sig_, [&] { return (loadAcq(&stateOf(r)->deviceOpened) >> 1) >= seq; });
     }
     // No rank gets to a later call before every rank has read this one's (its decide waits for
     // our announcement of the next call).
