@@ -5,6 +5,7 @@ pkgs=(build-essential cmake pkg-config python3 libgtest-dev libgmock-dev libbenc
       openmpi-bin libopenmpi-dev libgloo-dev iproute2 procps
       clang-format binutils  # the style suite; c++filt for the exported-symbol test
       nlohmann-json3-dev libglpk-dev  # C4P: the topology file; the planner tests' LP bound
+      libsqlite3-dev  # C4P's fabric service (tools/c4-fabricd): its jobs and events
       python3-torch libtorch-dev pybind11-dev python3-pytest  # the torch backend (bindings/torch)
       python3-mpi4py  # c4comm_torch.comm_from_mpi and its test (tests/torch/test_interop.py)
       chromium  # the c4-trace report's screenshot test (tests/trace)
