@@ -1049,6 +1049,35 @@ Status Bootstrap::allGather(void* data, size_t bytesPerRank) {
 
 Status Bootstrap::barrier() { return impl_->ringExchange(2, nullptr, 0); }
 
+Status Bootstrap::broadcast(uint32_t tag, std::string* data) {
+  constexpr uint64_t kMaxBytes = 256u << 20;
+  const int n = nranks(), r = rank();
+  int mask = 1;
+  for (; mask < n; mask <<= 1) {
+    if ((r & mask) == 0) continue;
+    // The parent: r without its lowest set bit.
+    uint64_t bytes = 0;
+    C4_CHECK(recv(r - mask, tag, &bytes, sizeof(bytes)));
+    if (bytes > kMaxBytes)
+      return makeError(Code::kInternalError, "bootstrap broadcast: %llu bytes from rank %d (at most %llu)",
+                       static_cast<unsigned long long>(bytes), r - mask, static_cast<unsigned long long>(kMaxBytes));
+    data->assign(static_cast<size_t>(bytes), '\0');
+    if (bytes) C4_CHECK(recv(r - mask, tag, &(*data)[0], data->size()));
+    break;
+  }
+  if (r == 0 && data->size() > kMaxBytes)
+    return makeError(Code::kInvalidArgument, "bootstrap broadcast: %zu bytes (at most %llu)", data->size(),
+                     static_cast<unsigned long long>(kMaxBytes));
+  // The children: r plus each lower bit.
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (r + mask >= n) continue;
+    const uint64_t bytes = data->size();
+    C4_CHECK(send(r + mask, tag, &bytes, sizeof(bytes)));
+    if (bytes) C4_CHECK(send(r + mask, tag, data->data(), data->size()));
+  }
+  return Status::ok();
+}
+
 Status Bootstrap::send(int peer, uint32_t tag, const void* data, size_t bytes) {
   return send(peer, tag, data, bytes, impl_->timeoutMs);
 }

@@ -74,6 +74,10 @@ class Bootstrap : public transport::Oob {
   /// One message of `head` followed by `data`, without joining them first (one-sided puts).
   Status sendParts(int peer, uint32_t tag, const void* head, size_t headBytes, const void* data, size_t bytes,
                    int64_t timeoutMs);
+  /// Rank 0's *data to every rank, over a binomial tree of the side channel (log2(nranks) steps,
+  /// each rank sends at most log2(nranks) copies): collective, every rank calls it with the same
+  /// `tag`; on the others *data is replaced. At most 256 MiB.
+  Status broadcast(uint32_t tag, std::string* data);
   /// Takes every message with `tag` already there, from any rank, oldest first per rank; never
   /// blocks.
   void take(uint32_t tag, std::vector<std::pair<int, std::vector<char>>>* out);

@@ -1,14 +1,21 @@
 #include "core/lane_planner.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <thread>
 
 #include "common/clock.hpp"
 #include "common/logging.hpp"
 #include "common/status.hpp"
+#include "core/bootstrap.hpp"
 #include "core/tuner.hpp"
+#include "planner/fabric_client.hpp"
 #include "planner/flows.hpp"
 #include "planner/planner.hpp"
 #include "planner/topology.hpp"
@@ -49,6 +56,182 @@ uint16_t portOf(const std::string& addr) {
   return static_cast<uint16_t>(atoi(addr.c_str() + c + 1));
 }
 
+constexpr uint32_t kTagFabricPlan = 0xC4F00001u;  // rank 0 -> all: the fabric service's reply
+
+// Rank 0's side of the fabric service (C4_PLANNER_SERVICE, docs/c4p.md "The fabric service"): the
+// registration, a thread that renews the lease every third of it (and registers again, keeping
+// the plan, with a service that restarted), and the release when the communicator goes.
+class FabricSession {
+ public:
+  FabricSession(std::string addr, plan::wire::Key key, int64_t timeoutMs, int64_t leaseMs)
+      : addr_(std::move(addr)), key_(key), timeoutMs_(timeoutMs), leaseMs_(leaseMs) {}
+  ~FabricSession() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    if (id_ == 0) return;
+    plan::wire::Request req;
+    req.op = plan::wire::Op::kRelease;
+    req.id = id_;
+    req.token = token_;
+    plan::wire::Reply rep;
+    Status st = call(req, &rep, std::min<int64_t>(timeoutMs_, 1000));
+    if (!st.isOk() || !rep.ok)
+      C4_WARN(kLogPlan, "C4P: the fabric service %s did not take the job's release (%s); its lease frees the links",
+              addr_.c_str(), st.isOk() ? rep.error.c_str() : st.message().c_str());
+    else
+      C4_INFO(kLogPlan, "C4P: released job %016llx at the fabric service %s", static_cast<unsigned long long>(id_),
+              addr_.c_str());
+  }
+
+  /// Registers `spec`; the reply (ok or not) in *rep.
+  Status registerJob(const plan::wire::JobSpec& spec, plan::wire::Reply* rep) {
+    plan::wire::Request req;
+    req.op = plan::wire::Op::kRegister;
+    req.job = spec;
+    req.leaseMs = leaseMs_;
+    C4_CHECK(call(req, rep, timeoutMs_));
+    return Status::ok();
+  }
+
+  /// The job is booked under id/token with `plan`: renew it from now on.
+  void start(uint64_t id, uint64_t token, plan::wire::JobSpec spec) {
+    id_ = id;
+    token_ = token;
+    spec_ = std::move(spec);
+    thread_ = std::thread([this] { renewLoop(); });
+  }
+
+ private:
+  Status call(const plan::wire::Request& req, plan::wire::Reply* rep, int64_t timeoutMs) {
+    if (!client_) {
+      plan::wire::Key k = key_;
+      C4_CHECK(plan::FabricClient::connect(addr_, k, timeoutMs, &client_));
+    }
+    Status st = client_->call(req, rep, timeoutMs);
+    if (!st.isOk()) client_.reset();
+    return st;
+  }
+
+  void renewLoop() {
+    std::unique_lock<std::mutex> lk(mu_);
+    bool warned = false;
+    for (;;) {
+      if (cv_.wait_for(lk, std::chrono::milliseconds(std::max<int64_t>(leaseMs_ / 3, 100)), [this] { return stop_; }))
+        return;
+      lk.unlock();
+      plan::wire::Request req;
+      req.op = plan::wire::Op::kRenew;
+      req.id = id_;
+      req.token = token_;
+      req.leaseMs = leaseMs_;
+      plan::wire::Reply rep;
+      Status st = call(req, &rep, timeoutMs_);
+      if (st.isOk() && !rep.ok && rep.unknownJob) {
+        // The service restarted without this job: book the plan the job runs, as it is.
+        plan::wire::Reply again;
+        st = registerJob(spec_, &again);
+        if (st.isOk() && again.ok) {
+          C4_WARN(kLogPlan,
+                  "C4P: the fabric service %s did not know job %016llx (it restarted?): registered again "
+                  "as %016llx with the plan the job runs",
+                  addr_.c_str(), static_cast<unsigned long long>(id_), static_cast<unsigned long long>(again.id));
+          id_ = again.id;
+          token_ = again.token;
+          rep.ok = true;
+        } else if (st.isOk()) {
+          rep.error = again.error;
+        }
+      }
+      if (!st.isOk() || !rep.ok) {
+        if (!warned)
+          C4_WARN(kLogPlan,
+                  "C4P: cannot renew job %016llx at the fabric service %s: %s (the job goes on; tried again "
+                  "every %lld ms)",
+                  static_cast<unsigned long long>(id_), addr_.c_str(),
+                  st.isOk() ? rep.error.c_str() : st.message().c_str(), static_cast<long long>(leaseMs_ / 3));
+        warned = true;
+      } else if (warned) {
+        C4_WARN(kLogPlan, "C4P: the fabric service %s renews job %016llx again", addr_.c_str(),
+                static_cast<unsigned long long>(id_));
+        warned = false;
+      }
+      lk.lock();
+    }
+  }
+
+  const std::string addr_;
+  const plan::wire::Key key_;
+  const int64_t timeoutMs_, leaseMs_;
+  std::unique_ptr<plan::FabricClient> client_;  // the renewal thread's once started
+  uint64_t id_ = 0, token_ = 0;
+  plan::wire::JobSpec spec_;  // with keep: what a re-registration books
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// Rank 0: the fabric service's plan for the job (encoded reply), or "" with the reason in *why.
+std::string askFabricService(const plan::PlanInput& in, const std::string& addr, int nranks, int hosts,
+                             std::unique_ptr<FabricSession>* session, std::string* why) {
+  const int64_t t0 = detail::nowNs();
+  if (paramTopoFile().empty()) {
+    *why = "it needs C4_TOPO_FILE, the fabric's topology (the same file as the service's)";
+    return "";
+  }
+  const std::string keyFile = paramPlannerKeyFile();
+  if (keyFile.empty()) {
+    *why = "C4_PLANNER_KEY_FILE is not set";
+    return "";
+  }
+  plan::wire::Key key;
+  Status st = plan::readKeyFile(keyFile, &key);
+  if (!st.isOk()) {
+    *why = st.message();
+    return "";
+  }
+  plan::wire::JobSpec spec;
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  spec.name = strFormat("%s pid %d: %d ranks on %d hosts", host, static_cast<int>(getpid()), nranks, hosts);
+  spec.topoHash = in.topo->hash();
+  spec.ranks = in.ranks;
+  spec.flows = in.flows;
+  spec.lanes = in.lanes;
+  spec.portSalt = in.portSalt;
+  spec.sourcePorts = in.sourcePorts;
+  auto fs = std::make_unique<FabricSession>(addr, key, paramPlannerServiceMs(), paramPlannerLeaseMs());
+  plan::wire::Reply rep;
+  st = fs->registerJob(spec, &rep);
+  if (!st.isOk()) {
+    *why = st.message();
+    return "";
+  }
+  if (!rep.ok) {
+    *why = "it refused the job: " + rep.error;
+    return "";
+  }
+  plan::Plan check;
+  st = plan::adoptPlan(in, rep.conns, &check);
+  if (!st.isOk()) {
+    *why = "its plan does not fit the job: " + st.message();
+    return "";
+  }
+  C4_INFO(kLogPlan,
+          "C4P: the fabric service %s booked the job as %016llx in %.1f ms: its most loaded link %.2f ms, the "
+          "fabric's %.2f ms with every job",
+          addr.c_str(), static_cast<unsigned long long>(rep.id), (detail::nowNs() - t0) / 1e6, rep.soloSeconds * 1e3,
+          rep.fabricSeconds * 1e3);
+  spec.keep = rep.conns;
+  fs->start(rep.id, rep.token, std::move(spec));
+  *session = std::move(fs);
+  return plan::wire::encodeReply(rep);
+}
+
 }  // namespace
 
 struct LanePlanner::State {
@@ -74,7 +257,8 @@ struct LanePlanner::State {
   plan::PlanInput input;
   plan::Plan plan;
   bool planned = false;
-  std::vector<std::string> rankHosts;  // on a C4_TOPO_FILE fabric: each rank's host
+  std::vector<std::string> rankHosts;     // on a C4_TOPO_FILE fabric: each rank's host
+  std::unique_ptr<FabricSession> fabric;  // rank 0 with C4_PLANNER_SERVICE: the job's booking
 };
 
 LanePlanner::LanePlanner() : s_(std::make_shared<State>()) {}
@@ -131,7 +315,7 @@ std::string reversePath(const std::string& p) {
 
 }  // namespace
 
-Status LanePlanner::init(int rank, int nranks, transport::Oob* oob, const std::vector<int32_t>& hostOf,
+Status LanePlanner::init(int rank, int nranks, Bootstrap* oob, const std::vector<int32_t>& hostOf,
                          transport::Transport* net, Tuner& tuner, trace::Recorder* recorder) {
   s_->recorder = recorder;
   s_->rank = rank;
@@ -272,8 +456,30 @@ Status LanePlanner::init(int rank, int nranks, transport::Oob* oob, const std::v
     plan::addFlows(more, &in.flows);
     ++files;
   }
-  st = plan::makePlan(in, &s_->plan);
-  if (!st.isOk()) return st;
+  // The fabric service (C4_PLANNER_SERVICE): rank 0 registers the job and hands the service's
+  // reply to every rank; each checks the plan against the same input, so all take it or all plan
+  // alone. What goes wrong with the service is a warning, never the job's failure.
+  const std::string service = paramPlannerService();
+  bool fromService = false;
+  if (!service.empty() && mode == plan::Mode::kC4p) {
+    std::string reply, why;
+    if (rank == 0) {
+      reply = askFabricService(in, service, nranks, hosts, &s_->fabric, &why);
+      if (reply.empty())
+        C4_WARN(kLogPlan, "C4P: the fabric service %s does not plan this job, which plans alone: %s", service.c_str(),
+                why.c_str());
+    }
+    st = oob->broadcast(kTagFabricPlan, &reply);
+    if (!st.isOk()) return st;
+    plan::wire::Reply rep;
+    if (!reply.empty() && plan::wire::parseReply(reply, &rep).isOk() &&
+        plan::adoptPlan(in, rep.conns, &s_->plan).isOk())
+      fromService = true;
+  }
+  if (!fromService) {
+    st = plan::makePlan(in, &s_->plan);
+    if (!st.isOk()) return st;
+  }
   s_->planned = true;
   s_->net = net;
   s_->periodNs = paramRebalanceMs() * 1000000;
@@ -282,11 +488,11 @@ Status LanePlanner::init(int rank, int nranks, transport::Oob* oob, const std::v
   const plan::Topology& t = s_->topo;
   const int b = s_->plan.bottleneck(t);
   char buf[512];
-  snprintf(buf, sizeof(buf),
-           "%s over %s: %zu connection(s) x %d lane(s) for %s AllReduce of %zu B%s; most loaded link %s",
-           plan::modeName(mode), file.empty() ? "a flat model" : file.c_str(), s_->plan.conns.size(), in.lanes,
-           sched::algoName(algo), bytes, files > 0 ? strFormat(" and %d schedule file(s)", files).c_str() : "",
-           b < 0 ? "none" : t.link(b).name.c_str());
+  snprintf(
+      buf, sizeof(buf), "%s%s over %s: %zu connection(s) x %d lane(s) for %s AllReduce of %zu B%s; most loaded link %s",
+      plan::modeName(mode), fromService ? " (by the fabric service, beside the other jobs)" : "",
+      file.empty() ? "a flat model" : file.c_str(), s_->plan.conns.size(), in.lanes, sched::algoName(algo), bytes,
+      files > 0 ? strFormat(" and %d schedule file(s)", files).c_str() : "", b < 0 ? "none" : t.link(b).name.c_str());
   C4_INFO(kLogPlan, "rank %d: C4P %s", rank, buf);
   if (recorder != nullptr) recorder->plan(trace::PlanEvent::kPlan, std::string("C4P ") + buf);
   s_->lastTicks = trace::ticks();

@@ -26,6 +26,18 @@ C4_PARAM_INT(PlanSeed, "C4_PLAN_SEED", nullptr, 1, INT64_MIN, INT64_MAX, kParamN
              "C4P: seed of C4_PLANNER=ecmp's random source ports")
 C4_PARAM_INT(PlanBytes, "C4_PLAN_BYTES", nullptr, 67108864, 1, int64_t{1} << 40, kParamNone,
              "C4P: the AllReduce size whose schedules give the flows the lanes are planned for")
+C4_PARAM_STR(PlannerService, "C4_PLANNER_SERVICE", nullptr, "", {}, kParamSameOnAllRanks,
+             "C4P: host:port of the fabric service (c4-fabricd) that plans every job on the fabric together; empty: "
+             "the job plans alone. Needs C4_TOPO_FILE (the service's fabric) and C4_PLANNER_KEY_FILE")
+C4_PARAM_STR(PlannerKeyFile, "C4_PLANNER_KEY_FILE", nullptr, "", {}, kParamNone,
+             "C4P: the fabric service's shared key: a file of at least 16 bytes of secret that only its owner can read "
+             "(chmod 600)")
+C4_PARAM_INT(PlannerServiceMs, "C4_PLANNER_SERVICE_MS", nullptr, 2000, 1, 600000, kParamNone,
+             "C4P: how long communicator init waits for the fabric service (connect, register, reply) before the job "
+             "plans alone, in ms")
+C4_PARAM_INT(PlannerLeaseMs, "C4_PLANNER_LEASE_MS", nullptr, 30000, 1000, 86400000, kParamNone,
+             "C4P: the lease the job asks of the fabric service; the job renews it every third of it, and the service "
+             "frees the job's links when it runs out (a job that died)")
 C4_PARAM_INT(RebalanceMs, "C4_REBALANCE_MS", nullptr, 200, 0, 86400000, kParamNone,
              "C4P: between operations, at most this often, striping weights follow each lane's measured throughput "
              "and retired lanes are replaced on healthy paths; 0 = never")
@@ -37,6 +49,7 @@ struct PlanInput;
 }  // namespace plan
 
 class Tuner;
+class Bootstrap;
 namespace trace {
 class Recorder;
 }
@@ -53,10 +66,12 @@ class LanePlanner {
   /// unreadable file fails init() where C4P plans).
   bool readTopology(uint64_t* hash);
   /// Plans the lanes of `net` (the network transport, may be null: nothing to plan). Collective
-  /// over `oob`: every rank calls it. `hostOf[r]` numbers the ranks' hosts. Once C4P has placed the
+  /// over `oob`: every rank calls it. With C4_PLANNER_SERVICE, rank 0 registers the job with the
+  /// fabric service and hands its plan to the others; a service that is down, slow or refusing is
+  /// a warning, and the job plans alone. `hostOf[r]` numbers the ranks' hosts. Once C4P has placed the
   /// ranks on a C4_TOPO_FILE fabric, the tuner drops schedule files made for other hosts
   /// (Tuner::checkScheduleHosts) before the flows to plan are taken from its choice.
-  Status init(int rank, int nranks, transport::Oob* oob, const std::vector<int32_t>& hostOf, transport::Transport* net,
+  Status init(int rank, int nranks, Bootstrap* oob, const std::vector<int32_t>& hostOf, transport::Transport* net,
               Tuner& tuner, trace::Recorder* recorder);
   /// Whether there is a plan to keep (init planned lanes and C4_REBALANCE_MS > 0).
   bool active() const { return active_; }

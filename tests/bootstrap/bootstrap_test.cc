@@ -84,6 +84,16 @@ std::string exerciseRank(Bootstrap& b) {
     RANK_CHECK(got == c, "second tag 7 message from %d is '%s'", q, got.c_str());
     RANK_OK(b.recv(q, 11, nullptr, 0));
   }
+  // Rank 0's bytes to every rank over the tree: empty, one byte, 100 KiB; what a rank holds
+  // before is replaced.
+  for (size_t bytes : {size_t{0}, size_t{1}, big}) {
+    std::string data = r == 0 ? std::string(bytes, '\0') : std::string("stale");
+    for (size_t i = 0; r == 0 && i < bytes; ++i) data[i] = static_cast<char>(pattern(77, i));
+    RANK_OK(b.broadcast(0xB0000000u + static_cast<uint32_t>(bytes), &data));
+    RANK_CHECK(data.size() == bytes, "broadcast of %zu bytes gave %zu", bytes, data.size());
+    for (size_t i = 0; i < bytes; ++i)
+      RANK_CHECK(static_cast<uint8_t>(data[i]) == pattern(77, i), "broadcast of %zu bytes: byte %zu wrong", bytes, i);
+  }
   RANK_OK(b.barrier());
   return "";
 }

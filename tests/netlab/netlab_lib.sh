@@ -42,3 +42,14 @@ netlab_run_ranks() {
   done
   return $rc
 }
+
+# spine_bytes: the bytes each spine of the fabric forwarded so far, "s0 s1 ...". Inside a session.
+spine_bytes() {  # bytes each spine forwarded, "s0 s1"
+  "$py" - "$tools" <<'PYEOF'
+import os, sys
+sys.path.insert(0, sys.argv[1])
+import netlab
+topo = netlab.load_topology(os.environ["NETLAB_TOPO"])
+print(" ".join(str(sum(c["tx_bytes"] for c in netlab.iface_counters(s["netns"]).values())) for s in topo["spines"]))
+PYEOF
+}

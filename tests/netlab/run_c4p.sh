@@ -17,15 +17,6 @@ fi
 perf=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-spine_bytes() {  # bytes each spine forwarded, "s0 s1"
-  "$py" - "$tools" <<'PYEOF'
-import os, sys
-sys.path.insert(0, sys.argv[1])
-import netlab
-topo = netlab.load_topology(os.environ["NETLAB_TOPO"])
-print(" ".join(str(sum(c["tx_bytes"] for c in netlab.iface_counters(s["netns"]).values())) for s in topo["spines"]))
-PYEOF
-}
 export C4_TCP_PORTS=p0,p1 C4_LANES=2 C4_TIMEOUT=${C4_TIMEOUT:-60} C4_DEBUG=INFO C4_DEBUG_SUBSYS=PLAN
 for mode in c4p ecmp off; do
   mkdir -p "$tmp/$mode"

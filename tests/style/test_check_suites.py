@@ -123,7 +123,7 @@ class CheckSuites(unittest.TestCase):
 
     def test_several_reports_are_counted_together(self):
         paths = []
-        for i, names in enumerate((["fuzz_a", "fuzz_b", "fuzz_c", "fuzz_d"], ["fuzz_e", "fuzz_f", "fuzz_g", "fuzz_h"])):
+        for i, names in enumerate((["fuzz_a", "fuzz_b", "fuzz_c", "fuzz_d"], ["fuzz_e", "fuzz_f", "fuzz_g", "fuzz_h", "fuzz_i"])):
             path = os.path.join(self.dir.name, "junit%d.xml" % i)
             with open(path, "w") as f:
                 f.write('<?xml version="1.0"?><testsuite>%s</testsuite>' % "".join(case(n) for n in names))

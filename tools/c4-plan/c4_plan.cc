@@ -1,15 +1,18 @@
 // c4-plan: C4P's plan for a fabric before a job runs (docs/c4p.md). Reads a topology (the JSON that
 // tools/netlab writes, or a generated leaf-spine / fat-tree), places ranks host by host, takes the
 // flows of one collective's schedules, and prints the c4p plan (flow -> lanes -> links), the per-link
-// load, and what ECMP hashing (random source ports) gives over several seeds.
+// load, and what ECMP hashing (random source ports) gives over several seeds. With --service, what
+// the fabric service (c4-fabricd) holds: its jobs, their lanes' paths, the per-link load.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "planner/fabric_client.hpp"
 #include "planner/flows.hpp"
 #include "planner/planner.hpp"
 #include "planner/topology.hpp"
@@ -27,7 +30,10 @@ void usage() {
       "Places R ranks on every host in order (rank r on host r / R), each using the first N ports of its\n"
       "host (default: all), L lanes per connection (default: the ports); prints the c4p plan and link\n"
       "load, then ECMP (random source ports) over S seeds (default 10). Sizes take K, M, G suffixes.\n"
-      "--roce: the lanes are RoCE v2 queue pairs (ibverbs), steered with source ports 49152-65535.\n");
+      "--roce: the lanes are RoCE v2 queue pairs (ibverbs), steered with source ports 49152-65535.\n"
+      "   or: c4-plan --service HOST:PORT --key-file FILE [--json] [--links N]\n"
+      "The fabric service's view (c4-fabricd): every job, its lanes' paths, the most loaded links;\n"
+      "--json: the service's answer as it is.\n");
 }
 
 size_t parseSize(const char* s) {
@@ -80,12 +86,59 @@ bool parseColl(const std::string& s, Coll* out) {
 
 }  // namespace
 
+// c4-plan --service: asks the fabric service for its view and prints it.
+int showService(const std::string& addr, const std::string& keyFile, bool asJson, int links) {
+  plan::wire::Key key;
+  Status st = plan::readKeyFile(keyFile, &key);
+  if (!st.isOk()) return fprintf(stderr, "c4-plan: %s\n", st.message().c_str()), 1;
+  std::unique_ptr<plan::FabricClient> client;
+  st = plan::FabricClient::connect(addr, key, 5000, &client);
+  plan::wire::Reply rep;
+  if (st.isOk()) {
+    plan::wire::Request req;
+    req.op = plan::wire::Op::kStatus;
+    st = client->call(req, &rep, 10000);
+  }
+  if (!st.isOk()) return fprintf(stderr, "c4-plan: %s\n", st.message().c_str()), 1;
+  if (!rep.ok) return fprintf(stderr, "c4-plan: the fabric service %s: %s\n", addr.c_str(), rep.error.c_str()), 1;
+  if (asJson) return printf("%s\n", rep.status.c_str()), 0;
+  const nlohmann::json v = nlohmann::json::parse(rep.status, nullptr, false);
+  if (v.is_discarded() || !v.is_object()) return fprintf(stderr, "c4-plan: the service's view is not JSON\n"), 1;
+  const auto& jobs = v.value("jobs", nlohmann::json::array());
+  printf("fabric service %s: %s (topology %s), %zu job(s); most loaded link %s, %.2f ms\n", addr.c_str(),
+         v.value("topology", std::string("?")).c_str(), v.value("topo_hash", std::string("?")).c_str(), jobs.size(),
+         v.value("bottleneck", std::string("none")).c_str(), v.value("fabric_s", 0.0) * 1e3);
+  for (const auto& j : jobs) {
+    std::string hosts;
+    for (const auto& h : j.value("hosts", nlohmann::json::array()))
+      hosts += (hosts.empty() ? "" : ",") + h.get<std::string>();
+    printf("\njob %s  %s\n  %d ranks on %s, %d lane(s) per connection, lease %.1f s left, alone %.2f ms\n",
+           j.value("id", std::string("?")).c_str(), j.value("name", std::string()).c_str(), j.value("ranks", 0),
+           hosts.c_str(), j.value("lanes_per_connection", 0), j.value("lease_left_ms", 0) / 1e3,
+           j.value("solo_s", 0.0) * 1e3);
+    for (const auto& l : j.value("lanes", nlohmann::json::array()))
+      printf("  rank %d - rank %d lane %d: %s\n", l.value("a", 0), l.value("b", 0), l.value("lane", 0),
+             l.value("path", std::string()).c_str());
+  }
+  const auto& load = v.value("links", nlohmann::json::array());
+  printf("\nlink load, most loaded first (every job):\n");
+  int shown = 0;
+  for (const auto& l : load) {
+    if (shown++ >= links) break;
+    printf("  %-28s %10.2f MB %9.2f ms  %d job(s)\n", l.value("link", std::string()).c_str(),
+           l.value("bytes", 0.0) / 1e6, l.value("seconds", 0.0) * 1e3, l.value("jobs", 0));
+  }
+  if (load.empty()) printf("  (none)\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::string file, algoName = "ring", collName = "allreduce";
   std::vector<double> leafSpine, fatTree;
   size_t bytes = 64u << 20;
   int ranksPerHost = 1, ports = 0, lanes = 0, seeds = 10, links = 12;
-  bool quiet = false, roce = false;
+  bool quiet = false, roce = false, asJson = false;
+  std::string service, keyFile;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -120,10 +173,20 @@ int main(int argc, char** argv) {
       quiet = true;
     else if (a == "--roce")
       roce = true;
+    else if (a == "--service")
+      service = next();
+    else if (a == "--key-file")
+      keyFile = next();
+    else if (a == "--json")
+      asJson = true;
     else if (!a.empty() && a[0] != '-' && file.empty())
       file = a;
     else
       return usage(), 2;
+  }
+  if (!service.empty()) {
+    if (keyFile.empty()) return fprintf(stderr, "c4-plan: --service needs --key-file (the service's key)\n"), 2;
+    return showService(service, keyFile, asJson, links);
   }
   plan::Topology topo;
   if (!file.empty()) {

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# C4P's fabric service (c4-fabricd, docs/c4p.md "The fabric service") with concurrent jobs on an
+# emulated fabric where plans made alone collide: 4 hosts x 1 port, 2 leaves, 2 spines; job A on
+# h0/h2, job B on h1/h3, each a 2-rank ring AllReduce over one lane, so each crosses the spines
+# once each way. Every result is checked (c4-perf -c 1), and:
+#   1. without the service, both jobs plan spine 0 (their cross-spine bytes all on one spine);
+#   2. with it, B (starting while A runs) is placed on the other spine: each spine carries one job;
+#   3. a job killed mid-run: its lease expires at the service and the next job takes its spine;
+#   4. the service killed mid-run: the running job goes on and ends right; a job that starts after
+#      it plans alone with a warning, and its init does not hang.
+# And `c4-plan --service` (from another host) shows the running job and its lane's path.
+#   run_fabric.sh C4PERF C4FABRICD C4PLAN
+# Exit 77 (skipped) without root or network namespaces.
+set -euo pipefail
+. "$(dirname "$0")/netlab_lib.sh"
+
+if [ -z "${NETLAB_NAME:-}" ]; then
+  [ $# -eq 3 ] || { echo "usage: $0 C4PERF C4FABRICD C4PLAN" >&2; exit 2; }
+  netlab_enter --hosts 4 --ports 1 --leaves 2 --spines 2 --rate 1gbit -- "$0" "$@"
+fi
+
+perf=$1 fabricd=$2 c4plan=$3
+tmp=$(mktemp -d)
+daemon=""
+cleanup() {
+  [ -n "$daemon" ] && kill "$daemon" 2> /dev/null && wait "$daemon" 2> /dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+addr() { "$tools/netlab" addr "$NETLAB_NAME" "$1"; }
+# wait_for FILE PATTERN WHAT: until FILE has a line matching PATTERN (a hang guard of 120 s, not a margin).
+wait_for() {
+  local i
+  for ((i = 0; i < 1200; i++)); do
+    grep -q -- "$2" "$1" 2> /dev/null && return 0
+    sleep 0.1
+  done
+  echo "FAIL: no '$2' in $1 ($3) after 120 s"; cat "$1" 2> /dev/null; exit 1
+}
+
+# job_start NAME PORT HOST0 HOST1 ARGS...: a 2-rank job (rank 0 on HOST0, the root there on PORT),
+# started in the background; its output in $tmp/NAME/out.RANK, its pids in $tmp/NAME/pids.
+job_start() {
+  local name=$1 port=$2 h0=$3 h1=$4 r h
+  shift 4
+  mkdir -p "$tmp/$name"
+  : > "$tmp/$name/pids"
+  for r in 0 1; do
+    h=$h0
+    [ $r = 1 ] && h=$h1
+    "$tools/netlab" run "$NETLAB_NAME" "$h" -- env RANK=$r LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR="$(addr "$h0")" \
+      MASTER_PORT=$port C4_SOCKET_IFNAME=p0 "$@" > "$tmp/$name/out.$r" 2>&1 &
+    echo $! >> "$tmp/$name/pids"
+  done
+}
+# job_wait NAME: both ranks ended well and the results are right.
+job_wait() {
+  local pid rc=0
+  for pid in $(cat "$tmp/$1/pids"); do wait "$pid" || rc=1; done
+  if [ $rc != 0 ]; then
+    cat "$tmp/$1/out.0" "$tmp/$1/out.1"; echo "FAIL: job $1 failed"; exit 1
+  fi
+  grep -q "Out of bounds values : 0 OK" "$tmp/$1/out.0" || { cat "$tmp/$1/out.0"; echo "FAIL: job $1: wrong results"; exit 1; }
+}
+# spine_of NAME: the spine job NAME's lane crosses, from rank 0's plan ("... lane 0: h0p0 -> spine1 -> h2p0 ...").
+spine_of() { grep -A2 "C4P plan (lane" "$tmp/$1/out.0" | grep -m1 -o "spine[01]" || echo "none"; }
+# split S0 S1 LO: whether each spine carried at least LO% of their bytes.
+split() { [ $(($1 * 100)) -ge $((($1 + $2) * $3)) ] && [ $(($2 * 100)) -ge $((($1 + $2) * $3)) ]; }
+
+export C4_PLANNER=c4p C4_TOPO_FILE=$NETLAB_TOPO C4_LANES=1 C4_ALGO=ring C4_TIMEOUT=${C4_TIMEOUT:-60} \
+  C4_DEBUG=INFO C4_DEBUG_SUBSYS=PLAN C4_REBALANCE_MS=0
+ring=("$perf" -C allreduce -b 16M -e 16M -c 1 -w 1)
+
+# 1. Planned alone, the two jobs collide on one spine.
+before=($(spine_bytes))
+job_start alone-a 29500 h0 h2 "${ring[@]}" -n 8
+job_start alone-b 29501 h1 h3 "${ring[@]}" -n 8
+job_wait alone-a
+job_wait alone-b
+after=($(spine_bytes))
+s0=$((after[0] - before[0])) s1=$((after[1] - before[1]))
+echo "planned alone: A on $(spine_of alone-a), B on $(spine_of alone-b); spine bytes $s0 / $s1"
+[ "$(spine_of alone-a)" = "$(spine_of alone-b)" ] || { echo "FAIL: the jobs planned alone did not collide"; exit 1; }
+split $s0 $s1 35 && { echo "FAIL: the spine counters do not show the collision"; exit 1; }
+
+# The service, in h0's namespace on h0's address; the key only its owner reads.
+head -c 32 /dev/urandom | base64 > "$tmp/key"
+chmod 600 "$tmp/key"
+svc="$(addr h0):7471"
+"$tools/netlab" run "$NETLAB_NAME" h0 -- "$fabricd" --topo "$NETLAB_TOPO" --key-file "$tmp/key" --listen "$svc" \
+  --db "$tmp/fabric.db" --min-lease-ms 500 > "$tmp/fabricd.log" 2>&1 &
+daemon=$!
+wait_for "$tmp/fabricd.log" "listening" "the service starting"
+export C4_PLANNER_SERVICE=$svc C4_PLANNER_KEY_FILE=$tmp/key C4_PLANNER_LEASE_MS=1000
+
+# 2. B starts while A runs; the service puts it on the other spine.
+before=($(spine_bytes))
+job_start with-a 29502 h0 h2 "${ring[@]}" -n 40
+wait_for "$tmp/with-a/out.0" "by the fabric service" "job A planned by the service"
+job_start with-b 29503 h1 h3 "${ring[@]}" -n 20
+job_wait with-b
+job_wait with-a
+after=($(spine_bytes))
+s0=$((after[0] - before[0])) s1=$((after[1] - before[1]))
+grep -q "by the fabric service" "$tmp/with-b/out.0" || { cat "$tmp/with-b/out.0"; echo "FAIL: B not planned by the service"; exit 1; }
+echo "with the service: A on $(spine_of with-a), B on $(spine_of with-b); spine bytes $s0 / $s1"
+[ "$(spine_of with-a)" != "$(spine_of with-b)" ] || { echo "FAIL: the service put both jobs on one spine"; exit 1; }
+split $s0 $s1 25 || { echo "FAIL: with the service, one spine carried almost everything"; exit 1; }
+wait_for "$tmp/fabricd.log" "release" "the jobs' releases"
+
+# 3. A job killed mid-run: its lease runs out, and the next job takes its spine.
+job_start killed 29504 h0 h2 "${ring[@]}" -n 100000
+wait_for "$tmp/killed/out.0" "by the fabric service" "the doomed job planned"
+first=$(spine_of killed)
+# The operator's view, from h3: the one job, its lane through that spine, the links it loads.
+"$tools/netlab" run "$NETLAB_NAME" h3 -- "$c4plan" --service "$svc" --key-file "$tmp/key" > "$tmp/view.txt" 2>&1 ||
+  { cat "$tmp/view.txt"; echo "FAIL: c4-plan --service"; exit 1; }
+cat "$tmp/view.txt"
+grep -q "1 job(s)" "$tmp/view.txt" && grep -q "leaf0 -> $first" "$tmp/view.txt" ||
+  { echo "FAIL: c4-plan --service does not show the running job on $first"; exit 1; }
+"$tools/netlab" run "$NETLAB_NAME" h3 -- "$c4plan" --service "$svc" --key-file "$tmp/key" --json |
+  "$py" -c 'import json, sys; v = json.load(sys.stdin); assert len(v["jobs"]) == 1 and v["links"], v' ||
+  { echo "FAIL: c4-plan --service --json"; exit 1; }
+# (netlab run execs the command: each pid is the rank's own process.)
+for pid in $(cat "$tmp/killed/pids"); do kill -9 "$pid" 2> /dev/null || true; done
+for pid in $(cat "$tmp/killed/pids"); do wait "$pid" 2> /dev/null || true; done
+wait_for "$tmp/fabricd.log" "expire" "the killed job's lease running out"
+job_start after-kill 29505 h1 h3 "${ring[@]}" -n 4
+job_wait after-kill
+echo "killed job on $first; the job after it on $(spine_of after-kill)"
+[ "$(spine_of after-kill)" = "$first" ] || { echo "FAIL: the killed job's spine was not freed"; exit 1; }
+
+# 4. The service killed mid-run: the running job ends right; the next one plans alone.
+job_start orphan 29506 h0 h2 "${ring[@]}" -n 40
+wait_for "$tmp/orphan/out.0" "by the fabric service" "the job planned before the service dies"
+kill -9 "$daemon"
+wait "$daemon" 2> /dev/null || true
+daemon=""
+job_wait orphan
+job_start alone-again 29507 h1 h3 "${ring[@]}" -n 4
+job_wait alone-again
+grep -q "does not plan this job, which plans alone" "$tmp/alone-again/out.0" ||
+  { cat "$tmp/alone-again/out.0"; echo "FAIL: no warning that the job plans alone"; exit 1; }
+grep -m1 "plans alone" "$tmp/alone-again/out.0"
+echo "PASS"
