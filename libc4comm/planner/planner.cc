@@ -25,10 +25,22 @@ uint64_t pairKey(int a, int b) {
   return static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32 | static_cast<uint32_t>(b);
 }
 
-// One way to carry a lane: ports at both ends and a path; the links of both directions.
+// A run of link indices in a ConnWork's pool.
+struct Links {
+  const int* b = nullptr;
+  const int* e = nullptr;
+  const int* begin() const { return b; }
+  const int* end() const { return e; }
+};
+
+// One way to carry a lane: ports at both ends and a path. Its links, both directions, lie in its
+// connection's pool (ConnWork::fwd/back): fwd is a's port up, the fabric's links, b's port down;
+// back the same cables the other way, from b.
 struct Candidate {
   int pa = 0, pb = 0, path = 0;
-  std::vector<int> fwd, back;
+  int route = 0;     // index of its fabric links (those between the ports) in ConnWork::routes
+  uint32_t off = 0;  // its links in ConnWork::pool: nf forward, then nb back
+  uint16_t nf = 0, nb = 0;
 };
 
 struct ConnWork {
@@ -36,6 +48,14 @@ struct ConnWork {
   double ab = 0, ba = 0;  // bytes per lane, each direction
   std::vector<Candidate> cands;
   std::vector<int> choice;  // candidate per lane
+  // What Solver::best scores once rather than per candidate: the fabric links of each distinct
+  // (leaf, leaf, path) route, each way, in the order of the candidates' own lists.
+  std::vector<std::pair<std::vector<int>, std::vector<int>>> routes;
+  // Every candidate's links, one allocation rather than two per candidate (thousands a lane on a
+  // large fat-tree: allocating them was most of a plan's time).
+  std::vector<int> pool;
+  Links fwd(const Candidate& k) const { return Links{pool.data() + k.off, pool.data() + k.off + k.nf}; }
+  Links back(const Candidate& k) const { return Links{pool.data() + k.off + k.nf, pool.data() + k.off + k.nf + k.nb}; }
 };
 
 std::string humanBytes(double b) {
@@ -119,31 +139,68 @@ class Solver {
   void candidates(ConnWork& c) {
     const RankPlace& ra = in_.ranks[static_cast<size_t>(c.a)];
     const RankPlace& rb = in_.ranks[static_cast<size_t>(c.b)];
+    // The routes between two leaves are the same for every pair of ports on them (Topology's
+    // paths are per leaf pair): each leaf pair's first route, by index.
+    std::map<std::pair<int, int>, int> firstRoute;
+    std::vector<int> fwd, back;
     for (size_t pa = 0; pa < ra.ports.size(); ++pa)
       for (size_t pb = 0; pb < rb.ports.size(); ++pb) {
-        HostPort ha{ra.host, ra.ports[pa]}, hb{rb.host, rb.ports[pb]};
+        // Room for all: the first port pair's share times the pairs (every pair has as many).
+        if (pa == 0 && pb == 1) {
+          const size_t pairs = ra.ports.size() * rb.ports.size();
+          c.pool.reserve(c.pool.size() * pairs);
+          c.cands.reserve(c.cands.size() * pairs);
+        }
+        const HostPort ha{ra.host, ra.ports[pa]}, hb{rb.host, rb.ports[pb]};
+        const Port &porta = t_.port(ha), &portb = t_.port(hb);
         const int np = t_.numPaths(ha, hb);
+        auto first = firstRoute.emplace(std::make_pair(porta.leaf, portb.leaf), static_cast<int>(c.routes.size()));
         for (int i = 0; i < np; ++i) {
+          if (first.second) {
+            t_.pathLinks(ha, hb, i, &fwd);
+            back.clear();
+            for (auto it = fwd.rbegin(); it != fwd.rend(); ++it) back.push_back(t_.link(*it).reverse);
+            // Between the host ports' own links (first and last each way).
+            auto inner = [](const std::vector<int>& v) {
+              return v.size() > 2 ? std::vector<int>(v.begin() + 1, v.end() - 1) : std::vector<int>();
+            };
+            c.routes.emplace_back(inner(fwd), inner(back));
+          }
           Candidate k;
           k.pa = static_cast<int>(pa);
           k.pb = static_cast<int>(pb);
           k.path = i;
-          t_.pathLinks(ha, hb, i, &k.fwd);
-          for (auto it = k.fwd.rbegin(); it != k.fwd.rend(); ++it) k.back.push_back(t_.link(*it).reverse);
-          c.cands.push_back(std::move(k));
+          k.route = first.first->second + i;
+          const auto& route = c.routes[static_cast<size_t>(k.route)];
+          // As Topology::pathLinks gives them: a's port up, the route, b's port down; back the
+          // reverse of each, in the other order.
+          k.off = static_cast<uint32_t>(c.pool.size());
+          if (ha.host == hb.host) {  // within a host no link at all (build() plans no such connection)
+            c.cands.push_back(k);
+            continue;
+          }
+          c.pool.push_back(porta.up);
+          c.pool.insert(c.pool.end(), route.first.begin(), route.first.end());
+          c.pool.push_back(portb.down);
+          k.nf = static_cast<uint16_t>(c.pool.size() - k.off);
+          c.pool.push_back(t_.link(portb.down).reverse);
+          c.pool.insert(c.pool.end(), route.second.begin(), route.second.end());
+          c.pool.push_back(t_.link(porta.up).reverse);
+          k.nb = static_cast<uint16_t>(c.pool.size() - k.off - k.nf);
+          c.cands.push_back(k);
         }
       }
   }
 
   void apply(const ConnWork& c, const Candidate& k, double sign) {
-    for (int l : k.fwd) load_[static_cast<size_t>(l)] += sign * c.ab;
-    for (int l : k.back) load_[static_cast<size_t>(l)] += sign * c.ba;
+    for (int l : c.fwd(k)) load_[static_cast<size_t>(l)] += sign * c.ab;
+    for (int l : c.back(k)) load_[static_cast<size_t>(l)] += sign * c.ba;
   }
 
   // The most loaded of the candidate's links if the lane went there, and the sum (tie-break).
   std::pair<double, double> cost(const ConnWork& c, const Candidate& k) const {
     double worst = 0, total = 0;
-    auto visit = [&](const std::vector<int>& links, double w) {
+    auto visit = [&](const Links& links, double w) {
       if (w <= 0) return;
       for (int l : links) {
         const double s = (load_[static_cast<size_t>(l)] + w) * secPerByte_[static_cast<size_t>(l)];
@@ -151,17 +208,53 @@ class Solver {
         total += s;
       }
     };
-    visit(k.fwd, c.ab);
-    visit(k.back, c.ba);
+    visit(c.fwd(k), c.ab);
+    visit(c.back(k), c.ba);
     return {worst, total};
   }
 
   int best(const ConnWork& c) {
     evals_ += static_cast<int64_t>(c.cands.size());
+    // cost() of every candidate, from parts scored once: a candidate's links are its a-port's two
+    // (up with the a->b bytes, down with b->a's), its route's, and its b-port's two; the worst is
+    // the worst part's, the sum the parts' sum (cost() adds link by link: the same up to rounding,
+    // which the tolerance below absorbs). A connection between 8-port hosts across a k=16
+    // fat-tree has 4096 candidates per lane over 64 routes and 16 ports.
+    const RankPlace& ra = in_.ranks[static_cast<size_t>(c.a)];
+    const RankPlace& rb = in_.ranks[static_cast<size_t>(c.b)];
+    auto score = [&](int link, double w, std::pair<double, double>* acc) {
+      if (w <= 0) return;
+      const double v = (load_[static_cast<size_t>(link)] + w) * secPerByte_[static_cast<size_t>(link)];
+      acc->first = std::max(acc->first, v);
+      acc->second += v;
+    };
+    partA_.assign(ra.ports.size(), {0.0, 0.0});
+    for (size_t p = 0; p < ra.ports.size(); ++p) {
+      const Port& port = t_.port(HostPort{ra.host, ra.ports[p]});
+      score(port.up, c.ab, &partA_[p]);
+      score(port.down, c.ba, &partA_[p]);
+    }
+    partB_.assign(rb.ports.size(), {0.0, 0.0});
+    for (size_t p = 0; p < rb.ports.size(); ++p) {
+      const Port& port = t_.port(HostPort{rb.host, rb.ports[p]});
+      score(port.down, c.ab, &partB_[p]);
+      score(port.up, c.ba, &partB_[p]);
+    }
+    partR_.assign(c.routes.size(), {0.0, 0.0});
+    for (size_t r = 0; r < c.routes.size(); ++r) {
+      for (int l : c.routes[r].first) score(l, c.ab, &partR_[r]);
+      for (int l : c.routes[r].second) score(l, c.ba, &partR_[r]);
+    }
+    auto costOf = [&](const Candidate& k) {
+      const auto& x = partA_[static_cast<size_t>(k.pa)];
+      const auto& y = partR_[static_cast<size_t>(k.route)];
+      const auto& z = partB_[static_cast<size_t>(k.pb)];
+      return std::make_pair(std::max(x.first, std::max(y.first, z.first)), x.second + y.second + z.second);
+    };
     int bi = 0;
-    std::pair<double, double> bc = cost(c, c.cands[0]);
+    std::pair<double, double> bc = costOf(c.cands[0]);
     for (size_t i = 1; i < c.cands.size(); ++i) {
-      auto k = cost(c, c.cands[i]);
+      auto k = costOf(c.cands[i]);
       // Relative tolerance: equal loads computed in different orders must tie.
       const double eps = 1e-12 * std::max(1.0, bc.first);
       const double eps2 = 1e-12 * std::max(1.0, bc.second);
@@ -208,9 +301,7 @@ class Solver {
       for (ConnWork& c : conns) {
         for (size_t l = 0; l < c.choice.size() && !moved; ++l) {
           const Candidate& cur = c.cands[static_cast<size_t>(c.choice[l])];
-          const bool onB = (c.ab > 0 && std::find(cur.fwd.begin(), cur.fwd.end(), b) != cur.fwd.end()) ||
-                           (c.ba > 0 && std::find(cur.back.begin(), cur.back.end(), b) != cur.back.end());
-          if (!onB) continue;
+          if (!uses(c, cur, b)) continue;
           apply(c, cur, -1);
           const int k = best(c);
           if (k != c.choice[l] && cost(c, c.cands[static_cast<size_t>(k)]).first < m * (1 - 1e-9)) {
@@ -227,8 +318,9 @@ class Solver {
 
   // Whether lane l of c runs over link `link` in a direction that carries its bytes.
   static bool uses(const ConnWork& c, const Candidate& k, int link) {
-    return (c.ab > 0 && std::find(k.fwd.begin(), k.fwd.end(), link) != k.fwd.end()) ||
-           (c.ba > 0 && std::find(k.back.begin(), k.back.end(), link) != k.back.end());
+    const Links f = c.fwd(k), r = c.back(k);
+    return (c.ab > 0 && std::find(f.begin(), f.end(), link) != f.end()) ||
+           (c.ba > 0 && std::find(r.begin(), r.end(), link) != r.end());
   }
 
   // No single lane can leave the most loaded link b (reading m) without making another link read
@@ -250,8 +342,8 @@ class Solver {
           apply(cx, candX, +1);
           // Each link of X's new path that now reads m must lose a lane Y to a path below m.
           std::vector<int> ties;
-          for (const std::vector<int>* links : {&candX.fwd, &candX.back})
-            for (int l : *links)
+          for (const Links& links : {cx.fwd(candX), cx.back(candX)})
+            for (int l : links)
               if (load_[static_cast<size_t>(l)] * secPerByte_[static_cast<size_t>(l)] >= below &&
                   std::find(ties.begin(), ties.end(), l) == ties.end())
                 ties.push_back(l);
@@ -318,6 +410,8 @@ class Solver {
   std::vector<double> secPerByte_;
   std::vector<double> load_;
   int64_t evals_ = 0;
+  // best()'s parts (worst, sum) per a-port, b-port and route; kept to reuse their memory.
+  std::vector<std::pair<double, double>> partA_, partB_, partR_;
 };
 
 // The steering ranges clipped to the source ports the transport can send from.
@@ -816,9 +910,9 @@ Status replaceLane(const PlanInput& in, Plan* plan, int a, int b, int lane, cons
   for (size_t i = 0; i < w.cands.size(); ++i) {
     const Candidate& k = w.cands[i];
     bool ok = true;
-    for (const std::vector<int>* links : {&k.fwd, &k.back}) {
-      const double wdir = links == &k.fwd ? w.ab : w.ba;
-      for (int l : *links) {
+    for (int dir = 0; dir < 2; ++dir) {
+      const double wdir = dir == 0 ? w.ab : w.ba;
+      for (int l : dir == 0 ? w.fwd(k) : w.back(k)) {
         if (!avoid.empty() && avoid[static_cast<size_t>(l)]) ok = false;
         const bool fabric = t.link(l).from >= 0 && t.link(l).to >= 0;
         if (spareOnly && fabric && wdir > 0 && plan->load[static_cast<size_t>(l)] > 0) ok = false;
@@ -897,8 +991,8 @@ Status exhaustivePlan(const PlanInput& in, Plan* out, int64_t maxCombos) {
   const Topology& t = *in.topo;
   auto curMax = [&](const ConnWork& c, const Candidate& k) {
     double m = 0;
-    for (int l : k.fwd) m = std::max(m, load[static_cast<size_t>(l)] * 8.0 / t.link(l).bps);
-    for (int l : k.back) m = std::max(m, load[static_cast<size_t>(l)] * 8.0 / t.link(l).bps);
+    for (int l : c.fwd(k)) m = std::max(m, load[static_cast<size_t>(l)] * 8.0 / t.link(l).bps);
+    for (int l : c.back(k)) m = std::max(m, load[static_cast<size_t>(l)] * 8.0 / t.link(l).bps);
     return m;
   };
   std::function<void(size_t, double)> dfs = [&](size_t s, double sofar) {
