@@ -93,12 +93,16 @@ daemon=$!
 wait_for "$tmp/fabricd.log" "listening" "the service starting"
 export C4_PLANNER_SERVICE=$svc C4_PLANNER_KEY_FILE=$tmp/key C4_PLANNER_LEASE_MS=1000
 
-# 2. B starts while A runs; the service puts it on the other spine.
+# 2. B starts while A runs; the service puts it on the other spine. A is held (SIGSTOP, with a long
+# lease) from its registration until B has run, so that it is booked when B registers however slow
+# the machine is; then it goes on and ends.
 before=($(spine_bytes))
-job_start with-a 29502 h0 h2 "${ring[@]}" -n 40
+job_start with-a 29502 h0 h2 C4_PLANNER_LEASE_MS=600000 "${ring[@]}" -n 40
 wait_for "$tmp/with-a/out.0" "by the fabric service" "job A planned by the service"
+kill -STOP $(cat "$tmp/with-a/pids")
 job_start with-b 29503 h1 h3 "${ring[@]}" -n 20
 job_wait with-b
+kill -CONT $(cat "$tmp/with-a/pids")
 job_wait with-a
 after=($(spine_bytes))
 s0=$((after[0] - before[0])) s1=$((after[1] - before[1]))
