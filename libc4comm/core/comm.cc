@@ -249,6 +249,8 @@ Comm::~Comm() {
   zeroCopy.closeDevice();
   // Registrations the user never released go with their transports.
   while (!registrations_.empty()) (void)deregisterMemory(registrations_.begin()->first);
+  // C4P's fabric service session uses the bootstrap (the ranks' reports and moves): it goes first.
+  lanePlanner.stop();
   // Transports go first: they may reference the bootstrap's peers during teardown.
   transports.clear();
   bootstrap.reset();

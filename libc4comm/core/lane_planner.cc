@@ -8,7 +8,9 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
+#include <tuple>
 
 #include "common/clock.hpp"
 #include "common/logging.hpp"
@@ -56,19 +58,65 @@ uint16_t portOf(const std::string& addr) {
   return static_cast<uint16_t>(atoi(addr.c_str() + c + 1));
 }
 
-constexpr uint32_t kTagFabricPlan = 0xC4F00001u;  // rank 0 -> all: the fabric service's reply
+constexpr uint32_t kTagFabricPlan = 0xC4F00001u;    // rank 0 -> all: the fabric service's reply
+constexpr uint32_t kTagFabricReport = 0xC4F00002u;  // every rank -> rank 0: lanes changed, lane samples
+constexpr uint32_t kTagFabricMove = 0xC4F00003u;    // rank 0 -> the ranks of a moved lane: the service's moves
+constexpr size_t kMaxPendingSamples = 4096;         // samples rank 0 holds for the service (the newest kept)
+constexpr int64_t kMinRenewGapMs = 100;             // a report that cannot wait renews at most this often
+
+// Adds `more` to `into`: a connection's lanes replace what `into` had of it; samples append (the
+// newest kMaxPendingSamples kept).
+void mergeReport(const plan::wire::JobReport& more, plan::wire::JobReport* into) {
+  for (const plan::PlannedConn& c : more.lanes) {
+    auto it = std::find_if(into->lanes.begin(), into->lanes.end(),
+                           [&](const plan::PlannedConn& x) { return x.a == c.a && x.b == c.b; });
+    if (it == into->lanes.end())
+      into->lanes.push_back(c);
+    else
+      *it = c;
+  }
+  into->samples.insert(into->samples.end(), more.samples.begin(), more.samples.end());
+  if (into->samples.size() > kMaxPendingSamples)
+    into->samples.erase(into->samples.begin(),
+                        into->samples.begin() + static_cast<std::ptrdiff_t>(into->samples.size() - kMaxPendingSamples));
+}
 
 // Rank 0's side of the fabric service (C4_PLANNER_SERVICE, docs/c4p.md "The fabric service"): the
 // registration, a thread that renews the lease every third of it (and registers again, keeping
-// the plan, with a service that restarted), and the release when the communicator goes.
+// the plan, with a service that restarted), and the release when the communicator goes. The
+// renewals carry the ranks' reports (their own lane replacements, lane samples; the ranks send
+// them over the bootstrap, rank 0 hands its own to report()); the moves the service asks for in
+// reply go to the two ranks of each moved lane (rank 0's own wait in takeMoves()).
 class FabricSession {
  public:
-  FabricSession(std::string addr, plan::wire::Key key, int64_t timeoutMs, int64_t leaseMs)
-      : addr_(std::move(addr)), key_(key), timeoutMs_(timeoutMs), leaseMs_(leaseMs) {}
-  ~FabricSession() {
+  FabricSession(std::string addr, plan::wire::Key key, int64_t timeoutMs, int64_t leaseMs, Bootstrap* oob)
+      : addr_(std::move(addr)), key_(key), timeoutMs_(timeoutMs), leaseMs_(leaseMs), oob_(oob) {}
+  ~FabricSession() { stop(); }
+
+  /// Rank 0's own report; `urgent` renews now (within kMinRenewGapMs) rather than at the next renewal.
+  void report(const plan::wire::JobReport& r, bool urgent) {
     {
       std::lock_guard<std::mutex> g(mu_);
-      stop_ = true;
+      mergeReport(r, &pending_);
+      urgent_ = urgent_ || urgent;
+    }
+    if (urgent) cv_.notify_all();
+  }
+  /// The moves the service asked of rank 0's lanes since the last call.
+  std::vector<plan::wire::LaneMove> takeMoves(std::string* why) {
+    std::lock_guard<std::mutex> g(mu_);
+    *why = movesWhy_;
+    std::vector<plan::wire::LaneMove> out;
+    out.swap(moves_);
+    return out;
+  }
+
+  /// Stops renewing and releases the job (before the bootstrap goes). Idempotent.
+  void stop() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (stopped_) return;
+      stopped_ = stop_ = true;
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
@@ -116,20 +164,102 @@ class FabricSession {
     return st;
   }
 
+  // The ranks' reports that arrived over the bootstrap, into pending_ (mu_ held); whether one of
+  // them cannot wait for the next renewal.
+  bool collectReports() {
+    std::vector<std::pair<int, std::vector<char>>> msgs;
+    oob_->take(kTagFabricReport, &msgs);
+    bool urgent = false;
+    for (auto& [from, bytes] : msgs) {
+      plan::wire::JobReport r;
+      const std::string text(bytes.begin(), bytes.end());
+      Status st = plan::wire::parseJobReport(text, &r);
+      if (!st.isOk()) {
+        C4_WARN(kLogPlan, "C4P: a lane report of rank %d that does not parse: %s", from, st.message().c_str());
+        continue;
+      }
+      urgent = urgent || !r.lanes.empty() ||
+               std::any_of(r.samples.begin(), r.samples.end(), [](const plan::wire::LaneSample& x) {
+                 return x.verdict != plan::wire::LaneSample::Verdict::kOk;
+               });
+      mergeReport(r, &pending_);
+    }
+    return urgent;
+  }
+
+  // The service's moves to the ranks of each moved lane: the acceptor first (it books the move), then
+  // the opener (it opens the new lane and retires the old one).
+  void handOut(const std::vector<plan::wire::LaneMove>& moves, const std::string& why) {
+    std::map<int, std::vector<plan::wire::LaneMove>> byRank;
+    for (const plan::wire::LaneMove& m : moves) {
+      byRank[m.b].push_back(m);
+      byRank[m.a].push_back(m);
+    }
+    std::vector<int> order;
+    for (const plan::wire::LaneMove& m : moves) order.push_back(m.b);
+    for (const plan::wire::LaneMove& m : moves) order.push_back(m.a);
+    for (int r : order) {
+      auto it = byRank.find(r);
+      if (it == byRank.end()) continue;
+      if (r == 0) {
+        std::lock_guard<std::mutex> g(mu_);
+        moves_.insert(moves_.end(), it->second.begin(), it->second.end());
+        movesWhy_ = why;
+      } else {
+        const std::string text = plan::wire::encodeMoves(it->second, why);
+        Status st = oob_->send(r, kTagFabricMove, text.data(), text.size(), timeoutMs_);
+        if (!st.isOk())
+          C4_WARN(kLogPlan, "C4P: cannot hand rank %d the fabric service's lane moves: %s", r, st.message().c_str());
+      }
+      byRank.erase(it);
+    }
+  }
+
   void renewLoop() {
     std::unique_lock<std::mutex> lk(mu_);
     bool warned = false;
+    int64_t lastMs = detail::nowMs();
     for (;;) {
-      if (cv_.wait_for(lk, std::chrono::milliseconds(std::max<int64_t>(leaseMs_ / 3, 100)), [this] { return stop_; }))
-        return;
-      lk.unlock();
+      // Every third of the lease, sooner (not within kMinRenewGapMs of the last) for a report that
+      // cannot wait.
+      const int64_t periodMs = std::max<int64_t>(leaseMs_ / 3, 100);
+      for (;;) {
+        if (stop_) return;
+        urgent_ = collectReports() || urgent_;
+        const int64_t now = detail::nowMs();
+        const int64_t due = urgent_ ? lastMs + kMinRenewGapMs : lastMs + periodMs;
+        if (now >= due) break;
+        // Reports of other ranks arrive without a wake-up: look every kMinRenewGapMs.
+        cv_.wait_for(lk, std::chrono::milliseconds(std::min<int64_t>(due - now, kMinRenewGapMs)));
+      }
+      lastMs = detail::nowMs();
+      urgent_ = false;
       plan::wire::Request req;
       req.op = plan::wire::Op::kRenew;
       req.id = id_;
       req.token = token_;
       req.leaseMs = leaseMs_;
+      req.report = std::move(pending_);
+      pending_ = plan::wire::JobReport();
+      // What a re-registration books: the lanes as the job runs them.
+      for (const plan::PlannedConn& c : req.report.lanes)
+        for (plan::PlannedConn& k : spec_.keep)
+          if (k.a == c.a && k.b == c.b) k.lanes = c.lanes;
+      lk.unlock();
       plan::wire::Reply rep;
       Status st = call(req, &rep, timeoutMs_);
+      if (!st.isOk()) {
+        // Not taken: the lanes go again with the next renewal (newer ones win), the samples too.
+        std::lock_guard<std::mutex> g(mu_);
+        plan::wire::JobReport again = std::move(req.report);
+        mergeReport(pending_, &again);
+        pending_ = std::move(again);
+      }
+      if (st.isOk() && rep.ok && !rep.moves.empty()) {
+        C4_INFO(kLogPlan, "C4P: the fabric service %s asks the job to move %zu lane(s): %s", addr_.c_str(),
+                rep.moves.size(), rep.moveWhy.c_str());
+        handOut(rep.moves, rep.moveWhy);
+      }
       if (st.isOk() && !rep.ok && rep.unknownJob) {
         // The service restarted without this job: book the plan the job runs, as it is.
         plan::wire::Reply again;
@@ -166,17 +296,22 @@ class FabricSession {
   const std::string addr_;
   const plan::wire::Key key_;
   const int64_t timeoutMs_, leaseMs_;
+  Bootstrap* const oob_;
   std::unique_ptr<plan::FabricClient> client_;  // the renewal thread's once started
   uint64_t id_ = 0, token_ = 0;
   plan::wire::JobSpec spec_;  // with keep: what a re-registration books
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;
+  bool stop_ = false, stopped_ = false;
+  bool urgent_ = false;                      // mu_
+  plan::wire::JobReport pending_;            // mu_: for the next renewal
+  std::vector<plan::wire::LaneMove> moves_;  // mu_: rank 0's, not yet taken
+  std::string movesWhy_;                     // mu_
   std::thread thread_;
 };
 
 // Rank 0: the fabric service's plan for the job (encoded reply), or "" with the reason in *why.
-std::string askFabricService(const plan::PlanInput& in, const std::string& addr, int nranks, int hosts,
+std::string askFabricService(const plan::PlanInput& in, const std::string& addr, int nranks, int hosts, Bootstrap* oob,
                              std::unique_ptr<FabricSession>* session, std::string* why) {
   const int64_t t0 = detail::nowNs();
   if (paramTopoFile().empty()) {
@@ -204,7 +339,7 @@ std::string askFabricService(const plan::PlanInput& in, const std::string& addr,
   spec.lanes = in.lanes;
   spec.portSalt = in.portSalt;
   spec.sourcePorts = in.sourcePorts;
-  auto fs = std::make_unique<FabricSession>(addr, key, paramPlannerServiceMs(), paramPlannerLeaseMs());
+  auto fs = std::make_unique<FabricSession>(addr, key, paramPlannerServiceMs(), paramPlannerLeaseMs(), oob);
   plan::wire::Reply rep;
   st = fs->registerJob(spec, &rep);
   if (!st.isOk()) {
@@ -259,6 +394,26 @@ struct LanePlanner::State {
   bool planned = false;
   std::vector<std::string> rankHosts;     // on a C4_TOPO_FILE fabric: each rank's host
   std::unique_ptr<FabricSession> fabric;  // rank 0 with C4_PLANNER_SERVICE: the job's booking
+  // Planned by the fabric service (every rank): reports go to rank 0, moves come from it.
+  Bootstrap* oob = nullptr;
+  bool fromService = false;
+  int64_t reportPeriodNs = 0, lastReportNs = 0, lastMovesNs = 0;
+  std::set<std::pair<int, int>> changedConns;  // connections this rank opens whose lanes changed
+  // The newest sample per (connection, lane, direction) since the last report; a verdict is kept.
+  std::map<std::tuple<int, int, int, bool>, plan::wire::LaneSample> samples;
+  bool urgent = false;  // a report that cannot wait (lanes changed, a verdict)
+
+  // A sample of lane `lane` of (a, b), sent by this rank.
+  void sample(int a, int b, int lane, bool fromA, double bytesPerSec, double ratio, plan::wire::LaneSample::Verdict v) {
+    plan::wire::LaneSample& x = samples[std::make_tuple(a, b, lane, fromA)];
+    if (x.verdict != plan::wire::LaneSample::Verdict::kOk && v == plan::wire::LaneSample::Verdict::kOk) return;
+    x = plan::wire::LaneSample{a, b, lane, fromA, bytesPerSec, ratio, v};
+    urgent = urgent || v != plan::wire::LaneSample::Verdict::kOk;
+  }
+  void lanesChanged(int a, int b) {
+    changedConns.insert({a, b});
+    urgent = true;
+  }
 };
 
 LanePlanner::LanePlanner() : s_(std::make_shared<State>()) {}
@@ -464,7 +619,7 @@ Status LanePlanner::init(int rank, int nranks, Bootstrap* oob, const std::vector
   if (!service.empty() && mode == plan::Mode::kC4p) {
     std::string reply, why;
     if (rank == 0) {
-      reply = askFabricService(in, service, nranks, hosts, &s_->fabric, &why);
+      reply = askFabricService(in, service, nranks, hosts, oob, &s_->fabric, &why);
       if (reply.empty())
         C4_WARN(kLogPlan, "C4P: the fabric service %s does not plan this job, which plans alone: %s", service.c_str(),
                 why.c_str());
@@ -483,7 +638,10 @@ Status LanePlanner::init(int rank, int nranks, Bootstrap* oob, const std::vector
   s_->planned = true;
   s_->net = net;
   s_->periodNs = paramRebalanceMs() * 1000000;
-  active_ = s_->periodNs > 0 && !s_->plan.conns.empty();
+  s_->oob = oob;
+  s_->fromService = fromService;
+  s_->reportPeriodNs = paramPlannerLeaseMs() / 3 * 1000000;
+  active_ = (s_->periodNs > 0 || fromService) && !s_->plan.conns.empty();
 
   const plan::Topology& t = s_->topo;
   const int b = s_->plan.bottleneck(t);
@@ -506,11 +664,140 @@ Status LanePlanner::init(int rank, int nranks, Bootstrap* oob, const std::vector
   return Status::ok();
 }
 
+void LanePlanner::stop() {
+  if (s_->fabric) s_->fabric->stop();
+}
+
 void LanePlanner::rebalance() {
   State& s = *s_;
   const int64_t now = detail::nowNs();
-  if (now - s.lastNs < s.periodNs) return;
-  s.lastNs = now;
+  constexpr int64_t kMovesLookNs = 50000000;  // the service's moves are looked for this often
+  if (s.fromService && now - s.lastMovesNs >= kMovesLookNs) {
+    s.lastMovesNs = now;
+    applyMoves(s);
+  }
+  if (s.periodNs > 0 && now - s.lastNs >= s.periodNs) {
+    s.lastNs = now;
+    look(s);
+  }
+  if (s.fromService) sendReport(s, now);
+}
+
+void LanePlanner::applyMoves(State& s) {
+  std::vector<plan::wire::LaneMove> moves;
+  std::string why;
+  if (s.rank == 0) {
+    if (s.fabric) moves = s.fabric->takeMoves(&why);
+  } else {
+    std::vector<std::pair<int, std::vector<char>>> msgs;
+    s.oob->take(kTagFabricMove, &msgs);
+    for (auto& [from, bytes] : msgs) {
+      std::vector<plan::wire::LaneMove> m;
+      std::string w;
+      Status st = plan::wire::parseMoves(std::string(bytes.begin(), bytes.end()), &m, &w);
+      if (!st.isOk()) {
+        C4_WARN(kLogPlan, "rank %d: C4P: lane moves from rank %d that do not parse: %s", s.rank, from,
+                st.message().c_str());
+        continue;
+      }
+      moves.insert(moves.end(), m.begin(), m.end());
+      why = w;
+    }
+  }
+  for (const plan::wire::LaneMove& m : moves) {
+    if (m.a != s.rank && m.b != s.rank) continue;
+    const bool opener = m.a == s.rank;
+    const int peer = opener ? m.b : m.a;
+    size_t ci = 0;
+    while (ci < s.plan.conns.size() && !(s.plan.conns[ci].a == m.a && s.plan.conns[ci].b == m.b)) ++ci;
+    if (ci == s.plan.conns.size() || m.lane >= static_cast<int>(s.plan.conns[ci].lanes.size()) ||
+        s.plan.conns[ci].lanes[static_cast<size_t>(m.lane)].retired) {
+      // The lane changed since the service's books said (a replacement of this rank's): its next
+      // report tells the service the lanes as they are.
+      C4_INFO(kLogPlan, "rank %d: C4P: the fabric service's move of lane %d to rank %d skipped: not in service", s.rank,
+              m.lane, peer);
+      if (opener && ci < s.plan.conns.size()) s.lanesChanged(m.a, m.b);
+      continue;
+    }
+    const std::string was = plan::lanePath(s.input, s.plan, m.a, m.b, m.lane);
+    transport::Connection* conn = s.net->laneSetup()->existingConnection(peer);
+    transport::LaneControl* control = conn != nullptr ? conn->laneControl() : nullptr;
+    const plan::Plan before = s.plan;
+    Status st;
+    if (opener && control == nullptr) {
+      // Not open yet: its lanes open on the new path from the start.
+      s.plan.conns[ci].lanes[static_cast<size_t>(m.lane)] = m.choice;
+      s.plan.computeLoad(s.input);
+      s.lanesChanged(m.a, m.b);
+      C4_INFO(kLogPlan, "rank %d: C4P: lane %d to rank %d (not open yet) planned on %s by the fabric service: %s",
+              s.rank, m.lane, peer, plan::lanePath(s.input, s.plan, m.a, m.b, m.lane).c_str(), why.c_str());
+      continue;
+    }
+    st = plan::moveLane(s.input, &s.plan, m.a, m.b, m.lane, m.choice);
+    if (!st.isOk()) {
+      C4_WARN(kLogPlan, "rank %d: C4P: the fabric service's move of lane %d to rank %d does not fit: %s", s.rank,
+              m.lane, peer, st.message().c_str());
+      continue;
+    }
+    const int index = static_cast<int>(s.plan.conns[ci].lanes.size()) - 1;
+    const std::string now = plan::lanePath(s.input, s.plan, m.a, m.b, index);
+    // Its retirement is the move's, not a failure (for this rank's look and reports).
+    s.seen[{peer, m.lane}].handled = true;
+    if (!opener) {
+      // The peer opens the new lane and retires this one; this rank books it.
+      C4_INFO(kLogPlan, "rank %d: C4P: lane %d to rank %d (%s) moves to %s (the fabric service: %s)", s.rank, m.lane,
+              peer, was.c_str(), now.c_str(), why.c_str());
+      continue;
+    }
+    int got = -1;
+    st = control->addLane(planFor(s, peer, index), &got);
+    if (!st.isOk()) {
+      s.plan = before;
+      s.seen[{peer, m.lane}].handled = false;
+      C4_WARN(kLogPlan, "rank %d: C4P: cannot open the lane the fabric service asked for to rank %d (%s): %s", s.rank,
+              peer, now.c_str(), st.message().c_str());
+      s.lanesChanged(m.a, m.b);
+      continue;
+    }
+    if (got != index)
+      C4_WARN(kLogPlan, "rank %d: C4P: the new lane to rank %d is lane %d, the plan's %d", s.rank, peer, got, index);
+    st = control->retireLane(m.lane, "C4P: the fabric service moved it (" + why + ")");
+    s.lanesChanged(m.a, m.b);
+    C4_INFO(kLogPlan, "rank %d: C4P: lane %d to rank %d (%s) moved by the fabric service to lane %d (%s): %s%s", s.rank,
+            m.lane, peer, was.c_str(), got, now.c_str(), why.c_str(),
+            st.isOk() ? "" : (" (retiring the old lane: " + st.message() + ")").c_str());
+    if (s.recorder != nullptr)
+      s.recorder->plan(trace::PlanEvent::kReplan,
+                       "lane " + std::to_string(m.lane) + " (" + was + ") moved by the fabric service to lane " +
+                           std::to_string(got) + " (" + now + "): " + why,
+                       peer, got);
+  }
+}
+
+void LanePlanner::sendReport(State& s, int64_t nowNs) {
+  if (s.samples.empty() && s.changedConns.empty()) return;
+  if (!s.urgent && nowNs - s.lastReportNs < s.reportPeriodNs) return;
+  plan::wire::JobReport r;
+  for (const auto& [a, b] : s.changedConns)
+    if (const plan::PlannedConn* c = s.plan.find(a, b)) r.lanes.push_back(*c);
+  for (const auto& [k, x] : s.samples) r.samples.push_back(x);
+  const bool urgent = s.urgent;
+  s.changedConns.clear();
+  s.samples.clear();
+  s.urgent = false;
+  s.lastReportNs = nowNs;
+  if (s.rank == 0) {
+    if (s.fabric) s.fabric->report(r, urgent);
+    return;
+  }
+  const std::string text = plan::wire::encodeJobReport(r);
+  Status st = s.oob->send(0, kTagFabricReport, text.data(), text.size(), 1000);
+  if (!st.isOk())
+    C4_INFO(kLogPlan, "rank %d: C4P: cannot hand rank 0 the lane report for the fabric service: %s", s.rank,
+            st.message().c_str());
+}
+
+void LanePlanner::look(State& s) {
   const uint64_t nowTicks = trace::ticks();
   const plan::Topology& t = s.topo;
   for (size_t ci = 0; ci < s.plan.conns.size(); ++ci) {
@@ -537,6 +824,12 @@ void LanePlanner::rebalance() {
       State::LaneSeen& seen = s.seen[{peer, i}];
       if (snap[static_cast<size_t>(i)].state != transport::LaneState::kRetired || seen.handled) continue;
       seen.handled = true;
+      // Broken here (not retired by the peer, nor moved by this rank): the links it crossed, each way
+      // this rank sends, may have failed.
+      const std::string& whyRetired = snap[static_cast<size_t>(i)].retiredWhy;
+      if (whyRetired.rfind("retired by", 0) != 0 && whyRetired.rfind("the peer closed", 0) != 0)
+        s.sample(ca, cb, i, opener, 0, -1, plan::wire::LaneSample::Verdict::kFailed);
+      if (opener) s.lanesChanged(ca, cb);
       if (up == 0 || i >= static_cast<int>(s.plan.conns[ci].lanes.size()) ||
           s.plan.conns[ci].lanes[static_cast<size_t>(i)].retired)
         continue;
@@ -607,6 +900,10 @@ void LanePlanner::rebalance() {
         ++measured;
       }
     }
+    for (int i = 0; i < n; ++i)
+      if (rate[static_cast<size_t>(i)] > 0)
+        s.sample(ca, cb, i, opener, rate[static_cast<size_t>(i)] * 1e9,
+                 measured >= 2 ? rate[static_cast<size_t>(i)] / best : -1, plan::wire::LaneSample::Verdict::kOk);
     if (measured < 2 || best <= 0) continue;
     std::vector<double> w(static_cast<size_t>(n), 0.0);
     bool change = false;
@@ -621,6 +918,7 @@ void LanePlanner::rebalance() {
       seen.slow = r > 0 && r < 0.5 * best ? seen.slow + 1 : 0;
       if (seen.slow >= 3 && i < static_cast<int>(s.plan.conns[ci].lanes.size())) {
         seen.slow = 0;
+        s.sample(ca, cb, i, opener, r * 1e9, r / best, plan::wire::LaneSample::Verdict::kSlow);
         std::vector<char> avoid;
         plan::markLaneLinks(s.input, s.plan, ca, cb, i, &avoid);
         plan::Plan trial = s.plan;
@@ -639,6 +937,7 @@ void LanePlanner::rebalance() {
             st = control->retireLane(
                 i, "C4P: moved to a spare path (it ran at " + pct + "% of its connection's fastest lane)");
           s.seen[{peer, i}].handled = true;
+          s.lanesChanged(ca, cb);
         } else {
           // Only the peer opens lanes: retire the slow one; the peer replaces it, avoiding its
           // links (the failover path above), on the spare path.

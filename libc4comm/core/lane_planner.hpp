@@ -73,20 +73,31 @@ class LanePlanner {
   /// (Tuner::checkScheduleHosts) before the flows to plan are taken from its choice.
   Status init(int rank, int nranks, Bootstrap* oob, const std::vector<int32_t>& hostOf, transport::Transport* net,
               Tuner& tuner, trace::Recorder* recorder);
-  /// Whether there is a plan to keep (init planned lanes and C4_REBALANCE_MS > 0).
+  /// Whether there is a plan to keep (init planned lanes, and C4_REBALANCE_MS > 0 or the fabric
+  /// service planned them).
   bool active() const { return active_; }
+  /// Stops talking to the fabric service (renewals; releases the job): before the bootstrap goes.
+  void stop();
   /// Between operations, on the driving thread: at most every C4_REBALANCE_MS, sets each planned
   /// connection's striping weights from its lanes' measured throughput (bytes per busy second,
   /// smoothed; a lane keeps at least 5% so that it is still measured), replaces a retired lane
   /// (this rank opens the connection's lanes) by a new one on a path that avoids the retired
   /// lane's fabric links, and moves a lane that stays well below its peers onto a spare path when
-  /// the fabric has one. Traces what it did and what each lane carried (trace::PlanEvent).
+  /// the fabric has one. Traces what it did and what each lane carried (trace::PlanEvent). Planned
+  /// by the fabric service: makes the lane moves the service asked for (the rank that opens the
+  /// connection opens the new lane, then retires the old one), and reports lane replacements and
+  /// samples (with verdicts: slow, broken) to rank 0, which renews the job with them.
   void rebalance();
 
  private:
   struct State;
   /// The plan for lane `lane` of the connection to `peer` (defaults where nothing is planned).
   static transport::LanePlan planFor(const State& s, int peer, int lane);
+  /// rebalance()'s parts: the look at the lanes (every C4_REBALANCE_MS), the fabric service's moves
+  /// (taken from rank 0 and made), this rank's report for the service (to rank 0).
+  static void look(State& s);
+  static void applyMoves(State& s);
+  static void sendReport(State& s, int64_t nowNs);
   std::shared_ptr<State> s_;
   bool active_ = false;
 };

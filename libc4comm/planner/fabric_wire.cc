@@ -107,13 +107,46 @@ Status intAt(const json& a, size_t i, int64_t lo, int64_t hi, const std::string&
   return Status::ok();
 }
 
+json laneJson(const LaneChoice& l) {
+  return {l.localPort,  l.remotePort,     l.path,           l.backPath,
+          l.sourcePort, l.sourceRange.lo, l.sourceRange.hi, l.retired ? 1 : 0};
+}
+
+// [localPort, remotePort, path, backPath, sourcePort, rangeLo, rangeHi, retired], each in range.
+Status parseLane(const json& l, const std::string& lw, LaneChoice* out) {
+  if (!l.is_array() || l.size() != 8) return fail(lw + " is not an array of 8 integers");
+  int64_t v[8];
+  const int64_t lo[8] = {0, 0, 0, -1, 0, 0, 0, 0};
+  const int64_t hi[8] = {kMaxPortsPerRank - 1, kMaxPortsPerRank - 1, INT32_MAX, INT32_MAX, 65535, 65535, 65535, 1};
+  for (size_t j = 0; j < 8; ++j) C4_CHECK(intAt(l, j, lo[j], hi[j], strFormat("%s[%zu]", lw.c_str(), j), &v[j]));
+  LaneChoice lc;
+  lc.localPort = static_cast<int>(v[0]);
+  lc.remotePort = static_cast<int>(v[1]);
+  lc.path = static_cast<int>(v[2]);
+  lc.backPath = static_cast<int>(v[3]);
+  lc.sourcePort = static_cast<uint16_t>(v[4]);
+  lc.sourceRange = PortRange{static_cast<uint16_t>(v[5]), static_cast<uint16_t>(v[6])};
+  lc.retired = v[7] != 0;
+  *out = lc;
+  return Status::ok();
+}
+
+// A connection's two ranks, a < b.
+Status parsePair(const json& c, const std::string& where, int* a, int* b) {
+  int64_t x = 0;
+  C4_CHECK(getInt(c, "a", 0, static_cast<int64_t>(kMaxRanks) - 1, &x));
+  *a = static_cast<int>(x);
+  C4_CHECK(getInt(c, "b", 0, static_cast<int64_t>(kMaxRanks) - 1, &x));
+  *b = static_cast<int>(x);
+  if (*a >= *b) return fail(where + ": a connection names its lower rank first (a < b)");
+  return Status::ok();
+}
+
 json connsJson(const std::vector<PlannedConn>& conns) {
   json a = json::array();
   for (const PlannedConn& c : conns) {
     json lanes = json::array();
-    for (const LaneChoice& l : c.lanes)
-      lanes.push_back({l.localPort, l.remotePort, l.path, l.backPath, l.sourcePort, l.sourceRange.lo, l.sourceRange.hi,
-                       l.retired ? 1 : 0});
+    for (const LaneChoice& l : c.lanes) lanes.push_back(laneJson(l));
     a.push_back({{"a", c.a}, {"b", c.b}, {"ab", c.bytesAB}, {"ba", c.bytesBA}, {"lanes", std::move(lanes)}});
   }
   return a;
@@ -130,35 +163,17 @@ Status parseConns(const json& o, const char* key, std::vector<PlannedConn>* out)
     const std::string where = strFormat("%s[%zu]", key, i);
     if (!c.is_object()) return fail(where + " is not an object");
     PlannedConn pc;
-    int64_t x = 0;
-    C4_CHECK(getInt(c, "a", 0, static_cast<int64_t>(kMaxRanks) - 1, &x));
-    pc.a = static_cast<int>(x);
-    C4_CHECK(getInt(c, "b", 0, static_cast<int64_t>(kMaxRanks) - 1, &x));
-    pc.b = static_cast<int>(x);
-    if (pc.a >= pc.b) return fail(where + ": a connection names its lower rank first (a < b)");
+    C4_CHECK(parsePair(c, where, &pc.a, &pc.b));
     const json* ab = field(c, "ab");
     const json* ba = field(c, "ba");
     if (ab == nullptr || ba == nullptr) return fail(where + ": missing \"ab\" or \"ba\"");
     C4_CHECK(getBytes(*ab, (where + ".ab").c_str(), &pc.bytesAB));
     C4_CHECK(getBytes(*ba, (where + ".ba").c_str(), &pc.bytesBA));
     const json* lanes = nullptr;
-    C4_CHECK(getArray(c, "lanes", 2 * static_cast<size_t>(kMaxLanes), &lanes));
+    C4_CHECK(getArray(c, "lanes", kMaxLaneSlots, &lanes));
     for (size_t k = 0; k < lanes->size(); ++k) {
-      const json& l = (*lanes)[k];
-      const std::string lw = strFormat("%s.lanes[%zu]", where.c_str(), k);
-      if (!l.is_array() || l.size() != 8) return fail(lw + " is not an array of 8 integers");
-      int64_t v[8];
-      const int64_t lo[8] = {0, 0, 0, -1, 0, 0, 0, 0};
-      const int64_t hi[8] = {kMaxPortsPerRank - 1, kMaxPortsPerRank - 1, INT32_MAX, INT32_MAX, 65535, 65535, 65535, 1};
-      for (size_t j = 0; j < 8; ++j) C4_CHECK(intAt(l, j, lo[j], hi[j], strFormat("%s[%zu]", lw.c_str(), j), &v[j]));
       LaneChoice lc;
-      lc.localPort = static_cast<int>(v[0]);
-      lc.remotePort = static_cast<int>(v[1]);
-      lc.path = static_cast<int>(v[2]);
-      lc.backPath = static_cast<int>(v[3]);
-      lc.sourcePort = static_cast<uint16_t>(v[4]);
-      lc.sourceRange = PortRange{static_cast<uint16_t>(v[5]), static_cast<uint16_t>(v[6])};
-      lc.retired = v[7] != 0;
+      C4_CHECK(parseLane((*lanes)[k], strFormat("%s.lanes[%zu]", where.c_str(), k), &lc));
       pc.lanes.push_back(lc);
     }
     out->push_back(std::move(pc));
@@ -259,6 +274,92 @@ Status parseJob(const json& o, JobSpec* out) {
   return Status::ok();
 }
 
+json reportJson(const JobReport& r) {
+  json o = json::object();
+  if (!r.lanes.empty()) o["lanes"] = connsJson(r.lanes);
+  if (!r.samples.empty()) {
+    json a = json::array();
+    for (const LaneSample& x : r.samples)
+      a.push_back({x.a, x.b, x.lane, x.fromA ? 0 : 1, x.bytesPerSec, x.ratio, static_cast<int>(x.verdict)});
+    o["samples"] = std::move(a);
+  }
+  return o;
+}
+
+// The report's fields of `o` (both optional).
+Status parseReportFields(const json& o, JobReport* out) {
+  JobReport r;
+  C4_CHECK(parseConns(o, "lanes", &r.lanes));
+  const json* a = nullptr;
+  C4_CHECK(getArray(o, "samples", kMaxSamples, &a, false));
+  if (a != nullptr) {
+    r.samples.reserve(a->size());
+    for (size_t i = 0; i < a->size(); ++i) {
+      const json& e = (*a)[i];
+      const std::string where = strFormat("samples[%zu]", i);
+      if (!e.is_array() || e.size() != 7) return fail(where + " is not [a, b, lane, dir, bytes/s, ratio, verdict]");
+      int64_t v[3], dir = 0, verdict = 0;
+      C4_CHECK(intAt(e, 0, 0, static_cast<int64_t>(kMaxRanks) - 1, where + "[0] (a rank)", &v[0]));
+      C4_CHECK(intAt(e, 1, 0, static_cast<int64_t>(kMaxRanks) - 1, where + "[1] (a rank)", &v[1]));
+      C4_CHECK(intAt(e, 2, 0, static_cast<int64_t>(kMaxLaneSlots) - 1, where + "[2] (a lane)", &v[2]));
+      C4_CHECK(intAt(e, 3, 0, 1, where + "[3] (the direction)", &dir));
+      C4_CHECK(intAt(e, 6, 0, 2, where + "[6] (the verdict)", &verdict));
+      if (v[0] >= v[1]) return fail(where + ": a connection names its lower rank first (a < b)");
+      LaneSample x;
+      x.a = static_cast<int>(v[0]);
+      x.b = static_cast<int>(v[1]);
+      x.lane = static_cast<int>(v[2]);
+      x.fromA = dir == 0;
+      x.verdict = static_cast<LaneSample::Verdict>(verdict);
+      C4_CHECK(getBytes(e[4], (where + "[4] (bytes/s)").c_str(), &x.bytesPerSec));
+      if (!e[5].is_number() || !std::isfinite(e[5].get<double>()) || e[5].get<double>() < -1 ||
+          e[5].get<double>() > 1e6)
+        return fail(where + "[5] (the ratio) is not a number from -1 up");
+      x.ratio = e[5].get<double>();
+      r.samples.push_back(x);
+    }
+  }
+  *out = std::move(r);
+  return Status::ok();
+}
+
+json movesJson(const std::vector<LaneMove>& moves) {
+  json a = json::array();
+  for (const LaneMove& m : moves) a.push_back({{"a", m.a}, {"b", m.b}, {"lane", m.lane}, {"to", laneJson(m.choice)}});
+  return a;
+}
+
+Status parseMovesField(const json& o, std::vector<LaneMove>* out) {
+  out->clear();
+  const json* a = nullptr;
+  C4_CHECK(getArray(o, "moves", kMaxMoves, &a, false));
+  if (a == nullptr) return Status::ok();
+  for (size_t i = 0; i < a->size(); ++i) {
+    const json& e = (*a)[i];
+    const std::string where = strFormat("moves[%zu]", i);
+    if (!e.is_object()) return fail(where + " is not an object");
+    LaneMove m;
+    C4_CHECK(parsePair(e, where, &m.a, &m.b));
+    int64_t x = 0;
+    C4_CHECK(getInt(e, "lane", 0, static_cast<int64_t>(kMaxLaneSlots) - 1, &x));
+    m.lane = static_cast<int>(x);
+    const json* to = field(e, "to");
+    if (to == nullptr) return fail(where + ": missing \"to\"");
+    C4_CHECK(parseLane(*to, where + ".to", &m.choice));
+    if (m.choice.retired) return fail(where + ".to: a retired lane");
+    out->push_back(m);
+  }
+  return Status::ok();
+}
+
+Status parseWhy(const json& o, std::string* out) {
+  const json* w = field(o, "why");
+  if (w == nullptr) return Status::ok();
+  if (!w->is_string()) return fail("field \"why\" is not a string");
+  *out = w->get<std::string>().substr(0, 4096);
+  return Status::ok();
+}
+
 Status parseDoc(const std::string& text, json* out) {
   if (text.size() > kMaxFrameBytes) return fail("a message above the size limit");
   *out = json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -352,6 +453,7 @@ std::string encodeRequest(const Request& r) {
       break;
     case Op::kRenew:
       o["lease_ms"] = r.leaseMs;
+      if (!r.report.empty()) o["report"] = reportJson(r.report);
       [[fallthrough]];
     case Op::kRelease:
       o["id"] = r.id;
@@ -390,6 +492,12 @@ Status parseRequest(const std::string& text, Request* out) {
     C4_CHECK(getU64(o, "id", &r.id));
     C4_CHECK(getU64(o, "token", &r.token));
   }
+  if (r.op == Op::kRenew) {
+    if (const json* rep = field(o, "report")) {
+      if (!rep->is_object()) return fail("field \"report\" is not an object");
+      C4_CHECK(parseReportFields(*rep, &r.report));
+    }
+  }
   *out = std::move(r);
   return Status::ok();
 }
@@ -404,6 +512,10 @@ std::string encodeReply(const Reply& r) {
   if (!r.conns.empty()) o["conns"] = connsJson(r.conns);
   if (std::isfinite(r.fabricSeconds) && r.fabricSeconds > 0) o["fabric_s"] = r.fabricSeconds;
   if (std::isfinite(r.soloSeconds) && r.soloSeconds > 0) o["solo_s"] = r.soloSeconds;
+  if (!r.moves.empty()) {
+    o["moves"] = movesJson(r.moves);
+    o["why"] = r.moveWhy;
+  }
   if (!r.status.empty()) {
     json st = json::parse(r.status, nullptr, false);
     o["status"] = st.is_discarded() ? json(r.status) : std::move(st);
@@ -439,8 +551,30 @@ Status parseReply(const std::string& text, Reply* out) {
     (std::string(k) == "fabric_s" ? r.fabricSeconds : r.soloSeconds) = x;
   }
   if (const json* st = field(o, "status")) r.status = st->is_string() ? st->get<std::string>() : st->dump();
+  C4_CHECK(parseMovesField(o, &r.moves));
+  C4_CHECK(parseWhy(o, &r.moveWhy));
   *out = std::move(r);
   return Status::ok();
+}
+
+std::string encodeJobReport(const JobReport& r) { return reportJson(r).dump(); }
+
+Status parseJobReport(const std::string& text, JobReport* out) {
+  json o;
+  C4_CHECK(parseDoc(text, &o));
+  return parseReportFields(o, out);
+}
+
+std::string encodeMoves(const std::vector<LaneMove>& moves, const std::string& why) {
+  return json({{"moves", movesJson(moves)}, {"why", why}}).dump();
+}
+
+Status parseMoves(const std::string& text, std::vector<LaneMove>* moves, std::string* why) {
+  json o;
+  C4_CHECK(parseDoc(text, &o));
+  why->clear();
+  C4_CHECK(parseMovesField(o, moves));
+  return parseWhy(o, why);
 }
 
 }  // namespace c4::plan::wire

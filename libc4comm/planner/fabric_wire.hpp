@@ -36,6 +36,9 @@ constexpr size_t kMaxFlows = 1u << 20;
 constexpr int kMaxLanes = 64;
 constexpr size_t kMaxNameBytes = 256;
 constexpr int64_t kMaxLeaseMs = 24LL * 3600 * 1000;
+constexpr size_t kMaxLaneSlots = 1024;    // lanes a connection has had (retired ones stay, numbered)
+constexpr size_t kMaxSamples = 1u << 16;  // lane samples in one report
+constexpr size_t kMaxMoves = 1u << 16;    // lane moves in one reply
 
 /// The shared key (128 bits).
 struct Key {
@@ -88,6 +91,32 @@ struct JobSpec {
   std::vector<PlannedConn> keep;  // non-empty: book this plan as it is (a re-registration)
 };
 
+/// What a job measured of one lane over its last looks (docs/c4p.md "Fabric health across jobs"):
+/// the sender's side of one direction.
+struct LaneSample {
+  enum class Verdict { kOk, kSlow, kFailed };
+  int a = 0, b = 0, lane = 0;      // the connection (a < b) and the lane's index in it
+  bool fromA = true;               // the direction measured: a -> b, else b -> a
+  double bytesPerSec = 0;          // its throughput while busy (median of the last looks)
+  double ratio = -1;               // over its connection's fastest lane's in that direction; -1: not compared
+  Verdict verdict = Verdict::kOk;  // kSlow: well below its peers look after look; kFailed: it broke
+};
+
+/// What a job tells the service between registrations: the lanes of the connections that changed
+/// since it last said (every lane of each, retired ones included, as the job numbers them: its
+/// own replacements, and the moves the service asked for once made), and its lane samples.
+struct JobReport {
+  std::vector<PlannedConn> lanes;
+  std::vector<LaneSample> samples;
+  bool empty() const { return lanes.empty() && samples.empty(); }
+};
+
+/// A lane the service asks a job to move: lane `lane` of (a, b) leaves service, `choice` replaces it.
+struct LaneMove {
+  int a = 0, b = 0, lane = 0;
+  LaneChoice choice;
+};
+
 enum class Op { kRegister, kRenew, kRelease, kStatus };
 const char* opName(Op op);
 
@@ -97,6 +126,7 @@ struct Request {
   int64_t leaseMs = 0;  // kRegister, kRenew: how long the service keeps the job without a renewal
   uint64_t id = 0;      // kRenew, kRelease: the job's id and token, as the registration gave them
   uint64_t token = 0;
+  JobReport report;  // kRenew
 };
 
 struct Reply {
@@ -109,6 +139,8 @@ struct Reply {
   double fabricSeconds = 0;        // kRegister: the fabric's most loaded link with the job, in seconds
   double soloSeconds = 0;          // kRegister: the job's own most loaded link
   std::string status;              // kStatus: the service's view (JSON text, docs/c4p.md)
+  std::vector<LaneMove> moves;     // kRenew: lanes to move at the next operation boundary
+  std::string moveWhy;             // why (for the job's log)
 };
 
 /// JSON text of a request / reply (finite numbers only).
@@ -118,5 +150,12 @@ std::string encodeReply(const Reply& r);
 /// count or size past the limits above, a negative or non-finite number of bytes. Pure.
 Status parseRequest(const std::string& text, Request* out);
 Status parseReply(const std::string& text, Reply* out);
+
+/// Within a job (over its bootstrap, to the rank that talks to the service, and back): a report,
+/// and the moves the service asked for. JSON text; the parsers are pure and bounded as above.
+std::string encodeJobReport(const JobReport& r);
+Status parseJobReport(const std::string& text, JobReport* out);
+std::string encodeMoves(const std::vector<LaneMove>& moves, const std::string& why);
+Status parseMoves(const std::string& text, std::vector<LaneMove>* moves, std::string* why);
 
 }  // namespace c4::plan::wire

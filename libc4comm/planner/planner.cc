@@ -75,7 +75,7 @@ class Solver {
  public:
   Solver(const PlanInput& in) : in_(in), t_(*in.topo) {
     secPerByte_.resize(static_cast<size_t>(t_.numLinks()));
-    for (int l = 0; l < t_.numLinks(); ++l) secPerByte_[static_cast<size_t>(l)] = 8.0 / t_.link(l).bps;
+    for (int l = 0; l < t_.numLinks(); ++l) secPerByte_[static_cast<size_t>(l)] = secondsPerByte(in, l);
     resetLoad();
   }
 
@@ -98,6 +98,15 @@ class Solver {
       for (size_t l = 0; l < in_.background.size(); ++l)
         if (!std::isfinite(in_.background[l]) || in_.background[l] < 0)
           return makeError(Code::kInvalidArgument, "planner: background load %g on link %zu", in_.background[l], l);
+    }
+    if (!in_.capacity.empty()) {
+      if (in_.capacity.size() != static_cast<size_t>(t_.numLinks()))
+        return makeError(Code::kInvalidArgument, "planner: capacity factors for %zu links; topology %s has %d",
+                         in_.capacity.size(), t_.source().c_str(), t_.numLinks());
+      for (size_t l = 0; l < in_.capacity.size(); ++l)
+        if (!(in_.capacity[l] > 0 && in_.capacity[l] <= 1))
+          return makeError(Code::kInvalidArgument, "planner: capacity factor %g on link %zu (0 < f <= 1)",
+                           in_.capacity[l], l);
     }
     for (int r = 0; r < n; ++r) {
       const RankPlace& p = in_.ranks[static_cast<size_t>(r)];
@@ -504,6 +513,11 @@ bool parseMode(const std::string& s, Mode* out) {
   return false;
 }
 
+double secondsPerByte(const PlanInput& in, int l) {
+  const double f = static_cast<size_t>(l) < in.capacity.size() ? in.capacity[static_cast<size_t>(l)] : 1.0;
+  return 8.0 / (in.topo->link(l).bps * (f > 0 ? f : 1.0));
+}
+
 const PlannedConn* Plan::find(int x, int y) const {
   auto it = index_.find(pairKey(std::min(x, y), std::max(x, y)));
   return it == index_.end() ? nullptr : &conns[it->second];
@@ -558,29 +572,37 @@ double Plan::hostBoundSeconds(const Topology& t, const PlanInput& in) {
   return m;
 }
 
+void laneLinks(const PlanInput& in, const PlannedConn& c, const LaneChoice& l, bool fromA, std::vector<int>* links) {
+  const Topology& t = *in.topo;
+  const RankPlace& ra = in.ranks[static_cast<size_t>(c.a)];
+  const RankPlace& rb = in.ranks[static_cast<size_t>(c.b)];
+  const HostPort ha{ra.host, ra.ports[static_cast<size_t>(l.localPort)]},
+      hb{rb.host, rb.ports[static_cast<size_t>(l.remotePort)]};
+  if (fromA) {
+    t.pathLinks(ha, hb, l.path, links);
+  } else if (l.backPath >= 0) {
+    t.pathLinks(hb, ha, l.backPath, links);  // the ECMP rule gave the replies their own path
+  } else {
+    std::vector<int> fwd;
+    t.pathLinks(ha, hb, l.path, &fwd);
+    links->clear();
+    for (auto it = fwd.rbegin(); it != fwd.rend(); ++it) links->push_back(t.link(*it).reverse);
+  }
+}
+
 void Plan::computeLoad(const PlanInput& in) {
   const Topology& t = *in.topo;
   load.assign(static_cast<size_t>(t.numLinks()), 0.0);
   std::vector<int> links;
   for (const PlannedConn& c : conns) {
-    const RankPlace& ra = in.ranks[static_cast<size_t>(c.a)];
-    const RankPlace& rb = in.ranks[static_cast<size_t>(c.b)];
     const double live = static_cast<double>(std::max<std::ptrdiff_t>(
         1, std::count_if(c.lanes.begin(), c.lanes.end(), [](const LaneChoice& l) { return !l.retired; })));
     const double ab = c.bytesAB / live, ba = c.bytesBA / live;
     for (const LaneChoice& l : c.lanes) {
       if (l.retired) continue;
-      HostPort ha{ra.host, ra.ports[static_cast<size_t>(l.localPort)]},
-          hb{rb.host, rb.ports[static_cast<size_t>(l.remotePort)]};
-      t.pathLinks(ha, hb, l.path, &links);
+      laneLinks(in, c, l, true, &links);
       for (int e : links) load[static_cast<size_t>(e)] += ab;
-      if (l.backPath >= 0) {
-        t.pathLinks(hb, ha, l.backPath, &links);  // the ECMP rule gave the replies their own path
-      } else {
-        std::vector<int> fwd;
-        fwd.swap(links);
-        for (auto it = fwd.rbegin(); it != fwd.rend(); ++it) links.push_back(t.link(*it).reverse);
-      }
+      laneLinks(in, c, l, false, &links);
       for (int e : links) load[static_cast<size_t>(e)] += ba;
     }
   }
@@ -765,9 +787,33 @@ Status makePlan(const PlanInput& in, Plan* out) {
   return Status::ok();
 }
 
+// Whether lane choice `l` of the connection (a, b) fits the ranks' ports, the fabric's paths and
+// the transport's source ports; the error starts with `where`.
+static Status checkChoice(const PlanInput& in, int a, int b, const LaneChoice& l, const std::string& where) {
+  const Topology& t = *in.topo;
+  const RankPlace& ra = in.ranks[static_cast<size_t>(a)];
+  const RankPlace& rb = in.ranks[static_cast<size_t>(b)];
+  if (l.localPort < 0 || l.localPort >= static_cast<int>(ra.ports.size()) || l.remotePort < 0 ||
+      l.remotePort >= static_cast<int>(rb.ports.size()))
+    return makeError(Code::kInvalidArgument, "%s: ports %d and %d, the ranks have %zu and %zu", where.c_str(),
+                     l.localPort, l.remotePort, ra.ports.size(), rb.ports.size());
+  const HostPort ha{ra.host, ra.ports[static_cast<size_t>(l.localPort)]},
+      hb{rb.host, rb.ports[static_cast<size_t>(l.remotePort)]};
+  if (l.path < 0 || l.path >= t.numPaths(ha, hb) || l.backPath < -1 || l.backPath >= t.numPaths(hb, ha))
+    return makeError(Code::kInvalidArgument, "%s: path %d (back %d) of %d", where.c_str(), l.path, l.backPath,
+                     t.numPaths(ha, hb));
+  const bool span = in.sourcePorts.hi != 0;
+  if (span && l.sourcePort != 0 && (l.sourcePort < in.sourcePorts.lo || l.sourcePort > in.sourcePorts.hi))
+    return makeError(Code::kInvalidArgument, "%s: source port %u outside %u-%u", where.c_str(), l.sourcePort,
+                     in.sourcePorts.lo, in.sourcePorts.hi);
+  if (l.sourceRange.lo > l.sourceRange.hi)
+    return makeError(Code::kInvalidArgument, "%s: source ports %u-%u", where.c_str(), l.sourceRange.lo,
+                     l.sourceRange.hi);
+  return Status::ok();
+}
+
 Status adoptPlan(const PlanInput& in, const std::vector<PlannedConn>& conns, Plan* out) {
   if (in.topo == nullptr) return makeError(Code::kInvalidArgument, "planner: no topology");
-  const Topology& t = *in.topo;
   Solver solver(in);
   std::vector<ConnWork> work;
   Status st = solver.build(&work);
@@ -789,28 +835,11 @@ Status adoptPlan(const PlanInput& in, const std::vector<PlannedConn>& conns, Pla
                        c.a, c.b);
     if (p.index_.count(pairKey(c.a, c.b)))
       return makeError(Code::kInvalidArgument, "planner: the plan lists ranks %d and %d twice", c.a, c.b);
-    const RankPlace& ra = in.ranks[static_cast<size_t>(c.a)];
-    const RankPlace& rb = in.ranks[static_cast<size_t>(c.b)];
     int live = 0;
     for (size_t i = 0; i < c.lanes.size(); ++i) {
       const LaneChoice& l = c.lanes[i];
-      const std::string where = strFormat("planner: lane %zu of ranks %d and %d", i, c.a, c.b);
-      if (l.localPort < 0 || l.localPort >= static_cast<int>(ra.ports.size()) || l.remotePort < 0 ||
-          l.remotePort >= static_cast<int>(rb.ports.size()))
-        return makeError(Code::kInvalidArgument, "%s: ports %d and %d, the ranks have %zu and %zu", where.c_str(),
-                         l.localPort, l.remotePort, ra.ports.size(), rb.ports.size());
-      const HostPort ha{ra.host, ra.ports[static_cast<size_t>(l.localPort)]},
-          hb{rb.host, rb.ports[static_cast<size_t>(l.remotePort)]};
-      if (l.path < 0 || l.path >= t.numPaths(ha, hb) || l.backPath < -1 || l.backPath >= t.numPaths(hb, ha))
-        return makeError(Code::kInvalidArgument, "%s: path %d (back %d) of %d", where.c_str(), l.path, l.backPath,
-                         t.numPaths(ha, hb));
-      const bool span = in.sourcePorts.hi != 0;
-      if (span && l.sourcePort != 0 && (l.sourcePort < in.sourcePorts.lo || l.sourcePort > in.sourcePorts.hi))
-        return makeError(Code::kInvalidArgument, "%s: source port %u outside %u-%u", where.c_str(), l.sourcePort,
-                         in.sourcePorts.lo, in.sourcePorts.hi);
-      if (l.sourceRange.lo > l.sourceRange.hi)
-        return makeError(Code::kInvalidArgument, "%s: source ports %u-%u", where.c_str(), l.sourceRange.lo,
-                         l.sourceRange.hi);
+      st = checkChoice(in, c.a, c.b, l, strFormat("planner: lane %zu of ranks %d and %d", i, c.a, c.b));
+      if (!st.isOk()) return st;
       live += !l.retired;
     }
     if (live == 0)
@@ -827,11 +856,10 @@ Status adoptPlan(const PlanInput& in, const std::vector<PlannedConn>& conns, Pla
 }
 
 double fabricSeconds(const PlanInput& in, const Plan& plan) {
-  const Topology& t = *in.topo;
   const bool bg = in.background.size() == plan.load.size();
   double m = 0;
   for (size_t l = 0; l < plan.load.size(); ++l)
-    m = std::max(m, (plan.load[l] + (bg ? in.background[l] : 0.0)) * 8.0 / t.link(static_cast<int>(l)).bps);
+    m = std::max(m, (plan.load[l] + (bg ? in.background[l] : 0.0)) * secondsPerByte(in, static_cast<int>(l)));
   return m;
 }
 
@@ -957,6 +985,24 @@ Status replaceLane(const PlanInput& in, Plan* plan, int a, int b, int lane, cons
   plan->computeLoad(in);
   *found = true;
   *out = lc;
+  return Status::ok();
+}
+
+Status moveLane(const PlanInput& in, Plan* plan, int a, int b, int lane, const LaneChoice& choice) {
+  auto it = plan->index_.find(pairKey(std::min(a, b), std::max(a, b)));
+  if (it == plan->index_.end())
+    return makeError(Code::kInvalidArgument, "planner: no planned connection between ranks %d and %d", a, b);
+  PlannedConn& c = plan->conns[it->second];
+  if (lane < 0 || lane >= static_cast<int>(c.lanes.size()) || c.lanes[static_cast<size_t>(lane)].retired)
+    return makeError(Code::kInvalidArgument, "planner: lane %d of ranks %d-%d is not in service (%zu lanes)", lane, c.a,
+                     c.b, c.lanes.size());
+  LaneChoice lc = choice;
+  lc.retired = false;
+  Status st = checkChoice(in, c.a, c.b, lc, strFormat("planner: the new lane of ranks %d and %d", c.a, c.b));
+  if (!st.isOk()) return st;
+  c.lanes[static_cast<size_t>(lane)].retired = true;
+  c.lanes.push_back(lc);
+  plan->computeLoad(in);
   return Status::ok();
 }
 

@@ -61,7 +61,15 @@ struct PlanInput {
   /// most loaded link counting them, so the job is placed on what the others leave; they are not
   /// moved. Plan::load stays this input's own bytes.
   std::vector<double> background;
+  /// What each directed link (index: Topology link) still carries of its capacity, in (0, 1]: the
+  /// fabric service's view of links that lanes found slow or cut (docs/c4p.md "Fabric health
+  /// across jobs"); empty: every link at its capacity. c4p and replaceLane price a link's bytes at
+  /// capacity x this, so a slowed link takes only the lanes nothing better can take.
+  std::vector<double> capacity;
 };
+
+/// Seconds per byte on link `l` for this input (its capacity, times in.capacity[l] if set).
+double secondsPerByte(const PlanInput& in, int l);
 
 /// One lane's assignment. Ports index the ranks' NIC port lists (RankPlace::ports).
 struct LaneChoice {
@@ -109,6 +117,7 @@ class Plan {
   friend Status exhaustivePlan(const PlanInput& in, Plan* out, int64_t maxCombos);
   friend Status adoptPlan(const PlanInput& in, const std::vector<PlannedConn>& conns, Plan* out);
   friend Status replaceLane(const PlanInput&, Plan*, int, int, int, const std::vector<char>&, bool, bool*, LaneChoice*);
+  friend Status moveLane(const PlanInput&, Plan*, int, int, int, const LaneChoice&);
 };
 
 /// Plans by in.mode. Errors: a rank without a host or ports, a flow naming an unknown rank,
@@ -132,6 +141,14 @@ Status replaceLane(const PlanInput& in, Plan* plan, int a, int b, int lane, cons
 /// Marks the directed links of lane `lane` of (a, b) (both directions, host ports excluded) in
 /// *marks (resized to the link count): the fabric links a failed lane may have failed on.
 void markLaneLinks(const PlanInput& in, const Plan& plan, int a, int b, int lane, std::vector<char>* marks);
+/// Moving one lane where someone else chose (the fabric service): lane `lane` of the connection
+/// (a, b) leaves service and `choice` is appended (its index: the connection's lane count before),
+/// the loads updated. Errors (the plan unchanged): no such connection, a lane out of range or
+/// already retired, a choice whose ports, path or source port the ranks and the fabric do not have.
+Status moveLane(const PlanInput& in, Plan* plan, int a, int b, int lane, const LaneChoice& choice);
+/// The directed links lane `l` of connection `c` crosses from a to b (fromA), or back; host
+/// ports included.
+void laneLinks(const PlanInput& in, const PlannedConn& c, const LaneChoice& l, bool fromA, std::vector<int>* links);
 /// "h0p1 -> leaf0 -> spine1 -> leaf1 -> h2p1" for lane `lane` of (a, b).
 std::string lanePath(const PlanInput& in, const Plan& plan, int a, int b, int lane);
 

@@ -1,8 +1,10 @@
 // Fuzz target: the fabric service's wire (planner/fabric_wire.hpp), as c4-fabricd reads a job and a
 // job reads the service. The first byte picks the reader: a request (the service's side: JSON
-// from an authenticated frame), a reply (the job's side), or a greeting and a frame header with its
-// MAC check. What parses must encode back to text that parses to the same encoding.
+// from an authenticated frame), a reply (the job's side), a greeting and a frame header with its
+// MAC check, or what a job's ranks tell each other (a lane report to rank 0, the moves from it).
+// What parses must encode back to text that parses to the same encoding.
 #include <string>
+#include <vector>
 
 #include "fuzz_util.hpp"
 #include "planner/fabric_wire.hpp"
@@ -12,7 +14,7 @@ namespace wire = c4::plan::wire;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const uint8_t mode = data[0] % 3;
+  const uint8_t mode = data[0] % 5;
   const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
   if (mode == 0) {
     wire::Request r;
@@ -36,6 +38,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     st = wire::parseReply(once, &again);
     C4_FUZZ_CHECK(st.isOk(), "an encoded reply does not parse: %s", st.message().c_str());
     C4_FUZZ_CHECK(wire::encodeReply(again) == once, "a reply changes on its way back: %s", once.c_str());
+  } else if (mode == 3) {
+    wire::JobReport r;
+    if (!wire::parseJobReport(text, &r).isOk()) return 0;
+    const std::string once = wire::encodeJobReport(r);
+    wire::JobReport again;
+    Status st = wire::parseJobReport(once, &again);
+    C4_FUZZ_CHECK(st.isOk(), "an encoded report does not parse: %s", st.message().c_str());
+    C4_FUZZ_CHECK(wire::encodeJobReport(again) == once, "a report changes on its way back: %s", once.c_str());
+  } else if (mode == 4) {
+    std::vector<wire::LaneMove> m;
+    std::string why;
+    if (!wire::parseMoves(text, &m, &why).isOk()) return 0;
+    const std::string once = wire::encodeMoves(m, why);
+    std::vector<wire::LaneMove> again;
+    Status st = wire::parseMoves(once, &again, &why);
+    C4_FUZZ_CHECK(st.isOk(), "encoded moves do not parse: %s", st.message().c_str());
+    C4_FUZZ_CHECK(wire::encodeMoves(again, why) == once, "moves change on their way back: %s", once.c_str());
   } else {
     wire::Greeting g;
     if (text.size() >= wire::kGreetingBytes) (void)wire::parseGreeting(text.data(), wire::kGreetingBytes, &g);

@@ -53,3 +53,45 @@ topo = netlab.load_topology(os.environ["NETLAB_TOPO"])
 print(" ".join(str(sum(c["tx_bytes"] for c in netlab.iface_counters(s["netns"]).values())) for s in topo["spines"]))
 PYEOF
 }
+
+# ---- concurrent 2-rank jobs (the fabric service's tests); inside a session, with $tmp set ----
+addr() { "$tools/netlab" addr "$NETLAB_NAME" "$1"; }
+# wait_for FILE PATTERN WHAT: until FILE has a line matching PATTERN (a hang guard of 120 s, not a margin).
+wait_for() {
+  local i
+  for ((i = 0; i < 1200; i++)); do
+    grep -q -- "$2" "$1" 2> /dev/null && return 0
+    sleep 0.1
+  done
+  echo "FAIL: no '$2' in $1 ($3) after 120 s"; cat "$1" 2> /dev/null; exit 1
+}
+
+# job_start NAME PORT HOST0 HOST1 ARGS...: a 2-rank job (rank 0 on HOST0, the root there on PORT),
+# started in the background; its output in $tmp/NAME/out.RANK (the caller's $tmp), its pids in
+# $tmp/NAME/pids.
+job_start() {
+  local name=$1 port=$2 h0=$3 h1=$4 r h
+  shift 4
+  mkdir -p "$tmp/$name"
+  : > "$tmp/$name/pids"
+  for r in 0 1; do
+    h=$h0
+    [ $r = 1 ] && h=$h1
+    "$tools/netlab" run "$NETLAB_NAME" "$h" -- env RANK=$r LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR="$(addr "$h0")" \
+      MASTER_PORT=$port C4_SOCKET_IFNAME=p0 "$@" > "$tmp/$name/out.$r" 2>&1 &
+    echo $! >> "$tmp/$name/pids"
+  done
+}
+# job_wait NAME: both ranks ended well and the results are right.
+job_wait() {
+  local pid rc=0
+  for pid in $(cat "$tmp/$1/pids"); do wait "$pid" || rc=1; done
+  if [ $rc != 0 ]; then
+    cat "$tmp/$1/out.0" "$tmp/$1/out.1"; echo "FAIL: job $1 failed"; exit 1
+  fi
+  grep -q "Out of bounds values : 0 OK" "$tmp/$1/out.0" || { cat "$tmp/$1/out.0"; echo "FAIL: job $1: wrong results"; exit 1; }
+}
+# spine_of NAME: the spine job NAME's lane crosses, from rank 0's plan ("... lane 0: h0p0 -> spine1 -> h2p0 ...").
+spine_of() { grep -A2 "C4P plan (lane" "$tmp/$1/out.0" | grep -m1 -o "spine[0-9]*" || echo "none"; }
+# split S0 S1 LO: whether each spine carried at least LO% of their bytes.
+split() { [ $(($1 * 100)) -ge $((($1 + $2) * $3)) ] && [ $(($2 * 100)) -ge $((($1 + $2) * $3)) ]; }

@@ -6,7 +6,11 @@
 #   1. without the service, both jobs plan spine 0 (their cross-spine bytes all on one spine);
 #   2. with it, B (starting while A runs) is placed on the other spine: each spine carries one job;
 #   3. a job killed mid-run: its lease expires at the service and the next job takes its spine;
-#   4. the service killed mid-run: the running job goes on and ends right; a job that starts after
+#   4. an uplink throttled under two running jobs, each with two lanes (one through each spine):
+#      job A measures its lane through it slow and tells the service, which books the link slow and
+#      moves both jobs' lanes off it (job B does not look at its lanes itself: C4_REBALANCE_MS=0);
+#      the spine then carries nothing, and every iteration's result is right;
+#   5. the service killed mid-run: the running job goes on and ends right; a job that starts after
 #      it plans alone with a warning, and its init does not hang.
 # And `c4-plan --service` (from another host) shows the running job and its lane's path.
 #   run_fabric.sh C4PERF C4FABRICD C4PLAN
@@ -27,46 +31,6 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-addr() { "$tools/netlab" addr "$NETLAB_NAME" "$1"; }
-# wait_for FILE PATTERN WHAT: until FILE has a line matching PATTERN (a hang guard of 120 s, not a margin).
-wait_for() {
-  local i
-  for ((i = 0; i < 1200; i++)); do
-    grep -q -- "$2" "$1" 2> /dev/null && return 0
-    sleep 0.1
-  done
-  echo "FAIL: no '$2' in $1 ($3) after 120 s"; cat "$1" 2> /dev/null; exit 1
-}
-
-# job_start NAME PORT HOST0 HOST1 ARGS...: a 2-rank job (rank 0 on HOST0, the root there on PORT),
-# started in the background; its output in $tmp/NAME/out.RANK, its pids in $tmp/NAME/pids.
-job_start() {
-  local name=$1 port=$2 h0=$3 h1=$4 r h
-  shift 4
-  mkdir -p "$tmp/$name"
-  : > "$tmp/$name/pids"
-  for r in 0 1; do
-    h=$h0
-    [ $r = 1 ] && h=$h1
-    "$tools/netlab" run "$NETLAB_NAME" "$h" -- env RANK=$r LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR="$(addr "$h0")" \
-      MASTER_PORT=$port C4_SOCKET_IFNAME=p0 "$@" > "$tmp/$name/out.$r" 2>&1 &
-    echo $! >> "$tmp/$name/pids"
-  done
-}
-# job_wait NAME: both ranks ended well and the results are right.
-job_wait() {
-  local pid rc=0
-  for pid in $(cat "$tmp/$1/pids"); do wait "$pid" || rc=1; done
-  if [ $rc != 0 ]; then
-    cat "$tmp/$1/out.0" "$tmp/$1/out.1"; echo "FAIL: job $1 failed"; exit 1
-  fi
-  grep -q "Out of bounds values : 0 OK" "$tmp/$1/out.0" || { cat "$tmp/$1/out.0"; echo "FAIL: job $1: wrong results"; exit 1; }
-}
-# spine_of NAME: the spine job NAME's lane crosses, from rank 0's plan ("... lane 0: h0p0 -> spine1 -> h2p0 ...").
-spine_of() { grep -A2 "C4P plan (lane" "$tmp/$1/out.0" | grep -m1 -o "spine[01]" || echo "none"; }
-# split S0 S1 LO: whether each spine carried at least LO% of their bytes.
-split() { [ $(($1 * 100)) -ge $((($1 + $2) * $3)) ] && [ $(($2 * 100)) -ge $((($1 + $2) * $3)) ]; }
-
 export C4_PLANNER=c4p C4_TOPO_FILE=$NETLAB_TOPO C4_LANES=1 C4_ALGO=ring C4_TIMEOUT=${C4_TIMEOUT:-60} \
   C4_DEBUG=INFO C4_DEBUG_SUBSYS=PLAN C4_REBALANCE_MS=0
 ring=("$perf" -C allreduce -b 16M -e 16M -c 1 -w 1)
@@ -134,7 +98,73 @@ job_wait after-kill
 echo "killed job on $first; the job after it on $(spine_of after-kill)"
 [ "$(spine_of after-kill)" = "$first" ] || { echo "FAIL: the killed job's spine was not freed"; exit 1; }
 
-# 4. The service killed mid-run: the running job ends right; the next one plans alone.
+# 4. An uplink throttled under two jobs: both move off it. Each job runs until the test has seen
+# what it checks (iterations timed and checked one by one), then is stopped.
+# iters NAME: the iterations job NAME's rank 0 has run and found right.
+iters() { grep -c "iteration.*right" "$tmp/$1/out.0" 2> /dev/null || true; }
+# wait_iters NAME N: until job NAME has run N right iterations (a hang guard of 120 s).
+wait_iters() {
+  local i
+  for ((i = 0; i < 1200; i++)); do
+    [ "$(iters "$1")" -ge "$2" ] && return 0
+    grep -q "WRONG" "$tmp/$1/out.0" && break
+    sleep 0.1
+  done
+  cat "$tmp/$1/out.0"; echo "FAIL: job $1 did not reach $2 right iterations"; exit 1
+}
+timeline=("$perf" -C allreduce -b 16M -e 16M -c 1 -w 1 -n 100000 --timeline 1)
+job_start slow-a 29508 h0 h2 C4_LANES=2 C4_REBALANCE_MS=200 "${timeline[@]}"
+job_start slow-b 29509 h1 h3 C4_LANES=2 "${timeline[@]}"
+wait_iters slow-a 2
+wait_iters slow-b 2
+view() { "$tools/netlab" run "$NETLAB_NAME" h3 -- "$c4plan" --service "$svc" --key-file "$tmp/key" --json; }
+# The spines each job's lanes cross, from the service's view: both jobs on both spines.
+view | "$py" -c '
+import json, sys
+v = json.load(sys.stdin)
+for j in v["jobs"]:
+    print(j["name"], sorted(set(l["path"].split(" -> ")[2] for l in j["lanes"])))
+    assert len(j["lanes"]) == 2 and len(set(l["path"].split(" -> ")[2] for l in j["lanes"])) == 2, j' ||
+  { echo "FAIL: the service did not spread each job's two lanes over both spines"; exit 1; }
+"$tools/netlab" link "$NETLAB_NAME" leaf0-spine1 --rate 250mbit
+echo "throttled leaf0-spine1 to 25% after $(iters slow-a) and $(iters slow-b) iterations"
+wait_for "$tmp/fabricd.log" "link .*spine1.* booked slow" "the service booking the throttled uplink"
+wait_for "$tmp/slow-b/out.0" "moved by the fabric service" "job B moving its lane off spine 1"
+wait_for "$tmp/slow-a/out.0" "moved by the fabric service" "job A moving its lane off spine 1"
+grep -h "booked slow\|move [0-9]* lane" "$tmp/fabricd.log" | cut -c1-240
+grep -h "moved by the fabric service" "$tmp/slow-a/out.0" "$tmp/slow-b/out.0" | cut -c1-240
+# The service's books: no lane through spine 1, the link believed slow.
+for ((i = 0; ; i++)); do
+  view > "$tmp/view.json" 2>&1 && "$py" -c '
+import json, sys
+v = json.load(open(sys.argv[1]))
+assert not [l for j in v["jobs"] for l in j["lanes"] if "spine1" in l["path"]]
+assert [h for h in v["health"] if "spine1" in h["link"] and h["state"] == "slow"]' "$tmp/view.json" && break
+  [ $i -lt 1200 ] || { cat "$tmp/view.json"; echo "FAIL: the service's books keep a lane through spine 1"; exit 1; }
+  sleep 0.1
+done
+# The traffic: over the next iterations (once the moves are made), spine 1 carries next to nothing.
+na=$(($(iters slow-a) + 1)) nb=$(($(iters slow-b) + 1))
+wait_iters slow-a $na
+wait_iters slow-b $nb
+before=($(spine_bytes))
+wait_iters slow-a $((na + 3))
+wait_iters slow-b $((nb + 3))
+after=($(spine_bytes))
+s0=$((after[0] - before[0])) s1=$((after[1] - before[1]))
+echo "after the moves, 3 iterations of each job: spine bytes $s0 / $s1"
+[ $((s1 * 100)) -le $(((s0 + s1) * 5)) ] || { echo "FAIL: spine 1 still carries the jobs' traffic"; exit 1; }
+for j in slow-a slow-b; do
+  for pid in $(cat "$tmp/$j/pids"); do kill "$pid" 2> /dev/null || true; done
+done
+for j in slow-a slow-b; do
+  for pid in $(cat "$tmp/$j/pids"); do wait "$pid" 2> /dev/null || true; done
+  if grep -q "WRONG" "$tmp/$j/out.0" "$tmp/$j/out.1"; then echo "FAIL: job $j saw wrong results"; exit 1; fi
+  echo "job $j: $(iters "$j") iterations, every one right"
+done
+"$tools/netlab" link "$NETLAB_NAME" leaf0-spine1 --rate 1gbit > /dev/null
+
+# 5. The service killed mid-run: the running job ends right; the next one plans alone.
 job_start orphan 29506 h0 h2 "${ring[@]}" -n 40
 wait_for "$tmp/orphan/out.0" "by the fabric service" "the job planned before the service dies"
 kill -9 "$daemon"

@@ -2,6 +2,7 @@
 // c4-fabricd serves, tested without sockets. The daemon itself: fabricd_test.cc.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -429,6 +430,292 @@ TEST(FabricBook, AKeptPlanIsBookedAsItIsOrRefused) {
   off.ranks[1].ports = {4};
   EXPECT_FALSE(book.add(3, 33, off, 0, 1000, nullptr).isOk());
   EXPECT_EQ(book.jobs().size(), 2u);
+}
+
+// ---- what running jobs report, and the moves they are asked for ----
+
+TEST(FabricWire, ReportsAndMovesSurviveTheirEncoding) {
+  wire::Request r;
+  r.op = wire::Op::kRenew;
+  r.id = 7;
+  r.token = 8;
+  PlannedConn c;
+  c.a = 0;
+  c.b = 3;
+  c.bytesAB = 5;
+  c.lanes.resize(3);
+  c.lanes[1].retired = true;
+  c.lanes[2].path = 2;
+  c.lanes[2].sourcePort = 40001;
+  r.report.lanes = {c};
+  r.report.samples = {{0, 3, 2, false, 1.25e8, 0.31, wire::LaneSample::Verdict::kSlow},
+                      {0, 3, 0, true, 0, -1, wire::LaneSample::Verdict::kFailed}};
+  wire::Request back;
+  ASSERT_TRUE(wire::parseRequest(wire::encodeRequest(r), &back).isOk());
+  ASSERT_EQ(back.report.lanes.size(), 1u);
+  EXPECT_EQ(back.report.lanes[0].lanes.size(), 3u);
+  EXPECT_TRUE(back.report.lanes[0].lanes[1].retired);
+  EXPECT_EQ(back.report.lanes[0].lanes[2].sourcePort, 40001);
+  ASSERT_EQ(back.report.samples.size(), 2u);
+  EXPECT_FALSE(back.report.samples[0].fromA);
+  EXPECT_EQ(back.report.samples[0].lane, 2);
+  EXPECT_DOUBLE_EQ(back.report.samples[0].ratio, 0.31);
+  EXPECT_EQ(back.report.samples[0].verdict, wire::LaneSample::Verdict::kSlow);
+  EXPECT_EQ(back.report.samples[1].verdict, wire::LaneSample::Verdict::kFailed);
+  // The same report within a job, and the moves both ways.
+  wire::JobReport jr;
+  ASSERT_TRUE(wire::parseJobReport(wire::encodeJobReport(r.report), &jr).isOk());
+  EXPECT_EQ(jr.samples.size(), 2u);
+  wire::Reply rep;
+  rep.ok = true;
+  rep.moves = {{0, 3, 1, c.lanes[2]}};
+  rep.moveWhy = "off leaf0->spine1 (slow)";
+  wire::Reply rb;
+  ASSERT_TRUE(wire::parseReply(wire::encodeReply(rep), &rb).isOk());
+  ASSERT_EQ(rb.moves.size(), 1u);
+  EXPECT_EQ(rb.moves[0].lane, 1);
+  EXPECT_EQ(rb.moves[0].choice.path, 2);
+  EXPECT_EQ(rb.moveWhy, rep.moveWhy);
+  std::vector<wire::LaneMove> mv;
+  std::string why;
+  ASSERT_TRUE(wire::parseMoves(wire::encodeMoves(rep.moves, "why"), &mv, &why).isOk());
+  EXPECT_EQ(mv.size(), 1u);
+  EXPECT_EQ(why, "why");
+  // Bad reports and moves are clear errors.
+  struct Case {
+    std::string text, says;
+  };
+  const std::vector<Case> reports = {
+      {R"({"samples":{}})", "\"samples\" is not an array"},
+      {R"({"samples":[[0,1,0,0,5,1]]})", "is not [a, b, lane, dir, bytes/s, ratio, verdict]"},
+      {R"({"samples":[[1,0,0,0,5,1,0]]})", "lower rank first"},
+      {R"({"samples":[[0,1,0,2,5,1,0]]})", "[3] (the direction) is 2"},
+      {R"({"samples":[[0,1,0,0,5,1,3]]})", "[6] (the verdict) is 3"},
+      {R"({"samples":[[0,1,5000,0,5,1,0]]})", "[2] (a lane) is 5000"},
+      {R"({"samples":[[0,1,0,0,-5,1,0]]})", "(bytes/s) is not a byte count"},
+      {R"({"samples":[[0,1,0,0,5,"x",0]]})", "(the ratio) is not a number"},
+      {R"({"samples":[[0,1,0,0,5,-7,0]]})", "(the ratio) is not a number"},
+      {R"({"lanes":[{"a":0,"b":1,"ab":0,"ba":0,"lanes":[[0,0,0,-1,0,0,0,2]]}]})", "lanes[0].lanes[0][7] is 2"},
+  };
+  for (const Case& x : reports) {
+    wire::JobReport out;
+    c4::Status st = wire::parseJobReport(x.text, &out);
+    ASSERT_FALSE(st.isOk()) << x.text;
+    EXPECT_NE(st.message().find(x.says), std::string::npos) << x.text << " -> " << st.message();
+    wire::Request req;
+    st = wire::parseRequest(R"({"op":"renew","id":1,"token":2,"report":)" + x.text + "}", &req);
+    EXPECT_FALSE(st.isOk()) << x.text;
+  }
+  EXPECT_FALSE(wire::parseRequest(R"({"op":"renew","id":1,"token":2,"report":[]})", &back).isOk());
+  const std::vector<Case> moves = {
+      {R"({"moves":[{"a":0,"b":1,"lane":0}]})", "missing \"to\""},
+      {R"({"moves":[{"a":0,"b":1,"lane":0,"to":[0,0,0,-1,0,0,0,1]}]})", "a retired lane"},
+      {R"({"moves":[{"a":0,"b":1,"lane":-1,"to":[0,0,0,-1,0,0,0,0]}]})", "\"lane\" is -1"},
+      {R"({"moves":[{"a":2,"b":1,"lane":0,"to":[0,0,0,-1,0,0,0,0]}]})", "lower rank first"},
+      {R"({"moves":[],"why":5})", "\"why\" is not a string"},
+  };
+  for (const Case& x : moves) {
+    std::vector<wire::LaneMove> out;
+    c4::Status st = wire::parseMoves(x.text, &out, &why);
+    ASSERT_FALSE(st.isOk()) << x.text;
+    EXPECT_NE(st.message().find(x.says), std::string::npos) << x.text << " -> " << st.message();
+  }
+  // A connection's lanes past the limit: refused by their count.
+  std::string lanes;
+  for (size_t i = 0; i <= wire::kMaxLaneSlots; ++i) lanes += "[0,0,0,-1,0,0,0,1],";
+  lanes.pop_back();
+  wire::JobReport out;
+  c4::Status st = wire::parseJobReport(R"({"lanes":[{"a":0,"b":1,"ab":0,"ba":0,"lanes":[)" + lanes + "]}]}", &out);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("at most 1024"), std::string::npos) << st.message();
+}
+
+// The spine a job's lane crosses ("spine0", ...), from its path.
+std::string spineOf(const c4::plan::BookedJob& j, int a, int b, int lane) {
+  const std::string p = c4::plan::lanePath(j.input, j.plan, a, b, lane);
+  const size_t at = p.find("spine");
+  return at == std::string::npos ? p : p.substr(at, 6);
+}
+
+// A job booked with the plan given (as a re-registration books it): its lanes on the spines named
+// by path index.
+wire::JobSpec keptOn(const Topology& t, std::vector<int> hosts, std::vector<int> paths) {
+  wire::JobSpec j = job(t, hosts, 16 * kMiB, static_cast<int>(paths.size()));
+  Plan p;
+  EXPECT_TRUE(c4::plan::makePlan(inputOf(t, j), &p).isOk());
+  for (PlannedConn& c : p.conns)
+    for (size_t l = 0; l < c.lanes.size(); ++l) c.lanes[l].path = paths[l], c.lanes[l].backPath = -1;
+  j.keep = p.conns;
+  return j;
+}
+
+TEST(FabricBook, ReportedLanesReplaceTheBooksOrAreRefused) {
+  const Topology t = Topology::leafSpine(4, 1, 2, 3, 1e9, 1e9);
+  FabricBook book(t);
+  const c4::plan::BookedJob* a = nullptr;
+  ASSERT_TRUE(book.add(1, 11, keptOn(t, {0, 2}, {0, 1}), 0, 1000, &a).isOk());
+  ASSERT_EQ(spineOf(*a, 0, 1, 1), "spine1");
+  // The job replaced lane 1 by a lane 2 on spine 2 (its own failover): the books follow.
+  wire::JobReport r;
+  r.lanes = a->plan.conns;
+  r.lanes[0].lanes[1].retired = true;
+  c4::plan::LaneChoice moved = r.lanes[0].lanes[0];
+  moved.path = 2;
+  r.lanes[0].lanes.push_back(moved);
+  std::vector<int> changed;
+  ASSERT_TRUE(book.report(1, 11, r, 0, 1000, &changed).isOk());
+  EXPECT_TRUE(changed.empty());
+  ASSERT_EQ(a->plan.conns[0].lanes.size(), 3u);
+  EXPECT_EQ(spineOf(*a, 0, 1, 2), "spine2");
+  const int s1 = t.findLink("leaf0->spine1"), s2 = t.findLink("leaf0->spine2");
+  ASSERT_GE(s1, 0);
+  ASSERT_GE(s2, 0);
+  EXPECT_EQ(a->plan.load[static_cast<size_t>(s1)], 0);
+  EXPECT_GT(a->plan.load[static_cast<size_t>(s2)], 0);
+  // Refused, the books unchanged: a wrong token, another job, lanes that do not fit, a connection
+  // the job does not have.
+  const std::string before = a->plan.describe(a->input);
+  EXPECT_FALSE(book.report(1, 12, r, 0, 1000, &changed).isOk());
+  EXPECT_FALSE(book.report(2, 11, r, 0, 1000, &changed).isOk());
+  wire::JobReport bad = r;
+  bad.lanes[0].lanes[2].localPort = 3;
+  c4::Status st = book.report(1, 11, bad, 0, 1000, &changed);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("ports 3 and 0"), std::string::npos) << st.message();
+  bad = r;
+  for (auto& l : bad.lanes[0].lanes) l.retired = true;
+  EXPECT_FALSE(book.report(1, 11, bad, 0, 1000, &changed).isOk());
+  bad = r;
+  bad.lanes[0].b = 5;
+  st = book.report(1, 11, bad, 0, 1000, &changed);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("which its flows do not connect"), std::string::npos) << st.message();
+  EXPECT_EQ(a->plan.describe(a->input), before);
+}
+
+// Three spines; job A (h0 -> h2) has lanes on spines 0 and 1, job B (h1 -> h3) one lane on spine 1.
+// A finds its spine-1 lane slow: the links it alone crossed are booked slow for every job, B is
+// moved off them too, and a new job does not go there; the belief lapses after the hold.
+TEST(FabricBook, ALinkSlowForOneJobIsAvoidedForAll) {
+  const Topology t = Topology::leafSpine(4, 1, 2, 3, 1e9, 1e9);
+  FabricBook book(t);
+  const c4::plan::BookedJob* a = nullptr;
+  const c4::plan::BookedJob* b = nullptr;
+  ASSERT_TRUE(book.add(1, 11, keptOn(t, {0, 2}, {0, 1}), 0, 60000, &a).isOk());
+  ASSERT_TRUE(book.add(2, 22, keptOn(t, {1, 3}, {1}), 0, 60000, &b).isOk());
+  ASSERT_EQ(spineOf(*b, 0, 1, 0), "spine1");
+  wire::JobReport r;
+  r.samples = {{0, 1, 1, true, 3e7, 0.3, wire::LaneSample::Verdict::kSlow},
+               {0, 1, 0, true, 1e8, 1.0, wire::LaneSample::Verdict::kOk},
+               {0, 1, 5, true, 1e8, 0.1, wire::LaneSample::Verdict::kSlow}};  // no lane 5: skipped
+  std::vector<int> changed;
+  ASSERT_TRUE(book.report(1, 11, r, 1000, 30000, &changed).isOk());
+  std::vector<std::string> names;
+  for (int l : changed) names.push_back(t.link(l).name);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"leaf0->spine1", "spine1->leaf1"}));
+  ASSERT_EQ(book.linkHealth().size(), 2u);
+  for (const auto& [l, h] : book.linkHealth()) {
+    EXPECT_EQ(h.state, c4::plan::LinkHealth::State::kSlow);
+    EXPECT_DOUBLE_EQ(h.capacity, 0.3);
+    EXPECT_EQ(h.untilMs, 31000);
+  }
+  // The same report again changes nothing; both jobs move their spine-1 lanes, at once (no rate
+  // limit for a bad link), and not again.
+  ASSERT_TRUE(book.report(1, 11, r, 1000, 30000, &changed).isOk());
+  EXPECT_TRUE(changed.empty());
+  c4::plan::MovePolicy policy;
+  std::vector<uint64_t> moved = book.planMoves(1000, policy);
+  std::sort(moved.begin(), moved.end());
+  EXPECT_EQ(moved, (std::vector<uint64_t>{1, 2}));
+  std::string why;
+  std::vector<wire::LaneMove> ma = book.takeMoves(1, &why), mb = book.takeMoves(2, &why);
+  ASSERT_EQ(ma.size(), 1u);
+  EXPECT_EQ(ma[0].lane, 1);
+  ASSERT_EQ(mb.size(), 1u);
+  EXPECT_EQ(mb[0].lane, 0);
+  EXPECT_NE(why.find("leaf0->spine1 (slow)"), std::string::npos) << why;
+  EXPECT_TRUE(book.takeMoves(2, &why).empty());
+  EXPECT_NE(spineOf(*a, 0, 1, 2), "spine1");
+  EXPECT_NE(spineOf(*b, 0, 1, 1), "spine1");
+  EXPECT_TRUE(book.planMoves(1000, policy).empty());
+  // A new job from leaf 0 to leaf 1 is placed off spine 1.
+  const c4::plan::BookedJob* c = nullptr;
+  ASSERT_TRUE(book.add(3, 33, job(t, {0, 3}), 2000, 60000, &c).isOk());
+  EXPECT_NE(spineOf(*c, 0, 1, 0), "spine1");
+  const nlohmann::json st = nlohmann::json::parse(book.statusJson(2000));
+  ASSERT_EQ(st["health"].size(), 2u);
+  EXPECT_EQ(st["health"][0]["state"], "slow");
+  EXPECT_EQ(st["health"][0]["by"], "job on h0 h2");
+  // Held until 31000, then believed well again.
+  book.expire(30999);
+  EXPECT_EQ(book.linkHealth().size(), 2u);
+  book.expire(31000);
+  EXPECT_TRUE(book.linkHealth().empty());
+}
+
+TEST(FabricBook, ABrokenLaneBooksItsLinksCutAndHealthyLanesClearTheirs) {
+  const Topology t = Topology::leafSpine(4, 1, 2, 3, 1e9, 1e9);
+  FabricBook book(t);
+  ASSERT_TRUE(book.add(1, 11, keptOn(t, {0, 2}, {1, 1, 0}), 0, 60000, nullptr).isOk());
+  // Lane 1 broke but lane 0 runs well over the same spine: the fabric links are not to blame.
+  wire::JobReport r;
+  r.samples = {{0, 1, 1, true, 0, -1, wire::LaneSample::Verdict::kFailed},
+               {0, 1, 0, true, 1e8, 0.9, wire::LaneSample::Verdict::kOk}};
+  std::vector<int> changed;
+  ASSERT_TRUE(book.report(1, 11, r, 0, 1000, &changed).isOk());
+  EXPECT_TRUE(changed.empty());
+  EXPECT_TRUE(book.linkHealth().empty());
+  // A sample without a comparison (one lane measured: ratio -1) clears nothing.
+  r.samples[1].ratio = -1;
+  ASSERT_TRUE(book.report(1, 11, r, 0, 1000, &changed).isOk());
+  ASSERT_EQ(changed.size(), 2u);
+  for (const auto& [l, h] : book.linkHealth()) {
+    EXPECT_EQ(h.state, c4::plan::LinkHealth::State::kCut);
+    EXPECT_LT(h.capacity, 0.01);
+  }
+  // The way back was not measured: not booked.
+  EXPECT_EQ(book.linkHealth().count(t.findLink("spine1->leaf0")), 0u);
+  // Slow after cut stays cut.
+  r.samples = {{0, 1, 0, true, 1e7, 0.2, wire::LaneSample::Verdict::kSlow}};
+  ASSERT_TRUE(book.report(1, 11, r, 0, 1000, &changed).isOk());
+  EXPECT_TRUE(changed.empty());
+  for (const auto& [l, h] : book.linkHealth()) EXPECT_EQ(h.state, c4::plan::LinkHealth::State::kCut);
+}
+
+// Two jobs that share a spine (both booked as they ran, as after a restart): the service moves one
+// of them once the rate limit allows, which halves the most loaded link (the optimum: each job
+// alone), and then leaves both where they are.
+TEST(FabricBook, RunningJobsAreMovedForABetterFabricAtMostSoOften) {
+  const Topology t = Topology::leafSpine(4, 1, 2, 2, 1e9, 1e9);
+  FabricBook book(t);
+  const c4::plan::BookedJob* a = nullptr;
+  const c4::plan::BookedJob* b = nullptr;
+  ASSERT_TRUE(book.add(1, 11, keptOn(t, {0, 2}, {0}), 0, 600000, &a).isOk());
+  ASSERT_TRUE(book.add(2, 22, keptOn(t, {1, 3}, {0}), 500, 600000, &b).isOk());
+  const double solo = a->plan.maxLinkSeconds(t);
+  ASSERT_NEAR(book.fabricSeconds(), 2 * solo, 1e-12);
+  c4::plan::MovePolicy policy;
+  policy.minIntervalMs = 1000;
+  EXPECT_TRUE(book.planMoves(999, policy).empty()) << "both jobs are younger than the interval";
+  // At 1000 only A may move (B registered at 500).
+  EXPECT_EQ(book.planMoves(1000, policy), std::vector<uint64_t>{1});
+  EXPECT_NEAR(book.fabricSeconds(), solo, 1e-12);
+  EXPECT_NE(spineOf(*a, 0, 1, 1), spineOf(*b, 0, 1, 0));
+  std::string why;
+  const std::vector<wire::LaneMove> m = book.takeMoves(1, &why);
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0].lane, 0);
+  EXPECT_NE(why.find("most loaded link"), std::string::npos) << why;
+  for (int64_t now : {1000, 5000, 100000}) EXPECT_TRUE(book.planMoves(now, policy).empty()) << now;
+  // A gain below the policy's share moves nothing (here moving either job halves the link).
+  FabricBook again(t);
+  ASSERT_TRUE(again.add(1, 11, keptOn(t, {0, 2}, {0}), 0, 600000, nullptr).isOk());
+  ASSERT_TRUE(again.add(2, 22, keptOn(t, {1, 3}, {0}), 0, 600000, nullptr).isOk());
+  policy.minGain = 0.6;
+  EXPECT_TRUE(again.planMoves(1000, policy).empty());
+  policy.minGain = 0.4;
+  EXPECT_EQ(again.planMoves(1000, policy).size(), 1u);
 }
 
 }  // namespace

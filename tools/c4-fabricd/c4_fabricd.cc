@@ -18,7 +18,8 @@ namespace {
 void usage(FILE* f) {
   fprintf(f,
           "usage: c4-fabricd --topo FILE --key-file FILE [--listen HOST:PORT] [--port-file PATH] [--db PATH]\n"
-          "                  [--lease-ms N] [--min-lease-ms N] [--max-clients N] [-v]\n"
+          "                  [--lease-ms N] [--min-lease-ms N] [--max-clients N] [--move-interval-ms N]\n"
+          "                  [--move-gain F] [--link-hold-ms N] [-v]\n"
           "C4P's fabric service: plans every job on a fabric on what the other jobs leave.\n"
           "  --topo FILE         the fabric's topology (the C4_TOPO_FILE the jobs read)\n"
           "  --fat-tree K,HOSTS_PER_LEAF,PORTS[,GBIT]  instead of --topo: a generated k-ary fat-tree (load tests;\n"
@@ -30,6 +31,10 @@ void usage(FILE* f) {
           "  --lease-ms N        the lease of a job that asks for none (default 30000)\n"
           "  --min-lease-ms N    asked leases below this are raised to it (default 1000)\n"
           "  --max-clients N     connections at once; more are closed (default 1024)\n"
+          "  --move-interval-ms N  a running job is asked to move lanes for a better fabric at most this often\n"
+          "                      (default 60000; moves off a link booked slow or cut are not limited)\n"
+          "  --move-gain F       ... and only where its move lowers the most loaded link by this share (default 0.1)\n"
+          "  --link-hold-ms N    a link the jobs' lanes found slow or cut is avoided this long (default 600000)\n"
           "  -v                  also log connections, renewals and status requests\n");
 }
 
@@ -102,6 +107,19 @@ int main(int argc, char** argv) {
       if (!parseInt(v, 1, maxLease, &n))
         return fail("--min-lease-ms " + v + ": not a number of ms in 1.." + std::to_string(maxLease));
       o.minLeaseMs = n;
+    } else if (a == "--move-interval-ms") {
+      if (!parseInt(v, 0, maxLease, &n))
+        return fail("--move-interval-ms " + v + ": not a number of ms in 0.." + std::to_string(maxLease));
+      o.moveIntervalMs = n;
+    } else if (a == "--link-hold-ms") {
+      if (!parseInt(v, 1, maxLease, &n))
+        return fail("--link-hold-ms " + v + ": not a number of ms in 1.." + std::to_string(maxLease));
+      o.linkHoldMs = n;
+    } else if (a == "--move-gain") {
+      char* end = nullptr;
+      const double g = strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(g >= 0 && g < 1)) return fail("--move-gain " + v + ": not a share in [0, 1)");
+      o.moveGain = g;
     } else if (a == "--max-clients") {
       if (!parseInt(v, 1, 1 << 20, &n)) return fail("--max-clients " + v + ": not a number in 1..1048576");
       o.maxClients = static_cast<size_t>(n);

@@ -169,6 +169,11 @@ struct Service::Impl {
   wire::Reply doRegister(Conn& c, const wire::Request& req, int64_t now);
   wire::Reply doRenew(Conn& c, const wire::Request& req, int64_t now);
   wire::Reply doRelease(Conn& c, const wire::Request& req);
+  /// Stores job `id` as the books now have it (its lanes changed: a restart books them).
+  void storeJob(uint64_t id);
+  /// Asks running jobs to move lanes where the books say so (FabricBook::planMoves); logs it.
+  void planMoves(int64_t now);
+  bool movesDue = false;  // the books changed since the last look for moves
 };
 
 Service::Service(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -584,6 +589,7 @@ wire::Reply Service::Impl::doRegister(Conn& c, const wire::Request& req, int64_t
     return rep;
   }
   eventsAdded = true;
+  movesDue = true;
   logLine("%s", text.c_str());
   rep.ok = true;
   rep.id = id;
@@ -620,10 +626,79 @@ wire::Reply Service::Impl::doRenew(Conn& c, const wire::Request& req, int64_t no
   if (opt.verbose)
     logLine("renew %s from %s: lease %lld ms", jobLabel(b->spec.name, req.id).c_str(), c.peer.c_str(),
             static_cast<long long>(b->leaseMs));
+  const std::string label = jobLabel(b->spec.name, req.id);
+  if (!req.report.empty()) {
+    // The job's lanes as it runs them, and its samples: links it found slow or cut are booked for
+    // every job, and the jobs crossing them are asked to move at once.
+    std::vector<int> changed;
+    st = book.report(req.id, req.token, req.report, now, opt.linkHoldMs, &changed);
+    if (!st.isOk()) {
+      refuseJob(strFormat("refused the report of %s from %s: %s", label.c_str(), c.peer.c_str(), st.message().c_str()),
+                req.id);
+    } else {
+      if (!req.report.lanes.empty()) {
+        storeJob(req.id);
+        movesDue = true;
+        if (opt.verbose) logLine("%s runs new lanes on %zu connection(s)", label.c_str(), req.report.lanes.size());
+      }
+      for (int l : changed) {
+        const plan::LinkHealth& h = book.linkHealth().at(l);
+        const std::string text = strFormat(
+            "link %s booked %s (planned at %.0f%% of its capacity for %lld s) from the lanes of %s; most loaded "
+            "link now %.3f ms",
+            book.topology().link(l).name.c_str(), plan::linkStateName(h.state), h.capacity * 100,
+            static_cast<long long>(opt.linkHoldMs / 1000), label.c_str(), book.fabricSeconds() * 1e3);
+        logLine("%s", text.c_str());
+        event("health", req.id, text);
+      }
+      if (!changed.empty()) planMoves(now);
+    }
+  }
   rep.ok = true;
   rep.id = req.id;
   rep.leaseMs = b->leaseMs;
+  rep.moves = book.takeMoves(req.id, &rep.moveWhy);
+  if (!rep.moves.empty()) logLine("%s takes %zu lane move(s) with its renewal", label.c_str(), rep.moves.size());
   return rep;
+}
+
+void Service::Impl::storeJob(uint64_t id) {
+  const plan::BookedJob* b = book.find(id);
+  if (b == nullptr) return;
+  wire::Request keep;
+  keep.op = wire::Op::kRegister;
+  keep.job = b->spec;
+  keep.job.keep = b->plan.conns;
+  keep.leaseMs = b->leaseMs;
+  StoredJob sj;
+  sj.id = id;
+  sj.token = b->token;
+  sj.name = b->spec.name;
+  sj.spec = wire::encodeRequest(keep);
+  const int64_t wall = wallMs();
+  sj.registeredMs = wall - (detail::nowMs() - b->registeredMs);
+  sj.leaseMs = b->leaseMs;
+  sj.leaseUntilMs = wall + (b->leaseUntilMs - detail::nowMs());
+  Status st = store->putJob(sj);
+  if (!st.isOk()) logLine("storing %s: %s", jobLabel(b->spec.name, id).c_str(), st.message().c_str());
+}
+
+void Service::Impl::planMoves(int64_t now) {
+  movesDue = false;
+  plan::MovePolicy policy;
+  policy.minIntervalMs = opt.moveIntervalMs;
+  policy.minGain = opt.moveGain;
+  const double before = book.fabricSeconds();
+  const std::vector<uint64_t> moved = book.planMoves(now, policy);
+  for (uint64_t id : moved) {
+    const plan::BookedJob* b = book.find(id);
+    const std::string text =
+        strFormat("move %zu lane(s) of %s: %s; most loaded link %.3f ms -> %.3f ms", b->moves.size(),
+                  jobLabel(b->spec.name, id).c_str(), b->moveWhy.c_str(), before * 1e3, book.fabricSeconds() * 1e3);
+    logLine("%s", text.c_str());
+    event("move", id, text);
+    storeJob(id);
+  }
 }
 
 wire::Reply Service::Impl::doRelease(Conn& c, const wire::Request& req) {
@@ -644,6 +719,7 @@ wire::Reply Service::Impl::doRelease(Conn& c, const wire::Request& req) {
     rep.error = st.message();
     return rep;
   }
+  movesDue = true;
   const std::string text = strFormat("release %s from %s; most loaded link now %.3f ms", label.c_str(), c.peer.c_str(),
                                      book.fabricSeconds() * 1e3);
   st = [&]() -> Status {
@@ -667,7 +743,18 @@ void Service::Impl::tick(int64_t now) {
   std::map<uint64_t, std::pair<std::string, int64_t>> due;  // id: name, lease
   for (const auto& [id, j] : book.jobs())
     if (j.leaseUntilMs <= now) due[id] = {j.spec.name, j.leaseMs};
+  std::vector<int> healed;
+  for (const auto& [l, h] : book.linkHealth())
+    if (h.untilMs <= now) healed.push_back(l);
   const std::vector<uint64_t> gone = book.expire(now);
+  for (int l : healed) {
+    const std::string text =
+        strFormat("link %s believed well again (booked bad for %lld s; jobs may use it)",
+                  book.topology().link(l).name.c_str(), static_cast<long long>(opt.linkHoldMs / 1000));
+    logLine("%s", text.c_str());
+    event("health", 0, text);
+  }
+  if (!gone.empty() || !healed.empty()) movesDue = true;
   if (!gone.empty()) {
     const double after = book.fabricSeconds();
     std::vector<std::pair<uint64_t, std::string>> lines;
@@ -695,6 +782,7 @@ void Service::Impl::tick(int64_t now) {
     else
       logLine("expiry: %s (a restart books the expired jobs again until their leases run out)", st.message().c_str());
   }
+  if (movesDue) planMoves(now);
   flushRefusals(now);
   if (eventsAdded) {
     Status st = store->trimEvents();

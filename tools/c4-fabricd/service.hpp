@@ -22,10 +22,13 @@ struct Options {
   std::string listen = "127.0.0.1:7471";
   std::string portFile;  // --port-file: the bound port is written there ("" none)
   std::string dbPath = "c4-fabricd.db";
-  int64_t leaseMs = 30000;    // the lease of a job that asks for none
-  int64_t minLeaseMs = 1000;  // asked leases are clamped to [minLeaseMs, wire::kMaxLeaseMs]
-  size_t maxClients = 1024;   // connections at once; more are accepted and closed
-  bool verbose = false;       // also log connections, renewals and status requests
+  int64_t leaseMs = 30000;         // the lease of a job that asks for none
+  int64_t minLeaseMs = 1000;       // asked leases are clamped to [minLeaseMs, wire::kMaxLeaseMs]
+  size_t maxClients = 1024;        // connections at once; more are accepted and closed
+  bool verbose = false;            // also log connections, renewals and status requests
+  int64_t moveIntervalMs = 60000;  // --move-interval-ms: a job moved for a better fabric at most this often
+  double moveGain = 0.10;          // --move-gain: ... when the most loaded link drops by at least this share
+  int64_t linkHoldMs = 600000;     // --link-hold-ms: a link reported slow or cut is avoided this long
 };
 
 /// One line on stderr: "c4-fabricd: 2026-12-07T20:15:03.123Z <message>" (UTC).
