@@ -402,6 +402,12 @@ struct LanePlanner::State {
   // The newest sample per (connection, lane, direction) since the last report; a verdict is kept.
   std::map<std::tuple<int, int, int, bool>, plan::wire::LaneSample> samples;
   bool urgent = false;  // a report that cannot wait (lanes changed, a verdict)
+  // The fabric service's moves whose new lane is being set up: the old lane retires once it is up.
+  struct Retiring {
+    int peer, a, b, oldLane, newLane;
+    std::string was, now, why;
+  };
+  std::vector<Retiring> retiring;
 
   // A sample of lane `lane` of (a, b), sent by this rank.
   void sample(int a, int b, int lane, bool fromA, double bytesPerSec, double ratio, plan::wire::LaneSample::Verdict v) {
@@ -676,6 +682,7 @@ void LanePlanner::rebalance() {
     s.lastMovesNs = now;
     applyMoves(s);
   }
+  if (!s.retiring.empty()) finishMoves(s);
   if (s.periodNs > 0 && now - s.lastNs >= s.periodNs) {
     s.lastNs = now;
     look(s);
@@ -761,16 +768,53 @@ void LanePlanner::applyMoves(State& s) {
     }
     if (got != index)
       C4_WARN(kLogPlan, "rank %d: C4P: the new lane to rank %d is lane %d, the plan's %d", s.rank, peer, got, index);
-    st = control->retireLane(m.lane, "C4P: the fabric service moved it (" + why + ")");
-    s.lanesChanged(m.a, m.b);
-    C4_INFO(kLogPlan, "rank %d: C4P: lane %d to rank %d (%s) moved by the fabric service to lane %d (%s): %s%s", s.rank,
-            m.lane, peer, was.c_str(), got, now.c_str(), why.c_str(),
-            st.isOk() ? "" : (" (retiring the old lane: " + st.message() + ")").c_str());
-    if (s.recorder != nullptr)
-      s.recorder->plan(trace::PlanEvent::kReplan,
-                       "lane " + std::to_string(m.lane) + " (" + was + ") moved by the fabric service to lane " +
-                           std::to_string(got) + " (" + now + "): " + why,
-                       peer, got);
+    // The old lane retires once the new one is up (finishMoves): a connection of one lane keeps a
+    // lane in service throughout, and nothing waits for the new lane's setup.
+    s.retiring.push_back(State::Retiring{peer, m.a, m.b, m.lane, got, was, now, why});
+    C4_INFO(kLogPlan, "rank %d: C4P: opening lane %d to rank %d (%s) for the fabric service's move of lane %d", s.rank,
+            got, peer, now.c_str(), m.lane);
+  }
+}
+
+void LanePlanner::finishMoves(State& s) {
+  for (auto it = s.retiring.begin(); it != s.retiring.end();) {
+    const State::Retiring& r = *it;
+    transport::Connection* conn = s.net->laneSetup()->existingConnection(r.peer);
+    transport::LaneControl* control = conn != nullptr ? conn->laneControl() : nullptr;
+    const transport::Lane* fresh = conn != nullptr ? conn->lane(r.newLane) : nullptr;
+    const transport::LaneState state = fresh != nullptr ? fresh->state() : transport::LaneState::kRetired;
+    if (control != nullptr && state == transport::LaneState::kConnecting) {
+      ++it;
+      continue;
+    }
+    if (control != nullptr && state == transport::LaneState::kUp) {
+      Status st = control->retireLane(r.oldLane, "C4P: the fabric service moved it (" + r.why + ")");
+      C4_INFO(kLogPlan, "rank %d: C4P: lane %d to rank %d (%s) moved by the fabric service to lane %d (%s): %s%s",
+              s.rank, r.oldLane, r.peer, r.was.c_str(), r.newLane, r.now.c_str(), r.why.c_str(),
+              st.isOk() ? "" : (" (retiring the old lane: " + st.message() + ")").c_str());
+      if (s.recorder != nullptr)
+        s.recorder->plan(trace::PlanEvent::kReplan,
+                         "lane " + std::to_string(r.oldLane) + " (" + r.was + ") moved by the fabric service to lane " +
+                             std::to_string(r.newLane) + " (" + r.now + "): " + r.why,
+                         r.peer, r.newLane);
+    } else {
+      // The new lane did not come up: the old one stays in service (the plan says so again).
+      for (plan::PlannedConn& c : s.plan.conns) {
+        if (c.a != r.a || c.b != r.b) continue;
+        if (r.oldLane < static_cast<int>(c.lanes.size())) c.lanes[static_cast<size_t>(r.oldLane)].retired = false;
+        if (r.newLane >= 0 && r.newLane < static_cast<int>(c.lanes.size()))
+          c.lanes[static_cast<size_t>(r.newLane)].retired = true;
+      }
+      s.plan.computeLoad(s.input);
+      s.seen[{r.peer, r.oldLane}].handled = false;
+      s.seen[{r.peer, r.newLane}].handled = true;
+      C4_WARN(kLogPlan,
+              "rank %d: C4P: the lane the fabric service asked for to rank %d (%s) did not come up; lane %d (%s) "
+              "stays in service",
+              s.rank, r.peer, r.now.c_str(), r.oldLane, r.was.c_str());
+    }
+    s.lanesChanged(r.a, r.b);
+    it = s.retiring.erase(it);
   }
 }
 

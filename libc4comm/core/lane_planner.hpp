@@ -85,7 +85,7 @@ class LanePlanner {
   /// lane's fabric links, and moves a lane that stays well below its peers onto a spare path when
   /// the fabric has one. Traces what it did and what each lane carried (trace::PlanEvent). Planned
   /// by the fabric service: makes the lane moves the service asked for (the rank that opens the
-  /// connection opens the new lane, then retires the old one), and reports lane replacements and
+  /// connection opens the new lane, and retires the old one once the new one is up), and reports lane replacements and
   /// samples (with verdicts: slow, broken) to rank 0, which renews the job with them.
   void rebalance();
 
@@ -97,6 +97,7 @@ class LanePlanner {
   /// (taken from rank 0 and made), this rank's report for the service (to rank 0).
   static void look(State& s);
   static void applyMoves(State& s);
+  static void finishMoves(State& s);
   static void sendReport(State& s, int64_t nowNs);
   std::shared_ptr<State> s_;
   bool active_ = false;

@@ -42,7 +42,7 @@ const char* linkStateName(LinkHealth::State s);
 /// When the service moves running jobs' lanes (FabricBook::planMoves).
 struct MovePolicy {
   int64_t minIntervalMs = 60000;  // a job is asked to move for a better fabric at most this often
-  double minGain = 0.10;          // ... and only when the fabric's most loaded link drops by this share
+  double minGain = 0.10;          // ... and only when the most loaded link it changes drops by this share
   int maxJobsTried = 4;           // jobs on the most loaded link re-planned per look (work bound)
 };
 
@@ -77,10 +77,12 @@ class FabricBook {
                 std::vector<int>* changed);
   /// Moves running jobs' lanes, at most once per look: first every live lane that crosses a link
   /// booked slow or cut (in a direction it carries bytes) goes to the best path that avoids such
-  /// links, if there is one; else, where re-planning one of the jobs on the fabric's most loaded link
-  /// (one not asked within policy.minIntervalMs) on what the others leave lowers that link by
-  /// policy.minGain, that job's changed lanes move. The books take the moves at once; the job gets
-  /// them with its next renewal (takeMoves). Returns the ids of the jobs asked to move.
+  /// links, if there is one; else, where re-planning one job (on the most loaded link or the most
+  /// loaded switch-to-switch link, not asked within policy.minIntervalMs) on what the others leave
+  /// makes the fabric better by policy.minGain, that job's changed lanes move. Better is
+  /// lexicographic (the most loaded link, then the next...): the most loaded of the links the
+  /// re-plan changes reads that much less. The books take the moves at once; the job gets them
+  /// with its next renewal (takeMoves). Returns the ids of the jobs asked to move.
   std::vector<uint64_t> planMoves(int64_t nowMs, const MovePolicy& policy);
   /// The moves waiting for job `id` (cleared), and why.
   std::vector<wire::LaneMove> takeMoves(uint64_t id, std::string* why);

@@ -110,7 +110,7 @@ wait_iters() {
     grep -q "WRONG" "$tmp/$1/out.0" && break
     sleep 0.1
   done
-  cat "$tmp/$1/out.0"; echo "FAIL: job $1 did not reach $2 right iterations"; exit 1
+  tail -40 "$tmp/$1/out.0"; echo "--- rank 1:"; tail -40 "$tmp/$1/out.1"; echo "FAIL: job $1 did not reach $2 right iterations"; exit 1
 }
 timeline=("$perf" -C allreduce -b 16M -e 16M -c 1 -w 1 -n 100000 --timeline 1)
 job_start slow-a 29508 h0 h2 C4_LANES=2 C4_REBALANCE_MS=200 "${timeline[@]}"
