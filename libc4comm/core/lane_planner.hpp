@@ -36,8 +36,9 @@ C4_PARAM_INT(PlannerServiceMs, "C4_PLANNER_SERVICE_MS", nullptr, 2000, 1, 600000
              "C4P: how long communicator init waits for the fabric service (connect, register, reply) before the job "
              "plans alone, in ms")
 C4_PARAM_INT(PlannerLeaseMs, "C4_PLANNER_LEASE_MS", nullptr, 30000, 1000, 86400000, kParamNone,
-             "C4P: the lease the job asks of the fabric service; the job renews it every third of it, and the service "
-             "frees the job's links when it runs out (a job that died)")
+             "C4P: the lease the job asks of the fabric service; the job renews it every third of it (the renewals "
+             "carry its lanes' reports and bring the service's lane moves), and the service frees the job's links "
+             "when it runs out (a job that died)")
 C4_PARAM_INT(RebalanceMs, "C4_REBALANCE_MS", nullptr, 200, 0, 86400000, kParamNone,
              "C4P: between operations, at most this often, striping weights follow each lane's measured throughput "
              "and retired lanes are replaced on healthy paths; 0 = never")

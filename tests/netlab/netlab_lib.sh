@@ -95,3 +95,30 @@ job_wait() {
 spine_of() { grep -A2 "C4P plan (lane" "$tmp/$1/out.0" | grep -m1 -o "spine[0-9]*" || echo "none"; }
 # split S0 S1 LO: whether each spine carried at least LO% of their bytes.
 split() { [ $(($1 * 100)) -ge $((($1 + $2) * $3)) ] && [ $(($2 * 100)) -ge $((($1 + $2) * $3)) ]; }
+# fabric_cleanup: the EXIT trap of a script that keeps its files in $tmp and may have started
+# c4-fabricd (its pid in $daemon).
+fabric_cleanup() {
+  [ -n "${daemon:-}" ] && kill "$daemon" 2> /dev/null && wait "$daemon" 2> /dev/null
+  rm -rf "$tmp"
+}
+# iters NAME: the iterations job NAME's rank 0 ran and found right (c4-perf --timeline 1 -c 1).
+iters() { grep -c "iteration.*right" "$tmp/$1/out.0" 2> /dev/null || true; }
+# wait_iters NAME N: until job NAME has run N right iterations (a hang guard of 120 s).
+wait_iters() {
+  local i
+  for ((i = 0; i < 1200; i++)); do
+    [ "$(iters "$1")" -ge "$2" ] && return 0
+    grep -q "WRONG" "$tmp/$1/out.0" && break
+    sleep 0.1
+  done
+  tail -40 "$tmp/$1/out.0"; echo "--- rank 1:"; tail -40 "$tmp/$1/out.1"
+  echo "FAIL: job $1 did not reach $2 right iterations"; exit 1
+}
+# stop_job NAME: a job running until stopped is stopped; every iteration it ran was right.
+stop_job() {
+  local pid
+  for pid in $(cat "$tmp/$1/pids"); do kill "$pid" 2> /dev/null || true; done
+  for pid in $(cat "$tmp/$1/pids"); do wait "$pid" 2> /dev/null || true; done
+  if grep -q "WRONG" "$tmp/$1/out.0" "$tmp/$1/out.1"; then echo "FAIL: job $1 saw wrong results"; exit 1; fi
+  echo "job $1: $(iters "$1") iterations, every one right"
+}

@@ -746,6 +746,87 @@ TEST_F(FabricdTest, SigtermKeepsTheJobsAndARestartBooksThemAgain) {
   EXPECT_NEAR(rb.fabricSeconds, rb.soloSeconds, 1e-9);
 }
 
+// Two jobs of two lanes each (one per spine). A's renewal reports one lane slow: the service books
+// its spine's links slow, answers A with a move off them, gives B its move with B's next renewal,
+// shows the health, and stores the moves; a renewal with a report of bad lanes is refused for the
+// report and changes nothing.
+TEST_F(FabricdTest, ASlowLaneReportedByOneJobMovesBothOffItsLinks) {
+  ASSERT_TRUE(start({"--link-hold-ms", "600000"}));
+  wire::JobSpec a = spec("job A", 0, 2), b = spec("job B", 1, 3);
+  a.lanes = b.lanes = 2;
+  const wire::Reply ra = registerJob(a);
+  const wire::Reply rb = registerJob(b);
+  ASSERT_TRUE(ra.ok && rb.ok);
+  ASSERT_EQ(ra.conns[0].lanes.size(), 2u);
+  auto spineOfLane = [&](const wire::JobSpec& j, const PlannedConn& c, size_t lane) {
+    PlannedConn one = c;
+    one.lanes = {c.lanes[lane]};
+    return spineOf(j, {one});
+  };
+  const std::string slow = spineOfLane(a, ra.conns[0], 0);
+  ASSERT_NE(slow, spineOfLane(a, ra.conns[0], 1)) << "A's lanes should take both spines";
+  // A report of lanes that do not fit is refused (logged), the renewal itself goes through.
+  wire::Request bad;
+  bad.op = wire::Op::kRenew;
+  bad.id = ra.id;
+  bad.token = ra.token;
+  bad.report.lanes = ra.conns;
+  bad.report.lanes[0].lanes[0].remotePort = 5;
+  wire::Reply rep;
+  ASSERT_TRUE(call(bad, &rep).isOk());
+  EXPECT_TRUE(rep.ok) << rep.error;
+  EXPECT_TRUE(rep.moves.empty());
+  EXPECT_TRUE(logged("refused the report of job 'job A'"));
+  // The slow lane.
+  wire::Request req;
+  req.op = wire::Op::kRenew;
+  req.id = ra.id;
+  req.token = ra.token;
+  req.report.samples = {{0, 1, 0, true, 2.5e7, 0.2, wire::LaneSample::Verdict::kSlow},
+                        {0, 1, 1, true, 1.2e8, 1.0, wire::LaneSample::Verdict::kOk}};
+  ASSERT_TRUE(call(req, &rep).isOk());
+  ASSERT_TRUE(rep.ok) << rep.error;
+  ASSERT_EQ(rep.moves.size(), 1u);
+  EXPECT_EQ(rep.moves[0].lane, 0);
+  EXPECT_NE(rep.moveWhy.find("(slow)"), std::string::npos) << rep.moveWhy;
+  PlannedConn to = ra.conns[0];
+  to.lanes = {rep.moves[0].choice};
+  EXPECT_NE(spineOf(a, {to}), slow);
+  EXPECT_TRUE(logged("booked slow"));
+  // B's lane through that spine moves with B's next renewal (once).
+  const wire::Reply nb = renew(rb.id, rb.token, 0);
+  ASSERT_TRUE(nb.ok) << nb.error;
+  ASSERT_EQ(nb.moves.size(), 1u);
+  EXPECT_EQ(spineOfLane(b, rb.conns[0], static_cast<size_t>(nb.moves[0].lane)), slow);
+  to.lanes = {nb.moves[0].choice};
+  EXPECT_NE(spineOf(b, {to}), slow);
+  EXPECT_TRUE(renew(rb.id, rb.token, 0).moves.empty());
+  // The view: the links booked slow, no lane left on them.
+  const json st = status();
+  ASSERT_EQ(st.value("health", json::array()).size(), 2u) << st.dump(1);
+  for (const json& h : st["health"]) {
+    EXPECT_EQ(h.value("state", std::string()), "slow");
+    EXPECT_NEAR(h.value("capacity", 0.0), 0.2, 1e-9);
+    EXPECT_EQ(h.value("by", std::string()), "job A");
+  }
+  for (const json& j : st["jobs"])
+    for (const json& l : j["lanes"]) EXPECT_EQ(l.value("path", std::string()).find(slow), std::string::npos) << l;
+  // One job cannot report on another's lanes: a wrong token is refused with the renewal.
+  req.id = rb.id;
+  ASSERT_TRUE(call(req, &rep).isOk());
+  EXPECT_FALSE(rep.ok);
+  const int code = stop(SIGTERM);
+  ASSERT_TRUE(WIFEXITED(code)) << code;
+  EXPECT_EQ(storedEvents(db_, "move", ra.id), 1);
+  EXPECT_EQ(storedEvents(db_, "move", rb.id), 1);
+  EXPECT_EQ(storedEvents(db_, "health", ra.id), 2);
+  // The stored plans are the moved ones (a restart books them).
+  wire::Request stored;
+  ASSERT_TRUE(wire::parseRequest(storedJobs(db_).at(rb.id).second, &stored).isOk());
+  ASSERT_EQ(stored.job.keep[0].lanes.size(), 3u);
+  EXPECT_TRUE(stored.job.keep[0].lanes[static_cast<size_t>(nb.moves[0].lane)].retired);
+}
+
 TEST_F(FabricdTest, OnAFreshDatabaseJobsRegisterAgainWithTheirPlan) {
   ASSERT_TRUE(start());
   const wire::JobSpec a = spec("job A", 0, 2), b = spec("job B", 1, 3);

@@ -129,6 +129,14 @@ int showService(const std::string& addr, const std::string& keyFile, bool asJson
            l.value("bytes", 0.0) / 1e6, l.value("seconds", 0.0) * 1e3, l.value("jobs", 0));
   }
   if (load.empty()) printf("  (none)\n");
+  const auto& health = v.value("health", nlohmann::json::array());
+  printf("\nlink health the service believes (from the jobs' lanes):\n");
+  for (const auto& h : health)
+    printf("  %-28s %s, planned at %.0f%% of its capacity, since %.1f s, %.1f s more; found by %s\n",
+           h.value("link", std::string()).c_str(), h.value("state", std::string()).c_str(),
+           h.value("capacity", 1.0) * 100, h.value("since_ms_ago", 0) / 1e3, h.value("held_ms", 0) / 1e3,
+           h.value("by", std::string()).c_str());
+  if (health.empty()) printf("  every link well\n");
   return 0;
 }
 
