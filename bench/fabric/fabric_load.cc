@@ -22,17 +22,6 @@ namespace {
 
 using namespace c4;
 
-std::vector<double> numbers(const char* s) {
-  std::vector<double> v;
-  for (const char* p = s; *p;) {
-    char* end = nullptr;
-    v.push_back(strtod(p, &end));
-    if (end == p) break;
-    p = *end == ',' ? end + 1 : end;
-  }
-  return v;
-}
-
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -52,7 +41,7 @@ int usage() {
 
 int main(int argc, char** argv) {
   std::string service, keyFile;
-  std::vector<double> tree = {16, 8, 8, 100};
+  std::string tree = "16,8,8,100";
   int jobs = 200, minRanks = 8, maxRanks = 64, lanes = 8;
   uint32_t seed = 1;
   bool keep = false;
@@ -64,7 +53,7 @@ int main(int argc, char** argv) {
     else if (a == "--key-file")
       keyFile = next();
     else if (a == "--fat-tree")
-      tree = numbers(next());
+      tree = next();
     else if (a == "--jobs")
       jobs = atoi(next());
     else if (a == "--min-ranks")
@@ -80,10 +69,10 @@ int main(int argc, char** argv) {
     else
       return usage();
   }
-  if (service.empty() || keyFile.empty() || tree.size() < 3 || minRanks < 2 || maxRanks < minRanks || jobs < 1)
-    return usage();
-  const plan::Topology topo = plan::Topology::fatTree(static_cast<int>(tree[0]), static_cast<int>(tree[1]),
-                                                      static_cast<int>(tree[2]), (tree.size() > 3 ? tree[3] : 1) * 1e9);
+  if (service.empty() || keyFile.empty() || minRanks < 2 || maxRanks < minRanks || jobs < 1) return usage();
+  plan::Topology topo;
+  Status tst = plan::Topology::fatTreeFromSpec(tree, &topo);
+  if (!tst.isOk()) return fprintf(stderr, "c4-fabric-load: %s\n", tst.message().c_str()), 2;
   if (maxRanks > topo.numHosts()) return fprintf(stderr, "c4-fabric-load: --max-ranks above the hosts\n"), 2;
   plan::wire::Key key;
   Status st = plan::readKeyFile(keyFile, &key);

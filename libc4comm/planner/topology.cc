@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -479,6 +480,36 @@ Topology Topology::leafSpine(int hosts, int ports, int leaves, int spines, doubl
   t.hash_ = fnv1a(t.source_);
   t.finish();
   return t;
+}
+
+Status Topology::fatTreeFromSpec(const std::string& spec, Topology* out) {
+  std::vector<double> v;
+  const char* p = spec.c_str();
+  for (;;) {
+    char* end = nullptr;
+    const double x = strtod(p, &end);
+    if (end == p || v.size() == 4) {
+      v.clear();
+      break;
+    }
+    v.push_back(x);
+    if (*end == '\0') break;
+    if (*end != ',') {
+      v.clear();
+      break;
+    }
+    p = end + 1;
+  }
+  auto whole = [](double x, double lo, double hi) { return x >= lo && x <= hi && x == static_cast<int>(x); };
+  if (v.size() < 3 || !whole(v[0], 2, 64) || static_cast<int>(v[0]) % 2 != 0 || !whole(v[1], 1, 64) ||
+      !whole(v[2], 1, 16) || (v.size() == 4 && !(v[3] > 0 && v[3] <= 1e6)))
+    return makeError(Code::kInvalidArgument,
+                     "--fat-tree %s: expected K,HOSTS_PER_LEAF,PORTS[,GBIT] (K even, 2..64; 1..64 hosts per leaf; "
+                     "1..16 ports; GBIT > 0)",
+                     spec.c_str());
+  *out =
+      fatTree(static_cast<int>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[2]), (v.size() == 4 ? v[3] : 1) * 1e9);
+  return Status::ok();
 }
 
 Topology Topology::fatTree(int k, int hostsPerLeaf, int ports, double bps) {

@@ -75,6 +75,10 @@ class Topology {
   /// Generated three-tier k-ary fat-tree (k even): k pods of k/2 leaves and k/2 aggregation
   /// switches, (k/2)^2 cores, `hostsPerLeaf` hosts per leaf with `ports` ports each (all on its leaf).
   static Topology fatTree(int k, int hostsPerLeaf, int ports, double bps);
+  /// The fat-tree of the tools' `--fat-tree K,HOSTS_PER_LEAF,PORTS[,GBIT]`: K even in 2..64, 1 to
+  /// 64 hosts per leaf, 1 to 16 ports each, every link GBIT Gbit/s (default 1). kInvalidArgument
+  /// naming the spec otherwise.
+  static Status fatTreeFromSpec(const std::string& spec, Topology* out);
 
   const std::string& source() const { return source_; }
   /// FNV-1a of the file's bytes (or of the generated parameters): ranks compare it.

@@ -95,6 +95,12 @@ job_wait() {
 spine_of() { grep -A2 "C4P plan (lane" "$tmp/$1/out.0" | grep -m1 -o "spine[0-9]*" || echo "none"; }
 # split S0 S1 LO: whether each spine carried at least LO% of their bytes.
 split() { [ $(($1 * 100)) -ge $((($1 + $2) * $3)) ] && [ $(($2 * 100)) -ge $((($1 + $2) * $3)) ]; }
+# fabric_job_env: what the fabric service's tests run every job with unless a job says otherwise:
+# C4P over the session's topology, one lane, ring AllReduce, the plan logged, no rebalancing.
+fabric_job_env() {
+  export C4_PLANNER=c4p C4_TOPO_FILE=$NETLAB_TOPO C4_LANES=1 C4_ALGO=ring C4_TIMEOUT=${C4_TIMEOUT:-60} \
+    C4_DEBUG=INFO C4_DEBUG_SUBSYS=PLAN C4_REBALANCE_MS=0
+}
 # fabric_cleanup: the EXIT trap of a script that keeps its files in $tmp and may have started
 # c4-fabricd (its pid in $daemon).
 fabric_cleanup() {

@@ -24,8 +24,7 @@ perf=$1 fabricd=$2 c4plan=$3
 tmp=$(mktemp -d)
 daemon=""
 trap fabric_cleanup EXIT
-export C4_PLANNER=c4p C4_TOPO_FILE=$NETLAB_TOPO C4_LANES=1 C4_ALGO=ring C4_TIMEOUT=${C4_TIMEOUT:-60} \
-  C4_DEBUG=INFO C4_DEBUG_SUBSYS=PLAN C4_REBALANCE_MS=0
+fabric_job_env
 ring=("$perf" -C allreduce -b 16M -e 16M -c 1 -w 1)
 # share S PART...: whether PART is at least S% of the sum of the parts given after it (the first).
 share() {

@@ -213,6 +213,24 @@ TEST(TopologyTest, NetlabRailSportMod) {
         << sport;
 }
 
+// The tools' --fat-tree K,HOSTS_PER_LEAF,PORTS[,GBIT] (c4-plan, c4-fabricd, c4-fabric-load).
+TEST(TopologyTest, FatTreeSpecs) {
+  Topology t;
+  ASSERT_TRUE(Topology::fatTreeFromSpec("16,8,8,100", &t).isOk());
+  EXPECT_EQ(t.numHosts(), 1024);
+  EXPECT_EQ(t.host(0).ports.size(), 8u);
+  EXPECT_EQ(t.hash(), Topology::fatTree(16, 8, 8, 100e9).hash());
+  ASSERT_TRUE(Topology::fatTreeFromSpec("4,2,2", &t).isOk());
+  EXPECT_EQ(t.numHosts(), 16);
+  EXPECT_EQ(t.hash(), Topology::fatTree(4, 2, 2, 1e9).hash());
+  for (const char* bad : {"", "3,2,2", "4,2", "4,2,2,0", "4,2,2,1,5", "4,2.5,2", "a,b,c", "4,2,17", "66,1,1", "4,0,1",
+                          "4,2,2,", "4;2;2", "4,2,2x"}) {
+    c4::Status st = Topology::fatTreeFromSpec(bad, &t);
+    ASSERT_FALSE(st.isOk()) << bad;
+    EXPECT_NE(st.message().find(std::string("--fat-tree ") + bad + ":"), std::string::npos) << st.message();
+  }
+}
+
 TEST(TopologyTest, NumberOutOfRangeIsAnErrorNotAnAbort) {
   // nlohmann's out_of_range escaped the catch of parse_error and ended the process (found by
   // fuzzing, tests/fuzz/regressions/topology).

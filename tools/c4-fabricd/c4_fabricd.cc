@@ -80,17 +80,7 @@ int main(int argc, char** argv) {
     if (a == "--topo") {
       o.topoPath = v;
     } else if (a == "--fat-tree") {
-      for (const char* p = v.c_str(); *p;) {
-        char* end = nullptr;
-        const double x = strtod(p, &end);
-        if (end == p) break;
-        o.fatTree.push_back(x);
-        p = *end == ',' ? end + 1 : end;
-      }
-      if (o.fatTree.size() < 3 || o.fatTree.size() > 4 || static_cast<int>(o.fatTree[0]) % 2 != 0 || o.fatTree[0] < 2 ||
-          o.fatTree[0] > 64 || o.fatTree[1] < 1 || o.fatTree[1] > 64 || o.fatTree[2] < 1 || o.fatTree[2] > 16 ||
-          (o.fatTree.size() == 4 && !(o.fatTree[3] > 0)))
-        return fail("--fat-tree " + v + ": expected K,HOSTS_PER_LEAF,PORTS[,GBIT] (K even, 2..64)");
+      o.fatTree = v;
     } else if (a == "--key-file") {
       o.keyPath = v;
     } else if (a == "--listen") {

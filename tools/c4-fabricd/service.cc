@@ -182,8 +182,7 @@ Service::~Service() = default;
 Status Service::start(const Options& o, std::unique_ptr<Service>* out) {
   plan::Topology topo;
   if (!o.fatTree.empty())
-    topo = plan::Topology::fatTree(static_cast<int>(o.fatTree[0]), static_cast<int>(o.fatTree[1]),
-                                   static_cast<int>(o.fatTree[2]), (o.fatTree.size() > 3 ? o.fatTree[3] : 1) * 1e9);
+    C4_CHECK(plan::Topology::fatTreeFromSpec(o.fatTree, &topo));
   else
     C4_CHECK(plan::Topology::load(o.topoPath, &topo));
   wire::Key key;

@@ -16,9 +16,9 @@
 namespace c4::fabricd {
 
 struct Options {
-  std::string topoPath;         // --topo
-  std::vector<double> fatTree;  // --fat-tree K,HOSTS_PER_LEAF,PORTS[,GBIT]: a generated fabric instead (load tests)
-  std::string keyPath;          // --key-file
+  std::string topoPath;  // --topo
+  std::string fatTree;   // --fat-tree K,HOSTS_PER_LEAF,PORTS[,GBIT]: a generated fabric instead (load tests)
+  std::string keyPath;   // --key-file
   std::string listen = "127.0.0.1:7471";
   std::string portFile;  // --port-file: the bound port is written there ("" none)
   std::string dbPath = "c4-fabricd.db";

@@ -142,7 +142,8 @@ int showService(const std::string& addr, const std::string& keyFile, bool asJson
 
 int main(int argc, char** argv) {
   std::string file, algoName = "ring", collName = "allreduce";
-  std::vector<double> leafSpine, fatTree;
+  std::vector<double> leafSpine;
+  std::string fatTree;
   size_t bytes = 64u << 20;
   int ranksPerHost = 1, ports = 0, lanes = 0, seeds = 10, links = 12;
   bool quiet = false, roce = false, asJson = false;
@@ -160,7 +161,7 @@ int main(int argc, char** argv) {
     if (a == "--leaf-spine")
       leafSpine = numbers(next());
     else if (a == "--fat-tree")
-      fatTree = numbers(next());
+      fatTree = next();
     else if (a == "-C")
       collName = next();
     else if (a == "-A")
@@ -204,10 +205,9 @@ int main(int argc, char** argv) {
     const double bps = (leafSpine.size() > 4 ? leafSpine[4] : 1) * 1e9;
     topo = plan::Topology::leafSpine(static_cast<int>(leafSpine[0]), static_cast<int>(leafSpine[1]),
                                      static_cast<int>(leafSpine[2]), static_cast<int>(leafSpine[3]), bps, bps);
-  } else if (fatTree.size() >= 3 && static_cast<int>(fatTree[0]) % 2 == 0 && fatTree[0] >= 2) {
-    const double bps = (fatTree.size() > 3 ? fatTree[3] : 1) * 1e9;
-    topo = plan::Topology::fatTree(static_cast<int>(fatTree[0]), static_cast<int>(fatTree[1]),
-                                   static_cast<int>(fatTree[2]), bps);
+  } else if (!fatTree.empty()) {
+    Status st = plan::Topology::fatTreeFromSpec(fatTree, &topo);
+    if (!st.isOk()) return fprintf(stderr, "c4-plan: %s\n", st.message().c_str()), 2;
   } else {
     return usage(), 2;
   }
