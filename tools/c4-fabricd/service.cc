@@ -169,6 +169,9 @@ struct Service::Impl {
   wire::Reply doRegister(Conn& c, const wire::Request& req, int64_t now);
   wire::Reply doRenew(Conn& c, const wire::Request& req, int64_t now);
   wire::Reply doRelease(Conn& c, const wire::Request& req);
+  /// Job `b`'s database row (its registration with the plan as booked) at `now` (monotonic ms),
+  /// `wall` (wall-clock ms).
+  static StoredJob storedOf(const plan::BookedJob& b, int64_t now, int64_t wall);
   /// Stores job `id` as the books now have it (its lanes changed: a restart books them).
   void storeJob(uint64_t id);
   /// Asks running jobs to move lanes where the books say so (FabricBook::planMoves); logs it.
@@ -556,21 +559,8 @@ wire::Reply Service::Impl::doRegister(Conn& c, const wire::Request& req, int64_t
       static_cast<long long>(lease), kept ? "its own plan booked as it is" : "planned on the others' load",
       before * 1e3, after * 1e3, solo * 1e3);
 
-  // What a restart books again: the registration with the plan as booked.
-  wire::Request keep;
-  keep.op = wire::Op::kRegister;
-  keep.job = b->spec;
-  keep.job.keep = b->plan.conns;
-  keep.leaseMs = lease;
   const int64_t wall = wallMs();
-  StoredJob sj;
-  sj.id = id;
-  sj.token = token;
-  sj.name = b->spec.name;
-  sj.spec = wire::encodeRequest(keep);
-  sj.registeredMs = wall;
-  sj.leaseMs = lease;
-  sj.leaseUntilMs = wall + lease;
+  const StoredJob sj = storedOf(*b, now, wall);
   st = [&]() -> Status {
     Store::Transaction t(store.get());
     C4_CHECK(t.begin());
@@ -594,7 +584,7 @@ wire::Reply Service::Impl::doRegister(Conn& c, const wire::Request& req, int64_t
   rep.id = id;
   rep.token = token;
   rep.leaseMs = lease;
-  rep.conns = std::move(keep.job.keep);
+  rep.conns = b->plan.conns;
   rep.fabricSeconds = after;
   rep.soloSeconds = solo;
   return rep;
@@ -661,24 +651,28 @@ wire::Reply Service::Impl::doRenew(Conn& c, const wire::Request& req, int64_t no
   return rep;
 }
 
+StoredJob Service::Impl::storedOf(const plan::BookedJob& b, int64_t now, int64_t wall) {
+  // What a restart books again: the registration with the plan as booked.
+  wire::Request keep;
+  keep.op = wire::Op::kRegister;
+  keep.job = b.spec;
+  keep.job.keep = b.plan.conns;
+  keep.leaseMs = b.leaseMs;
+  StoredJob sj;
+  sj.id = b.id;
+  sj.token = b.token;
+  sj.name = b.spec.name;
+  sj.spec = wire::encodeRequest(keep);
+  sj.registeredMs = wall - (now - b.registeredMs);
+  sj.leaseMs = b.leaseMs;
+  sj.leaseUntilMs = wall + (b.leaseUntilMs - now);
+  return sj;
+}
+
 void Service::Impl::storeJob(uint64_t id) {
   const plan::BookedJob* b = book.find(id);
   if (b == nullptr) return;
-  wire::Request keep;
-  keep.op = wire::Op::kRegister;
-  keep.job = b->spec;
-  keep.job.keep = b->plan.conns;
-  keep.leaseMs = b->leaseMs;
-  StoredJob sj;
-  sj.id = id;
-  sj.token = b->token;
-  sj.name = b->spec.name;
-  sj.spec = wire::encodeRequest(keep);
-  const int64_t wall = wallMs();
-  sj.registeredMs = wall - (detail::nowMs() - b->registeredMs);
-  sj.leaseMs = b->leaseMs;
-  sj.leaseUntilMs = wall + (b->leaseUntilMs - detail::nowMs());
-  Status st = store->putJob(sj);
+  Status st = store->putJob(storedOf(*b, detail::nowMs(), wallMs()));
   if (!st.isOk()) logLine("storing %s: %s", jobLabel(b->spec.name, id).c_str(), st.message().c_str());
 }
 
