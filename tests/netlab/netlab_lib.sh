@@ -108,7 +108,11 @@ fabric_cleanup() {
   rm -rf "$tmp"
 }
 # iters NAME: the iterations job NAME's rank 0 ran and found right (c4-perf --timeline 1 -c 1).
-iters() { grep -c "iteration.*right" "$tmp/$1/out.0" 2> /dev/null || true; }
+iters() {
+  local n
+  n=$(grep -c "iteration.*right" "$tmp/$1/out.0" 2> /dev/null) || true
+  echo "${n:-0}"
+}
 # wait_iters NAME N: until job NAME has run N right iterations (a hang guard of 120 s).
 wait_iters() {
   local i
